@@ -1,0 +1,45 @@
+# BatchDesk: the front door. `make demo` to try it, `make test` to prove it.
+VENV := .venv
+PY := $(VENV)/bin/python
+TEST_DATABASE_URL ?= postgres://127.0.0.1:5432/batchdesk
+DEMO_ENV := DEBUG=1 BATCHDESK_POLL_SECONDS=2
+
+.PHONY: demo test run worker emulator lint format bench clean
+
+$(PY): requirements.txt
+	@python=$$(scripts/find-python) && "$$python" -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	@touch $(PY)
+
+demo: $(PY)
+	$(DEMO_ENV) $(PY) manage.py migrate --verbosity 0
+	$(DEMO_ENV) $(PY) manage.py collectstatic --noinput --verbosity 0
+	$(DEMO_ENV) $(PY) manage.py run_demo
+
+test: $(PY)
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(PY) -m pytest
+
+run: $(PY)
+	DEBUG=$${DEBUG:-1} $(PY) manage.py migrate --verbosity 0
+	DEBUG=$${DEBUG:-1} $(PY) manage.py runserver 127.0.0.1:8000
+
+worker: $(PY)
+	DEBUG=$${DEBUG:-1} $(PY) manage.py qcluster
+
+emulator: $(PY)
+	DEBUG=$${DEBUG:-1} $(PY) manage.py run_emulator --port 8001
+
+lint: $(PY)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(PY)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+bench: $(PY)
+	@echo "No benchmarks yet: they arrive with the performance issue." && exit 1
+
+clean:
+	rm -rf var/ .pytest_cache .ruff_cache

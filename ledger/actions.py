@@ -1,0 +1,772 @@
+"""The verbs of the ledger. Each one is a transaction that changes state through the transition
+table, writes its events in the same transaction and enqueues follow-up work on commit."""
+
+import hashlib
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.db import IntegrityError, transaction
+from django.db.models import F, Max, Q
+from django.utils import timezone
+
+from .models import (
+    Approval,
+    DestinationAttempt,
+    Event,
+    GeneratedVersion,
+    Item,
+    Job,
+    Product,
+    ProductStatus,
+    PromptVersion,
+    SourceRevision,
+    Submission,
+    SubmissionItem,
+    content_hash,
+)
+from .states import (
+    ALLOWED_TRANSITIONS,
+    FINAL_STATES,
+    OUTSTANDING_STATES,
+    ItemState,
+    JobState,
+    SubmissionState,
+)
+
+log = logging.getLogger(__name__)
+
+# Transient inference failures are retried this many times in all before the item is given up.
+MAX_INFERENCE_ATTEMPTS = 3
+MAX_APPLY_ATTEMPTS = 5
+TRANSIENT_ERROR_CODES = {"batch_expired", "server_error", "rate_limit_exceeded", "timeout", "missing_result"}
+
+
+class NotAllowed(Exception):
+    """The change asked for is not allowed in the current state. Nothing was changed."""
+
+
+def enqueue(func: str, *args) -> None:
+    """Queue background work once the current transaction has committed."""
+    from django_q.tasks import async_task
+
+    transaction.on_commit(lambda: async_task(func, *args))
+
+
+# --- state changes -------------------------------------------------------------------------
+
+
+def actor_name(actor) -> str:
+    return actor.get_username() if actor is not None else "system"
+
+
+def change_state(
+    item_id: int,
+    *,
+    to: str,
+    actor=None,
+    reason: str = "",
+    data: dict | None = None,
+    expect: Iterable[str] | None = None,
+    **fields,
+) -> Item:
+    """Move one item to `to`, if the transition table allows it from the state it is in now.
+
+    The row is locked for the change, so two workers cannot both make it. `expect` narrows
+    the states the caller is prepared to move from. Raises NotAllowed and changes nothing
+    otherwise.
+    """
+    with transaction.atomic():
+        item = Item.objects.select_for_update().get(pk=item_id)
+        if (expect is not None and item.state not in set(expect)) or to not in ALLOWED_TRANSITIONS[
+            item.state
+        ]:
+            raise NotAllowed(
+                f"Item {item_id} is {ItemState(item.state).label.lower()} ({item.state}); "
+                f"it cannot become {to}"
+            )
+        from_state = item.state
+        now = timezone.now()
+        Item.objects.filter(pk=item.pk, state=from_state).update(
+            state=to, reason=reason, updated_at=now, **fields
+        )
+        Event.objects.create(
+            item=item,
+            job_id=item.job_id,
+            from_state=from_state,
+            to_state=to,
+            actor=actor,
+            actor_name=actor_name(actor),
+            reason=reason,
+            data=data or {},
+        )
+        item.refresh_from_db()
+    return item
+
+
+def move_items(item_ids: Iterable[int], *, from_state: str, to: str, reason: str = "", **fields) -> list[int]:
+    """Move many items that are all in `from_state`; those that are not are left alone."""
+    if to not in ALLOWED_TRANSITIONS[from_state]:
+        raise NotAllowed(f"{from_state} cannot become {to}")
+    with transaction.atomic():
+        locked = list(
+            Item.objects.select_for_update()
+            .filter(pk__in=list(item_ids), state=from_state)
+            .values_list("pk", "job_id")
+        )
+        if not locked:
+            return []
+        ids = [pk for pk, _ in locked]
+        Item.objects.filter(pk__in=ids).update(state=to, reason=reason, updated_at=timezone.now(), **fields)
+        Event.objects.bulk_create(
+            Event(item_id=pk, job_id=job_id, from_state=from_state, to_state=to, reason=reason)
+            for pk, job_id in locked
+        )
+    return ids
+
+
+def refresh_job_state(job_id: int) -> str:
+    """Derive the job's state from its items' states."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job_id)
+        if job.state == JobState.CANCELLED:
+            return job.state
+        counts = job.items.counts_by_state()
+        if not counts or set(counts) <= FINAL_STATES:
+            new = JobState.COMPLETED
+        elif set(counts) & OUTSTANDING_STATES:
+            new = JobState.PREPARING if not job.submissions.exists() else JobState.RUNNING
+        else:
+            new = JobState.IN_REVIEW
+        if new != job.state:
+            Job.objects.filter(pk=job.pk).update(state=new, updated_at=timezone.now())
+            Event.objects.create(job=job, from_state=job.state, to_state=new, reason="item states changed")
+    return new
+
+
+# --- catalogue -----------------------------------------------------------------------------
+
+
+@dataclass
+class ProductChange:
+    created: bool = False
+    revised: bool = False
+    withdrawn: bool = False
+
+
+def record_product(*, sku: str, title: str, fields: dict, status: str | None = None) -> ProductChange:
+    """Create or revise one product. Identical content makes no revision; status is not content."""
+    change = ProductChange()
+    digest = SourceRevision.hash_content(title, fields)
+    product, change.created = Product.objects.select_for_update().get_or_create(sku=sku)
+    current = product.current_revision
+    if current is None or current.content_hash != digest:
+        number = (current.number if current else 0) + 1
+        product.current_revision = SourceRevision.objects.create(
+            product=product, number=number, title=title, fields=fields, content_hash=digest
+        )
+        change.revised = not change.created
+    if status == ProductStatus.WITHDRAWN and product.status != ProductStatus.WITHDRAWN:
+        change.withdrawn = True
+    if status:
+        product.status = status
+    product.save()
+    return change
+
+
+# --- jobs ----------------------------------------------------------------------------------
+
+
+def create_job(
+    *,
+    reference: str,
+    owner,
+    task: str,
+    provider: str,
+    model: str,
+    prompt_version: int | None = None,
+    destination: str = "catalogue",
+    skus: list[str] | None = None,
+    unit_size: int = 500,
+) -> Job:
+    """Freeze the set of items (each product's current revision) and queue their submission."""
+    from .destinations import destination_names
+    from .providers import provider_names
+
+    if provider not in provider_names():
+        raise NotAllowed(f"Unknown provider {provider!r}; known: {', '.join(provider_names())}")
+    if destination not in destination_names():
+        raise NotAllowed(f"Unknown destination {destination!r}; known: {', '.join(destination_names())}")
+    if not 1 <= unit_size <= 50_000:
+        raise NotAllowed("unit_size must be between 1 and 50000")
+    prompts = PromptVersion.objects.filter(task=task)
+    prompt = prompts.filter(version=prompt_version).first() if prompt_version else prompts.first()
+    if prompt is None:
+        raise NotAllowed(f"No prompt version {prompt_version or ''} for task {task!r}".replace("  ", " "))
+    products = Product.objects.filter(status=ProductStatus.ACTIVE).select_related("current_revision")
+    if skus is not None:
+        wanted = set(skus)
+        products = products.filter(sku__in=wanted)
+        missing = wanted - set(products.values_list("sku", flat=True))
+        if missing:
+            raise NotAllowed(f"Not active products or unknown SKUs: {', '.join(sorted(missing))}")
+    with transaction.atomic():
+        if Job.objects.filter(reference=reference).exists():
+            raise NotAllowed(f"A job with reference {reference!r} exists already")
+        job = Job.objects.create(
+            reference=reference,
+            owner=owner,
+            task=task,
+            prompt_version=prompt,
+            provider=provider,
+            model=model,
+            destination=destination,
+            unit_size=unit_size,
+        )
+        items = Item.objects.bulk_create(
+            Item(job=job, product=p, source_revision=p.current_revision) for p in products
+        )
+        if not items:
+            raise NotAllowed("No active products to work on")
+        Event.objects.bulk_create(
+            Event(item=item, job=job, to_state=ItemState.PREPARED, actor=owner, actor_name=actor_name(owner))
+            for item in items
+        )
+        Event.objects.create(job=job, to_state=JobState.PREPARING, actor=owner, actor_name=actor_name(owner))
+        enqueue("ledger.tasks.submit_job", job.pk)
+    return job
+
+
+def queue_current_revision(item: Item) -> Item | None:
+    """The item's draft is for an old revision: add the product's current revision to the job."""
+    product = Product.objects.get(pk=item.product_id)
+    if product.status != ProductStatus.ACTIVE or product.current_revision_id == item.source_revision_id:
+        return None
+    new_item, created = Item.objects.get_or_create(
+        job_id=item.job_id, source_revision_id=product.current_revision_id, defaults={"product": product}
+    )
+    if created:
+        Event.objects.create(
+            item=new_item,
+            job_id=item.job_id,
+            to_state=ItemState.PREPARED,
+            reason=f"Product revised; replaces item {item.pk}",
+        )
+        enqueue("ledger.tasks.submit_job", item.job_id)
+    return new_item
+
+
+def judge_currency(item: Item, *, actor=None) -> str | None:
+    """Withdrawn or revised product? Move the item out of the way and say why; else None."""
+    product = Product.objects.get(pk=item.product_id)
+    if product.status == ProductStatus.WITHDRAWN:
+        change_state(item.pk, to=ItemState.WITHDRAWN, actor=actor, reason="The product was withdrawn")
+        return ItemState.WITHDRAWN
+    if product.current_revision_id != item.source_revision_id:
+        change_state(
+            item.pk,
+            to=ItemState.OBSOLETE,
+            actor=actor,
+            reason="The product changed after this draft was requested",
+        )
+        queue_current_revision(item)
+        return ItemState.OBSOLETE
+    return None
+
+
+# --- submission ----------------------------------------------------------------------------
+
+
+def plan_submissions(job_id: int) -> list[int]:
+    """Group the job's unsent prepared items into submission intents. The intent is stored
+    before any provider call, so a crash after sending can be reconciled, never re-sent blindly."""
+    job = Job.objects.get(pk=job_id)
+    if job.state == JobState.CANCELLED:
+        return []
+    created = []
+    now = timezone.now()
+    while True:
+        with transaction.atomic():
+            items = list(
+                Item.objects.select_for_update(skip_locked=True)
+                .filter(job=job, state=ItemState.PREPARED, submission__isnull=True)
+                .exclude(next_attempt_at__gt=now)
+                .order_by("id")[: job.unit_size]
+            )
+            if not items:
+                return created
+            first = items[0]
+            intent_key = "bd_" + hashlib.sha256(f"{job.pk}:{first.custom_id}".encode()).hexdigest()[:40]
+            submission = Submission.objects.create(
+                job=job, provider=job.provider, model=job.model, intent_key=intent_key
+            )
+            SubmissionItem.objects.bulk_create(
+                SubmissionItem(submission=submission, item=item, custom_id=item.custom_id) for item in items
+            )
+            Item.objects.filter(pk__in=[i.pk for i in items]).update(submission=submission)
+            Event.objects.create(
+                submission=submission,
+                job=job,
+                to_state=SubmissionState.INTENT,
+                data={"items": len(items), "intent_key": intent_key},
+            )
+            created.append(submission.pk)
+            enqueue("ledger.tasks.send_submission", submission.pk)
+
+
+def claim_submission(submission_id: int, *, states: Iterable[str], seconds: int = 300) -> bool:
+    """Take the submission for one worker until the lease runs out; a dead worker's lease expires."""
+    now = timezone.now()
+    won = (
+        Submission.objects.filter(pk=submission_id, state__in=list(states))
+        .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
+        .update(claimed_until=now + timedelta(seconds=seconds))
+    )
+    return won == 1
+
+
+def release_submission(submission_id: int) -> None:
+    Submission.objects.filter(pk=submission_id).update(claimed_until=None)
+
+
+def set_submission_state(submission: Submission, to: str, *, reason: str = "", **fields) -> None:
+    Submission.objects.filter(pk=submission.pk).update(state=to, updated_at=timezone.now(), **fields)
+    Event.objects.create(
+        submission=submission,
+        job_id=submission.job_id,
+        from_state=submission.state,
+        to_state=to,
+        reason=reason,
+    )
+    submission.state = to
+
+
+def build_requests(submission: Submission):
+    from .providers.base import InferenceRequest
+    from .validation import render_user_message
+
+    prompt = submission.job.prompt_version
+    entries = submission.entries.select_related("item__source_revision").order_by("id")
+    return [
+        InferenceRequest(
+            custom_id=entry.custom_id,
+            model=submission.model,
+            system_message=prompt.system_message,
+            user_message=render_user_message(prompt, entry.item.source_revision),
+            output_schema=prompt.output_schema,
+            max_output_tokens=prompt.max_output_tokens,
+        )
+        for entry in entries
+    ]
+
+
+def send_submission(submission_id: int, *, provider=None) -> str:
+    """Send one stored intent to its provider. Safe to run twice: only an unsent intent is sent."""
+    from .providers import get_provider
+    from .providers.base import AnswerLost, ProviderError
+
+    if not claim_submission(submission_id, states=[SubmissionState.INTENT]):
+        return "not claimable"
+    submission = Submission.objects.select_related("job__prompt_version").get(pk=submission_id)
+    provider = provider or get_provider(submission.provider)
+    item_ids = list(submission.entries.values_list("item_id", flat=True))
+    try:
+        provider_ref = provider.submit(
+            requests=build_requests(submission),
+            intent_key=submission.intent_key,
+            metadata={"job": submission.job.reference[:512]},
+        )
+    except AnswerLost as exc:
+        with transaction.atomic():
+            set_submission_state(submission, SubmissionState.UNCERTAIN, reason=str(exc), claimed_until=None)
+            move_items(
+                item_ids,
+                from_state=ItemState.PREPARED,
+                to=ItemState.SUBMISSION_UNCERTAIN,
+                reason="The provider's answer to the submission was lost; checking with the provider",
+            )
+        return "uncertain"
+    except ProviderError as exc:
+        if exc.transient:
+            Submission.objects.filter(pk=submission_id).update(
+                error=str(exc)[:2000],
+                claimed_until=timezone.now() + timedelta(seconds=exc.retry_after or 30),
+            )
+            return "retry later"
+        with transaction.atomic():
+            set_submission_state(submission, SubmissionState.FAILED, reason=str(exc), error=str(exc)[:2000])
+            move_items(item_ids, from_state=ItemState.PREPARED, to=ItemState.SUBMITTED)
+            move_items(
+                item_ids,
+                from_state=ItemState.SUBMITTED,
+                to=ItemState.INFERENCE_FAILED,
+                reason=f"The provider refused the batch: {exc}",
+            )
+        refresh_job_state(submission.job_id)
+        return "failed"
+    with transaction.atomic():
+        set_submission_state(
+            submission,
+            SubmissionState.OPEN,
+            provider_ref=provider_ref,
+            claimed_until=None,
+            last_observed_at=timezone.now(),
+            last_observed_status="submitted",
+        )
+        move_items(
+            item_ids, from_state=ItemState.PREPARED, to=ItemState.SUBMITTED, reason=f"In {provider_ref}"
+        )
+    refresh_job_state(submission.job_id)
+    return "sent"
+
+
+def reconcile_uncertain(submission_id: int, *, provider=None, grace: timedelta = timedelta(minutes=2)) -> str:
+    """Find a submission whose create answer was lost by its intent key, or, once the provider's
+    own listing shows none after the grace period, make its items safe to send again."""
+    from .providers import get_provider
+
+    if not claim_submission(submission_id, states=[SubmissionState.UNCERTAIN]):
+        return "not claimable"
+    submission = Submission.objects.get(pk=submission_id)
+    provider = provider or get_provider(submission.provider)
+    provider_ref = provider.find_unit(intent_key=submission.intent_key)
+    item_ids = list(submission.entries.values_list("item_id", flat=True))
+    with transaction.atomic():
+        if provider_ref:
+            set_submission_state(
+                submission,
+                SubmissionState.OPEN,
+                reason="Found at the provider by its intent key",
+                provider_ref=provider_ref,
+                claimed_until=None,
+            )
+            move_items(item_ids, from_state=ItemState.SUBMISSION_UNCERTAIN, to=ItemState.SUBMITTED)
+            return "adopted"
+        if timezone.now() - submission.updated_at < grace:
+            release_submission(submission_id)
+            return "waiting"
+        set_submission_state(
+            submission, SubmissionState.FAILED, reason="The provider has no such batch", claimed_until=None
+        )
+        SubmissionItem.objects.filter(submission=submission).update(outcome="never_received")
+        moved = move_items(
+            item_ids,
+            from_state=ItemState.SUBMISSION_UNCERTAIN,
+            to=ItemState.PREPARED,
+            reason="The provider never received this; safe to send again",
+            submission=None,
+        )
+        # A new attempt number gives the re-sent request a new custom_id.
+        Item.objects.filter(pk__in=moved).update(inference_attempt=F("inference_attempt") + 1)
+        enqueue("ledger.tasks.submit_job", submission.job_id)
+    return "released"
+
+
+# --- polling and collection ----------------------------------------------------------------
+
+
+def poll_submission(submission_id: int, *, provider=None) -> str:
+    """Ask the provider how an open submission is doing; collect it when it has ended."""
+    from .providers import get_provider
+
+    submission = Submission.objects.get(pk=submission_id)
+    if submission.state != SubmissionState.OPEN:
+        return submission.state
+    provider = provider or get_provider(submission.provider)
+    status = provider.status(submission.provider_ref)
+    fields = {
+        "last_observed_at": timezone.now(),
+        "last_observed_status": status.provider_status,
+        "request_counts": status.counts,
+        "output_file_ref": status.output_ref,
+        "error_file_ref": status.error_ref,
+    }
+    if status.ended:
+        with transaction.atomic():
+            updated = Submission.objects.filter(pk=submission.pk, state=SubmissionState.OPEN).update(**fields)
+            if updated:
+                set_submission_state(
+                    submission, SubmissionState.ENDED, reason=f"Provider says {status.provider_status}"
+                )
+        return collect_submission(submission_id, provider=provider)
+    Submission.objects.filter(pk=submission.pk).update(**fields)
+    return status.provider_status
+
+
+def collect_submission(submission_id: int, *, provider=None) -> str:
+    """Record every result line of an ended submission. Running it twice changes nothing."""
+    from .providers import get_provider
+    from .providers.base import ResultLine, UnitStatus
+
+    if not claim_submission(submission_id, states=[SubmissionState.ENDED]):
+        return "not claimable"
+    submission = Submission.objects.get(pk=submission_id)
+    provider = provider or get_provider(submission.provider)
+    status = UnitStatus(
+        provider_status=submission.last_observed_status,
+        ended=True,
+        output_ref=submission.output_file_ref,
+        error_ref=submission.error_file_ref,
+    )
+    seen: set[str] = set()
+    for line in provider.results(status):
+        if isinstance(line, ResultLine):
+            record_result(submission, line, seen=seen)
+        else:
+            note_anomaly(
+                submission, "unreadable_line", line=line.line_number, problem=line.problem, text=line.text
+            )
+        # Keep the lease while a long file streams in.
+        Submission.objects.filter(pk=submission_id).update(
+            claimed_until=timezone.now() + timedelta(seconds=300)
+        )
+    for entry in submission.entries.filter(outcome="").select_related("item"):
+        note_anomaly(submission, "missing_result", custom_id=entry.custom_id)
+        record_result(
+            submission,
+            ResultLine(
+                custom_id=entry.custom_id,
+                succeeded=False,
+                error_code="missing_result",
+                error_message="The provider returned no line for this request",
+            ),
+            seen=seen,
+        )
+    with transaction.atomic():
+        set_submission_state(submission, SubmissionState.COLLECTED, claimed_until=None)
+    refresh_job_state(submission.job_id)
+    return "collected"
+
+
+def note_anomaly(submission: Submission, kind: str, **details) -> None:
+    with transaction.atomic():
+        locked = Submission.objects.select_for_update().get(pk=submission.pk)
+        entry = {"kind": kind, **details}
+        if entry not in locked.anomalies:
+            locked.anomalies.append(entry)
+            Submission.objects.filter(pk=submission.pk).update(anomalies=locked.anomalies)
+
+
+def record_result(submission: Submission, line, *, seen: set[str] | None = None) -> str:
+    """Match one result line by custom_id and record it. A repeated line makes no second version."""
+    seen = seen if seen is not None else set()
+    if line.custom_id in seen:
+        note_anomaly(submission, "repeated_line", custom_id=line.custom_id)
+        return "repeated"
+    seen.add(line.custom_id)
+    with transaction.atomic():
+        entry = (
+            SubmissionItem.objects.select_for_update()
+            .filter(submission=submission, custom_id=line.custom_id)
+            .select_related("item")
+            .first()
+        )
+        if entry is None:
+            note_anomaly(submission, "unknown_custom_id", custom_id=line.custom_id[:100])
+            return "unknown"
+        if entry.outcome:
+            return "already recorded"
+        item = entry.item
+        if line.succeeded:
+            entry.outcome = "returned"
+            entry.save(update_fields=["outcome"])
+            return record_version(item, submission, line)
+        entry.outcome = "failed"
+        entry.save(update_fields=["outcome"])
+        return record_failure(item, line)
+
+
+def record_version(item: Item, submission: Submission, line) -> str:
+    from .validation import check_draft
+
+    if item.state != ItemState.SUBMITTED:
+        return f"item is {item.state}"
+    number = (item.versions.aggregate(n=Max("number"))["n"] or 0) + 1
+    prompt = item.job.prompt_version
+    text, reasons = check_draft(prompt=prompt, revision=item.source_revision, output=line.content)
+    try:
+        with transaction.atomic():
+            version = GeneratedVersion.objects.create(
+                item=item,
+                number=number,
+                custom_id=line.custom_id,
+                submission=submission,
+                content=text,
+                raw_output=line.content,
+                content_hash=content_hash(text),
+                input_tokens=line.input_tokens,
+                output_tokens=line.output_tokens,
+                usage=line.usage,
+                valid=not reasons,
+                validation_reasons=reasons,
+            )
+    except IntegrityError:
+        return "already recorded"
+    change_state(item.pk, to=ItemState.RETURNED, data={"version": version.pk})
+    if judge_currency(item):
+        return "not current"
+    if reasons:
+        change_state(item.pk, to=ItemState.VALIDATION_FAILED, reason="; ".join(reasons))
+        return ItemState.VALIDATION_FAILED
+    change_state(item.pk, to=ItemState.AWAITING_REVIEW, data={"version": version.pk})
+    return ItemState.AWAITING_REVIEW
+
+
+def record_failure(item: Item, line) -> str:
+    if item.state != ItemState.SUBMITTED:
+        return f"item is {item.state}"
+    transient = line.error_code in TRANSIENT_ERROR_CODES or (
+        line.http_status is not None and (line.http_status in (408, 429) or line.http_status >= 500)
+    )
+    reason = f"{line.error_code}: {line.error_message}".strip(": ")
+    failures = item.inference_failures + 1
+    change_state(
+        item.pk,
+        to=ItemState.INFERENCE_FAILED,
+        reason=reason,
+        data={"custom_id": line.custom_id, "transient": transient},
+        inference_failures=failures,
+    )
+    if not transient:
+        return "failed permanently"
+    if failures >= MAX_INFERENCE_ATTEMPTS:
+        change_state(item.pk, to=ItemState.DEAD_LETTER, reason=f"Gave up after {failures} attempts: {reason}")
+        return ItemState.DEAD_LETTER
+    backoff = timedelta(seconds=min(30 * 2 ** (failures - 1), 3600))
+    if line.retry_after:
+        backoff = max(backoff, timedelta(seconds=line.retry_after))
+    retry_inference(item.pk, reason=f"Automatic retry after {reason}", delay=backoff)
+    return "retrying"
+
+
+def retry_inference(item_id: int, *, actor=None, reason: str, delay: timedelta = timedelta()) -> Item:
+    """Send this item's inference again, alone, in a new unit. Never re-sends a used result."""
+    with transaction.atomic():
+        item = Item.objects.select_for_update().get(pk=item_id)
+        changed = change_state(
+            item.pk,
+            to=ItemState.PREPARED,
+            actor=actor,
+            reason=reason,
+            expect=[
+                ItemState.INFERENCE_FAILED,
+                ItemState.VALIDATION_FAILED,
+                ItemState.REJECTED,
+                ItemState.DEAD_LETTER,
+            ],
+            inference_attempt=item.inference_attempt + 1,
+            submission=None,
+            approved_version=None,
+            next_attempt_at=timezone.now() + delay if delay else None,
+        )
+        enqueue("ledger.tasks.submit_job", item.job_id)
+    return changed
+
+
+# --- review --------------------------------------------------------------------------------
+
+
+def approve_version(
+    *, item_id: int, version_id: int, version_hash: str, approver, content: str | None = None, note: str = ""
+) -> Approval:
+    """Approve one specific version (id + content hash). Applying is queued, never awaited."""
+    with transaction.atomic():
+        item = Item.objects.select_for_update().get(pk=item_id)
+        if item.state != ItemState.AWAITING_REVIEW:
+            raise NotAllowed(
+                f"This draft cannot be approved: the item is {ItemState(item.state).label.lower()}"
+            )
+        version = item.versions.filter(pk=version_id).first()
+        if version is None:
+            raise NotAllowed("That version does not belong to this item")
+        if version.content_hash != version_hash:
+            raise NotAllowed("The draft changed since it was shown; reload and review it again")
+        if not version.valid:
+            raise NotAllowed("Only a valid draft can be approved")
+        if item.versions.filter(number__gt=version.number).exists():
+            raise NotAllowed("A newer draft exists for this item; review that one")
+    # Judged outside the lock above so that an obsolete/withdrawn outcome is committed, not rolled back.
+    refused = judge_currency(item, actor=approver)
+    if refused == ItemState.WITHDRAWN:
+        raise NotAllowed("The product was withdrawn; nothing will be published for it")
+    if refused == ItemState.OBSOLETE:
+        raise NotAllowed("The product changed since this draft was generated; a new draft has been requested")
+    final = content if content is not None and content.strip() else version.content
+    with transaction.atomic():
+        approval = Approval.objects.create(
+            item=item,
+            version=version,
+            version_hash=version.content_hash,
+            approved_by=approver,
+            final_content=final,
+            edited=final != version.content,
+            note=note,
+        )
+        change_state(
+            item.pk,
+            to=ItemState.APPROVED,
+            actor=approver,
+            expect=[ItemState.AWAITING_REVIEW],
+            data={"version": version.pk, "content_hash": version.content_hash, "edited": approval.edited},
+            approved_version=version,
+        )
+        enqueue("ledger.tasks.apply_item", item.pk)
+    refresh_job_state(item.job_id)
+    return approval
+
+
+def reject_version(*, item_id: int, version_id: int, reviewer, reason: str) -> Item:
+    if not reason.strip():
+        raise NotAllowed("Say why the draft is rejected")
+    with transaction.atomic():
+        if not GeneratedVersion.objects.filter(pk=version_id, item_id=item_id).exists():
+            raise NotAllowed("That version does not belong to this item")
+        item = change_state(
+            item_id,
+            to=ItemState.REJECTED,
+            actor=reviewer,
+            reason=reason.strip(),
+            expect=[ItemState.AWAITING_REVIEW],
+            data={"version": version_id},
+        )
+    refresh_job_state(item.job_id)
+    return item
+
+
+# --- applying ------------------------------------------------------------------------------
+
+
+def operation_key(version: GeneratedVersion, destination: str) -> str:
+    """Stable per (version, destination): a retried call carries the same key."""
+    return hashlib.sha256(f"{version.pk}:{version.content_hash}:{destination}".encode()).hexdigest()[:48]
+
+
+def apply_item(item_id: int) -> str:
+    """Apply an approved version through the job's destination. Safe to run twice."""
+    from .destinations import get_destination
+
+    item = Item.objects.select_related("job").get(pk=item_id)
+    if item.state == ItemState.APPROVED:
+        refused = judge_currency(item)
+        if refused:
+            refresh_job_state(item.job_id)
+            return refused
+        try:
+            change_state(item.pk, to=ItemState.APPLYING, expect=[ItemState.APPROVED])
+        except NotAllowed:
+            return "taken by another worker"
+    elif item.state != ItemState.APPLYING:
+        return f"item is {item.state}"
+    version = GeneratedVersion.objects.get(pk=item.approved_version_id)
+    approval = Approval.objects.select_related("approved_by").get(version=version)
+    destination = get_destination(item.job.destination)
+    key = operation_key(version, item.job.destination)
+    attempt = DestinationAttempt.objects.create(
+        item=item, version=version, destination=item.job.destination, operation_key=key
+    )
+    result = destination.apply(
+        item=item, version=version, approval=approval, operation_key=key, attempt=attempt
+    )
+    refresh_job_state(item.job_id)
+    return result

@@ -1,0 +1,330 @@
+"""The job ledger: what was sent, what came back, whether it is usable and whether it was applied."""
+
+import hashlib
+import json
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from .states import ItemState, JobState, SubmissionState
+
+
+def content_hash(value) -> str:
+    """sha256 of a canonical JSON rendering: equal content, equal hash."""
+    canonical = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+class ProductStatus(models.TextChoices):
+    ACTIVE = "active", "Active"
+    WITHDRAWN = "withdrawn", "Withdrawn"
+
+
+class Product(models.Model):
+    sku = models.CharField(max_length=64, unique=True)
+    status = models.CharField(max_length=16, choices=ProductStatus.choices, default=ProductStatus.ACTIVE)
+    current_revision = models.ForeignKey(
+        "SourceRevision", on_delete=models.PROTECT, null=True, related_name="+"
+    )
+    # What the built-in `catalogue` destination has published for this product.
+    published_content = models.TextField(blank=True)
+    published_version = models.ForeignKey(
+        "GeneratedVersion", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    published_revision = models.PositiveIntegerField(null=True, blank=True)
+    published_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["sku"]
+        constraints = [
+            models.CheckConstraint(condition=Q(status__in=ProductStatus.values), name="product_status_valid")
+        ]
+
+    def __str__(self) -> str:
+        return self.sku
+
+    @property
+    def is_active(self) -> bool:
+        return self.status == ProductStatus.ACTIVE
+
+
+class SourceRevision(models.Model):
+    """An immutable snapshot of a product's content. Status is not content."""
+
+    product = models.ForeignKey(Product, on_delete=models.PROTECT, related_name="revisions")
+    number = models.PositiveIntegerField()
+    title = models.CharField(max_length=300)
+    fields = models.JSONField(default=dict)
+    content_hash = models.CharField(max_length=64)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["product", "number"]
+        constraints = [models.UniqueConstraint(fields=["product", "number"], name="revision_number_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.product.sku} r{self.number}"
+
+    @staticmethod
+    def hash_content(title: str, fields: dict) -> str:
+        return content_hash({"title": title, "fields": fields})
+
+
+class PromptVersion(models.Model):
+    """Task + version + template + output schema + validation rules. Never edited once used."""
+
+    task = models.CharField(max_length=64)
+    version = models.PositiveIntegerField()
+    system_message = models.TextField()
+    template = models.TextField(help_text="Python str.format template; {title} and {facts} are filled in.")
+    output_schema = models.JSONField()
+    # {"min_length": int, "max_length": int, "text_field": str, "claim_words": [str]}
+    rules = models.JSONField(default=dict)
+    max_output_tokens = models.PositiveIntegerField(default=600)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["task", "-version"]
+        constraints = [models.UniqueConstraint(fields=["task", "version"], name="prompt_version_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.task} v{self.version}"
+
+
+class Job(models.Model):
+    reference = models.CharField(max_length=200, unique=True)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
+    task = models.CharField(max_length=64)
+    prompt_version = models.ForeignKey(PromptVersion, on_delete=models.PROTECT, related_name="jobs")
+    provider = models.CharField(max_length=32)
+    model = models.CharField(max_length=128)
+    destination = models.CharField(max_length=64, default="catalogue")
+    unit_size = models.PositiveIntegerField(default=500)
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PREPARING)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [models.CheckConstraint(condition=Q(state__in=JobState.values), name="job_state_valid")]
+
+    def __str__(self) -> str:
+        return self.reference
+
+
+class ItemQuerySet(models.QuerySet):
+    def awaiting_review(self):
+        return self.filter(state=ItemState.AWAITING_REVIEW)
+
+    def counts_by_state(self) -> dict[str, int]:
+        rows = self.order_by().values_list("state").annotate(n=models.Count("id"))
+        return dict(rows)
+
+
+class Item(models.Model):
+    """(job, product, source revision at snapshot time): one unit of business work."""
+
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="items")
+    product = models.ForeignKey(Product, on_delete=models.PROTECT, related_name="items")
+    source_revision = models.ForeignKey(SourceRevision, on_delete=models.PROTECT, related_name="items")
+    state = models.CharField(max_length=24, choices=ItemState.choices, default=ItemState.PREPARED)
+    reason = models.TextField(blank=True)
+    # Which inference this is; a retry bumps it, so the next request gets a new custom_id.
+    inference_attempt = models.PositiveIntegerField(default=1)
+    # Transient failures seen by this item's inferences, and by its applications.
+    inference_failures = models.PositiveIntegerField(default=0)
+    apply_failures = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    approved_version = models.ForeignKey(
+        "GeneratedVersion", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    # The submission this inference attempt belongs to; cleared when the item is re-prepared.
+    submission = models.ForeignKey(
+        "Submission", on_delete=models.PROTECT, null=True, blank=True, related_name="items"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ItemQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(state__in=ItemState.values), name="item_state_valid"),
+            models.UniqueConstraint(fields=["job", "source_revision"], name="item_once_per_revision"),
+        ]
+        indexes = [
+            models.Index(fields=["job", "state"], name="item_job_state"),
+            models.Index(fields=["state", "updated_at"], name="item_state_age"),
+            models.Index(fields=["product", "state"], name="item_product_state"),
+        ]
+
+    def __str__(self) -> str:
+        return f"item {self.pk} ({self.product_id})"
+
+    @property
+    def label(self) -> str:
+        return ItemState(self.state).label
+
+    @property
+    def custom_id(self) -> str:
+        """Derived from the work, never random: a redelivery computes the same id."""
+        return f"bd-{self.pk}-{self.inference_attempt}"
+
+
+class Submission(models.Model):
+    """One provider batch. The intent row exists before any provider call is made."""
+
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="submissions")
+    provider = models.CharField(max_length=32)
+    model = models.CharField(max_length=128)
+    # Sent as batch metadata; the key a lost create response is reconciled by.
+    intent_key = models.CharField(max_length=64, unique=True)
+    state = models.CharField(max_length=16, choices=SubmissionState.choices, default=SubmissionState.INTENT)
+    provider_ref = models.CharField(max_length=128, blank=True)
+    input_file_ref = models.CharField(max_length=128, blank=True)
+    output_file_ref = models.CharField(max_length=128, blank=True)
+    error_file_ref = models.CharField(max_length=128, blank=True)
+    last_observed_at = models.DateTimeField(null=True, blank=True)
+    last_observed_status = models.CharField(max_length=32, blank=True)
+    request_counts = models.JSONField(default=dict, blank=True)
+    # Lines and requests collection could not match: kept, shown, never dropped.
+    anomalies = models.JSONField(default=list, blank=True)
+    error = models.TextField(blank=True)
+    # A worker holds the submission until then; a dead worker's lease simply runs out.
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state__in=SubmissionState.values), name="submission_state_valid"
+            )
+        ]
+        indexes = [models.Index(fields=["state", "last_observed_at"], name="submission_open")]
+
+    def __str__(self) -> str:
+        return self.provider_ref or self.intent_key
+
+
+class SubmissionItem(models.Model):
+    """Which item was sent in which submission, under which custom_id."""
+
+    submission = models.ForeignKey(Submission, on_delete=models.PROTECT, related_name="entries")
+    item = models.ForeignKey(Item, on_delete=models.PROTECT, related_name="submission_entries")
+    custom_id = models.CharField(max_length=64)
+    # Set once a line for this request has been recorded.
+    outcome = models.CharField(max_length=32, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["submission", "custom_id"], name="entry_custom_id_unique"),
+            models.UniqueConstraint(fields=["custom_id"], name="custom_id_sent_once"),
+        ]
+
+
+class GeneratedVersion(models.Model):
+    item = models.ForeignKey(Item, on_delete=models.PROTECT, related_name="versions")
+    number = models.PositiveIntegerField()
+    custom_id = models.CharField(max_length=64, unique=True)
+    submission = models.ForeignKey(Submission, on_delete=models.PROTECT, null=True, related_name="versions")
+    content = models.TextField()
+    # The structured output as returned (when the prompt asks for JSON).
+    raw_output = models.TextField(blank=True)
+    content_hash = models.CharField(max_length=64)
+    input_tokens = models.PositiveIntegerField(default=0)
+    output_tokens = models.PositiveIntegerField(default=0)
+    usage = models.JSONField(default=dict, blank=True)
+    valid = models.BooleanField(null=True)
+    validation_reasons = models.JSONField(default=list, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["item", "number"]
+        constraints = [models.UniqueConstraint(fields=["item", "number"], name="version_number_unique")]
+
+    def __str__(self) -> str:
+        return f"item {self.item_id} v{self.number}"
+
+
+class Approval(models.Model):
+    item = models.ForeignKey(Item, on_delete=models.PROTECT, related_name="approvals")
+    version = models.ForeignKey(GeneratedVersion, on_delete=models.PROTECT, related_name="approvals")
+    version_hash = models.CharField(max_length=64)
+    approved_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    approved_at = models.DateTimeField(auto_now_add=True)
+    final_content = models.TextField()
+    edited = models.BooleanField(default=False)
+    note = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-approved_at"]
+        constraints = [models.UniqueConstraint(fields=["version"], name="one_approval_per_version")]
+        indexes = [models.Index(fields=["approved_by", "approved_at"], name="approval_by_person")]
+
+
+class AttemptOutcome(models.TextChoices):
+    STARTED = "started", "Sent; no answer yet"
+    APPLIED = "applied", "Applied"
+    RETRYABLE = "retryable", "Failed; will be retried with the same key"
+    REJECTED = "rejected", "Refused by the destination"
+    REFUSED_BY_GUARD = "refused_by_guard", "Not sent: the product changed or was withdrawn"
+
+
+class DestinationAttempt(models.Model):
+    item = models.ForeignKey(Item, on_delete=models.PROTECT, related_name="destination_attempts")
+    version = models.ForeignKey(GeneratedVersion, on_delete=models.PROTECT, related_name="+")
+    destination = models.CharField(max_length=64)
+    operation_key = models.CharField(max_length=128)
+    outcome = models.CharField(max_length=24, choices=AttemptOutcome.choices, default=AttemptOutcome.STARTED)
+    response = models.TextField(blank=True)
+    started_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["started_at"]
+        indexes = [models.Index(fields=["operation_key"], name="attempt_operation_key")]
+
+
+class Event(models.Model):
+    """Append-only: one row per state change, written in the same transaction as the change."""
+
+    item = models.ForeignKey(Item, on_delete=models.PROTECT, null=True, related_name="events")
+    submission = models.ForeignKey(Submission, on_delete=models.PROTECT, null=True, related_name="events")
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, null=True, related_name="events")
+    from_state = models.CharField(max_length=24, blank=True)
+    to_state = models.CharField(max_length=24)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, related_name="+")
+    actor_name = models.CharField(max_length=150, default="system")
+    reason = models.TextField(blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            models.Index(fields=["item", "id"], name="event_item"),
+            models.Index(fields=["job", "id"], name="event_job"),
+        ]
+
+    def save(self, *args, **kwargs):
+        if self.pk is not None:
+            raise ValueError("Events are append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise ValueError("Events are append-only")
+
+
+class CollectorHeartbeat(models.Model):
+    """One row: when the poller last ran. Used to tell 'stalled' from 'provider not finished'."""
+
+    name = models.CharField(max_length=32, unique=True)
+    last_poll_at = models.DateTimeField(null=True)
+    # Only one collector round runs at a time, whatever the number of worker clusters.
+    lease_until = models.DateTimeField(null=True)

@@ -1,0 +1,95 @@
+"""The one interface every batch provider sits behind.
+
+The ledger speaks only these types. An adapter turns them into its provider's wire format:
+OpenAI uploads a JSONL file and creates a batch; Anthropic would send the requests inline and
+read `results_url`; Cloudflare would queue with `queueRequest` and poll its `request_id`; a
+self-hosted synchronous server would answer each request at once and report the unit ended.
+"""
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class InferenceRequest:
+    custom_id: str
+    model: str
+    system_message: str
+    user_message: str
+    output_schema: dict | None
+    max_output_tokens: int
+
+
+@dataclass(frozen=True)
+class UnitStatus:
+    """What the provider last said about a submitted unit."""
+
+    provider_status: str  # the provider's own word, shown to operators as is
+    ended: bool  # no more results will arrive
+    counts: dict = field(default_factory=dict)
+    output_ref: str = ""
+    error_ref: str = ""
+
+
+@dataclass(frozen=True)
+class ResultLine:
+    """One line of a provider's results, matched to a request by `custom_id` only."""
+
+    custom_id: str
+    succeeded: bool
+    content: str = ""
+    usage: dict = field(default_factory=dict)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    http_status: int | None = None
+    error_code: str = ""
+    error_message: str = ""
+    retry_after: float | None = None
+
+
+@dataclass(frozen=True)
+class UnreadableLine:
+    """A line that is not what the provider promised (not JSON, no custom_id, ...)."""
+
+    line_number: int
+    text: str
+    problem: str
+
+
+class ProviderError(Exception):
+    """A provider call failed. `transient` failures may be retried; others may not."""
+
+    def __init__(self, message: str, *, status: int | None = None, retry_after: float | None = None):
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+
+    @property
+    def transient(self) -> bool:
+        return self.status is None or self.status in (408, 409, 429) or self.status >= 500
+
+
+class AnswerLost(ProviderError):
+    """The request left us but its answer did not arrive: the provider may or may not have it."""
+
+
+class BatchProvider:
+    name: str = ""
+
+    def submit(self, *, requests: list[InferenceRequest], intent_key: str, metadata: dict) -> str:
+        """Send one unit; return the provider's reference. Raise AnswerLost if unsure."""
+        raise NotImplementedError
+
+    def find_unit(self, *, intent_key: str) -> str | None:
+        """Look a unit up by the intent key it was sent with (reconciling a lost answer)."""
+        raise NotImplementedError
+
+    def status(self, provider_ref: str) -> UnitStatus:
+        raise NotImplementedError
+
+    def results(self, status: UnitStatus) -> Iterator[ResultLine | UnreadableLine]:
+        """Every result line of an ended unit, streamed, in the provider's order."""
+        raise NotImplementedError
+
+    def cancel(self, provider_ref: str) -> None:
+        raise NotImplementedError

@@ -1,0 +1,185 @@
+"""OpenAI Files + Batch API over httpx. The emulator speaks the same protocol."""
+
+import io
+import json
+from collections.abc import Iterator
+
+import httpx
+
+from .base import (
+    AnswerLost,
+    BatchProvider,
+    InferenceRequest,
+    ProviderError,
+    ResultLine,
+    UnitStatus,
+    UnreadableLine,
+)
+
+ENDPOINT = "/v1/chat/completions"
+ENDED_STATUSES = {"completed", "failed", "expired", "cancelled"}
+INTENT_METADATA_KEY = "batchdesk_intent"
+
+
+def request_line(request: InferenceRequest) -> dict:
+    body = {
+        "model": request.model,
+        "messages": [
+            {"role": "system", "content": request.system_message},
+            {"role": "user", "content": request.user_message},
+        ],
+        "max_completion_tokens": request.max_output_tokens,
+    }
+    if request.output_schema:
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": "output", "schema": request.output_schema, "strict": True},
+        }
+    return {"custom_id": request.custom_id, "method": "POST", "url": ENDPOINT, "body": body}
+
+
+def parse_result_line(line_number: int, text: str) -> ResultLine | UnreadableLine:
+    try:
+        line = json.loads(text)
+    except ValueError as exc:
+        return UnreadableLine(line_number, text[:500], f"not JSON: {exc}")
+    if not isinstance(line, dict) or not isinstance(line.get("custom_id"), str):
+        return UnreadableLine(line_number, text[:500], "no custom_id")
+    custom_id = line["custom_id"]
+    response = line.get("response") or {}
+    error = line.get("error")
+    status_code = response.get("status_code")
+    body = response.get("body") or {}
+    if status_code == 200 and not error:
+        try:
+            content = body["choices"][0]["message"]["content"] or ""
+        except (KeyError, IndexError, TypeError):
+            return UnreadableLine(line_number, text[:500], "success line without choices[0].message")
+        usage = body.get("usage") or {}
+        return ResultLine(
+            custom_id=custom_id,
+            succeeded=True,
+            content=content,
+            usage=usage,
+            input_tokens=int(usage.get("prompt_tokens") or 0),
+            output_tokens=int(usage.get("completion_tokens") or 0),
+            http_status=200,
+        )
+    if isinstance(error, dict):
+        return ResultLine(
+            custom_id=custom_id,
+            succeeded=False,
+            error_code=str(error.get("code") or "error"),
+            error_message=str(error.get("message") or ""),
+        )
+    envelope = body.get("error") if isinstance(body, dict) else None
+    envelope = envelope if isinstance(envelope, dict) else {}
+    return ResultLine(
+        custom_id=custom_id,
+        succeeded=False,
+        http_status=status_code,
+        error_code=str(envelope.get("code") or envelope.get("type") or f"http_{status_code}"),
+        error_message=str(envelope.get("message") or error or ""),
+    )
+
+
+def retry_after_seconds(response: httpx.Response) -> float | None:
+    value = response.headers.get("retry-after")
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+class OpenAIBatchProvider(BatchProvider):
+    name = "openai"
+
+    def __init__(self, *, client: httpx.Client):
+        self.client = client
+
+    def _call(self, method: str, path: str, **kwargs) -> httpx.Response:
+        try:
+            response = self.client.request(method, path, **kwargs)
+        except httpx.TimeoutException as exc:
+            raise ProviderError(f"{method} {path} timed out: {exc}") from exc
+        except httpx.TransportError as exc:
+            raise ProviderError(f"{method} {path} failed: {exc}") from exc
+        if response.status_code >= 400:
+            raise ProviderError(
+                f"{method} {path} answered {response.status_code}: {response.text[:300]}",
+                status=response.status_code,
+                retry_after=retry_after_seconds(response),
+            )
+        return response
+
+    def submit(self, *, requests: list[InferenceRequest], intent_key: str, metadata: dict) -> str:
+        payload = "".join(json.dumps(request_line(r), ensure_ascii=False) + "\n" for r in requests)
+        # Uploading twice is harmless (an unused file); creating a batch twice is not.
+        upload = self._call(
+            "POST",
+            "/files",
+            files={"file": (f"{intent_key}.jsonl", io.BytesIO(payload.encode("utf-8")), "application/jsonl")},
+            data={"purpose": "batch"},
+        ).json()
+        body = {
+            "input_file_id": upload["id"],
+            "endpoint": ENDPOINT,
+            "completion_window": "24h",
+            "metadata": {**metadata, INTENT_METADATA_KEY: intent_key},
+        }
+        try:
+            response = self.client.post("/batches", json=body)
+        except (httpx.ReadError, httpx.ReadTimeout, httpx.RemoteProtocolError, httpx.WriteError) as exc:
+            raise AnswerLost(f"create batch sent but no answer arrived: {exc}") from exc
+        except httpx.TransportError as exc:
+            raise ProviderError(f"create batch failed before sending: {exc}") from exc
+        if response.status_code >= 400:
+            raise ProviderError(
+                f"create batch answered {response.status_code}: {response.text[:300]}",
+                status=response.status_code,
+                retry_after=retry_after_seconds(response),
+            )
+        return response.json()["id"]
+
+    def find_unit(self, *, intent_key: str) -> str | None:
+        after = None
+        while True:
+            params = {"limit": 100}
+            if after:
+                params["after"] = after
+            page = self._call("GET", "/batches", params=params).json()
+            for batch in page.get("data", []):
+                if (batch.get("metadata") or {}).get(INTENT_METADATA_KEY) == intent_key:
+                    return batch["id"]
+            if not page.get("has_more") or not page.get("data"):
+                return None
+            after = page["data"][-1]["id"]
+
+    def status(self, provider_ref: str) -> UnitStatus:
+        batch = self._call("GET", f"/batches/{provider_ref}").json()
+        return UnitStatus(
+            provider_status=batch["status"],
+            ended=batch["status"] in ENDED_STATUSES,
+            counts=batch.get("request_counts") or {},
+            output_ref=batch.get("output_file_id") or "",
+            error_ref=batch.get("error_file_id") or "",
+        )
+
+    def results(self, status: UnitStatus) -> Iterator[ResultLine | UnreadableLine]:
+        for file_ref in (status.output_ref, status.error_ref):
+            if file_ref:
+                yield from self._stream_file(file_ref)
+
+    def _stream_file(self, file_ref: str) -> Iterator[ResultLine | UnreadableLine]:
+        with self.client.stream("GET", f"/files/{file_ref}/content") as response:
+            if response.status_code >= 400:
+                response.read()
+                raise ProviderError(
+                    f"download of {file_ref} answered {response.status_code}", status=response.status_code
+                )
+            for number, text in enumerate(response.iter_lines(), start=1):
+                if text.strip():
+                    yield parse_result_line(number, text)
+
+    def cancel(self, provider_ref: str) -> None:
+        self._call("POST", f"/batches/{provider_ref}/cancel")

@@ -1,0 +1,95 @@
+"""Item and job states (SPEC §2) and the one table of allowed item transitions."""
+
+from django.db import models
+
+
+class ItemState(models.TextChoices):
+    PREPARED = "prepared", "Waiting to be sent to the model"
+    SUBMITTED = "submitted", "Sent to the provider; waiting for its result"
+    SUBMISSION_UNCERTAIN = (
+        "submission_uncertain",
+        "Unclear whether the provider received this; being checked, not re-sent blindly",
+    )
+    RETURNED = "returned", "Draft received; being checked"
+    INFERENCE_FAILED = (
+        "inference_failed",
+        "The model produced no draft (reason shown; transient ones retry by themselves)",
+    )
+    VALIDATION_FAILED = "validation_failed", "Draft received but unusable (reasons listed)"
+    OBSOLETE = "obsolete", "Draft generated for an obsolete revision; kept as evidence"
+    WITHDRAWN = "withdrawn", "Product withdrawn; draft kept as evidence, never published"
+    AWAITING_REVIEW = "awaiting_review", "Draft ready for review"
+    REJECTED = "rejected", "A reviewer rejected this draft (reason shown)"
+    APPROVED = "approved", "A specific version was approved; waiting to be applied"
+    APPLYING = "applying", "Being applied; waiting for the destination to confirm"
+    APPLIED = "applied", "Published to the destination"
+    DESTINATION_REJECTED = (
+        "destination_rejected",
+        "The destination refused the approved draft (its message shown)",
+    )
+    DEAD_LETTER = "dead_letter", "Gave up after the allowed attempts; needs an operator"
+    CANCELLED = "cancelled", "Cancelled before a result was used"
+
+
+S = ItemState
+
+ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
+    S.PREPARED: frozenset({S.SUBMITTED, S.SUBMISSION_UNCERTAIN, S.CANCELLED, S.WITHDRAWN, S.OBSOLETE}),
+    S.SUBMITTED: frozenset({S.RETURNED, S.INFERENCE_FAILED, S.SUBMISSION_UNCERTAIN, S.CANCELLED}),
+    S.SUBMISSION_UNCERTAIN: frozenset({S.SUBMITTED, S.PREPARED, S.DEAD_LETTER, S.CANCELLED}),
+    S.RETURNED: frozenset({S.AWAITING_REVIEW, S.VALIDATION_FAILED, S.OBSOLETE, S.WITHDRAWN}),
+    S.INFERENCE_FAILED: frozenset({S.PREPARED, S.DEAD_LETTER}),
+    S.VALIDATION_FAILED: frozenset({S.PREPARED, S.DEAD_LETTER}),
+    S.OBSOLETE: frozenset(),
+    S.WITHDRAWN: frozenset(),
+    S.AWAITING_REVIEW: frozenset({S.APPROVED, S.REJECTED, S.OBSOLETE, S.WITHDRAWN}),
+    S.REJECTED: frozenset({S.PREPARED}),
+    S.APPROVED: frozenset({S.APPLYING, S.OBSOLETE, S.WITHDRAWN}),
+    S.APPLYING: frozenset({S.APPLIED, S.DESTINATION_REJECTED, S.DEAD_LETTER}),
+    S.APPLIED: frozenset(),
+    S.DESTINATION_REJECTED: frozenset({S.APPLYING, S.DEAD_LETTER}),
+    S.DEAD_LETTER: frozenset({S.PREPARED, S.APPLYING}),
+    S.CANCELLED: frozenset(),
+}
+
+# States from which an item can never move: the job is complete when all items are here.
+FINAL_STATES = frozenset(state for state, nxt in ALLOWED_TRANSITIONS.items() if not nxt)
+
+# States in which the provider still owes us a result.
+OUTSTANDING_STATES = frozenset({S.PREPARED, S.SUBMITTED, S.SUBMISSION_UNCERTAIN, S.RETURNED})
+
+# States in which a person has to decide something.
+DECISION_STATES = frozenset(
+    {
+        S.AWAITING_REVIEW,
+        S.APPROVED,
+        S.APPLYING,
+        S.INFERENCE_FAILED,
+        S.VALIDATION_FAILED,
+        S.REJECTED,
+        S.DESTINATION_REJECTED,
+        S.DEAD_LETTER,
+    }
+)
+
+
+def sources_for(target: str) -> frozenset[str]:
+    """Every state from which `target` may be reached."""
+    return frozenset(state for state, nxt in ALLOWED_TRANSITIONS.items() if target in nxt)
+
+
+class JobState(models.TextChoices):
+    PREPARING = "preparing", "Preparing"
+    RUNNING = "running", "Running: results still outstanding"
+    IN_REVIEW = "in_review", "In review: all results returned, decisions pending"
+    COMPLETED = "completed", "Completed"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class SubmissionState(models.TextChoices):
+    INTENT = "intent", "Recorded; not yet sent to the provider"
+    UNCERTAIN = "uncertain", "Sent, but the provider's answer was lost; being reconciled"
+    OPEN = "open", "Accepted by the provider; waiting for results"
+    ENDED = "ended", "Provider finished; results being collected"
+    COLLECTED = "collected", "All results collected"
+    FAILED = "failed", "The provider refused the whole batch"

@@ -1,0 +1,49 @@
+"""Is a draft usable? Checks that depend only on the draft, its prompt and its source revision."""
+
+import json
+import re
+
+import jsonschema
+
+from .models import PromptVersion, SourceRevision
+
+
+def source_text(revision: SourceRevision) -> str:
+    parts = [revision.title, *(f"{key} {value}" for key, value in revision.fields.items())]
+    return " ".join(str(part) for part in parts).lower()
+
+
+def render_user_message(prompt: PromptVersion, revision: SourceRevision) -> str:
+    facts = "\n".join(f"- {key}: {value}" for key, value in sorted(revision.fields.items()))
+    return prompt.template.format(title=revision.title, facts=facts or "- (none)")
+
+
+def check_draft(*, prompt: PromptVersion, revision: SourceRevision, output: str) -> tuple[str, list[str]]:
+    """Return (publishable text, reasons it is unusable). No reasons means valid."""
+    rules = prompt.rules
+    text = output
+    if prompt.output_schema:
+        try:
+            data = json.loads(output)
+        except ValueError:
+            return output, ["The draft is not the JSON the prompt asked for"]
+        try:
+            jsonschema.validate(data, prompt.output_schema)
+        except jsonschema.ValidationError as exc:
+            where = "/".join(str(p) for p in exc.absolute_path) or "the draft"
+            return output, [f"Does not match the output schema at {where}: {exc.message}"]
+        text_field = rules.get("text_field")
+        text = str(data.get(text_field, "")) if text_field else output
+    reasons = []
+    min_length, max_length = rules.get("min_length"), rules.get("max_length")
+    if min_length and len(text) < min_length:
+        reasons.append(f"Too short: {len(text)} characters, at least {min_length} needed")
+    if max_length and len(text) > max_length:
+        reasons.append(f"Too long: {len(text)} characters, at most {max_length} allowed")
+    source = source_text(revision)
+    lowered = text.lower()
+    for word in rules.get("claim_words", []):
+        pattern = rf"(?<![\w-]){re.escape(word.lower())}(?![\w-])"
+        if re.search(pattern, lowered) and not re.search(pattern, source):
+            reasons.append(f"Claims “{word}”, which the product's source does not state")
+    return text, reasons

@@ -1,0 +1,2 @@
+def collector_status(request):
+    return {}
