@@ -1,12 +1,4 @@
-import os
-
 import pytest
-
-os.environ.setdefault("DEBUG", "1")
-os.environ.setdefault("DATABASE_URL", "postgres://127.0.0.1:5432/batchdesk")
-# Playwright's sync API runs an event loop in the test thread; Django's ORM calls made by
-# live_server fixtures from that thread are fine.
-os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 
 @pytest.fixture
