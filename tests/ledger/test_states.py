@@ -36,7 +36,11 @@ def test_every_allowed_transition_works_and_writes_one_event(from_state, to_stat
     assert Item.objects.get(pk=item.pk).state == to_state
     events = list(Event.objects.filter(item=item).order_by("id"))
     assert len(events) == before + 1
-    assert (events[-1].from_state, events[-1].to_state, events[-1].reason) == (from_state, to_state, "test move")
+    assert (events[-1].from_state, events[-1].to_state, events[-1].reason) == (
+        from_state,
+        to_state,
+        "test move",
+    )
 
 
 @pytest.mark.parametrize(("from_state", "to_state"), REFUSED)
