@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, Max, Q
 from django.utils import timezone
@@ -159,19 +160,20 @@ def record_product(*, sku: str, title: str, fields: dict, status: str | None = N
     """Create or revise one product. Identical content makes no revision; status is not content."""
     change = ProductChange()
     digest = SourceRevision.hash_content(title, fields)
-    product, change.created = Product.objects.select_for_update().get_or_create(sku=sku)
-    current = product.current_revision
-    if current is None or current.content_hash != digest:
-        number = (current.number if current else 0) + 1
-        product.current_revision = SourceRevision.objects.create(
-            product=product, number=number, title=title, fields=fields, content_hash=digest
-        )
-        change.revised = not change.created
-    if status == ProductStatus.WITHDRAWN and product.status != ProductStatus.WITHDRAWN:
-        change.withdrawn = True
-    if status:
-        product.status = status
-    product.save()
+    with transaction.atomic():
+        product, change.created = Product.objects.select_for_update().get_or_create(sku=sku)
+        current = product.current_revision
+        if current is None or current.content_hash != digest:
+            number = (current.number if current else 0) + 1
+            product.current_revision = SourceRevision.objects.create(
+                product=product, number=number, title=title, fields=fields, content_hash=digest
+            )
+            change.revised = not change.created
+        if status == ProductStatus.WITHDRAWN and product.status != ProductStatus.WITHDRAWN:
+            change.withdrawn = True
+        if status:
+            product.status = status
+        product.save()
     return change
 
 
@@ -633,7 +635,7 @@ def record_failure(item: Item, line) -> str:
     if failures >= MAX_INFERENCE_ATTEMPTS:
         change_state(item.pk, to=ItemState.DEAD_LETTER, reason=f"Gave up after {failures} attempts: {reason}")
         return ItemState.DEAD_LETTER
-    backoff = timedelta(seconds=min(30 * 2 ** (failures - 1), 3600))
+    backoff = timedelta(seconds=min(settings.BATCHDESK_RETRY_BASE_SECONDS * 2 ** (failures - 1), 3600))
     if line.retry_after:
         backoff = max(backoff, timedelta(seconds=line.retry_after))
     retry_inference(item.pk, reason=f"Automatic retry after {reason}", delay=backoff)

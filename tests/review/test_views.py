@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from ledger.models import Approval, CollectorHeartbeat, Event, Item, SourceRevision, Submission
 from ledger.states import ItemState, JobState, SubmissionState
-from tests.factories import ItemFactory, JobFactory, add_version
+from tests.factories import ItemFactory, JobFactory, UserFactory, add_version
 
 pytestmark = pytest.mark.django_db
 
@@ -85,6 +85,19 @@ def test_an_operator_is_offered_no_approve_button(client, item, operator):
     page = client.get(reverse("item_detail", args=[item.pk])).content.decode()
     assert reverse("approve_item", args=[item.pk]) not in queue + page
     assert "Only catalogue owners approve or reject drafts." in queue
+
+
+@pytest.mark.parametrize("person", ["admin", "superuser"])
+def test_admins_and_superusers_may_do_everything(client, item, draft, person):
+    user = UserFactory(roles=["admin"]) if person == "admin" else UserFactory(is_superuser=True)
+    client.force_login(user)
+    for url in pages(item):
+        assert client.get(url).status_code == 200, url
+    response = client.post(
+        reverse("approve_item", args=[item.pk]), {"version_id": draft.pk, "version_hash": draft.content_hash}
+    )
+    assert response.status_code == 302
+    assert Approval.objects.get(item=item).approved_by == user
 
 
 def test_decisions_accept_only_post(client, item, owner):
@@ -207,7 +220,9 @@ def test_rejecting_needs_a_reason(client, item, draft, owner):
     client.force_login(owner)
     before = snapshot(item)
     for reason in ("", "   "):
-        response = client.post(reverse("reject_item", args=[item.pk]), {"version_id": draft.pk, "reason": reason})
+        response = client.post(
+            reverse("reject_item", args=[item.pk]), {"version_id": draft.pk, "reason": reason}
+        )
         assert response.status_code == 400
         assert "Say why the draft is rejected." in response.content.decode()
     assert snapshot(item) == before
@@ -454,7 +469,9 @@ def test_the_login_page_shows_no_collector_status(client, open_submission):
 
 def test_the_job_page_filters_and_paginates_items(client, owner, job, open_submission):
     ItemFactory(job=job, product__sku="OAK-1", awaiting_review=True)
-    ItemFactory(job=job, product__sku="PINE-1", state=ItemState.DEAD_LETTER, reason="Gave up after 3 attempts")
+    ItemFactory(
+        job=job, product__sku="PINE-1", state=ItemState.DEAD_LETTER, reason="Gave up after 3 attempts"
+    )
     ItemFactory.create_batch(55, job=job, submitted=True)
     Submission.objects.filter(pk=open_submission.pk).update(
         provider_ref="batch_abc",

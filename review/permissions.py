@@ -1,0 +1,50 @@
+"""Who may do what on the screens (SPEC §8). Roles are Django groups made by a ledger migration."""
+
+from collections.abc import Callable
+from functools import wraps
+
+from django.core.exceptions import PermissionDenied
+
+CATALOGUE_OWNER = "catalogue_owner"
+OPERATOR = "operator"
+ADMIN = "admin"
+
+# Everything is visible to every role; approving is a catalogue owner's decision, never an operator's.
+VIEWERS = (CATALOGUE_OWNER, OPERATOR, ADMIN)
+APPROVERS = (CATALOGUE_OWNER, ADMIN)
+
+
+def roles_of(user) -> frozenset[str]:
+    """The user's group names, read once per request."""
+    if not user.is_authenticated:
+        return frozenset()
+    cached = getattr(user, "_batchdesk_roles", None)
+    if cached is None:
+        cached = frozenset(user.groups.values_list("name", flat=True))
+        user._batchdesk_roles = cached
+    return cached
+
+
+def has_role(user, *groups: str) -> bool:
+    """Superusers and the `admin` group pass everything."""
+    if not user.is_authenticated:
+        return False
+    if user.is_superuser:
+        return True
+    roles = roles_of(user)
+    return ADMIN in roles or not roles.isdisjoint(groups)
+
+
+def role_required(*groups: str) -> Callable:
+    """403 unless the (logged-in) user is in one of `groups`. Put `login_required` outside it."""
+
+    def decorator(view: Callable) -> Callable:
+        @wraps(view)
+        def wrapped(request, *args, **kwargs):
+            if not has_role(request.user, *groups):
+                raise PermissionDenied
+            return view(request, *args, **kwargs)
+
+        return wrapped
+
+    return decorator
