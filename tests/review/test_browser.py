@@ -1,6 +1,7 @@
 """The review queue in a real browser: the system Chromium, driven by Playwright, against live_server."""
 
 import pytest
+from django.db import connections
 from django.urls import reverse
 
 from ledger.models import Product
@@ -20,22 +21,24 @@ CHROMIUM_ARGS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def chromium():
+@pytest.fixture
+def page(live_server):
+    """A fresh Chromium page, started once the test database is set up and stopped before it is flushed.
+
+    While Playwright's sync API runs, asyncio reports a running loop in this thread, and Django (through
+    asgiref's Local) hands out a second set of connections: they are closed before Playwright stops, so
+    the flush and the serialized rollback happen on the thread's own connection."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
-
-
-@pytest.fixture
-def page(chromium):
-    context = chromium.new_context()
-    context.set_default_timeout(5000)
-    yield context.new_page()
-    context.close()
+        page = browser.new_page()
+        page.set_default_timeout(5000)
+        try:
+            yield page
+        finally:
+            browser.close()
+            connections.close_all()
 
 
 @pytest.fixture

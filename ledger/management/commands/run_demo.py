@@ -36,11 +36,14 @@ class Command(BaseCommand):
         env = {**os.environ, "BATCHDESK_EMULATOR_URL": emulator_url}
         manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
         commands = [
-            [*manage, "run_emulator", "--port", str(options["emulator_port"]), "--per-request-ms", "20"],
+            [*manage, "run_emulator", "--port", str(options["emulator_port"]), "--per-request-ms", "20", "--fail-rate", "0.04"],
             [*manage, "qcluster"],
             [*manage, "runserver", f"127.0.0.1:{options['port']}", "--noreload"],
         ]
         processes = [subprocess.Popen(command, env=env) for command in commands]
+        # Stopped by a signal other than Ctrl-C (a terminal closing, `kill`): stop the same way.
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+        signal.signal(signal.SIGHUP, signal.default_int_handler)
         try:
             self.wait_for(emulator_url)
             self.start_first_job()
