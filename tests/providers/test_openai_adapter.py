@@ -1,0 +1,117 @@
+"""The OpenAI adapter against the emulator, over real HTTP."""
+
+import time
+
+import httpx
+import pytest
+
+from ledger.providers.base import AnswerLost, InferenceRequest, ProviderError, ResultLine, UnreadableLine
+from ledger.providers.emulator import Emulator
+from ledger.providers.openai import OpenAIBatchProvider, parse_result_line
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"headline": {"type": "string"}, "description": {"type": "string"}},
+    "required": ["headline", "description"],
+    "additionalProperties": False,
+}
+
+
+def requests(n: int, prefix: str = "bd") -> list[InferenceRequest]:
+    return [
+        InferenceRequest(
+            custom_id=f"{prefix}-{i}-1",
+            model="gpt-4o-mini",
+            system_message="You write product descriptions.",
+            user_message=f"Write a description.\nTitle: Beech spoon {i}\nFacts:\n- material: beech\n- length: {20 + i} cm",
+            output_schema=SCHEMA,
+            max_output_tokens=300,
+        )
+        for i in range(n)
+    ]
+
+
+@pytest.fixture
+def emulator():
+    with Emulator(per_request_ms=1, validating_ms=10, finalizing_ms=5, seed=3) as running:
+        yield running
+
+
+@pytest.fixture
+def provider(emulator):
+    with httpx.Client(
+        base_url=emulator.base_url, headers={"Authorization": "Bearer k"}, timeout=10
+    ) as client:
+        yield OpenAIBatchProvider(client=client)
+
+
+def wait_ended(provider, ref):
+    for _ in range(200):
+        status = provider.status(ref)
+        if status.ended:
+            return status
+        time.sleep(0.05)
+    raise AssertionError("the batch never ended")
+
+
+def test_submit_poll_and_stream_results_matched_by_custom_id(provider):
+    sent = requests(12)
+    ref = provider.submit(requests=sent, intent_key="bd_intent_1", metadata={"job": "j"})
+
+    status = wait_ended(provider, ref)
+    lines = list(provider.results(status))
+
+    assert status.provider_status == "completed"
+    assert status.counts == {"total": 12, "completed": 12, "failed": 0}
+    assert {line.custom_id for line in lines} == {r.custom_id for r in sent}
+    assert all(isinstance(line, ResultLine) and line.succeeded for line in lines)
+    assert all('"description"' in line.content and line.output_tokens > 0 for line in lines)
+
+
+def test_failures_and_expiries_arrive_as_classified_lines(emulator, provider):
+    emulator.configure(fail_rate=0.3, expire_rate=0.2)
+    ref = provider.submit(requests=requests(30), intent_key="bd_intent_2", metadata={})
+
+    status = wait_ended(provider, ref)
+    failed = [line for line in provider.results(status) if not line.succeeded]
+
+    assert status.provider_status == "expired"
+    assert {line.error_code for line in failed} == {"server_error", "batch_expired"}
+    assert all(line.http_status == 500 for line in failed if line.error_code == "server_error")
+
+
+def test_a_lost_batch_is_found_again_by_its_intent_key(provider):
+    for n in range(3):
+        provider.submit(requests=requests(1, prefix=f"other{n}"), intent_key=f"bd_other_{n}", metadata={})
+    ref = provider.submit(requests=requests(2), intent_key="bd_wanted", metadata={})
+
+    assert provider.find_unit(intent_key="bd_wanted") == ref
+    assert provider.find_unit(intent_key="bd_never_sent") is None
+
+
+def test_an_http_error_is_a_provider_error_with_its_status(provider):
+    with pytest.raises(ProviderError) as raised:
+        provider.status("batch_does_not_exist")
+    assert raised.value.status == 404
+    assert not raised.value.transient
+
+
+def test_a_create_whose_answer_never_arrives_is_reported_as_lost():
+    def drop_create(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/files"):
+            return httpx.Response(200, json={"id": "file-1"})
+        raise httpx.ReadTimeout("connection dropped after sending", request=request)
+
+    client = httpx.Client(base_url="http://provider.test/v1", transport=httpx.MockTransport(drop_create))
+    with pytest.raises(AnswerLost):
+        OpenAIBatchProvider(client=client).submit(requests=requests(1), intent_key="bd_x", metadata={})
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [("{not json", "not JSON"), ('{"response": {}}', "no custom_id"), ('["a"]', "no custom_id")],
+)
+def test_lines_that_are_not_what_the_provider_promised_are_reported_not_raised(text, problem):
+    line = parse_result_line(7, text)
+    assert isinstance(line, UnreadableLine)
+    assert line.line_number == 7 and problem in line.problem
