@@ -206,7 +206,10 @@ class Emulator:
     def start(self) -> str:
         """Serve from a background thread; returns the base URL (`http://host:port/v1`)."""
         server = self._bind()
-        self._thread = threading.Thread(target=server.serve_forever, name="emulator", daemon=True)
+        # A short poll interval makes stop() quick (shutdown waits for the next poll).
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="emulator", daemon=True
+        )
         self._thread.start()
         return self.base_url
 
