@@ -7,7 +7,7 @@ from django.urls import reverse
 from ledger.models import Product
 from tests.factories import ItemFactory, add_version
 
-# live_server commits for real; serialized_rollback puts the migrations' groups and prompt back afterwards.
+# live_server needs committed data; serialized_rollback restores the migrations' groups and prompt first.
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
 CHROMIUM_ARGS = [

@@ -1,3 +1,4 @@
+import logging
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -17,6 +18,8 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, default=0, help="picks which requests fail or expire")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        if options["verbosity"] >= 2:
+            logging.getLogger("ledger.providers.emulator").setLevel(logging.INFO)
         try:
             emulator = Emulator(
                 host=options["host"],
