@@ -259,13 +259,22 @@ def queue_current_revision(item: Item) -> Item | None:
     return new_item
 
 
-def judge_currency(item: Item, *, actor=None) -> str | None:
-    """Withdrawn or revised product? Move the item out of the way and say why; else None."""
+def currency_problem(item: Item) -> str | None:
+    """`withdrawn` or `obsolete` when the item's draft may no longer be published; else None."""
     product = Product.objects.get(pk=item.product_id)
     if product.status == ProductStatus.WITHDRAWN:
-        change_state(item.pk, to=ItemState.WITHDRAWN, actor=actor, reason="The product was withdrawn")
         return ItemState.WITHDRAWN
     if product.current_revision_id != item.source_revision_id:
+        return ItemState.OBSOLETE
+    return None
+
+
+def judge_currency(item: Item, *, actor=None) -> str | None:
+    """Withdrawn or revised product? Move the item out of the way and say why; else None."""
+    problem = currency_problem(item)
+    if problem == ItemState.WITHDRAWN:
+        change_state(item.pk, to=ItemState.WITHDRAWN, actor=actor, reason="The product was withdrawn")
+    elif problem == ItemState.OBSOLETE:
         change_state(
             item.pk,
             to=ItemState.OBSOLETE,
@@ -273,8 +282,7 @@ def judge_currency(item: Item, *, actor=None) -> str | None:
             reason="The product changed after this draft was requested",
         )
         queue_current_revision(item)
-        return ItemState.OBSOLETE
-    return None
+    return problem
 
 
 # --- submission ----------------------------------------------------------------------------
@@ -688,34 +696,40 @@ def approve_version(
             raise NotAllowed("Only a valid draft can be approved")
         if item.versions.filter(number__gt=version.number).exists():
             raise NotAllowed("A newer draft exists for this item; review that one")
-    # Judged outside the lock above so that an obsolete/withdrawn outcome is committed, not rolled back.
-    refused = judge_currency(item, actor=approver)
-    if refused == ItemState.WITHDRAWN:
-        raise NotAllowed("The product was withdrawn; nothing will be published for it")
-    if refused == ItemState.OBSOLETE:
-        raise NotAllowed("The product changed since this draft was generated; a new draft has been requested")
-    final = content if content is not None and content.strip() else version.content
-    with transaction.atomic():
-        approval = Approval.objects.create(
-            item=item,
-            version=version,
-            version_hash=version.content_hash,
-            approved_by=approver,
-            final_content=final,
-            edited=final != version.content,
-            note=note,
-        )
-        change_state(
-            item.pk,
-            to=ItemState.APPROVED,
-            actor=approver,
-            expect=[ItemState.AWAITING_REVIEW],
-            data={"version": version.pk, "content_hash": version.content_hash, "edited": approval.edited},
-            approved_version=version,
-        )
-        enqueue("ledger.tasks.apply_item", item.pk)
+        problem = currency_problem(item)
+        if problem is None:
+            final = content if content is not None and content.strip() else version.content
+            approval = Approval.objects.create(
+                item=item,
+                version=version,
+                version_hash=version.content_hash,
+                approved_by=approver,
+                final_content=final,
+                edited=final != version.content,
+                note=note,
+            )
+            change_state(
+                item.pk,
+                to=ItemState.APPROVED,
+                actor=approver,
+                expect=[ItemState.AWAITING_REVIEW],
+                data={"version": version.pk, "content_hash": version.content_hash, "edited": approval.edited},
+                approved_version=version,
+            )
+            enqueue("ledger.tasks.apply_item", item.pk)
+    if problem is not None:
+        # Moved out of the way in its own transaction, so the refusal's outcome is kept.
+        judge_currency(item, actor=approver)
+        refresh_job_state(item.job_id)
+        raise NotAllowed(APPROVAL_REFUSALS[problem])
     refresh_job_state(item.job_id)
     return approval
+
+
+APPROVAL_REFUSALS = {
+    ItemState.WITHDRAWN: "The product was withdrawn; nothing will be published for it",
+    ItemState.OBSOLETE: "The product changed since this draft was generated; a new draft has been requested",
+}
 
 
 def reject_version(*, item_id: int, version_id: int, reviewer, reason: str) -> Item:

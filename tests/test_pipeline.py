@@ -19,7 +19,7 @@ from ledger.states import FINAL_STATES, ItemState, JobState
 from ledger.tasks import install_schedules
 from tests.factories import UserFactory
 
-pytestmark = [pytest.mark.pipeline, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.pipeline, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTLED = {

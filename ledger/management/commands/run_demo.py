@@ -36,7 +36,16 @@ class Command(BaseCommand):
         env = {**os.environ, "BATCHDESK_EMULATOR_URL": emulator_url}
         manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]
         commands = [
-            [*manage, "run_emulator", "--port", str(options["emulator_port"]), "--per-request-ms", "20", "--fail-rate", "0.04"],
+            [
+                *manage,
+                "run_emulator",
+                "--port",
+                str(options["emulator_port"]),
+                "--per-request-ms",
+                "20",
+                "--fail-rate",
+                "0.04",
+            ],
             [*manage, "qcluster"],
             [*manage, "runserver", f"127.0.0.1:{options['port']}", "--noreload"],
         ]
