@@ -58,7 +58,9 @@ class JobFactory(factory.django.DjangoModelFactory):
     reference = factory.Sequence(lambda n: f"job-{n}")
     owner = factory.SubFactory(UserFactory)
     task = "product_description"
-    prompt_version = factory.LazyFunction(lambda: PromptVersion.objects.get(task="product_description", version=1))
+    prompt_version = factory.LazyFunction(
+        lambda: PromptVersion.objects.get(task="product_description", version=1)
+    )
     provider = "emulator"
     model = "gpt-4o-mini"
 
