@@ -102,6 +102,8 @@ X_FRAME_OPTIONS = "DENY"
 
 # How often open submissions are polled; a collector silent for 3 intervals is "stalled".
 BATCHDESK_POLL_SECONDS = int(os.environ.get("BATCHDESK_POLL_SECONDS", "30"))
+# Seconds before a webhook destination call counts as timed out (and is retried with the same key).
+BATCHDESK_WEBHOOK_TIMEOUT = float(os.environ.get("BATCHDESK_WEBHOOK_TIMEOUT", "10"))
 # First wait before a transient failure is retried; it doubles with each further attempt.
 BATCHDESK_RETRY_BASE_SECONDS = float(os.environ.get("BATCHDESK_RETRY_BASE_SECONDS", "30"))
 

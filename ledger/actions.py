@@ -12,8 +12,10 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Max, Q
 from django.utils import timezone
 
+from .destinations.base import DestinationResult
 from .models import (
     Approval,
+    AttemptOutcome,
     DestinationAttempt,
     Event,
     GeneratedVersion,
@@ -34,6 +36,7 @@ from .states import (
     ItemState,
     JobState,
     SubmissionState,
+    sources_for,
 )
 
 log = logging.getLogger(__name__)
@@ -643,10 +646,9 @@ def record_failure(item: Item, line) -> str:
     if failures >= MAX_INFERENCE_ATTEMPTS:
         change_state(item.pk, to=ItemState.DEAD_LETTER, reason=f"Gave up after {failures} attempts: {reason}")
         return ItemState.DEAD_LETTER
-    backoff = timedelta(seconds=min(settings.BATCHDESK_RETRY_BASE_SECONDS * 2 ** (failures - 1), 3600))
-    if line.retry_after:
-        backoff = max(backoff, timedelta(seconds=line.retry_after))
-    retry_inference(item.pk, reason=f"Automatic retry after {reason}", delay=backoff)
+    retry_inference(
+        item.pk, reason=f"Automatic retry after {reason}", delay=backoff(failures, line.retry_after)
+    )
     return "retrying"
 
 
@@ -759,7 +761,8 @@ def operation_key(version: GeneratedVersion, destination: str) -> str:
 
 
 def apply_item(item_id: int) -> str:
-    """Apply an approved version through the job's destination. Safe to run twice."""
+    """Apply an approved version through the job's destination. Safe to run twice: a worker
+    claims the item with a lease, and every attempt carries the same operation key."""
     from .destinations import get_destination
 
     item = Item.objects.select_related("job").get(pk=item_id)
@@ -769,20 +772,154 @@ def apply_item(item_id: int) -> str:
             refresh_job_state(item.job_id)
             return refused
         try:
-            change_state(item.pk, to=ItemState.APPLYING, expect=[ItemState.APPROVED])
+            change_state(item.pk, to=ItemState.APPLYING, expect=[ItemState.APPROVED], next_attempt_at=None)
         except NotAllowed:
             return "taken by another worker"
     elif item.state != ItemState.APPLYING:
         return f"item is {item.state}"
+    now = timezone.now()
+    lease = timedelta(seconds=settings.BATCHDESK_WEBHOOK_TIMEOUT + 60)
+    claimed = (
+        Item.objects.filter(pk=item.pk, state=ItemState.APPLYING)
+        .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
+        .update(next_attempt_at=now + lease)
+    )
+    if not claimed:
+        return "not due or taken by another worker"
     version = GeneratedVersion.objects.get(pk=item.approved_version_id)
     approval = Approval.objects.select_related("approved_by").get(version=version)
-    destination = get_destination(item.job.destination)
-    key = operation_key(version, item.job.destination)
+    destination_name = item.job.destination
+    key = operation_key(version, destination_name)
     attempt = DestinationAttempt.objects.create(
-        item=item, version=version, destination=item.job.destination, operation_key=key
+        item=item, version=version, destination=destination_name, operation_key=key
     )
-    result = destination.apply(
-        item=item, version=version, approval=approval, operation_key=key, attempt=attempt
-    )
+    # The draft is re-checked against the product just before each attempt.
+    problem = currency_problem(item)
+    if problem:
+        result = DestinationResult(
+            AttemptOutcome.REFUSED_BY_GUARD,
+            "Not sent: the product was withdrawn"
+            if problem == ItemState.WITHDRAWN
+            else "Not sent: the product changed since approval",
+        )
+    else:
+        try:
+            destination = get_destination(destination_name)
+        except KeyError as exc:
+            result = DestinationResult(AttemptOutcome.REJECTED, f"Destination not configured: {exc}")
+        else:
+            result = destination.apply(item=item, version=version, approval=approval, operation_key=key)
+    outcome = record_attempt(item, attempt, result)
     refresh_job_state(item.job_id)
-    return result
+    return outcome
+
+
+def record_attempt(item: Item, attempt: DestinationAttempt, result: "DestinationResult") -> str:
+    with transaction.atomic():
+        DestinationAttempt.objects.filter(pk=attempt.pk).update(
+            outcome=result.outcome, response=result.message[:4000], finished_at=timezone.now()
+        )
+        if result.outcome == AttemptOutcome.APPLIED:
+            change_state(item.pk, to=ItemState.APPLIED, reason=result.message, expect=[ItemState.APPLYING])
+            return ItemState.APPLIED
+        if result.outcome in (AttemptOutcome.REJECTED, AttemptOutcome.REFUSED_BY_GUARD):
+            change_state(
+                item.pk,
+                to=ItemState.DESTINATION_REJECTED,
+                reason=result.message,
+                expect=[ItemState.APPLYING],
+                next_attempt_at=None,
+            )
+            return ItemState.DESTINATION_REJECTED
+        failures = Item.objects.get(pk=item.pk).apply_failures + 1
+        if failures >= MAX_APPLY_ATTEMPTS:
+            change_state(
+                item.pk,
+                to=ItemState.DEAD_LETTER,
+                reason=f"Gave up after {failures} attempts: {result.message}",
+                expect=[ItemState.APPLYING],
+                apply_failures=failures,
+                next_attempt_at=None,
+            )
+            return ItemState.DEAD_LETTER
+        delay = backoff(failures, result.retry_after)
+        Item.objects.filter(pk=item.pk).update(
+            apply_failures=failures, next_attempt_at=timezone.now() + delay, reason=result.message
+        )
+        return "retrying"
+
+
+def backoff(failures: int, retry_after: float | None = None) -> timedelta:
+    """Doubling wait from BATCHDESK_RETRY_BASE_SECONDS, at most an hour, never less than Retry-After."""
+    delay = timedelta(seconds=min(settings.BATCHDESK_RETRY_BASE_SECONDS * 2 ** (failures - 1), 3600))
+    if retry_after:
+        delay = max(delay, timedelta(seconds=retry_after))
+    return delay
+
+
+# --- operators -----------------------------------------------------------------------------
+
+
+def retry_item(item_id: int, *, unit: str, actor=None) -> Item:
+    """An operator retries the smallest failed unit of one item: its inference or its application."""
+    item = Item.objects.get(pk=item_id)
+    if unit == "inference":
+        if item.state == ItemState.DEAD_LETTER and item.approved_version_id:
+            raise NotAllowed("This item failed while being applied; retry its destination instead")
+        return retry_inference(item_id, actor=actor, reason="Retried by an operator")
+    if unit == "destination":
+        if not item.approved_version_id:
+            raise NotAllowed("Nothing was approved for this item, so there is nothing to apply")
+        with transaction.atomic():
+            changed = change_state(
+                item_id,
+                to=ItemState.APPLYING,
+                actor=actor,
+                reason="Application retried by an operator (same approved draft, same operation key)",
+                expect=[ItemState.DESTINATION_REJECTED, ItemState.DEAD_LETTER],
+                apply_failures=0,
+                next_attempt_at=None,
+            )
+            enqueue("ledger.tasks.apply_item", item_id)
+        return changed
+    raise NotAllowed(f"Unknown unit {unit!r}: use inference or destination")
+
+
+def redrive_dead_letter(item_id: int, *, actor=None) -> Item:
+    """Send a dead letter back to where it gave up: applying if a version was approved, else the model."""
+    item = Item.objects.get(pk=item_id)
+    if item.state != ItemState.DEAD_LETTER:
+        raise NotAllowed("Only dead letters can be re-driven")
+    return retry_item(item_id, unit="destination" if item.approved_version_id else "inference", actor=actor)
+
+
+# --- products ------------------------------------------------------------------------------
+
+
+def withdraw_product(*, sku: str, actor=None) -> Product:
+    """Withdraw a product: items that can stop now do; the rest are stopped when next judged."""
+    with transaction.atomic():
+        product = Product.objects.select_for_update().get(sku=sku)
+        product.status = ProductStatus.WITHDRAWN
+        product.save(update_fields=["status", "updated_at"])
+        for item_id in product.items.filter(state__in=sources_for(ItemState.WITHDRAWN)).values_list(
+            "pk", flat=True
+        ):
+            change_state(item_id, to=ItemState.WITHDRAWN, actor=actor, reason="The product was withdrawn")
+    return product
+
+
+def revise_product(*, sku: str, title: str, fields: dict, actor=None) -> ProductChange:
+    """Record new content; items of the old revision that are not yet in flight become obsolete now
+    (the current revision is queued in their job), the others when their result is judged."""
+    with transaction.atomic():
+        change = record_product(sku=sku, title=title, fields=fields)
+        if change.revised:
+            product = Product.objects.get(sku=sku)
+            stale = product.items.exclude(source_revision_id=product.current_revision_id).filter(
+                Q(state=ItemState.PREPARED, submission__isnull=True)
+                | Q(state__in=[ItemState.AWAITING_REVIEW, ItemState.APPROVED])
+            )
+            for item in stale:
+                judge_currency(item, actor=actor)
+    return change

@@ -328,3 +328,20 @@ class CollectorHeartbeat(models.Model):
     last_poll_at = models.DateTimeField(null=True)
     # Only one collector round runs at a time, whatever the number of worker clusters.
     lease_until = models.DateTimeField(null=True)
+
+
+class ApiToken(models.Model):
+    """A bearer token for `/api/`. Only its sha256 is stored; the token is shown once, at creation."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    token_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=12, help_text="The first characters, to tell tokens apart")
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"
+
+    @staticmethod
+    def hash(token: str) -> str:
+        return hashlib.sha256(token.encode("utf-8")).hexdigest()

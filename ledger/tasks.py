@@ -81,9 +81,18 @@ def poll_everything() -> None:
     )
     for job_id in due_jobs:
         actions.plan_submissions(job_id)
-    for item_id in Item.objects.filter(
-        state=ItemState.APPROVED, updated_at__lt=timezone.now() - timedelta(seconds=60)
-    ).values_list("pk", flat=True):
+    # Approved items whose apply task was lost, and applications whose retry is due or whose
+    # worker died holding the lease.
+    due = Item.objects.filter(
+        Q(state=ItemState.APPROVED, updated_at__lt=timezone.now() - timedelta(seconds=60))
+        | Q(state=ItemState.APPLYING, next_attempt_at__lte=timezone.now())
+        | Q(
+            state=ItemState.APPLYING,
+            next_attempt_at__isnull=True,
+            updated_at__lt=timezone.now() - timedelta(seconds=60),
+        )
+    )
+    for item_id in due.values_list("pk", flat=True):
         actions.apply_item(item_id)
 
 

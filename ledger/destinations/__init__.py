@@ -1,15 +1,36 @@
-"""Destinations by name. Webhook destinations (SPEC §6) join this table later."""
+"""Destinations by name: the built-in `catalogue`, and a webhook for every BATCHDESK_WEBHOOK_<NAME>."""
+
+import os
 
 from .base import Destination
 
+WEBHOOK_PREFIX = "BATCHDESK_WEBHOOK_"
+NOT_A_WEBHOOK = {"TIMEOUT"}
+
+
+def webhook_urls() -> dict[str, str]:
+    """Webhook destinations configured in the environment, by lower-case name."""
+    urls = {}
+    for key, value in os.environ.items():
+        if key.startswith(WEBHOOK_PREFIX) and not key.endswith("_TOKEN"):
+            name = key.removeprefix(WEBHOOK_PREFIX)
+            if name and name not in NOT_A_WEBHOOK and value:
+                urls[name.lower()] = value
+    return urls
+
 
 def destination_names() -> list[str]:
-    return ["catalogue"]
+    return ["catalogue", *sorted(webhook_urls())]
 
 
 def get_destination(name: str) -> Destination:
     from .catalogue import CatalogueDestination
+    from .webhook import WebhookDestination
 
     if name == "catalogue":
         return CatalogueDestination()
-    raise KeyError(f"unknown destination {name!r}")
+    url = webhook_urls().get(name)
+    if url is None:
+        raise KeyError(f"unknown destination {name!r}")
+    token = os.environ.get(f"{WEBHOOK_PREFIX}{name.upper()}_TOKEN", "")
+    return WebhookDestination(name=name, url=url, token=token)

@@ -1,19 +1,26 @@
-"""Where approved text goes. Every destination applies under the same guards (SPEC §3 rule 5)."""
+"""Where approved text goes. A destination only delivers; `actions.apply_item` checks the guards
+before each attempt, records the attempt and moves the item (SPEC §3 rules 5 and 7)."""
 
-from ..models import Approval, DestinationAttempt, GeneratedVersion, Item
+from dataclasses import dataclass
+
+from ..models import Approval, AttemptOutcome, GeneratedVersion, Item
+
+
+@dataclass(frozen=True)
+class DestinationResult:
+    outcome: str  # an AttemptOutcome: applied, retryable, rejected or refused_by_guard
+    message: str
+    retry_after: float | None = None
 
 
 class Destination:
     name: str = ""
 
     def apply(
-        self,
-        *,
-        item: Item,
-        version: GeneratedVersion,
-        approval: Approval,
-        operation_key: str,
-        attempt: DestinationAttempt,
-    ) -> str:
-        """Apply the approved text, record the attempt's outcome and move the item. Return the outcome."""
+        self, *, item: Item, version: GeneratedVersion, approval: Approval, operation_key: str
+    ) -> DestinationResult:
+        """Deliver the approved text once per operation key; say what happened."""
         raise NotImplementedError
+
+
+__all__ = ["AttemptOutcome", "Destination", "DestinationResult"]
