@@ -104,6 +104,10 @@ X_FRAME_OPTIONS = "DENY"
 BATCHDESK_POLL_SECONDS = int(os.environ.get("BATCHDESK_POLL_SECONDS", "30"))
 # Seconds before a webhook destination call counts as timed out (and is retried with the same key).
 BATCHDESK_WEBHOOK_TIMEOUT = float(os.environ.get("BATCHDESK_WEBHOOK_TIMEOUT", "10"))
+# How long a lost create answer is looked for at the provider before the intent may be re-sent.
+BATCHDESK_UNCERTAIN_GRACE_SECONDS = float(os.environ.get("BATCHDESK_UNCERTAIN_GRACE_SECONDS", "120"))
+# How long a worker holds a submission it works on; a killed worker's claim runs out after this.
+BATCHDESK_LEASE_SECONDS = float(os.environ.get("BATCHDESK_LEASE_SECONDS", "300"))
 # First wait before a transient failure is retried; it doubles with each further attempt.
 BATCHDESK_RETRY_BASE_SECONDS = float(os.environ.get("BATCHDESK_RETRY_BASE_SECONDS", "30"))
 

@@ -5,7 +5,7 @@ import hashlib
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -328,13 +328,17 @@ def plan_submissions(job_id: int) -> list[int]:
             enqueue("ledger.tasks.send_submission", submission.pk)
 
 
-def claim_submission(submission_id: int, *, states: Iterable[str], seconds: int = 300) -> bool:
+def lease_end() -> datetime:
+    return timezone.now() + timedelta(seconds=settings.BATCHDESK_LEASE_SECONDS)
+
+
+def claim_submission(submission_id: int, *, states: Iterable[str]) -> bool:
     """Take the submission for one worker until the lease runs out; a dead worker's lease expires."""
     now = timezone.now()
     won = (
         Submission.objects.filter(pk=submission_id, state__in=list(states))
         .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
-        .update(claimed_until=now + timedelta(seconds=seconds))
+        .update(claimed_until=lease_end())
     )
     return won == 1
 
@@ -375,16 +379,23 @@ def build_requests(submission: Submission):
 
 
 def send_submission(submission_id: int, *, provider=None) -> str:
-    """Send one stored intent to its provider. Safe to run twice: only an unsent intent is sent."""
+    """Send one stored intent to its provider. Safe to run twice: only an unsent intent is sent,
+    and an intent an earlier worker may have sent before dying is looked up first."""
     from .providers import get_provider
     from .providers.base import AnswerLost, ProviderError
 
     if not claim_submission(submission_id, states=[SubmissionState.INTENT]):
         return "not claimable"
+    Submission.objects.filter(pk=submission_id).update(send_attempts=F("send_attempts") + 1)
     submission = Submission.objects.select_related("job__prompt_version").get(pk=submission_id)
     provider = provider or get_provider(submission.provider)
     item_ids = list(submission.entries.values_list("item_id", flat=True))
     try:
+        if submission.send_attempts > 1:
+            refs = provider.find_units(intent_key=submission.intent_key)
+            if refs:
+                adopt(submission, refs, provider=provider, from_state=ItemState.PREPARED)
+                return "adopted"
         provider_ref = provider.submit(
             requests=build_requests(submission),
             intent_key=submission.intent_key,
@@ -404,7 +415,7 @@ def send_submission(submission_id: int, *, provider=None) -> str:
         if exc.transient:
             Submission.objects.filter(pk=submission_id).update(
                 error=str(exc)[:2000],
-                claimed_until=timezone.now() + timedelta(seconds=exc.retry_after or 30),
+                claimed_until=timezone.now() + backoff(submission.send_attempts, exc.retry_after),
             )
             return "retry later"
         with transaction.atomic():
@@ -424,6 +435,7 @@ def send_submission(submission_id: int, *, provider=None) -> str:
             SubmissionState.OPEN,
             provider_ref=provider_ref,
             claimed_until=None,
+            error="",
             last_observed_at=timezone.now(),
             last_observed_status="submitted",
         )
@@ -434,7 +446,37 @@ def send_submission(submission_id: int, *, provider=None) -> str:
     return "sent"
 
 
-def reconcile_uncertain(submission_id: int, *, provider=None, grace: timedelta = timedelta(minutes=2)) -> str:
+def adopt(submission: Submission, refs: list[str], *, provider, from_state: str) -> None:
+    """The provider has this intent's batch: adopt the first one; any later one is a duplicate,
+    cancelled and recorded so its results are never used or paid for again."""
+    keep, duplicates = refs[0], refs[1:]
+    for ref in duplicates:
+        try:
+            provider.cancel(ref)
+            outcome = "cancelled"
+        except Exception as exc:  # a duplicate that cannot be cancelled is still recorded and ignored
+            outcome = f"cancel failed: {exc}"
+        note_anomaly(submission, "duplicate_batch", provider_ref=ref, outcome=outcome)
+    with transaction.atomic():
+        set_submission_state(
+            submission,
+            SubmissionState.OPEN,
+            reason=f"Found at the provider by its intent key: {keep}",
+            provider_ref=keep,
+            claimed_until=None,
+            last_observed_at=timezone.now(),
+            last_observed_status="found by intent key",
+        )
+        move_items(
+            submission.entries.values_list("item_id", flat=True),
+            from_state=from_state,
+            to=ItemState.SUBMITTED,
+            reason=f"In {keep}",
+        )
+    refresh_job_state(submission.job_id)
+
+
+def reconcile_uncertain(submission_id: int, *, provider=None) -> str:
     """Find a submission whose create answer was lost by its intent key, or, once the provider's
     own listing shows none after the grace period, make its items safe to send again."""
     from .providers import get_provider
@@ -443,24 +485,21 @@ def reconcile_uncertain(submission_id: int, *, provider=None, grace: timedelta =
         return "not claimable"
     submission = Submission.objects.get(pk=submission_id)
     provider = provider or get_provider(submission.provider)
-    provider_ref = provider.find_unit(intent_key=submission.intent_key)
+    refs = provider.find_units(intent_key=submission.intent_key)
+    if refs:
+        adopt(submission, refs, provider=provider, from_state=ItemState.SUBMISSION_UNCERTAIN)
+        return "adopted"
+    grace = timedelta(seconds=settings.BATCHDESK_UNCERTAIN_GRACE_SECONDS)
+    if timezone.now() - submission.updated_at < grace:
+        release_submission(submission_id)
+        return "waiting"
     item_ids = list(submission.entries.values_list("item_id", flat=True))
     with transaction.atomic():
-        if provider_ref:
-            set_submission_state(
-                submission,
-                SubmissionState.OPEN,
-                reason="Found at the provider by its intent key",
-                provider_ref=provider_ref,
-                claimed_until=None,
-            )
-            move_items(item_ids, from_state=ItemState.SUBMISSION_UNCERTAIN, to=ItemState.SUBMITTED)
-            return "adopted"
-        if timezone.now() - submission.updated_at < grace:
-            release_submission(submission_id)
-            return "waiting"
         set_submission_state(
-            submission, SubmissionState.FAILED, reason="The provider has no such batch", claimed_until=None
+            submission,
+            SubmissionState.FAILED,
+            reason="The provider's own listing has no such batch",
+            claimed_until=None,
         )
         SubmissionItem.objects.filter(submission=submission).update(outcome="never_received")
         moved = move_items(
@@ -508,9 +547,10 @@ def poll_submission(submission_id: int, *, provider=None) -> str:
 
 
 def collect_submission(submission_id: int, *, provider=None) -> str:
-    """Record every result line of an ended submission. Running it twice changes nothing."""
+    """Record every result line of an ended submission. Running it twice, or again after an
+    interrupted download, changes nothing that was already recorded."""
     from .providers import get_provider
-    from .providers.base import ResultLine, UnitStatus
+    from .providers.base import ProviderError, ResultLine, UnitStatus
 
     if not claim_submission(submission_id, states=[SubmissionState.ENDED]):
         return "not claimable"
@@ -523,18 +563,25 @@ def collect_submission(submission_id: int, *, provider=None) -> str:
         error_ref=submission.error_file_ref,
     )
     seen: set[str] = set()
-    for line in provider.results(status):
-        if isinstance(line, ResultLine):
-            record_result(submission, line, seen=seen)
-        else:
-            note_anomaly(
-                submission, "unreadable_line", line=line.line_number, problem=line.problem, text=line.text
-            )
-        # Keep the lease while a long file streams in.
+    lines = {"succeeded": 0, "failed": 0}
+    try:
+        for number, line in enumerate(provider.results(status), start=1):
+            if isinstance(line, ResultLine):
+                if record_result(submission, line, seen=seen) != "repeated":
+                    lines["succeeded" if line.succeeded else "failed"] += 1
+            else:
+                note_anomaly(
+                    submission, "unreadable_line", line=line.line_number, problem=line.problem, text=line.text
+                )
+            if number % 100 == 0:  # keep the lease while a long file streams in
+                Submission.objects.filter(pk=submission_id).update(claimed_until=lease_end())
+    except ProviderError as exc:
+        # Lines recorded so far stay recorded; the next round downloads again and skips them.
         Submission.objects.filter(pk=submission_id).update(
-            claimed_until=timezone.now() + timedelta(seconds=300)
+            error=str(exc)[:2000], claimed_until=timezone.now() + backoff(1, exc.retry_after)
         )
-    for entry in submission.entries.filter(outcome="").select_related("item"):
+        return "interrupted"
+    for entry in submission.entries.filter(outcome=""):
         note_anomaly(submission, "missing_result", custom_id=entry.custom_id)
         record_result(
             submission,
@@ -546,8 +593,11 @@ def collect_submission(submission_id: int, *, provider=None) -> str:
             ),
             seen=seen,
         )
+    counts = submission.request_counts or {}
+    if counts and (counts.get("completed"), counts.get("failed")) != (lines["succeeded"], lines["failed"]):
+        note_anomaly(submission, "counts_disagree", provider_counts=counts, lines_in_files=lines)
     with transaction.atomic():
-        set_submission_state(submission, SubmissionState.COLLECTED, claimed_until=None)
+        set_submission_state(submission, SubmissionState.COLLECTED, claimed_until=None, error="")
     refresh_job_state(submission.job_id)
     return "collected"
 

@@ -194,6 +194,9 @@ class Submission(models.Model):
     # Lines and requests collection could not match: kept, shown, never dropped.
     anomalies = models.JSONField(default=list, blank=True)
     error = models.TextField(blank=True)
+    # How often a worker has claimed this intent to send it; after the first, the provider is
+    # asked whether an earlier worker sent it before dying, so nothing is sent twice.
+    send_attempts = models.PositiveIntegerField(default=0)
     # A worker holds the submission until then; a dead worker's lease simply runs out.
     claimed_until = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -328,6 +331,7 @@ class CollectorHeartbeat(models.Model):
     last_poll_at = models.DateTimeField(null=True)
     # Only one collector round runs at a time, whatever the number of worker clusters.
     lease_until = models.DateTimeField(null=True)
+    lease_holder = models.CharField(max_length=120, blank=True)
 
 
 class ApiToken(models.Model):

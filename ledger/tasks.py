@@ -1,6 +1,9 @@
 """django-q2 entry points. They take ids, treat the ledger tables as the truth and the queue as a
 wake-up call, and are safe to run twice."""
 
+import logging
+import os
+import socket
 import time
 from datetime import timedelta
 
@@ -11,6 +14,13 @@ from django.utils import timezone
 from . import actions
 from .models import CollectorHeartbeat, Item, Submission
 from .states import ItemState, SubmissionState
+
+log = logging.getLogger(__name__)
+
+
+def lease_holder() -> str:
+    """Which process holds the collector's lease (worked out per call: workers are forked)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def submit_job(job_id: int) -> list[int]:
@@ -27,73 +37,73 @@ def apply_item(item_id: int) -> str:
 
 def collect_round(duration: float | None = None) -> int:
     """One scheduled round of the collector: poll every open submission each
-    BATCHDESK_POLL_SECONDS until the round's minute is used up. Only one round runs at a time."""
+    BATCHDESK_POLL_SECONDS until the round's minute is used up. Only one round runs at a time;
+    its lease is renewed every poll, so a killed worker's round is taken over within seconds."""
     interval = settings.BATCHDESK_POLL_SECONDS
     duration = 55.0 if duration is None else duration
-    now = timezone.now()
     heartbeat, _ = CollectorHeartbeat.objects.get_or_create(name="collector")
-    won = (
-        CollectorHeartbeat.objects.filter(pk=heartbeat.pk)
-        .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now))
-        .update(lease_until=now + timedelta(seconds=duration + 30))
-    )
-    if not won:
-        return 0
+    holder = lease_holder()
     rounds = 0
     deadline = time.monotonic() + duration
     try:
         while True:
+            now = timezone.now()
+            lease = now + timedelta(seconds=2 * interval + 10)
+            held = (
+                CollectorHeartbeat.objects.filter(pk=heartbeat.pk)
+                .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now) | Q(lease_holder=holder))
+                .update(lease_until=lease, lease_holder=holder)
+            )
+            if not held:
+                return rounds
             poll_everything()
             rounds += 1
             if time.monotonic() + interval > deadline:
                 return rounds
             time.sleep(interval)
     finally:
-        CollectorHeartbeat.objects.filter(pk=heartbeat.pk).update(lease_until=None)
+        CollectorHeartbeat.objects.filter(pk=heartbeat.pk, lease_holder=holder).update(lease_until=None)
 
 
 def poll_everything() -> None:
-    """Poll open submissions, reconcile uncertain ones, and wake work that is due."""
-    CollectorHeartbeat.objects.update_or_create(name="collector", defaults={"last_poll_at": timezone.now()})
-    for submission_id in Submission.objects.filter(state=SubmissionState.OPEN).values_list("pk", flat=True):
-        try:
-            actions.poll_submission(submission_id)
-        except Exception:  # one provider's bad day must not stop the others
-            actions.log.exception("polling submission %s failed", submission_id)
-    for submission_id in Submission.objects.filter(state=SubmissionState.UNCERTAIN).values_list(
-        "pk", flat=True
-    ):
-        actions.reconcile_uncertain(submission_id)
-    # Intents whose send failed transiently, or whose worker died, are sent again once their lease runs out.
-    stale = Submission.objects.filter(state__in=[SubmissionState.INTENT, SubmissionState.ENDED]).filter(
-        Q(claimed_until__isnull=True) | Q(claimed_until__lt=timezone.now())
-    )
-    for submission_id, state in stale.values_list("pk", "state"):
-        if state == SubmissionState.INTENT:
-            actions.send_submission(submission_id)
-        else:
-            actions.collect_submission(submission_id)
+    """Poll open submissions, reconcile uncertain ones, and wake work that is due or whose worker died."""
+    now = timezone.now()
+    CollectorHeartbeat.objects.update_or_create(name="collector", defaults={"last_poll_at": now})
+    submissions = Submission.objects.filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
+    work = {
+        SubmissionState.OPEN: actions.poll_submission,
+        SubmissionState.UNCERTAIN: actions.reconcile_uncertain,
+        SubmissionState.INTENT: actions.send_submission,
+        SubmissionState.ENDED: actions.collect_submission,
+    }
+    for submission_id, state in submissions.filter(state__in=list(work)).values_list("pk", "state"):
+        attempt(work[state], submission_id)
     due_jobs = (
         Item.objects.filter(state=ItemState.PREPARED, submission__isnull=True)
-        .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=timezone.now()))
+        .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
         .values_list("job_id", flat=True)
         .distinct()
     )
     for job_id in due_jobs:
-        actions.plan_submissions(job_id)
+        attempt(actions.plan_submissions, job_id)
     # Approved items whose apply task was lost, and applications whose retry is due or whose
     # worker died holding the lease.
+    quiet_since = now - timedelta(seconds=settings.BATCHDESK_LEASE_SECONDS)
     due = Item.objects.filter(
-        Q(state=ItemState.APPROVED, updated_at__lt=timezone.now() - timedelta(seconds=60))
-        | Q(state=ItemState.APPLYING, next_attempt_at__lte=timezone.now())
-        | Q(
-            state=ItemState.APPLYING,
-            next_attempt_at__isnull=True,
-            updated_at__lt=timezone.now() - timedelta(seconds=60),
-        )
+        Q(state=ItemState.APPROVED, updated_at__lt=quiet_since)
+        | Q(state=ItemState.APPLYING, next_attempt_at__lte=now)
+        | Q(state=ItemState.APPLYING, next_attempt_at__isnull=True, updated_at__lt=quiet_since)
     )
     for item_id in due.values_list("pk", flat=True):
-        actions.apply_item(item_id)
+        attempt(actions.apply_item, item_id)
+
+
+def attempt(work, *args) -> None:
+    """One submission's or item's bad day must not stop the collector for all the others."""
+    try:
+        work(*args)
+    except Exception:
+        log.exception("%s%s failed", work.__name__, args)
 
 
 def install_schedules() -> None:

@@ -1,12 +1,131 @@
-"""Webhook destinations (SPEC §6). Placeholder until the webhook work lands: refuses every call."""
+"""Webhook destinations (SPEC §6): POST the approved text to `BATCHDESK_WEBHOOK_<NAME>`.
+
+Every attempt for one approved version carries the same `Idempotency-Key`, so a receiver that
+honours it publishes once however often a timeout makes us ask again (SPEC §3 rule 7). This
+class only delivers and classifies the answer; `actions.apply_item` checks the guards before
+each attempt, records it and moves the item.
+"""
+
+import json
+import math
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+
+import httpx
+from django.conf import settings
 
 from ..models import AttemptOutcome
 from .base import Destination, DestinationResult
 
+# The receiver is told what to do with the text; BatchDesk only ever publishes approved drafts.
+OPERATION = "publish"
+MESSAGE_LIMIT = 500
+# A Retry-After further ahead than this is treated as this: the item waits, it is not forgotten.
+MAX_RETRY_AFTER = 24 * 3600.0
+
+
+def payload(*, item, version, approval) -> dict:
+    """The request body: what was approved, for which product revision, by whom."""
+    return {
+        "sku": item.product.sku,
+        "source_revision": item.source_revision.number,
+        "generated_version": version.number,
+        "generated_version_id": version.pk,
+        "content": approval.final_content,
+        "job_reference": item.job.reference,
+        "approved_by": approval.approved_by.get_username(),
+        "approved_at": approval.approved_at.isoformat(),
+        "operation": OPERATION,
+    }
+
+
+def is_transient(status: int) -> bool:
+    return status in (408, 429) or status >= 500
+
+
+def retry_after_seconds(value: str | None, *, now: datetime | None = None) -> float | None:
+    """`Retry-After` as seconds from now: delay-seconds or an HTTP date (RFC 9110 §10.2.3); None if unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - (now or datetime.now(UTC))).total_seconds()
+    if not math.isfinite(seconds):
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+
+
+def destination_message(response: httpx.Response) -> str:
+    """The receiver's own words: `error.message`, `message` or `detail` from JSON, else its text."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        error = body.get("error")
+        for said in (
+            error.get("message") if isinstance(error, dict) else error,
+            body.get("message"),
+            body.get("detail"),
+        ):
+            if said:
+                text = said if isinstance(said, str) else json.dumps(said, ensure_ascii=False)
+                return text[:MESSAGE_LIMIT]
+    return response.text.strip()[:MESSAGE_LIMIT] or response.reason_phrase
+
 
 class WebhookDestination(Destination):
-    def __init__(self, *, name: str, url: str, token: str = ""):
+    def __init__(self, *, name: str, url: str, token: str = "", client: httpx.Client | None = None):
         self.name, self.url, self.token = name, url, token
+        self.client = client
 
     def apply(self, *, item, version, approval, operation_key) -> DestinationResult:
-        return DestinationResult(AttemptOutcome.REJECTED, "Webhook destinations are not implemented yet")
+        headers = {"Idempotency-Key": operation_key, "Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        body = json.dumps(payload(item=item, version=version, approval=approval), ensure_ascii=False)
+        timeout = settings.BATCHDESK_WEBHOOK_TIMEOUT
+        try:
+            if self.client is not None:
+                response = self.client.post(self.url, content=body.encode(), headers=headers, timeout=timeout)
+            else:
+                with httpx.Client() as client:
+                    response = client.post(self.url, content=body.encode(), headers=headers, timeout=timeout)
+        except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
+            return self._result(AttemptOutcome.REJECTED, f"The address of {self.name} is not usable: {exc}")
+        except httpx.TimeoutException:
+            # It may have been applied already; the retry carries the same key, so it cannot apply twice.
+            return self._result(
+                AttemptOutcome.RETRYABLE,
+                f"No answer from {self.name} within {timeout:g} s; will retry with the same key",
+            )
+        except httpx.TransportError as exc:
+            return self._result(
+                AttemptOutcome.RETRYABLE, f"Could not reach {self.name} ({type(exc).__name__}: {exc})"
+            )
+        status = response.status_code
+        if 200 <= status < 300:
+            return self._result(AttemptOutcome.APPLIED, f"Accepted by {self.name}: {status}")
+        said = destination_message(response)
+        if is_transient(status):
+            return self._result(
+                AttemptOutcome.RETRYABLE,
+                f"{status} from {self.name}: {said}",
+                retry_after=retry_after_seconds(response.headers.get("retry-after")),
+            )
+        # Any other answer (4xx, or a redirect we do not follow) is the destination's refusal.
+        return self._result(AttemptOutcome.REJECTED, f"{status} from {self.name}: {said}")
+
+    def _result(self, outcome: str, message: str, *, retry_after: float | None = None) -> DestinationResult:
+        # A receiver may echo the Authorization header back; the token is never stored.
+        if self.token:
+            message = message.replace(self.token, "[token]")
+        return DestinationResult(outcome, message, retry_after=retry_after)

@@ -80,8 +80,9 @@ class BatchProvider:
         """Send one unit; return the provider's reference. Raise AnswerLost if unsure."""
         raise NotImplementedError
 
-    def find_unit(self, *, intent_key: str) -> str | None:
-        """Look a unit up by the intent key it was sent with (reconciling a lost answer)."""
+    def find_units(self, *, intent_key: str) -> list[str]:
+        """Every unit the provider holds that was sent with this intent key, oldest first
+        (reconciling a lost answer; more than one means a duplicate was created)."""
         raise NotImplementedError
 
     def status(self, provider_ref: str) -> UnitStatus:

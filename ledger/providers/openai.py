@@ -141,18 +141,20 @@ class OpenAIBatchProvider(BatchProvider):
             )
         return response.json()["id"]
 
-    def find_unit(self, *, intent_key: str) -> str | None:
+    def find_units(self, *, intent_key: str) -> list[str]:
+        found = []
         after = None
         while True:
-            params = {"limit": 100}
-            if after:
-                params["after"] = after
+            params = {"limit": 100, **({"after": after} if after else {})}
             page = self._call("GET", "/batches", params=params).json()
-            for batch in page.get("data", []):
-                if (batch.get("metadata") or {}).get(INTENT_METADATA_KEY) == intent_key:
-                    return batch["id"]
+            found += [
+                batch["id"]
+                for batch in page.get("data", [])
+                if (batch.get("metadata") or {}).get(INTENT_METADATA_KEY) == intent_key
+            ]
             if not page.get("has_more") or not page.get("data"):
-                return None
+                # The listing is newest first.
+                return list(reversed(found))
             after = page["data"][-1]["id"]
 
     def status(self, provider_ref: str) -> UnitStatus:
@@ -171,15 +173,21 @@ class OpenAIBatchProvider(BatchProvider):
                 yield from self._stream_file(file_ref)
 
     def _stream_file(self, file_ref: str) -> Iterator[ResultLine | UnreadableLine]:
-        with self.client.stream("GET", f"/files/{file_ref}/content") as response:
-            if response.status_code >= 400:
-                response.read()
-                raise ProviderError(
-                    f"download of {file_ref} answered {response.status_code}", status=response.status_code
-                )
-            for number, text in enumerate(response.iter_lines(), start=1):
-                if text.strip():
-                    yield parse_result_line(number, text)
+        try:
+            with self.client.stream("GET", f"/files/{file_ref}/content") as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise ProviderError(
+                        f"download of {file_ref} answered {response.status_code}",
+                        status=response.status_code,
+                        retry_after=retry_after_seconds(response),
+                    )
+                for number, text in enumerate(response.iter_lines(), start=1):
+                    if text.strip():
+                        yield parse_result_line(number, text)
+        except httpx.TransportError as exc:
+            # A download cut short: what was read is recorded, the rest comes with the next try.
+            raise ProviderError(f"download of {file_ref} was interrupted: {exc}") from exc
 
     def cancel(self, provider_ref: str) -> None:
         self._call("POST", f"/batches/{provider_ref}/cancel")

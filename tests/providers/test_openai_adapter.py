@@ -85,8 +85,10 @@ def test_a_lost_batch_is_found_again_by_its_intent_key(provider):
         provider.submit(requests=requests(1, prefix=f"other{n}"), intent_key=f"bd_other_{n}", metadata={})
     ref = provider.submit(requests=requests(2), intent_key="bd_wanted", metadata={})
 
-    assert provider.find_unit(intent_key="bd_wanted") == ref
-    assert provider.find_unit(intent_key="bd_never_sent") is None
+    again = provider.submit(requests=requests(2), intent_key="bd_wanted", metadata={})
+
+    assert provider.find_units(intent_key="bd_wanted") == [ref, again]
+    assert provider.find_units(intent_key="bd_never_sent") == []
 
 
 def test_an_http_error_is_a_provider_error_with_its_status(provider):
