@@ -828,7 +828,8 @@ def apply_item(item_id: int) -> str:
     elif item.state != ItemState.APPLYING:
         return f"item is {item.state}"
     now = timezone.now()
-    lease = timedelta(seconds=settings.BATCHDESK_WEBHOOK_TIMEOUT + 60)
+    # Longer than one destination call may take, so only a dead worker's claim runs out.
+    lease = timedelta(seconds=settings.BATCHDESK_WEBHOOK_TIMEOUT + min(60, settings.BATCHDESK_LEASE_SECONDS))
     claimed = (
         Item.objects.filter(pk=item.pk, state=ItemState.APPLYING)
         .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))

@@ -48,16 +48,16 @@ def collect_round(duration: float | None = None) -> int:
     try:
         while True:
             now = timezone.now()
-            lease = now + timedelta(seconds=2 * interval + 10)
+            lease = now + timedelta(seconds=2 * interval + 5)
             held = (
                 CollectorHeartbeat.objects.filter(pk=heartbeat.pk)
                 .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now) | Q(lease_holder=holder))
                 .update(lease_until=lease, lease_holder=holder)
             )
-            if not held:
-                return rounds
-            poll_everything()
-            rounds += 1
+            if held:
+                poll_everything()
+                rounds += 1
+            # Without the lease another round is polling; wait, and take over if its worker died.
             if time.monotonic() + interval > deadline:
                 return rounds
             time.sleep(interval)

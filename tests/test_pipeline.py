@@ -1,27 +1,17 @@
 """The whole pipeline in real processes: an emulator speaking OpenAI's Batch protocol over HTTP,
 a django-q2 worker cluster, and PostgreSQL. Nothing is mocked."""
 
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
-
-import httpx
 import pytest
-from django.db import connection
 
 from ledger import actions
 from ledger.models import Approval, Event, GeneratedVersion, Item, Product, Submission, SubmissionItem
 from ledger.states import FINAL_STATES, ItemState, JobState
 from ledger.tasks import install_schedules
 from tests.factories import UserFactory
+from tests.processes import emulator_stats, make_catalogue, wait_until
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
-ROOT = Path(__file__).resolve().parent.parent
 SETTLED = {
     ItemState.AWAITING_REVIEW,
     ItemState.VALIDATION_FAILED,
@@ -31,102 +21,15 @@ SETTLED = {
 }
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_until(condition, *, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
-@pytest.fixture
-def processes():
-    """Start processes that share the test database; stop them before the database is flushed."""
-    started: list[subprocess.Popen] = []
-    db = connection.settings_dict
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "batchdesk.test_settings",
-        "DATABASE_URL": f"postgres://{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
-        "BATCHDESK_POLL_SECONDS": "1",
-        "BATCHDESK_RETRY_BASE_SECONDS": "1",
-        "PYTHONUNBUFFERED": "1",
-    }
-
-    def start(*args: str, extra_env: dict | None = None) -> subprocess.Popen:
-        process = subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), *args],
-            env={**env, **(extra_env or {})},
-            cwd=ROOT,
-            start_new_session=True,
-        )
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-    for process in started:
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-
-
-def start_emulator(processes, *flags: str) -> str:
-    port = free_port()
-    processes("run_emulator", "--port", str(port), *flags)
-    url = f"http://127.0.0.1:{port}/v1"
-    wait_until(lambda: reachable(url), timeout=30, what="the emulator")
-    return url
-
-
-def reachable(url: str) -> bool:
-    try:
-        httpx.get(f"{url}/batches", headers={"Authorization": "Bearer t"}, timeout=1)
-    except httpx.TransportError:
-        return False
-    return True
-
-
-def make_catalogue(n: int) -> list[str]:
-    materials = ["oak", "beech", "walnut", "bamboo", "ash"]
-    skus = []
-    for i in range(n):
-        sku = f"KIT-{i:05d}"
-        actions.record_product(
-            sku=sku,
-            title=f"{materials[i % 5].title()} serving board no. {i}",
-            fields={"material": materials[i % 5], "dimensions": f"{30 + i} x 20 cm", "care": "hand wash"},
-        )
-        skus.append(sku)
-    return skus
-
-
-def test_catalogue_to_published_text_through_real_processes(processes, settings):
-    emulator_url = start_emulator(
-        processes, "--per-request-ms", "5", "--fail-rate", "0.15", "--expire-rate", "0.1", "--seed", "11"
+def test_catalogue_to_published_text_through_real_processes(processes):
+    emulator_url = processes.emulator(
+        "--per-request-ms", "5", "--fail-rate", "0.15", "--expire-rate", "0.1", "--seed", "11"
     )
-    settings.PROVIDERS = {
-        **settings.PROVIDERS,
-        "emulator": {**settings.PROVIDERS["emulator"], "base_url": emulator_url},
-    }
-    worker_env = {"BATCHDESK_EMULATOR_URL": emulator_url}
     owner = UserFactory(roles=["catalogue_owner"])
     skus = make_catalogue(40)
     install_schedules()
 
-    processes("qcluster", extra_env=worker_env)
+    processes.start("qcluster")
     job = actions.create_job(
         reference="pipeline",
         owner=owner,
@@ -144,7 +47,7 @@ def test_catalogue_to_published_text_through_real_processes(processes, settings)
 
     counts = wait_until(settled, timeout=240, what="every item to settle")
 
-    stats = httpx.get(emulator_url.removesuffix("/v1") + "/_emulator/stats", timeout=5).json()
+    stats = emulator_stats(emulator_url)
     # Work that succeeded is never paid for twice: no custom_id was ever inferred twice.
     assert stats["inferences"] and max(stats["inferences"].values()) == 1
     assert Submission.objects.filter(job=job).count() >= len(skus) // 8

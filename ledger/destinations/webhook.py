@@ -91,14 +91,14 @@ class WebhookDestination(Destination):
         headers = {"Idempotency-Key": operation_key, "Content-Type": "application/json"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
-        body = json.dumps(payload(item=item, version=version, approval=approval), ensure_ascii=False)
+        body = json.dumps(payload(item=item, version=version, approval=approval), ensure_ascii=False).encode()
         timeout = settings.BATCHDESK_WEBHOOK_TIMEOUT
         try:
             if self.client is not None:
-                response = self.client.post(self.url, content=body.encode(), headers=headers, timeout=timeout)
+                response = self.client.post(self.url, content=body, headers=headers, timeout=timeout)
             else:
                 with httpx.Client() as client:
-                    response = client.post(self.url, content=body.encode(), headers=headers, timeout=timeout)
+                    response = client.post(self.url, content=body, headers=headers, timeout=timeout)
         except (httpx.InvalidURL, httpx.UnsupportedProtocol) as exc:
             return self._result(AttemptOutcome.REJECTED, f"The address of {self.name} is not usable: {exc}")
         except httpx.TimeoutException:

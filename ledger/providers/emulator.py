@@ -3,29 +3,38 @@
 It speaks the real wire protocol, so the OpenAI adapter and the official SDK talk to it
 unchanged, and it answers with `textgen` instead of a model. Batches move through the real
 statuses as time passes: nothing runs in the background; a batch is brought up to date
-whenever it is read, from timestamps, under one lock. Failure knobs (`fail_rate`,
-`expire_rate`) pick the unlucky requests from a hash of seed + custom_id + attempt, so a run
-is reproducible while a retried custom_id gets a fresh roll of the dice.
+whenever it is read, from timestamps, under one lock.
+
+Fault knobs (`Knobs`) make it misbehave the ways a real provider does: requests that fail or
+expire, batches that expire part-way, calls answered 429 or 500, a create call whose answer
+is lost, downloads cut short, and output files with repeated, unknown or malformed lines.
+Whatever involves chance is drawn from the seed (per request: seed + custom_id + attempt;
+per file: seed + the batch's requests), so a run is reproducible while a retried custom_id
+gets a fresh roll of the dice.
 """
 
+import contextlib
 import email.parser
 import email.policy
 import hashlib
 import json
 import logging
+import math
 import random
 import re
+import socket
 import threading
 import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import parse_qs, urlsplit
 
 from ledger.providers import textgen
+from ledger.providers.openai import INTENT_METADATA_KEY
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +45,7 @@ MAX_UPLOAD_BYTES = 200 * 1024 * 1024
 MAX_REQUESTS = 50_000
 TERMINAL = {"failed", "completed", "expired", "cancelled"}
 STAMPS = ["in_progress", "finalizing", "completed", "failed", "expired", "cancelling", "cancelled"]
+EXPIRED_MESSAGE = "This request could not be executed before the completion window expired."
 
 
 class ApiError(Exception):
@@ -49,10 +59,23 @@ class ApiError(Exception):
         type: str = "invalid_request_error",
         param: str | None = None,
         code: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.body = {"error": {"message": message, "type": type, "param": param, "code": code}}
+        self.headers = headers or {}
+
+
+class LoseAnswer(Exception):
+    """The call did its work, but a fault knob says its caller must never hear the answer."""
+
+
+class Download(NamedTuple):
+    """A file's bytes, and where to hang up if a fault knob cuts this download short."""
+
+    content: bytes
+    cut_at: int | None = None
 
 
 def _new_id(prefix: str) -> str:
@@ -112,6 +135,7 @@ class _Batch:
     output_file_id: str | None = None
     error_file_id: str | None = None
     usage: Counter = field(default_factory=Counter)
+    miscounted: bool = False  # `count_mismatch` was on when its files were written
 
     def as_json(self) -> dict:
         return {
@@ -130,7 +154,7 @@ class _Batch:
             **{f"{name}_at": _int_or_none(self.stamps.get(name)) for name in STAMPS},
             "request_counts": {
                 "total": len(self.requests),
-                "completed": sum(r.succeeded for r in self.requests),
+                "completed": sum(r.succeeded for r in self.requests) + self.miscounted,
                 "failed": sum(r.result is not None and not r.succeeded for r in self.requests),
             },
             "usage": {
@@ -159,6 +183,120 @@ def _failure_line(custom_id: str, code: str, message: str) -> dict:
     return {"id": _new_id("batch_req_"), "custom_id": custom_id, "response": None, "error": error}
 
 
+def _share(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise ApiError(400, f"{name} must be a number from 0 to 1", param=name)
+    return value
+
+
+def _duration(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+        raise ApiError(400, f"{name} must be a number of at least 0", param=name)
+    return value
+
+
+def _optional_duration(name: str, value: Any) -> float | None:
+    return None if value is None else _duration(name, value)
+
+
+def _count(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ApiError(400, f"{name} must be a whole number of at least 0", param=name)
+    return value
+
+
+def _call_numbers(name: str, value: Any) -> list[int]:
+    if not (
+        isinstance(value, list | tuple | set | frozenset)
+        and all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in value)
+    ):
+        raise ApiError(400, f"{name} must be a list of whole numbers of at least 1", param=name)
+    return sorted(set(value))
+
+
+def _path(name: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    method, _, path = value.rpartition(" ") if isinstance(value, str) else ("", "", "")
+    if not path.startswith("/") or method not in {"", "GET", "POST", "DELETE"}:
+        raise ApiError(
+            400, f"{name} must be a path prefix such as '/v1/batches' or 'POST /v1/batches'", param=name
+        )
+    return value
+
+
+def _flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ApiError(400, f"{name} must be true or false", param=name)
+    return value
+
+
+def _knob(default: Any, check: Callable[[str, Any], Any]) -> Any:
+    if isinstance(default, list):
+        return field(default_factory=list, metadata={"check": check})
+    return field(default=default, metadata={"check": check})
+
+
+@dataclass
+class Knobs:
+    """What `Emulator(...)`, `Emulator.configure(...)`, `POST /_emulator/config` and the flags
+    of `run_emulator` set. Everything but the pace is off by default.
+
+    Calls are counted from when their knob was set, and `GET /_emulator/config` shows what is
+    still to come ("the next 2 calls", "the 3rd batch created from now"), so posting back what
+    it shows changes nothing. Knobs that shape results apply to requests not yet run and to
+    output files not yet written.
+    """
+
+    per_request_ms: float = _knob(100, _duration)  # simulated time to answer one request
+    fail_rate: float = _knob(0.0, _share)  # share of requests answered 500 in the error file
+    expire_rate: float = _knob(0.0, _share)  # share of requests written as `batch_expired`
+    # A batch in progress this long expires: requests not yet run become `batch_expired`.
+    expire_after_ms: float | None = _knob(None, _optional_duration)
+    # The N-th batch created from now (calls answered 4xx/5xx don't count) is created, but
+    # the connection is dropped instead of answering.
+    lose_create_responses: list[int] = _knob([], _call_numbers)
+    # The next K API calls (under /v1/, optionally only those whose path starts with the
+    # prefix, itself optionally led by a method: "POST /v1/batches") are refused before doing
+    # anything: 429 with `retry-after: retry_after` (seconds), or 500.
+    rate_limit_calls: int = _knob(0, _count)
+    rate_limit_path: str | None = _knob(None, _path)
+    retry_after: float = _knob(1, _duration)
+    server_errors: int = _knob(0, _count)
+    server_error_path: str | None = _knob(None, _path)
+    # Output files: this share of success lines written twice, this many success lines with
+    # custom_ids never sent (`unknown-<n>`), this many half lines that are not JSON; all at
+    # seeded places. `count_mismatch` makes `request_counts.completed` one more than the files.
+    duplicate_lines: float = _knob(0.0, _share)
+    unknown_lines: int = _knob(0, _count)
+    malformed_lines: int = _knob(0, _count)
+    count_mismatch: bool = _knob(False, _flag)
+    # The first K downloads of each file's content (from when this was set) send the full
+    # Content-Length, about half the bytes, then hang up.
+    cut_downloads: int = _knob(0, _count)
+
+
+KNOB_NAMES = [knob.name for knob in fields(Knobs)]
+
+
+def _matches(prefix: str | None, method: str, path: str) -> bool:
+    """Whether a call falls under a knob's path prefix ("/v1/batches" or "POST /v1/batches")."""
+    if prefix is None:
+        return True
+    wanted_method, _, wanted_path = prefix.rpartition(" ")
+    return wanted_method in ("", method) and path.startswith(wanted_path)
+
+
+def _seconds(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _mid_line(content: bytes) -> int:
+    """About half of `content`, never just after a newline, so the cut splits a line."""
+    cut = len(content) // 2
+    return cut - 1 if cut > 1 and content[cut - 1 : cut] == b"\n" else cut
+
+
 class Emulator:
     """The emulated provider: its state, its clock, and the HTTP server in front of them."""
 
@@ -167,13 +305,12 @@ class Emulator:
         *,
         host: str = "127.0.0.1",
         port: int = 0,
-        per_request_ms: float = 100,
-        fail_rate: float = 0.0,
-        expire_rate: float = 0.0,
         seed: int = 0,
         validating_ms: float = 200,
         finalizing_ms: float = 50,
+        **knobs: Any,
     ) -> None:
+        """`knobs` are any of `Knobs`' fields."""
         self.host, self.port, self.seed = host, port, seed
         self.validating_ms, self.finalizing_ms = validating_ms, finalizing_ms
         self._lock = threading.Lock()
@@ -181,10 +318,14 @@ class Emulator:
         self._batches: dict[str, _Batch] = {}  # in creation order
         self._inferences: Counter = Counter()
         self._attempts: Counter = Counter()
+        self._creates = 0
+        self._rejected_calls = 0
+        self._downloads: Counter = Counter()
+        self._cut_downloads: Counter = Counter()  # since `cut_downloads` was last set
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
-        self.per_request_ms, self.fail_rate, self.expire_rate = 0.0, 0.0, 0.0
-        self.configure(per_request_ms=per_request_ms, fail_rate=fail_rate, expire_rate=expire_rate)
+        self.knobs = Knobs()
+        self.configure(**knobs)
 
     # --- serving -------------------------------------------------------------------------
 
@@ -243,42 +384,82 @@ class Emulator:
 
     # --- knobs and evidence --------------------------------------------------------------
 
-    def configure(
-        self,
-        *,
-        fail_rate: float | None = None,
-        expire_rate: float | None = None,
-        per_request_ms: float | None = None,
-    ) -> dict:
-        """Change the failure knobs or the pace; applies to requests not yet run."""
-        for name, value in (("fail_rate", fail_rate), ("expire_rate", expire_rate)):
-            if value is not None and not (isinstance(value, int | float) and 0 <= value <= 1):
-                raise ApiError(400, f"{name} must be a number from 0 to 1", param=name)
-        if per_request_ms is not None and not (
-            isinstance(per_request_ms, int | float) and per_request_ms >= 0
-        ):
-            raise ApiError(400, "per_request_ms must be a number of at least 0", param="per_request_ms")
+    def configure(self, **knobs: Any) -> dict:
+        """Change some of the `Knobs`; returns all of them. Nothing changes if one is invalid."""
+        unknown = sorted(set(knobs) - set(KNOB_NAMES))
+        if unknown:
+            raise ApiError(
+                400,
+                f"Unknown knob(s) {', '.join(unknown)}; known: {', '.join(KNOB_NAMES)}.",
+                param=unknown[0],
+            )
+        checks = {knob.name: knob.metadata["check"] for knob in fields(Knobs)}
+        checked = {name: checks[name](name, value) for name, value in knobs.items()}
         with self._lock:
             # What would have run by now ran under the old knobs; the new ones apply from now on.
             self._advance_all()
-            self.fail_rate = self.fail_rate if fail_rate is None else fail_rate
-            self.expire_rate = self.expire_rate if expire_rate is None else expire_rate
-            self.per_request_ms = self.per_request_ms if per_request_ms is None else per_request_ms
-            return {
-                "fail_rate": self.fail_rate,
-                "expire_rate": self.expire_rate,
-                "per_request_ms": self.per_request_ms,
-            }
+            for name, value in checked.items():
+                setattr(self.knobs, name, value)
+            if "cut_downloads" in checked:
+                self._cut_downloads.clear()
+            return asdict(self.knobs)
+
+    def config(self) -> dict:
+        """The current knobs, as `GET /_emulator/config` shows them."""
+        with self._lock:
+            return asdict(self.knobs)
 
     def stats(self) -> dict:
-        """How often each custom_id was generated (= paid for), and how much is stored."""
+        """What the emulator was asked and did: the evidence tests check.
+
+        `inferences`: how often each custom_id was generated (= paid for); `creates`: batch-create
+        calls received, refused ones included; `batches_by_intent`: batches per
+        `metadata.batchdesk_intent`; `downloads`: content downloads per file id, cut ones
+        included; `rejected_calls`: 429s and 500s served by the fault knobs.
+        """
         with self._lock:
             self._advance_all()
+            intents = Counter(
+                batch.metadata[INTENT_METADATA_KEY]
+                for batch in self._batches.values()
+                if batch.metadata and INTENT_METADATA_KEY in batch.metadata
+            )
             return {
                 "inferences": dict(self._inferences),
                 "batches": len(self._batches),
                 "files": len(self._files),
+                "creates": self._creates,
+                "batches_by_intent": dict(intents),
+                "downloads": dict(self._downloads),
+                "rejected_calls": self._rejected_calls,
             }
+
+    def admit(self, method: str, path: str) -> None:
+        """Count one API call, and refuse it (429, then 500) while a fault knob says so."""
+        with self._lock:
+            knobs = self.knobs
+            if (method, path) == ("POST", "/v1/batches"):
+                self._creates += 1
+            if knobs.rate_limit_calls and _matches(knobs.rate_limit_path, method, path):
+                knobs.rate_limit_calls -= 1
+                self._rejected_calls += 1
+                wait = _seconds(knobs.retry_after)
+                raise ApiError(
+                    429,
+                    "Rate limit reached for requests per min (RPM) on the emulator: Limit 1, Used 1, "
+                    f"Requested 1. Please try again in {wait}s.",
+                    type="requests",
+                    code="rate_limit_exceeded",
+                    headers={"retry-after": wait},
+                )
+            if knobs.server_errors and _matches(knobs.server_error_path, method, path):
+                knobs.server_errors -= 1
+                self._rejected_calls += 1
+                raise ApiError(
+                    500,
+                    "The server had an error while processing your request. Sorry about that!",
+                    type="server_error",
+                )
 
     # --- the API -------------------------------------------------------------------------
 
@@ -302,11 +483,19 @@ class Emulator:
         with self._lock:
             return self._file(file_id).as_json()
 
-    def file_content(self, file_id: str) -> bytes:
+    def download(self, file_id: str) -> Download:
+        """A file's content, counted; `cut_at` is set while `cut_downloads` cuts this file."""
         with self._lock:
-            return self._file(file_id).content
+            file = self._file(file_id)
+            self._downloads[file_id] += 1
+            if self._cut_downloads[file_id] < self.knobs.cut_downloads and file.content:
+                self._cut_downloads[file_id] += 1
+                log.info("cutting download %s of %s short", self._downloads[file_id], file_id)
+                return Download(file.content, _mid_line(file.content))
+            return Download(file.content)
 
     def create_batch(self, body: Any) -> dict:
+        """Create a batch; raises `LoseAnswer` after creating it when `lose_create_responses` says so."""
         if not isinstance(body, dict):
             raise ApiError(400, "The request body must be a JSON object.")
         for name in ("input_file_id", "endpoint", "completion_window"):
@@ -344,6 +533,11 @@ class Emulator:
                 created=time.time(),
             )
             self._batches[batch.id] = batch
+            lost = 1 in self.knobs.lose_create_responses
+            self.knobs.lose_create_responses = [n - 1 for n in self.knobs.lose_create_responses if n > 1]
+            if lost:
+                log.info("losing the answer to the create call of %s", batch.id)
+                raise LoseAnswer(batch.id)
             return batch.as_json()
 
     def _batch(self, batch_id: str) -> _Batch:
@@ -399,12 +593,20 @@ class Emulator:
         if batch.status == "validating" and now >= batch.created + self.validating_ms / 1000:
             self._validate(batch, batch.created + self.validating_ms / 1000)
         if batch.status == "in_progress":
-            step = self.per_request_ms / 1000
-            while batch.ran < len(batch.requests) and batch.clock + step <= now:
+            step = self.knobs.per_request_ms / 1000
+            expire_after = self.knobs.expire_after_ms
+            deadline = math.inf if expire_after is None else batch.stamps["in_progress"] + expire_after / 1000
+            while batch.ran < len(batch.requests) and batch.clock + step <= min(now, deadline):
                 batch.clock += step
                 self._run(batch, batch.requests[batch.ran], batch.clock)
                 batch.ran += 1
-            if batch.ran == len(batch.requests):
+            if batch.ran < len(batch.requests) and now >= deadline:
+                # Out of time part-way: what ran stays, the rest expires unrun (§1.7).
+                for request in batch.requests[batch.ran :]:
+                    request.result = _failure_line(request.custom_id, "batch_expired", EXPIRED_MESSAGE)
+                batch.ran, batch.clock = len(batch.requests), max(batch.clock, deadline)
+                self._enter(batch, "expired", batch.clock)
+            elif batch.ran == len(batch.requests):
                 # Only expiry writes a non-HTTP `error`; HTTP failures keep `error: null`.
                 expired = any(r.result and r.result["error"] for r in batch.requests)
                 self._enter(batch, "expired" if expired else "finalizing", batch.clock)
@@ -421,19 +623,47 @@ class Emulator:
         batch.status = status
         batch.stamps[status] = at
         if status in TERMINAL:
+            # Seeded by the batch's requests, not its random id, so a rerun writes the same files.
+            key = ",".join(f"{r.custom_id}#{r.attempt}" for r in batch.requests)
+            rng = random.Random(f"{self.seed}:{hashlib.sha256(key.encode()).hexdigest()}")
             finished = [r for r in batch.requests if r.result is not None]
-            random.Random(f"{self.seed}:{batch.id}").shuffle(finished)  # order is never promised
-            batch.output_file_id = self._result_file(
-                batch, "output", [r for r in finished if r.succeeded], at
-            )
-            batch.error_file_id = self._result_file(
-                batch, "error", [r for r in finished if not r.succeeded], at
-            )
+            rng.shuffle(finished)  # order is never promised
+            succeeded = [r for r in finished if r.succeeded]
+            output = [json.dumps(r.result) for r in succeeded]
+            if batch.requests:  # a batch that failed validation wrote nothing to spoil
+                output = self._spoil(batch, succeeded, output, rng, at)
+                batch.miscounted = self.knobs.count_mismatch
+            batch.output_file_id = self._result_file(batch, "output", output, at)
+            failures = [json.dumps(r.result) for r in finished if not r.succeeded]
+            batch.error_file_id = self._result_file(batch, "error", failures, at)
 
-    def _result_file(self, batch: _Batch, kind: str, requests: list[_Request], at: float) -> str | None:
-        if not requests:
+    def _spoil(
+        self, batch: _Batch, succeeded: list[_Request], output: list[str], rng: random.Random, at: float
+    ) -> list[str]:
+        """`output` with the repeated, unknown and malformed lines the knobs ask for, placed by `rng`."""
+        knobs = self.knobs
+        extra = [
+            text
+            for request, text in zip(succeeded, output, strict=True)
+            if self._dice("duplicate", request) < knobs.duplicate_lines
+        ]
+        # Made-up lines read like their neighbours; they are not inferences anyone asked for.
+        prompt = {"role": "user", "content": "Title: A product nobody asked about"}
+        bodies = [r.body for r in succeeded] or [{"model": batch.model or "emulator", "messages": [prompt]}]
+        for n in range(1, knobs.unknown_lines + 1):
+            extra.append(json.dumps(self._completion_line(f"unknown-{n}", rng.choice(bodies), at)[0]))
+        for n in range(1, knobs.malformed_lines + 1):
+            whole = json.dumps(self._completion_line(f"malformed-{n}", rng.choice(bodies), at)[0])
+            extra.append(whole[: len(whole) // 2])  # a JSON object's first half never parses
+        spoiled = list(output)
+        for text in extra:
+            spoiled.insert(rng.randint(0, len(spoiled)), text)
+        return spoiled
+
+    def _result_file(self, batch: _Batch, kind: str, lines: list[str], at: float) -> str | None:
+        if not lines:
             return None
-        content = "".join(json.dumps(r.result) + "\n" for r in requests).encode()
+        content = "".join(text + "\n" for text in lines).encode()
         name = f"{batch.id}_{kind}.jsonl"
         file = _File(_new_id("file-"), name, "batch_output", content, int(at), int(at) + batch.output_ttl)
         self._files[file.id] = file
@@ -507,41 +737,40 @@ class Emulator:
         if missing:
             message = f"Missing required parameter: '{missing}'."
             request.result = _error_line(custom_id, 400, message, "invalid_request_error", missing)
-        elif self._dice("expire", request) < self.expire_rate:
-            message = "This request could not be executed before the completion window expired."
-            request.result = _failure_line(custom_id, "batch_expired", message)
-        elif self._dice("fail", request) < self.fail_rate:
+        elif self._dice("expire", request) < self.knobs.expire_rate:
+            request.result = _failure_line(custom_id, "batch_expired", EXPIRED_MESSAGE)
+        elif self._dice("fail", request) < self.knobs.fail_rate:
             message = "The server had an error while processing your request. Sorry about that!"
             request.result = _error_line(custom_id, 500, message, "server_error")
         else:
-            content, usage = textgen.generate(body)
+            request.result, usage = self._completion_line(custom_id, body, at)
             self._inferences[custom_id] += 1
             batch.usage.update(input=usage["prompt_tokens"], output=usage["completion_tokens"])
-            budget = body.get("max_completion_tokens") or body.get("max_tokens")
-            stopped = "length" if budget and usage["completion_tokens"] >= budget else "stop"
-            message = {"role": "assistant", "content": content, "refusal": None, "annotations": []}
-            completion = {
-                "id": _new_id("chatcmpl-"),
-                "object": "chat.completion",
-                "created": int(at),
-                "model": body["model"],
-                "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": stopped}],
-                "usage": {
-                    **usage,
-                    "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
-                    "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0},
-                },
-                "service_tier": "default",
-                "system_fingerprint": None,
-            }
-            response = {"status_code": 200, "request_id": _new_id("req_"), "body": completion}
-            request.result = {
-                "id": _new_id("batch_req_"),
-                "custom_id": custom_id,
-                "response": response,
-                "error": None,
-            }
             request.succeeded = True
+
+    def _completion_line(self, custom_id: str, body: dict, at: float) -> tuple[dict, dict]:
+        """A success line answering `body` at simulated time `at`, and its usage."""
+        content, usage = textgen.generate(body)
+        budget = body.get("max_completion_tokens") or body.get("max_tokens")
+        stopped = "length" if budget and usage["completion_tokens"] >= budget else "stop"
+        message = {"role": "assistant", "content": content, "refusal": None, "annotations": []}
+        completion = {
+            "id": _new_id("chatcmpl-"),
+            "object": "chat.completion",
+            "created": int(at),
+            "model": body["model"],
+            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": stopped}],
+            "usage": {
+                **usage,
+                "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+                "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0},
+            },
+            "service_tier": "default",
+            "system_fingerprint": None,
+        }
+        response = {"status_code": 200, "request_id": _new_id("req_"), "body": completion}
+        line = {"id": _new_id("batch_req_"), "custom_id": custom_id, "response": response, "error": None}
+        return line, usage
 
 
 def parse_multipart(content_type: str, body: bytes) -> dict[str, tuple[str | None, bytes]]:
@@ -569,6 +798,7 @@ ROUTES = [
     ("GET", r"/v1/batches/([^/]+)", "batch"),
     ("POST", r"/v1/batches/([^/]+)/cancel", "cancel"),
     ("GET", r"/_emulator/stats", "stats"),
+    ("GET", r"/_emulator/config", "show_config"),
     ("POST", r"/_emulator/config", "config"),
 ]
 
@@ -591,44 +821,66 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self, method: str) -> None:
         url = urlsplit(self.path)
+        emulator: Emulator = self.server.emulator  # type: ignore[attr-defined]
         try:
             length = int(self.headers.get("Content-Length") or 0)
             if length > MAX_UPLOAD_BYTES:
                 self.close_connection = True
                 raise ApiError(413, f"Request body is larger than {MAX_UPLOAD_BYTES} bytes.")
             self.body = self.rfile.read(length)
-            if url.path.startswith("/v1/") and not self.headers.get("Authorization", "").startswith(
-                "Bearer "
-            ):
-                raise ApiError(401, "You didn't provide an API key (Authorization: Bearer <key>).")
+            if url.path.startswith("/v1/"):
+                if not self.headers.get("Authorization", "").startswith("Bearer "):
+                    raise ApiError(401, "You didn't provide an API key (Authorization: Bearer <key>).")
+                # The control endpoints (/_emulator/) are never refused: they turn faults off.
+                emulator.admit(method, url.path)
             for route_method, pattern, action in ROUTES:
                 match = re.fullmatch(pattern, url.path)
                 if match and route_method == method:
                     self.query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-                    result = getattr(self, f"_{action}")(self.server.emulator, *match.groups())  # type: ignore[attr-defined]
+                    result = getattr(self, f"_{action}")(emulator, *match.groups())
                     break
             else:
                 raise ApiError(404, f"Invalid URL ({method} {url.path})")
+        except LoseAnswer:
+            self._hang_up()
         except ApiError as error:
-            self._send(error.status, json.dumps(error.body).encode())
+            self._send(error.status, json.dumps(error.body).encode(), headers=error.headers)
         except Exception:
             log.exception("emulator failed on %s %s", method, self.path)
             self._send(500, json.dumps(ApiError(500, "Emulator error.", type="server_error").body).encode())
         else:
-            if isinstance(result, bytes):
-                self._send(200, result, content_type="application/octet-stream")
+            if isinstance(result, Download):
+                self._send(200, result.content, content_type="application/octet-stream", cut_at=result.cut_at)
             else:
                 self._send(200, json.dumps(result).encode())
 
-    def _send(self, status: int, payload: bytes, content_type: str = "application/json") -> None:
+    def _send(
+        self,
+        status: int,
+        payload: bytes,
+        content_type: str = "application/json",
+        headers: dict[str, str] | None = None,
+        cut_at: int | None = None,
+    ) -> None:
+        """Answer; with `cut_at`, announce all of `payload` but hang up after that many bytes."""
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(payload)))
         self.send_header("x-request-id", _new_id("req_"))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
-        view = memoryview(payload)
+        view = memoryview(payload)[:cut_at]
         for start in range(0, len(view), 64 * 1024):  # streamed in slices, not one huge write
             self.wfile.write(view[start : start + 64 * 1024])
+        if cut_at is not None:
+            self._hang_up()
+
+    def _hang_up(self) -> None:
+        """Drop the connection without (the rest of) an answer: the client sees a transport error."""
+        self.close_connection = True
+        with contextlib.suppress(OSError):  # the client may have left first
+            self.connection.shutdown(socket.SHUT_RDWR)
 
     def _json_body(self) -> Any:
         try:
@@ -655,8 +907,8 @@ class _Handler(BaseHTTPRequestHandler):
     def _file(self, emulator: Emulator, file_id: str) -> dict:
         return emulator.get_file(file_id)
 
-    def _content(self, emulator: Emulator, file_id: str) -> bytes:
-        return emulator.file_content(file_id)
+    def _content(self, emulator: Emulator, file_id: str) -> Download:
+        return emulator.download(file_id)
 
     def _create_batch(self, emulator: Emulator) -> dict:
         return emulator.create_batch(self._json_body())
@@ -676,8 +928,11 @@ class _Handler(BaseHTTPRequestHandler):
     def _stats(self, emulator: Emulator) -> dict:
         return emulator.stats()
 
+    def _show_config(self, emulator: Emulator) -> dict:
+        return emulator.config()
+
     def _config(self, emulator: Emulator) -> dict:
         knobs = self._json_body()
-        if not isinstance(knobs, dict) or set(knobs) - {"fail_rate", "expire_rate", "per_request_ms"}:
-            raise ApiError(400, "Expected a JSON object of fail_rate, expire_rate and per_request_ms.")
+        if not isinstance(knobs, dict):
+            raise ApiError(400, f"Expected a JSON object of knobs: {', '.join(KNOB_NAMES)}.")
         return emulator.configure(**knobs)

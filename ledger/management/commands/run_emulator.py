@@ -1,3 +1,4 @@
+import argparse
 import logging
 from typing import Any
 
@@ -6,29 +7,114 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from ledger.providers.emulator import ApiError, Emulator
 
 
+def call_numbers(text: str) -> list[int]:
+    """`--lose-create 1,3` → [1, 3]."""
+    try:
+        numbers = [int(part) for part in text.split(",")]
+    except ValueError:
+        numbers = []
+    if not numbers or min(numbers) < 1:
+        raise argparse.ArgumentTypeError(f"expected numbers of at least 1 separated by commas, not {text!r}")
+    return numbers
+
+
+def emulator_kwargs(options: dict[str, Any]) -> dict[str, Any]:
+    """The `Emulator` keyword arguments the command's options ask for (see `Knobs`)."""
+    return {
+        "host": options["host"],
+        "port": options["port"],
+        "seed": options["seed"],
+        "per_request_ms": options["per_request_ms"],
+        "fail_rate": options["fail_rate"],
+        "expire_rate": options["expire_rate"],
+        "expire_after_ms": options["expire_after_ms"],
+        "lose_create_responses": options["lose_create"],
+        "rate_limit_calls": options["rate_limit"],
+        "rate_limit_path": options["rate_limit_path"],
+        "retry_after": options["retry_after"],
+        "server_errors": options["server_errors"],
+        "server_error_path": options["server_error_path"],
+        "duplicate_lines": options["duplicate_rate"],
+        "unknown_lines": options["unknown_lines"],
+        "malformed_lines": options["malformed_lines"],
+        "count_mismatch": options["count_mismatch"],
+        "cut_downloads": options["cut_downloads"],
+    }
+
+
 class Command(BaseCommand):
-    help = "Serve the OpenAI Files + Batch API emulator (provider `emulator`) until Ctrl-C."
+    help = (
+        "Serve the OpenAI Files + Batch API emulator (provider `emulator`) until Ctrl-C. "
+        "Fault knobs can also be changed while it runs: POST /_emulator/config."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8001, help="0 picks a free port")
         parser.add_argument("--per-request-ms", type=float, default=100, help="processing time per request")
-        parser.add_argument("--fail-rate", type=float, default=0.0, help="share of requests answered 500")
-        parser.add_argument("--expire-rate", type=float, default=0.0, help="share of requests that expire")
-        parser.add_argument("--seed", type=int, default=0, help="picks which requests fail or expire")
+        parser.add_argument("--seed", type=int, default=0, help="picks which requests and lines go wrong")
+
+        results = parser.add_argument_group("failed and expired requests")
+        results.add_argument("--fail-rate", type=float, default=0.0, help="share of requests answered 500")
+        results.add_argument("--expire-rate", type=float, default=0.0, help="share of requests that expire")
+        results.add_argument(
+            "--expire-after-ms",
+            type=float,
+            default=None,
+            metavar="N",
+            help="a batch in progress this long expires; requests not yet run become batch_expired",
+        )
+
+        calls = parser.add_argument_group("refused and lost calls (counted from start)")
+        calls.add_argument(
+            "--lose-create",
+            type=call_numbers,
+            default=[],
+            metavar="N[,N...]",
+            help="the N-th batch created (refused calls do not count) gets no answer: the connection drops",
+        )
+        calls.add_argument(
+            "--rate-limit", type=int, default=0, metavar="K", help="answer the first K API calls 429"
+        )
+        calls.add_argument(
+            "--rate-limit-path", metavar="PREFIX", help="only calls under this path, e.g. /v1/batches"
+        )
+        calls.add_argument(
+            "--retry-after", type=float, default=1, metavar="S", help="retry-after of a 429, seconds"
+        )
+        calls.add_argument(
+            "--server-errors", type=int, default=0, metavar="K", help="answer the first K API calls 500"
+        )
+        calls.add_argument(
+            "--server-error-path",
+            metavar="PREFIX",
+            help="only calls under this path, e.g. 'POST /v1/batches'",
+        )
+        calls.add_argument(
+            "--cut-downloads", type=int, default=0, metavar="K", help="cut the first K downloads of each file"
+        )
+
+        files = parser.add_argument_group("output file anomalies")
+        files.add_argument(
+            "--duplicate-rate", type=float, default=0.0, metavar="F", help="share of lines written twice"
+        )
+        files.add_argument(
+            "--unknown-lines", type=int, default=0, metavar="N", help="lines for custom_ids never sent"
+        )
+        files.add_argument(
+            "--malformed-lines", type=int, default=0, metavar="N", help="lines that are not JSON"
+        )
+        files.add_argument(
+            "--count-mismatch",
+            action="store_true",
+            help="report one more completed request than the files hold",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["verbosity"] >= 2:
             logging.getLogger("ledger.providers.emulator").setLevel(logging.INFO)
         try:
-            emulator = Emulator(
-                host=options["host"],
-                port=options["port"],
-                per_request_ms=options["per_request_ms"],
-                fail_rate=options["fail_rate"],
-                expire_rate=options["expire_rate"],
-                seed=options["seed"],
-            )
+            emulator = Emulator(**emulator_kwargs(options))
         except ApiError as error:
             raise CommandError(str(error)) from None
 

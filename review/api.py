@@ -1,0 +1,839 @@
+"""The JSON API (SPEC §6) and the Prometheus metrics.
+
+Every call names its user with `Authorization: Bearer <token>` (`manage.py create_api_token`);
+a session cookie alone authenticates nothing here, so the views need no CSRF protection.
+Who may do what, by role (SPEC §8; admins and superusers may do everything):
+- reading, and `/metrics`: any role;
+- creating jobs, approving and rejecting, revising and withdrawing products: `catalogue_owner`;
+- retrying and cancelling: `operator`; a catalogue owner may also cancel a job they own;
+- `/api/health` needs no token and says nothing about the work itself.
+Errors are `{"error": {"code", "message", "fields"}}`: 400 for bad input (each bad field named
+in `fields`), 401, 403, 404, 405, and 409 when the ledger refuses a change in the current state
+or a job reference is reused for different work.
+"""
+
+import json
+import logging
+import re
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from datetime import timedelta
+from functools import wraps
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.core.paginator import EmptyPage, Paginator
+from django.db import DatabaseError, IntegrityError, connection
+from django.db.models import Count, Min, QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+from django_q.brokers import get_broker
+
+from ledger import pricing
+from ledger.actions import (
+    NotAllowed,
+    approve_version,
+    create_job,
+    reject_version,
+    retry_item,
+    revise_product,
+    withdraw_product,
+)
+from ledger.cancel import cancel_job
+from ledger.catalogue import (
+    MAX_RECORD_BYTES,
+    SKU_PATTERN,
+    _fields,
+    _no_constant,
+    _normalise_keys,
+    _sku,
+    _text_problem,
+    _title,
+    _unique_keys,
+)
+from ledger.destinations import destination_names
+from ledger.health import collector_stalled
+from ledger.models import (
+    ApiToken,
+    AttemptOutcome,
+    CollectorHeartbeat,
+    DestinationAttempt,
+    Event,
+    GeneratedVersion,
+    Item,
+    Job,
+    Product,
+    ProductStatus,
+    PromptVersion,
+    Submission,
+)
+from ledger.providers import provider_names
+from ledger.states import ItemState, JobState, SubmissionState
+
+from .permissions import APPROVERS, OPERATOR, VIEWERS, has_role
+
+log = logging.getLogger(__name__)
+
+JOBS_PER_PAGE = 25
+ITEMS_PER_PAGE = 50
+DEFAULT_MODEL = "gpt-4o-mini"
+DEFAULT_DESTINATION = "catalogue"
+DEFAULT_UNIT_SIZE = Job._meta.get_field("unit_size").default
+MAX_UNIT_SIZE = 50_000
+# The limits of the review screens' forms.
+MAX_CONTENT_LENGTH = 65536
+MAX_NOTE_LENGTH = 2000
+OPERATORS = (OPERATOR,)
+# A token used again within this time is not written again: reading stays free of writes.
+LAST_USED_PRECISION = timedelta(minutes=1)
+
+
+# --- errors --------------------------------------------------------------------------------
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str, fields: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.code, self.message, self.fields = status, code, message, fields or {}
+
+    def response(self) -> JsonResponse:
+        body = {"error": {"code": self.code, "message": self.message, "fields": self.fields}}
+        return JsonResponse(body, status=self.status)
+
+
+def invalid(fields: dict[str, str]) -> ApiError:
+    return ApiError(400, "invalid", "Some fields are not valid: " + ", ".join(fields), fields)
+
+
+def not_found(request: HttpRequest, what: str = "Nothing") -> JsonResponse:
+    return ApiError(404, "not_found", f"{what} found at {request.path}").response()
+
+
+# --- who is calling ------------------------------------------------------------------------
+
+
+def token_user(request: HttpRequest):
+    """The active user whose token the request carries, or None. Cookies are never looked at."""
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token or len(token) > 256:
+        return None
+    found = ApiToken.objects.select_related("user").filter(token_hash=ApiToken.hash(token)).first()
+    if found is None or not found.user.is_active:
+        return None
+    now = timezone.now()
+    if found.last_used_at is None or now - found.last_used_at > LAST_USED_PRECISION:
+        ApiToken.objects.filter(pk=found.pk).update(last_used_at=now)
+    return found.user
+
+
+def endpoint(**roles_by_method: tuple[str, ...]) -> Callable:
+    """An API view: the methods it answers, the roles each needs, and errors as JSON."""
+
+    def decorator(view: Callable) -> Callable:
+        @csrf_exempt
+        @wraps(view)
+        def wrapped(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+            try:
+                roles = roles_by_method.get(request.method or "")
+                if roles is None:
+                    error = ApiError(405, "method_not_allowed", f"{request.method} is not allowed here")
+                    response = error.response()
+                    response["Allow"] = ", ".join(roles_by_method)
+                    return response
+                user = token_user(request)
+                if user is None:
+                    response = ApiError(
+                        401, "unauthenticated", "Send a valid API token: Authorization: Bearer <token>"
+                    ).response()
+                    response["WWW-Authenticate"] = 'Bearer realm="batchdesk"'
+                    return response
+                # Whatever the session said, this request acts as the token's user.
+                request.user = user
+                if not has_role(user, *roles):
+                    raise ApiError(403, "forbidden", "Your role does not allow this")
+                return view(request, *args, **kwargs)
+            except ApiError as error:
+                return error.response()
+            except NotAllowed as refusal:
+                return ApiError(409, "not_allowed", str(refusal)).response()
+            except Http404:
+                return not_found(request)
+
+        return wrapped
+
+    return decorator
+
+
+# --- reading input -------------------------------------------------------------------------
+
+
+def read_json(request: HttpRequest, *, allowed: Iterable[str] | None = None) -> dict[str, Any]:
+    """The body as a JSON object ({} when empty). With `allowed`, any other key is refused: a
+    misspelt optional field must not silently mean "use the default"."""
+    try:
+        raw = request.body
+    except RequestDataTooBig:
+        raise ApiError(400, "too_large", "The request body is too large") from None
+    if not raw.strip():
+        data: object = {}
+    else:
+        try:
+            data = json.loads(raw, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+        except (ValueError, RecursionError) as error:
+            raise ApiError(400, "malformed_json", f"The body is not valid JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "malformed_json", "The body must be a JSON object")
+    if allowed is not None:
+        allowed = set(allowed)
+        unknown = {key: "not a known field" for key in data if key not in allowed}
+        if unknown:
+            raise invalid(unknown)
+    return data
+
+
+def text(
+    data: dict,
+    name: str,
+    problems: dict[str, str],
+    *,
+    max_length: int,
+    required: bool = False,
+    blank: bool = False,
+) -> str | None:
+    """A text field, or None when it is absent or null (a problem if it is `required`)."""
+    value = data.get(name)
+    if value is None:
+        if required:
+            problems[name] = "required"
+        return None
+    if not isinstance(value, str):
+        problems[name] = "must be text"
+    elif not blank and not value.strip():
+        problems[name] = "must not be blank"
+    elif len(value) > max_length:
+        problems[name] = f"at most {max_length} characters"
+    elif problem := _text_problem(value):
+        problems[name] = problem
+    else:
+        return value
+    return None
+
+
+def whole_number(data: dict, name: str, problems: dict[str, str], *, low: int, high: int) -> int | None:
+    value = data.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        problems[name] = f"must be a whole number from {low} to {high}"
+        return None
+    return value
+
+
+def page_of(request: HttpRequest, rows: QuerySet, per_page: int, render: Callable[[list], list]) -> dict:
+    """One page of a list: `{results, count, next, previous}` with absolute links."""
+    number = request.GET.get("page", "1")
+    if not re.fullmatch(r"[1-9][0-9]{0,8}", number):
+        raise invalid({"page": "must be a whole number from 1"})
+    paginator = Paginator(rows, per_page)
+    try:
+        page = paginator.page(int(number))
+    except EmptyPage:
+        raise ApiError(404, "not_found", f"There is no page {number}") from None
+
+    def link(to: int) -> str:
+        query = request.GET.copy()
+        query["page"] = str(to)
+        return request.build_absolute_uri(f"{request.path}?{query.urlencode()}")
+
+    return {
+        "results": render(list(page.object_list)),
+        "count": paginator.count,
+        "next": link(page.next_page_number()) if page.has_next() else None,
+        "previous": link(page.previous_page_number()) if page.has_previous() else None,
+    }
+
+
+# --- how things are shown ------------------------------------------------------------------
+
+
+def submission_json(submission: Submission) -> dict:
+    return {
+        "id": submission.pk,
+        "provider": submission.provider,
+        "model": submission.model,
+        "provider_ref": submission.provider_ref,
+        "state": submission.state,
+        "label": SubmissionState(submission.state).label,
+        "last_observed_at": submission.last_observed_at,
+        "last_observed_status": submission.last_observed_status,
+        "request_counts": submission.request_counts,
+        "anomalies": submission.anomalies,
+        "error": submission.error,
+        "created_at": submission.created_at,
+    }
+
+
+def jobs_json(request: HttpRequest, jobs: list[Job]) -> list[dict]:
+    """Jobs with their counts, submissions and cost, in a fixed number of queries."""
+    ids = [job.pk for job in jobs]
+    counts: dict[int, dict[str, int]] = defaultdict(dict)
+    for job_id, state, n in (
+        Item.objects.filter(job_id__in=ids).order_by().values_list("job_id", "state").annotate(Count("pk"))
+    ):
+        counts[job_id][state] = n
+    submissions: dict[int, list[dict]] = defaultdict(list)
+    for submission in Submission.objects.filter(job_id__in=ids).order_by("id"):
+        submissions[submission.job_id].append(submission_json(submission))
+    costs = pricing.jobs_cost(ids)
+    return [
+        {
+            "id": job.pk,
+            "reference": job.reference,
+            "state": job.state,
+            "label": JobState(job.state).label,
+            "owner": job.owner.get_username(),
+            "task": job.task,
+            "prompt_version": job.prompt_version.version,
+            "provider": job.provider,
+            "model": job.model,
+            "destination": job.destination,
+            "unit_size": job.unit_size,
+            "created_at": job.created_at,
+            "updated_at": job.updated_at,
+            "url": request.build_absolute_uri(reverse("api:job", args=[job.pk])),
+            "items_url": request.build_absolute_uri(reverse("api:job_items", args=[job.pk])),
+            "item_count": sum(counts[job.pk].values()),
+            "counts": {state: counts[job.pk].get(state, 0) for state in ItemState.values},
+            "submissions": submissions[job.pk],
+            "cost": costs[job.pk],
+        }
+        for job in jobs
+    ]
+
+
+def item_json(request: HttpRequest, item: Item) -> dict:
+    return {
+        "id": item.pk,
+        "job": item.job_id,
+        "sku": item.product.sku,
+        "source_revision": item.source_revision.number,
+        "state": item.state,
+        "label": item.label,
+        "reason": item.reason,
+        "custom_id": item.custom_id,
+        "updated_at": item.updated_at,
+        "url": request.build_absolute_uri(reverse("api:item", args=[item.pk])),
+    }
+
+
+def product_json(product: Product) -> dict:
+    revision = product.current_revision
+    published = None
+    if product.published_at is not None:
+        version = product.published_version
+        published = {
+            "content": product.published_content,
+            "generated_version": version.number if version else None,
+            "generated_version_id": product.published_version_id,
+            "revision": product.published_revision,
+            "at": product.published_at,
+        }
+    return {
+        "sku": product.sku,
+        "title": revision.title if revision else "",
+        "status": product.status,
+        "revision": revision.number if revision else None,
+        "fields": revision.fields if revision else {},
+        "published": published,
+    }
+
+
+def products() -> QuerySet[Product]:
+    return Product.objects.select_related("current_revision", "published_version")
+
+
+def items() -> QuerySet[Item]:
+    return Item.objects.select_related("product", "source_revision")
+
+
+# --- jobs ----------------------------------------------------------------------------------
+
+JOB_FIELDS = ("reference", "task", "provider", "model", "prompt_version", "skus", "destination", "unit_size")
+
+
+@endpoint(GET=VIEWERS, POST=APPROVERS)
+def job_list(request: HttpRequest) -> HttpResponse:
+    if request.method == "POST":
+        return start_job(request)
+    rows = Job.objects.select_related("owner", "prompt_version").order_by("-created_at", "-id")
+    return JsonResponse(page_of(request, rows, JOBS_PER_PAGE, lambda page: jobs_json(request, page)))
+
+
+def job_request(data: dict) -> dict:
+    """The body of `POST /api/jobs`, checked for shape, with the defaults filled in."""
+    problems: dict[str, str] = {}
+    wanted = {
+        "reference": text(data, "reference", problems, required=True, max_length=200),
+        "task": text(data, "task", problems, required=True, max_length=64),
+        "provider": text(data, "provider", problems, required=True, max_length=32),
+        "model": text(data, "model", problems, max_length=128) or DEFAULT_MODEL,
+        "prompt_version": whole_number(data, "prompt_version", problems, low=1, high=2**31 - 1),
+        "destination": text(data, "destination", problems, max_length=64) or DEFAULT_DESTINATION,
+        "unit_size": whole_number(data, "unit_size", problems, low=1, high=MAX_UNIT_SIZE)
+        or DEFAULT_UNIT_SIZE,
+        "skus": None,
+    }
+    skus = data.get("skus")
+    if skus is not None:
+        if not isinstance(skus, list) or not all(isinstance(sku, str) for sku in skus):
+            problems["skus"] = "must be a list of SKUs"
+        elif not skus:
+            problems["skus"] = "name at least one SKU, or leave skus out for every active product"
+        elif bad := [sku for sku in skus if not SKU_PATTERN.fullmatch(sku)]:
+            problems["skus"] = "not valid SKUs: " + ", ".join(json.dumps(sku) for sku in bad[:10])
+        else:
+            wanted["skus"] = sorted(set(skus))
+    if problems:
+        raise invalid(problems)
+    return wanted
+
+
+def same_work(job: Job, wanted: dict, owner) -> str | None:
+    """Why an existing job is not the one asked for, or None when it is.
+
+    Nothing about the request is stored, so it is compared with the job itself. A request that
+    leaves out `skus` (every active product) or `prompt_version` (the latest) is compared on the
+    other fields only: the catalogue and the prompts may have changed since the job was made."""
+    if job.owner_id != owner.pk:
+        return f"The reference {job.reference!r} is already used by another person's job"
+    differences = [
+        name
+        for name, value in (
+            ("task", job.task),
+            ("provider", job.provider),
+            ("model", job.model),
+            ("destination", job.destination),
+            ("unit_size", job.unit_size),
+        )
+        if wanted[name] != value
+    ]
+    if wanted["prompt_version"] is not None and wanted["prompt_version"] != job.prompt_version.version:
+        differences.append("prompt_version")
+    if wanted["skus"] is not None:
+        skus = set(job.items.values_list("product__sku", flat=True).distinct())
+        if skus != set(wanted["skus"]):
+            differences.append("skus")
+    if differences:
+        return f"The reference {job.reference!r} is already used by a job with a different {', '.join(differences)}"
+    return None
+
+
+def replay(request: HttpRequest, reference: str, wanted: dict) -> HttpResponse | None:
+    """Answer a repeated `POST /api/jobs`: 200 with the same job, or 409 for different work."""
+    job = Job.objects.select_related("prompt_version").filter(reference=reference).first()
+    if job is None:
+        return None
+    if clash := same_work(job, wanted, request.user):
+        return ApiError(409, "reference_in_use", clash, {"reference": clash}).response()
+    return JsonResponse(job_created_json(request, job), status=200)
+
+
+def job_created_json(request: HttpRequest, job: Job) -> dict:
+    return {
+        "id": job.pk,
+        "reference": job.reference,
+        "state": job.state,
+        "url": request.build_absolute_uri(reverse("api:job", args=[job.pk])),
+    }
+
+
+def check_references(wanted: dict) -> None:
+    """400 for names that point at nothing; `create_job` checks them again, in its transaction."""
+    problems = {}
+    if wanted["provider"] not in provider_names():
+        problems["provider"] = "unknown provider; known: " + ", ".join(provider_names())
+    if wanted["destination"] not in destination_names():
+        problems["destination"] = "unknown destination; known: " + ", ".join(destination_names())
+    prompts = PromptVersion.objects.filter(task=wanted["task"])
+    if not prompts.exists():
+        problems["task"] = "no prompt versions for this task"
+    elif (
+        wanted["prompt_version"] is not None and not prompts.filter(version=wanted["prompt_version"]).exists()
+    ):
+        problems["prompt_version"] = "no such version of this task's prompt"
+    if wanted["skus"] is not None:
+        known = set(Product.objects.filter(sku__in=wanted["skus"]).values_list("sku", flat=True))
+        if unknown := [sku for sku in wanted["skus"] if sku not in known]:
+            problems["skus"] = "unknown SKUs: " + ", ".join(unknown[:20])
+    if problems:
+        raise invalid(problems)
+
+
+def start_job(request: HttpRequest) -> HttpResponse:
+    wanted = job_request(read_json(request, allowed=JOB_FIELDS))
+    if repeated := replay(request, wanted["reference"], wanted):
+        return repeated
+    check_references(wanted)
+    try:
+        job = create_job(owner=request.user, **wanted)
+    except (IntegrityError, NotAllowed):
+        # Another request with this reference won the race: answer as its repeat.
+        if repeated := replay(request, wanted["reference"], wanted):
+            return repeated
+        raise
+    return JsonResponse(job_created_json(request, job), status=202)
+
+
+@endpoint(GET=VIEWERS)
+def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
+    found = Job.objects.select_related("owner", "prompt_version").filter(pk=job_id).first()
+    if found is None:
+        return not_found(request, "No job")
+    return JsonResponse(jobs_json(request, [found])[0])
+
+
+@endpoint(POST=(OPERATOR, *APPROVERS))
+def cancel(request: HttpRequest, job_id: int) -> HttpResponse:
+    read_json(request, allowed=())
+    found = Job.objects.filter(pk=job_id).first()
+    if found is None:
+        return not_found(request, "No job")
+    if not has_role(request.user, *OPERATORS) and found.owner_id != request.user.pk:
+        raise ApiError(403, "forbidden", "Only operators, or the person who started the job, may cancel it")
+    outcome = cancel_job(job_id=found.pk, actor=request.user)
+    found.refresh_from_db()
+    return JsonResponse({**jobs_json(request, [found])[0], "items_cancelled": outcome["items_cancelled"]})
+
+
+@endpoint(GET=VIEWERS)
+def job_items(request: HttpRequest, job_id: int) -> HttpResponse:
+    if not Job.objects.filter(pk=job_id).exists():
+        return not_found(request, "No job")
+    rows = items().filter(job_id=job_id).order_by("id")
+    if state := request.GET.get("state"):
+        if state not in ItemState.values:
+            raise invalid({"state": "not a state; one of " + ", ".join(ItemState.values)})
+        rows = rows.filter(state=state)
+    if sku := request.GET.get("sku"):
+        if not SKU_PATTERN.fullmatch(sku):
+            raise invalid({"sku": "not a valid SKU"})
+        rows = rows.filter(product__sku=sku)
+    return JsonResponse(
+        page_of(request, rows, ITEMS_PER_PAGE, lambda page: [item_json(request, i) for i in page])
+    )
+
+
+# --- items ---------------------------------------------------------------------------------
+
+
+def version_json(version: GeneratedVersion, price: pricing.Price) -> dict:
+    return {
+        "id": version.pk,
+        "number": version.number,
+        "content": version.content,
+        "content_hash": version.content_hash,
+        "validation": {"valid": version.valid, "reasons": version.validation_reasons},
+        "usage": {"input_tokens": version.input_tokens, "output_tokens": version.output_tokens},
+        "cost": price.cost(version.input_tokens, version.output_tokens).quantize(pricing.PLACES),
+        "created_at": version.created_at,
+    }
+
+
+def item_detail_json(request: HttpRequest, item: Item) -> dict:
+    price = pricing.price_for(item.job.provider, item.job.model)
+    return {
+        **item_json(request, item),
+        "current_revision": item.product.current_revision.number if item.product.current_revision else None,
+        "approved_version": item.approved_version_id,
+        "versions": [version_json(v, price) for v in item.versions.order_by("number")],
+        "approvals": [
+            {
+                "id": approval.pk,
+                "version": approval.version_id,
+                "version_hash": approval.version_hash,
+                "approved_by": approval.approved_by.get_username(),
+                "approved_at": approval.approved_at,
+                "final_content": approval.final_content,
+                "edited": approval.edited,
+                "note": approval.note,
+            }
+            for approval in item.approvals.select_related("approved_by").order_by("approved_at", "id")
+        ],
+        "destination_attempts": [
+            {
+                "id": attempt.pk,
+                "version": attempt.version_id,
+                "destination": attempt.destination,
+                "operation_key": attempt.operation_key,
+                "outcome": attempt.outcome,
+                "response": attempt.response,
+                "started_at": attempt.started_at,
+                "finished_at": attempt.finished_at,
+            }
+            for attempt in item.destination_attempts.order_by("started_at", "id")
+        ],
+        "events": [
+            {
+                "at": event.at,
+                "from": event.from_state,
+                "to": event.to_state,
+                "actor": event.actor_name,
+                "reason": event.reason,
+                "data": event.data,
+            }
+            for event in item.events.order_by("id")
+        ],
+    }
+
+
+def item_or_404(item_id: int) -> Item:
+    found = items().select_related("job", "product__current_revision").filter(pk=item_id).first()
+    if found is None:
+        raise ApiError(404, "not_found", f"No item {item_id}")
+    return found
+
+
+def version_or_404(item_id: int, version_id: int) -> GeneratedVersion:
+    item_or_404(item_id)
+    version = GeneratedVersion.objects.filter(pk=version_id, item_id=item_id).first()
+    if version is None:
+        raise ApiError(404, "not_found", f"Item {item_id} has no version {version_id}")
+    return version
+
+
+@endpoint(GET=VIEWERS)
+def item_detail(request: HttpRequest, item_id: int) -> HttpResponse:
+    return JsonResponse(item_detail_json(request, item_or_404(item_id)))
+
+
+@endpoint(POST=APPROVERS)
+def approve(request: HttpRequest, item_id: int, version_id: int) -> HttpResponse:
+    data = read_json(request, allowed=("content", "note"))
+    problems: dict[str, str] = {}
+    content = text(data, "content", problems, max_length=MAX_CONTENT_LENGTH, blank=True)
+    note = text(data, "note", problems, max_length=MAX_NOTE_LENGTH, blank=True) or ""
+    if problems:
+        raise invalid(problems)
+    version = version_or_404(item_id, version_id)
+    # There is no screen here that showed a hash: the caller approves the version as it is stored.
+    approval = approve_version(
+        item_id=item_id,
+        version_id=version.pk,
+        version_hash=version.content_hash,
+        approver=request.user,
+        content=content,
+        note=note,
+    )
+    body = item_json(request, item_or_404(item_id))
+    body["approval"] = {"id": approval.pk, "version": version.pk, "edited": approval.edited}
+    return JsonResponse(body)
+
+
+@endpoint(POST=APPROVERS)
+def reject(request: HttpRequest, item_id: int, version_id: int) -> HttpResponse:
+    data = read_json(request, allowed=("reason",))
+    problems: dict[str, str] = {}
+    reason = text(data, "reason", problems, required=True, max_length=MAX_NOTE_LENGTH)
+    if problems:
+        raise invalid(problems)
+    version = version_or_404(item_id, version_id)
+    reject_version(item_id=item_id, version_id=version.pk, reviewer=request.user, reason=reason)
+    return JsonResponse(item_json(request, item_or_404(item_id)))
+
+
+RETRY_UNITS = ("inference", "destination")
+
+
+@endpoint(POST=OPERATORS)
+def retry(request: HttpRequest, item_id: int) -> HttpResponse:
+    data = read_json(request, allowed=("unit",))
+    if data.get("unit") not in RETRY_UNITS:
+        raise invalid({"unit": "required: inference or destination"})
+    found = item_or_404(item_id)
+    if found.job.state == JobState.CANCELLED:
+        raise NotAllowed("The job was cancelled; nothing of it is sent any more")
+    retry_item(item_id, unit=data["unit"], actor=request.user)
+    return JsonResponse(item_json(request, item_or_404(item_id)))
+
+
+# --- products ------------------------------------------------------------------------------
+
+
+@endpoint(GET=VIEWERS, PUT=APPROVERS)
+def product_detail(request: HttpRequest, sku: str) -> HttpResponse:
+    if request.method == "PUT":
+        return put_product(request, sku)
+    found = products().filter(sku=sku).first() if SKU_PATTERN.fullmatch(sku) else None
+    if found is None:
+        return not_found(request, "No product")
+    return JsonResponse(product_json(found))
+
+
+def importer_check(check: Callable[[Any, list[str]], Any], value: Any) -> tuple[Any, str]:
+    """One of the catalogue importer's checks: what it returns, and its complaints ("" if none)."""
+    complaints: list[str] = []
+    result = check(value, complaints)
+    return result, "; ".join(complaints)
+
+
+def product_content(sku: str, data: dict, existing: Product | None) -> tuple[str, dict]:
+    """`{title, ...fields}` checked as the importer checks a catalogue record (SPEC §7). `sku`
+    and `status` are not content: they may be sent, as long as they say what is already so."""
+    problems: dict[str, str] = {}
+    _, problems["sku"] = importer_check(_sku, sku)
+    values, problems["body"] = importer_check(_normalise_keys, data)
+    if values.pop("sku", sku) != sku:
+        problems["sku"] = "differs from the SKU in the address"
+    if values.pop("status", None) not in (None, existing.status if existing else ProductStatus.ACTIVE):
+        problems["status"] = "not content: withdraw a product with POST /api/products/{sku}/withdraw"
+    title, problems["title"] = importer_check(_title, values.pop("title", None))
+    fields = {}
+    for name, value in values.items():
+        checked, problems[name] = importer_check(_fields, {name: value})
+        fields.update(checked)
+    problems = {name: problem for name, problem in problems.items() if problem}
+    if problems:
+        raise invalid(problems)
+    return title, fields
+
+
+def put_product(request: HttpRequest, sku: str) -> HttpResponse:
+    data = read_json(request)
+    if len(request.body) > MAX_RECORD_BYTES:
+        raise ApiError(400, "too_large", f"A product record is at most {MAX_RECORD_BYTES} bytes")
+    existing = Product.objects.filter(sku=sku).first() if SKU_PATTERN.fullmatch(sku) else None
+    title, fields = product_content(sku, data, existing)
+    change = revise_product(sku=sku, title=title, fields=fields, actor=request.user)
+    return JsonResponse(product_json(products().get(sku=sku)), status=201 if change.created else 200)
+
+
+@endpoint(POST=APPROVERS)
+def withdraw(request: HttpRequest, sku: str) -> HttpResponse:
+    read_json(request, allowed=())
+    if not SKU_PATTERN.fullmatch(sku) or not Product.objects.filter(sku=sku).exists():
+        return not_found(request, "No product")
+    withdraw_product(sku=sku, actor=request.user)
+    return JsonResponse(product_json(products().get(sku=sku)))
+
+
+# --- health and metrics --------------------------------------------------------------------
+
+
+@csrf_exempt
+def health(request: HttpRequest) -> HttpResponse:
+    """Open to anyone: whether the parts are up, and how much work is queued; nothing else.
+    503 when the database or the broker cannot be reached; a stalled collector is reported, not
+    failed, since restarting a web process would not help it."""
+    if request.method != "GET":
+        response = ApiError(405, "method_not_allowed", f"{request.method} is not allowed here").response()
+        response["Allow"] = "GET"
+        return response
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        database = "ok"
+    except DatabaseError:
+        database = "unavailable"
+    broker = {"kind": "redis" if settings.REDIS_URL else "database", "reachable": False}
+    queue_depth = None
+    try:
+        queue = get_broker()
+        broker["reachable"] = bool(queue.ping())
+        queue_depth = queue.queue_size()
+    except Exception:  # an unreachable broker is what this endpoint is there to report
+        log.warning("The task broker cannot be reached", exc_info=True)
+    collector = {"last_poll_at": None, "stalled": None}
+    if database == "ok":
+        collector = {"last_poll_at": last_poll_at(), "stalled": collector_stalled()}
+    body = {"database": database, "broker": broker, "collector": collector, "queue_depth": queue_depth}
+    healthy = database == "ok" and broker["reachable"]
+    return JsonResponse(body, status=200 if healthy else 503)
+
+
+def last_poll_at():
+    return CollectorHeartbeat.objects.filter(name="collector").values_list("last_poll_at", flat=True).first()
+
+
+# Submissions that have not finished: still to be sent, being reconciled, at the provider, or
+# waiting to be collected.
+UNFINISHED_SUBMISSION_STATES = (
+    SubmissionState.INTENT,
+    SubmissionState.UNCERTAIN,
+    SubmissionState.OPEN,
+    SubmissionState.ENDED,
+)
+DESTINATION_FAILURES = (AttemptOutcome.RETRYABLE, AttemptOutcome.REJECTED, AttemptOutcome.REFUSED_BY_GUARD)
+
+
+def metric(lines: list[str], name: str, kind: str, help_text: str, samples: dict[str, object]) -> None:
+    lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+    lines += [f"{name}{labels} {value}" for labels, value in samples.items()]
+
+
+@endpoint(GET=VIEWERS)
+def metrics(request: HttpRequest) -> HttpResponse:
+    """Prometheus text exposition. Scrape it with a bearer token, like the API."""
+    now = timezone.now()
+    items_by_state = Item.objects.counts_by_state()
+    unfinished = Submission.objects.filter(state__in=UNFINISHED_SUBMISSION_STATES).aggregate(
+        n=Count("pk"), oldest=Min("created_at")
+    )
+    oldest_age = (now - unfinished["oldest"]).total_seconds() if unfinished["oldest"] else 0
+    inference_failures = Event.objects.filter(to_state=ItemState.INFERENCE_FAILED).count()
+    destination_failures = DestinationAttempt.objects.filter(outcome__in=DESTINATION_FAILURES).count()
+    polled = last_poll_at()
+    lines: list[str] = []
+    metric(
+        lines,
+        "batchdesk_items",
+        "gauge",
+        "Items in each state.",
+        {f'{{state="{state}"}}': items_by_state.get(state, 0) for state in ItemState.values},
+    )
+    metric(
+        lines,
+        "batchdesk_open_submissions",
+        "gauge",
+        "Submissions not yet collected: intent, uncertain, open or ended.",
+        {"": unfinished["n"]},
+    )
+    metric(
+        lines,
+        "batchdesk_oldest_open_submission_age_seconds",
+        "gauge",
+        "Age of the oldest submission not yet collected; 0 when there is none.",
+        {"": f"{oldest_age:.3f}"},
+    )
+    metric(
+        lines,
+        "batchdesk_failures_total",
+        "counter",
+        "Failed inferences (results with no usable answer) and failed destination attempts.",
+        {'{kind="inference"}': inference_failures, '{kind="destination"}': destination_failures},
+    )
+    metric(lines, "batchdesk_spend_total", "counter", "USD spent on drafts.", {"": pricing.total_spend()})
+    metric(
+        lines,
+        "batchdesk_collector_stalled",
+        "gauge",
+        "1 when work waits on a collector that has not polled within 3 poll intervals.",
+        {"": int(collector_stalled())},
+    )
+    metric(
+        lines,
+        "batchdesk_collector_last_poll_timestamp_seconds",
+        "gauge",
+        "When the collector last polled, in Unix seconds; 0 if it never has.",
+        {"": f"{polled.timestamp():.3f}" if polled else 0},
+    )
+    return HttpResponse("\n".join(lines) + "\n", content_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+@csrf_exempt
+def unknown(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+    """Any other address under /api/: a JSON 404 rather than an HTML page."""
+    return not_found(request)

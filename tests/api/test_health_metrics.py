@@ -1,0 +1,118 @@
+"""`/api/health` (open, says nothing about the work) and `/metrics` (Prometheus text, token needed)."""
+
+import re
+import time
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from ledger.models import CollectorHeartbeat, DestinationAttempt, Event, Submission
+from ledger.states import ItemState, SubmissionState
+from tests.api.conftest import ApiClient, assert_error
+from tests.factories import ItemFactory, JobFactory, add_version
+
+pytestmark = pytest.mark.django_db
+
+SAMPLE = re.compile(r'^(?P<name>[a-z_]+)(?:\{(?P<label>[a-z_]+)="(?P<value>[a-z_]+)"\})? (?P<number>\S+)$')
+
+
+def open_submission(job, *, age: timedelta = timedelta()) -> Submission:
+    submission = Submission.objects.create(
+        job=job,
+        provider="emulator",
+        model="gpt-4o-mini",
+        intent_key=f"bd_{job.pk}",
+        state=SubmissionState.OPEN,
+    )
+    Submission.objects.filter(pk=submission.pk).update(created_at=timezone.now() - age)
+    return submission
+
+
+def test_health_needs_no_token_and_reports_each_part():
+    response = Client().get("/api/health")
+    assert response.status_code == 200
+    body = response.json()
+    assert body == {
+        "database": "ok",
+        "broker": {"kind": "database", "reachable": True},
+        "collector": {"last_poll_at": None, "stalled": False},
+        "queue_depth": 0,
+    }
+
+
+def test_health_reports_a_stalled_collector():
+    open_submission(JobFactory())
+    polled = timezone.now() - timedelta(hours=1)
+    CollectorHeartbeat.objects.create(name="collector", last_poll_at=polled)
+    body = Client().get("/api/health").json()
+    assert body["collector"]["stalled"] is True and body["collector"]["last_poll_at"]
+
+
+def test_health_is_503_when_the_broker_is_unreachable(monkeypatch):
+    def unreachable():
+        raise ConnectionError("no broker")
+
+    monkeypatch.setattr("review.api.get_broker", unreachable)
+    response = Client().get("/api/health")
+    assert response.status_code == 503
+    assert response.json()["broker"]["reachable"] is False and response.json()["queue_depth"] is None
+
+
+def test_health_answers_get_only():
+    assert_error(Client().post("/api/health"), 405)
+
+
+def parse(text: str) -> dict[tuple[str, str | None], float]:
+    samples = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            assert re.match(r"^# (HELP|TYPE) batchdesk_[a-z_]+ ", line), line
+            continue
+        match = SAMPLE.match(line)
+        assert match, line
+        samples[(match["name"], match["value"])] = float(match["number"])
+    return samples
+
+
+def test_metrics_need_a_token():
+    assert_error(ApiClient(None).get("/metrics"), 401)
+
+
+def test_metrics_in_prometheus_text(as_operator):
+    job = JobFactory()
+    ItemFactory(job=job, awaiting_review=True)
+    approved = ItemFactory(job=job, approved=True)
+    version = add_version(approved)
+    ItemFactory(job=job, state=ItemState.INFERENCE_FAILED)
+    Event.objects.create(item=approved, job=job, from_state="submitted", to_state="inference_failed")
+    DestinationAttempt.objects.create(
+        item=approved, version=version, destination="catalogue", operation_key="k", outcome="retryable"
+    )
+    open_submission(job, age=timedelta(minutes=10))
+    CollectorHeartbeat.objects.create(name="collector", last_poll_at=timezone.now())
+
+    response = as_operator.get("/metrics")
+    assert response.status_code == 200
+    assert response["Content-Type"].startswith("text/plain; version=0.0.4")
+    samples = parse(response.content.decode())
+    assert {state for name, state in samples if name == "batchdesk_items"} == set(ItemState.values)
+    assert samples[("batchdesk_items", "awaiting_review")] == 1
+    assert samples[("batchdesk_items", "applied")] == 0
+    assert samples[("batchdesk_open_submissions", None)] == 1
+    assert 590 < samples[("batchdesk_oldest_open_submission_age_seconds", None)] < 700
+    assert samples[("batchdesk_failures_total", "inference")] == 1
+    assert samples[("batchdesk_failures_total", "destination")] == 1
+    # 120 input and 60 output tokens of gpt-4o-mini at half price.
+    assert samples[("batchdesk_spend_total", None)] == pytest.approx((120 * 0.15 + 60 * 0.60) / 1e6 * 0.5)
+    assert samples[("batchdesk_collector_stalled", None)] == 0
+    assert abs(samples[("batchdesk_collector_last_poll_timestamp_seconds", None)] - time.time()) < 60
+
+
+def test_metrics_of_an_empty_ledger(as_operator):
+    samples = parse(as_operator.get("/metrics").content.decode())
+    assert samples[("batchdesk_open_submissions", None)] == 0
+    assert samples[("batchdesk_oldest_open_submission_age_seconds", None)] == 0
+    assert samples[("batchdesk_spend_total", None)] == 0
+    assert samples[("batchdesk_collector_last_poll_timestamp_seconds", None)] == 0

@@ -1,0 +1,109 @@
+"""Real processes for the tests that need them: the emulator and django-q2 worker clusters,
+sharing the test database with the test itself."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from django.db import connection
+
+from ledger import actions
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(condition, *, timeout: float, what: str, every: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class Processes:
+    """Starts manage.py commands in their own process groups; stops every one at the end."""
+
+    def __init__(self, **env: str):
+        db = connection.settings_dict
+        self.env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "batchdesk.test_settings",
+            "DATABASE_URL": f"postgres://{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}",
+            "BATCHDESK_POLL_SECONDS": "1",
+            "BATCHDESK_RETRY_BASE_SECONDS": "1",
+            "BATCHDESK_LEASE_SECONDS": "4",
+            "BATCHDESK_UNCERTAIN_GRACE_SECONDS": "3",
+            "BATCHDESK_WEBHOOK_TIMEOUT": "2",
+            "PYTHONUNBUFFERED": "1",
+            **env,
+        }
+        self.started: list[subprocess.Popen] = []
+
+    def start(self, *args: str, **env: str) -> subprocess.Popen:
+        process = subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), *args],
+            env={**self.env, **env},
+            cwd=ROOT,
+            start_new_session=True,
+        )
+        self.started.append(process)
+        return process
+
+    def emulator(self, *flags: str) -> str:
+        port = free_port()
+        self.start("run_emulator", "--port", str(port), *flags)
+        url = f"http://127.0.0.1:{port}/v1"
+        wait_until(lambda: reachable(url), timeout=30, what="the emulator")
+        self.env["BATCHDESK_EMULATOR_URL"] = url
+        return url
+
+    def kill(self, process: subprocess.Popen) -> None:
+        """SIGKILL the whole process group: the cluster and every worker it forked."""
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+    def stop_all(self) -> None:
+        # SIGKILL, not a polite stop: a cluster would first finish a collector round that may
+        # sleep for most of a minute, and the ledger is built to survive exactly this.
+        for process in self.started:
+            if process.poll() is None:
+                self.kill(process)
+
+
+def reachable(url: str) -> bool:
+    try:
+        httpx.get(f"{url}/batches", headers={"Authorization": "Bearer t"}, timeout=1)
+    except httpx.TransportError:
+        return False
+    return True
+
+
+def emulator_stats(url: str) -> dict:
+    return httpx.get(url.removesuffix("/v1") + "/_emulator/stats", timeout=5).json()
+
+
+def make_catalogue(n: int, prefix: str = "KIT") -> list[str]:
+    materials = ["oak", "beech", "walnut", "bamboo", "ash"]
+    skus = []
+    for i in range(n):
+        sku = f"{prefix}-{i:05d}"
+        actions.record_product(
+            sku=sku,
+            title=f"{materials[i % 5].title()} serving board no. {i}",
+            fields={"material": materials[i % 5], "dimensions": f"{30 + i} x 20 cm", "care": "hand wash"},
+        )
+        skus.append(sku)
+    return skus
