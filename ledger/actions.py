@@ -109,7 +109,9 @@ def change_state(
     return item
 
 
-def move_items(item_ids: Iterable[int], *, from_state: str, to: str, reason: str = "", **fields) -> list[int]:
+def move_items(
+    item_ids: Iterable[int], *, from_state: str, to: str, reason: str = "", actor=None, data=None, **fields
+) -> list[int]:
     """Move many items that are all in `from_state`; those that are not are left alone."""
     if to not in ALLOWED_TRANSITIONS[from_state]:
         raise NotAllowed(f"{from_state} cannot become {to}")
@@ -124,7 +126,16 @@ def move_items(item_ids: Iterable[int], *, from_state: str, to: str, reason: str
         ids = [pk for pk, _ in locked]
         Item.objects.filter(pk__in=ids).update(state=to, reason=reason, updated_at=timezone.now(), **fields)
         Event.objects.bulk_create(
-            Event(item_id=pk, job_id=job_id, from_state=from_state, to_state=to, reason=reason)
+            Event(
+                item_id=pk,
+                job_id=job_id,
+                from_state=from_state,
+                to_state=to,
+                reason=reason,
+                actor=actor,
+                actor_name=actor_name(actor),
+                data=data or {},
+            )
             for pk, job_id in locked
         )
     return ids
@@ -388,6 +399,12 @@ def send_submission(submission_id: int, *, provider=None) -> str:
         return "not claimable"
     Submission.objects.filter(pk=submission_id).update(send_attempts=F("send_attempts") + 1)
     submission = Submission.objects.select_related("job__prompt_version").get(pk=submission_id)
+    if submission.job.state == JobState.CANCELLED:
+        with transaction.atomic():
+            set_submission_state(
+                submission, SubmissionState.FAILED, reason="The job was cancelled before sending"
+            )
+        return "job cancelled"
     provider = provider or get_provider(submission.provider)
     item_ids = list(submission.entries.values_list("item_id", flat=True))
     try:
@@ -859,7 +876,13 @@ def apply_item(item_id: int) -> str:
         except KeyError as exc:
             result = DestinationResult(AttemptOutcome.REJECTED, f"Destination not configured: {exc}")
         else:
-            result = destination.apply(item=item, version=version, approval=approval, operation_key=key)
+            try:
+                result = destination.apply(item=item, version=version, approval=approval, operation_key=key)
+            except Exception as exc:  # a bug or an outage must count towards dead_letter, not loop for ever
+                log.exception("applying item %s through %s failed", item.pk, destination_name)
+                result = DestinationResult(
+                    AttemptOutcome.RETRYABLE, f"Unexpected error: {type(exc).__name__}"
+                )
     outcome = record_attempt(item, attempt, result)
     refresh_job_state(item.job_id)
     return outcome
@@ -913,7 +936,9 @@ def backoff(failures: int, retry_after: float | None = None) -> timedelta:
 
 def retry_item(item_id: int, *, unit: str, actor=None) -> Item:
     """An operator retries the smallest failed unit of one item: its inference or its application."""
-    item = Item.objects.get(pk=item_id)
+    item = Item.objects.select_related("job").get(pk=item_id)
+    if item.job.state == JobState.CANCELLED:
+        raise NotAllowed("The job was cancelled; nothing of it is sent any more")
     if unit == "inference":
         if item.state == ItemState.DEAD_LETTER and item.approved_version_id:
             raise NotAllowed("This item failed while being applied; retry its destination instead")
@@ -942,6 +967,59 @@ def redrive_dead_letter(item_id: int, *, actor=None) -> Item:
     if item.state != ItemState.DEAD_LETTER:
         raise NotAllowed("Only dead letters can be re-driven")
     return retry_item(item_id, unit="destination" if item.approved_version_id else "inference", actor=actor)
+
+
+# --- cancelling ---------------------------------------------------------------------------
+
+# Items whose request has not produced a result yet: prepared, submitted, submission_uncertain.
+CANCELLABLE_ITEM_STATES = sorted(sources_for(ItemState.CANCELLED))
+OVER = (JobState.COMPLETED, JobState.CANCELLED)
+
+
+def cancel_job(*, job_id: int, actor=None) -> dict:
+    """Cancel what has not been used yet: every item still waiting for the model is cancelled, and
+    the job is marked cancelled so nothing more of it is sent. Drafts that already came back are
+    kept for review and may still be decided on. Raises NotAllowed when the job is already over."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job_id)
+        if job.state in OVER:
+            raise NotAllowed(f"The job is {job.state}; there is nothing left to cancel")
+        # Locked first, so none of them moves on between being read and being cancelled.
+        waiting = list(
+            job.items.select_for_update()
+            .filter(state__in=CANCELLABLE_ITEM_STATES)
+            .order_by("id")
+            .values_list("pk", "state")
+        )
+        reason = f"Job cancelled by {actor_name(actor)}"
+        cancelled: list[int] = []
+        for state in CANCELLABLE_ITEM_STATES:
+            ids = [pk for pk, item_state in waiting if item_state == state]
+            if ids:
+                cancelled += move_items(
+                    ids,
+                    from_state=state,
+                    to=ItemState.CANCELLED,
+                    reason=reason,
+                    actor=actor,
+                    next_attempt_at=None,
+                )
+        Job.objects.filter(pk=job.pk).update(state=JobState.CANCELLED, updated_at=timezone.now())
+        Event.objects.create(
+            job=job,
+            from_state=job.state,
+            to_state=JobState.CANCELLED,
+            actor=actor,
+            actor_name=actor_name(actor),
+            reason=reason,
+            data={"items_cancelled": len(cancelled)},
+        )
+    return {
+        "job": job.pk,
+        "from_state": job.state,
+        "state": JobState.CANCELLED.value,
+        "items_cancelled": len(cancelled),
+    }
 
 
 # --- products ------------------------------------------------------------------------------

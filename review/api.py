@@ -36,13 +36,13 @@ from ledger import pricing
 from ledger.actions import (
     NotAllowed,
     approve_version,
+    cancel_job,
     create_job,
     reject_version,
     retry_item,
     revise_product,
     withdraw_product,
 )
-from ledger.cancel import cancel_job
 from ledger.catalogue import (
     MAX_RECORD_BYTES,
     SKU_PATTERN,
