@@ -538,12 +538,18 @@ def reconcile_uncertain(submission_id: int, *, provider=None) -> str:
 def poll_submission(submission_id: int, *, provider=None) -> str:
     """Ask the provider how an open submission is doing; collect it when it has ended."""
     from .providers import get_provider
+    from .providers.base import ProviderError
 
     submission = Submission.objects.get(pk=submission_id)
     if submission.state != SubmissionState.OPEN:
         return submission.state
     provider = provider or get_provider(submission.provider)
-    status = provider.status(submission.provider_ref)
+    try:
+        status = provider.status(submission.provider_ref)
+    except ProviderError as exc:
+        # Not an observation: last_observed_* keep what the provider last actually said.
+        Submission.objects.filter(pk=submission.pk).update(error=str(exc)[:2000])
+        return "provider error"
     fields = {
         "last_observed_at": timezone.now(),
         "last_observed_status": status.provider_status,

@@ -166,3 +166,24 @@ def test_two_clusters_on_redis_submit_and_apply_each_thing_once(processes):
     )
     assert DestinationAttempt.objects.filter(item__job=job).count() == n_products
     assert Product.objects.exclude(published_version=None).count() == n_products
+
+
+def test_lost_create_answers_are_adopted_by_a_real_worker_never_sent_twice(processes):
+    n_products = 20
+    emulator_url = processes.emulator("--per-request-ms", "10", "--lose-create", "1,3")
+    _, job = start_job(n_products, unit_size=5)
+    processes.start("qcluster")
+
+    wait_until(
+        lambda: Item.objects.filter(job=job, state=ItemState.AWAITING_REVIEW).count() == n_products,
+        timeout=120,
+        what="every item to await review",
+    )
+    stats = emulator_stats(emulator_url)
+    assert stats["creates"] == 4
+    assert sorted(stats["batches_by_intent"].values()) == [1, 1, 1, 1]
+    assert max(stats["inferences"].values()) == 1
+    adopted = Submission.objects.filter(job=job, events__to_state=SubmissionState.UNCERTAIN)
+    assert adopted.count() == 2
+    for item in Item.objects.filter(job=job):
+        assert item.versions.count() == 1
