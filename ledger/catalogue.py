@@ -232,7 +232,9 @@ def _read_jsonl(lines: Iterable[_Line], collector: "_Collector") -> None:
         if not line.text.strip():
             continue
         try:
-            data = json.loads(line.text, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+            data = json.loads(
+                line.text, object_pairs_hook=unique_json_keys, parse_constant=refuse_json_constant
+            )
         except _Invalid as error:
             collector.reject(line.number, str(error))
             continue
@@ -248,7 +250,7 @@ def _read_jsonl(lines: Iterable[_Line], collector: "_Collector") -> None:
         collector.add(line.number, data)
 
 
-def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+def unique_json_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
     data: dict[str, object] = {}
     for key, value in pairs:
         if key in data:
@@ -257,7 +259,7 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
     return data
 
 
-def _no_constant(name: str) -> NoReturn:
+def refuse_json_constant(name: str) -> NoReturn:
     raise _Invalid(f"not valid JSON ({name} is not a number)")
 
 
@@ -347,23 +349,23 @@ class _Collector:
 
     def add(self, line: int, data: dict[str, object]) -> None:
         problems: list[str] = []
-        values = _normalise_keys(data, problems)
-        sku = _sku(values.pop("sku", None), problems)
+        values = normalise_keys(data, problems)
+        sku = check_sku(values.pop("sku", None), problems)
         if sku is not None:
             if sku in self.first_seen:
                 problems.append(f'sku "{sku}" appears again (first on line {self.first_seen[sku]})')
             else:
                 self.first_seen[sku] = line
-        title = _title(values.pop("title", None), problems)
+        title = check_title(values.pop("title", None), problems)
         status = _status(values.pop("status", None), problems)
-        fields = _fields(values, problems)
+        fields = check_fields(values, problems)
         if problems or sku is None or title is None:
             self.reject(line, "; ".join(problems))
         else:
             self.result.records.append(Record(line, sku, title, status, fields))
 
 
-def _normalise_keys(data: dict[str, object], problems: list[str]) -> dict[str, object]:
+def normalise_keys(data: dict[str, object], problems: list[str]) -> dict[str, object]:
     values: dict[str, object] = {}
     for key, value in data.items():
         name = key.strip()
@@ -371,14 +373,14 @@ def _normalise_keys(data: dict[str, object], problems: list[str]) -> dict[str, o
             problems.append("a field has no name")
         elif name in values:
             problems.append(f'the field "{name}" appears twice')
-        elif (problem := _text_problem(name)) is not None:
+        elif (problem := text_problem(name)) is not None:
             problems.append(f"a field name {problem}")
         else:
             values[name] = value
     return values
 
 
-def _text_problem(value: str) -> str | None:
+def text_problem(value: str) -> str | None:
     # PostgreSQL cannot store NUL, and a lone surrogate (JSON "\ud800") cannot be encoded at all.
     if "\x00" in value:
         return "contains a NUL character"
@@ -393,7 +395,7 @@ def _shown(value: str) -> str:
     return json.dumps(value if len(value) <= 70 else value[:70] + "…", ensure_ascii=False)
 
 
-def _sku(value: object, problems: list[str]) -> str | None:
+def check_sku(value: object, problems: list[str]) -> str | None:
     if value is not None and not isinstance(value, str):
         problems.append("sku must be text")
         return None
@@ -407,7 +409,7 @@ def _sku(value: object, problems: list[str]) -> str | None:
     return sku
 
 
-def _title(value: object, problems: list[str]) -> str | None:
+def check_title(value: object, problems: list[str]) -> str | None:
     if value is None:
         problems.append("title is missing")
         return None
@@ -421,7 +423,7 @@ def _title(value: object, problems: list[str]) -> str | None:
     if len(title) > MAX_TITLE_LENGTH:
         problems.append(f"title is {len(title)} characters long; at most {MAX_TITLE_LENGTH}")
         return None
-    if (problem := _text_problem(title)) is not None:
+    if (problem := text_problem(title)) is not None:
         problems.append(f"title {problem}")
         return None
     return title
@@ -442,7 +444,7 @@ def _status(value: object, problems: list[str]) -> str | None:
     return status
 
 
-def _fields(values: dict[str, object], problems: list[str]) -> dict[str, FieldValue]:
+def check_fields(values: dict[str, object], problems: list[str]) -> dict[str, FieldValue]:
     """Every other key is a product field. Blank values (empty cells, null) are left out."""
     fields: dict[str, FieldValue] = {}
     for name, value in values.items():
@@ -450,7 +452,7 @@ def _fields(values: dict[str, object], problems: list[str]) -> dict[str, FieldVa
             continue
         if isinstance(value, str):
             text = value.strip()
-            if (problem := _text_problem(text)) is not None:
+            if (problem := text_problem(text)) is not None:
                 problems.append(f'field "{name}" {problem}')
             elif text:
                 fields[name] = text

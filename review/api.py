@@ -46,13 +46,13 @@ from ledger.actions import (
 from ledger.catalogue import (
     MAX_RECORD_BYTES,
     SKU_PATTERN,
-    _fields,
-    _no_constant,
-    _normalise_keys,
-    _sku,
-    _text_problem,
-    _title,
-    _unique_keys,
+    check_fields,
+    check_sku,
+    check_title,
+    normalise_keys,
+    refuse_json_constant,
+    text_problem,
+    unique_json_keys,
 )
 from ledger.destinations import destination_names
 from ledger.health import collector_stalled
@@ -182,7 +182,7 @@ def read_json(request: HttpRequest, *, allowed: Iterable[str] | None = None) -> 
         data: object = {}
     else:
         try:
-            data = json.loads(raw, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+            data = json.loads(raw, object_pairs_hook=unique_json_keys, parse_constant=refuse_json_constant)
         except (ValueError, RecursionError) as error:
             raise ApiError(400, "malformed_json", f"The body is not valid JSON: {error}") from None
     if not isinstance(data, dict):
@@ -216,7 +216,7 @@ def text(
         problems[name] = "must not be blank"
     elif len(value) > max_length:
         problems[name] = f"at most {max_length} characters"
-    elif problem := _text_problem(value):
+    elif problem := text_problem(value):
         problems[name] = problem
     else:
         return value
@@ -684,16 +684,16 @@ def product_content(sku: str, data: dict, existing: Product | None) -> tuple[str
     """`{title, ...fields}` checked as the importer checks a catalogue record (SPEC §7). `sku`
     and `status` are not content: they may be sent, as long as they say what is already so."""
     problems: dict[str, str] = {}
-    _, problems["sku"] = importer_check(_sku, sku)
-    values, problems["body"] = importer_check(_normalise_keys, data)
+    _, problems["sku"] = importer_check(check_sku, sku)
+    values, problems["body"] = importer_check(normalise_keys, data)
     if values.pop("sku", sku) != sku:
         problems["sku"] = "differs from the SKU in the address"
     if values.pop("status", None) not in (None, existing.status if existing else ProductStatus.ACTIVE):
         problems["status"] = "not content: withdraw a product with POST /api/products/{sku}/withdraw"
-    title, problems["title"] = importer_check(_title, values.pop("title", None))
+    title, problems["title"] = importer_check(check_title, values.pop("title", None))
     fields = {}
     for name, value in values.items():
-        checked, problems[name] = importer_check(_fields, {name: value})
+        checked, problems[name] = importer_check(check_fields, {name: value})
         fields.update(checked)
     problems = {name: problem for name, problem in problems.items() if problem}
     if problems:
