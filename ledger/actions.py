@@ -170,8 +170,11 @@ class ProductChange:
     withdrawn: bool = False
 
 
-def record_product(*, sku: str, title: str, fields: dict, status: str | None = None) -> ProductChange:
-    """Create or revise one product. Identical content makes no revision; status is not content."""
+def record_product(
+    *, sku: str, title: str, fields: dict, status: str | None = None, actor=None
+) -> ProductChange:
+    """Create or revise one product. Identical content makes no revision; status is not content.
+    Items already at work on the product are told at once where they can stop (see below)."""
     change = ProductChange()
     digest = SourceRevision.hash_content(title, fields)
     with transaction.atomic():
@@ -188,7 +191,30 @@ def record_product(*, sku: str, title: str, fields: dict, status: str | None = N
         if status:
             product.status = status
         product.save()
+        if change.withdrawn:
+            stop_withdrawn_items(product, actor=actor)
+        elif change.revised:
+            retire_stale_items(product, actor=actor)
     return change
+
+
+def stop_withdrawn_items(product: Product, *, actor=None) -> None:
+    """Items of a withdrawn product that can stop now do; those at the provider stop when judged."""
+    for item_id in product.items.filter(state__in=sources_for(ItemState.WITHDRAWN)).values_list(
+        "pk", flat=True
+    ):
+        change_state(item_id, to=ItemState.WITHDRAWN, actor=actor, reason="The product was withdrawn")
+
+
+def retire_stale_items(product: Product, *, actor=None) -> None:
+    """Items of an older revision that are not at the provider become obsolete now and the
+    current revision is queued in their job; the others when their result is judged."""
+    stale = product.items.exclude(source_revision_id=product.current_revision_id).filter(
+        Q(state=ItemState.PREPARED, submission__isnull=True)
+        | Q(state__in=[ItemState.AWAITING_REVIEW, ItemState.APPROVED])
+    )
+    for item in stale:
+        judge_currency(item, actor=actor)
 
 
 # --- jobs ----------------------------------------------------------------------------------
@@ -1032,29 +1058,16 @@ def cancel_job(*, job_id: int, actor=None) -> dict:
 
 
 def withdraw_product(*, sku: str, actor=None) -> Product:
-    """Withdraw a product: items that can stop now do; the rest are stopped when next judged."""
+    """Withdraw a product: nothing is published for it from now on, at any step."""
     with transaction.atomic():
         product = Product.objects.select_for_update().get(sku=sku)
-        product.status = ProductStatus.WITHDRAWN
-        product.save(update_fields=["status", "updated_at"])
-        for item_id in product.items.filter(state__in=sources_for(ItemState.WITHDRAWN)).values_list(
-            "pk", flat=True
-        ):
-            change_state(item_id, to=ItemState.WITHDRAWN, actor=actor, reason="The product was withdrawn")
-    return product
+        revision = SourceRevision.objects.get(pk=product.current_revision_id)
+        record_product(
+            sku=sku, title=revision.title, fields=revision.fields, status=ProductStatus.WITHDRAWN, actor=actor
+        )
+    return Product.objects.get(sku=sku)
 
 
 def revise_product(*, sku: str, title: str, fields: dict, actor=None) -> ProductChange:
-    """Record new content; items of the old revision that are not yet in flight become obsolete now
-    (the current revision is queued in their job), the others when their result is judged."""
-    with transaction.atomic():
-        change = record_product(sku=sku, title=title, fields=fields)
-        if change.revised:
-            product = Product.objects.get(sku=sku)
-            stale = product.items.exclude(source_revision_id=product.current_revision_id).filter(
-                Q(state=ItemState.PREPARED, submission__isnull=True)
-                | Q(state__in=[ItemState.AWAITING_REVIEW, ItemState.APPROVED])
-            )
-            for item in stale:
-                judge_currency(item, actor=actor)
-    return change
+    """New content for a product (a new revision only if the content changed)."""
+    return record_product(sku=sku, title=title, fields=fields, actor=actor)

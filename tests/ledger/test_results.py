@@ -12,6 +12,7 @@ from ledger.models import (
     Item,
     Product,
     ProductStatus,
+    SourceRevision,
     Submission,
     SubmissionItem,
 )
@@ -257,9 +258,27 @@ def test_approval_is_refused_and_changes_nothing(change):
     assert not Approval.objects.exists()
 
 
+def test_a_revision_retires_drafts_awaiting_review_at_once():
+    item, version = approvable_item()
+
+    revise(item.product, "Oak chopping board, now with juice groove")
+
+    assert Item.objects.get(pk=item.pk).state == ItemState.OBSOLETE
+    assert Item.objects.get(job=item.job, source_revision__number=2).state == ItemState.PREPARED
+
+
 def test_approving_a_draft_whose_product_changed_makes_it_obsolete():
     item, version = approvable_item()
-    revise(item.product, "Oak chopping board, now with juice groove")
+    # A revision that lands between the page being shown and the click (bypassing the eager path).
+    fields = {"material": "oak"}
+    newer = SourceRevision.objects.create(
+        product=item.product,
+        number=2,
+        title="Oak chopping board, now with juice groove",
+        fields=fields,
+        content_hash=SourceRevision.hash_content("Oak chopping board, now with juice groove", fields),
+    )
+    Product.objects.filter(pk=item.product_id).update(current_revision=newer)
 
     with pytest.raises(actions.NotAllowed, match="changed"):
         actions.approve_version(
