@@ -1,131 +1,28 @@
-"""The screens (SPEC §8). Small function views: one URL, one context, and two renderings, the whole
+"""Drafts: an item's page and the review queue (SPEC §8). Small function views: one URL, one context, and two renderings, the whole
 page or, for an htmx request, one template partial of it."""
 
-from collections import defaultdict
 from dataclasses import dataclass
 
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.db.models import Count, OuterRef, QuerySet, Subquery
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.http import HttpResponseStopPolling
-from django_htmx.middleware import HtmxDetails
 
 from ledger.actions import NotAllowed, approve_version, reject_version
-from ledger.models import GeneratedVersion, Item, Job, SourceRevision
-from ledger.states import ItemState, JobState
+from ledger.models import GeneratedVersion, Item
+from ledger.states import ItemState
 
-from .forms import ApproveForm, ItemFilterForm, RejectForm
+from .common import HtmxHttpRequest, fields_of, wants_partial
+from .forms import ApproveForm, RejectForm
 from .permissions import APPROVERS, VIEWERS, has_role, role_required
 
-JOBS_PER_PAGE = 25
-ITEMS_PER_PAGE = 50
 CARDS_PER_PAGE = 20
-
-# Jobs whose progress still moves on its own; the dashboard polls while one is on the page.
-WORKING_JOB_STATES = frozenset({JobState.PREPARING, JobState.RUNNING})
-
-
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails
-
-
-def wants_partial(request: HtmxHttpRequest) -> bool:
-    return bool(request.htmx) and not request.htmx.boosted
-
-
-# --- progress by state ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StateCount:
-    state: str
-    label: str
-    count: int
-    percent: str  # the width of its segment in a stacked bar
-
-
-def state_counts(counts: dict[str, int]) -> list[StateCount]:
-    """Counts in the order of the state table, leaving out states no item is in."""
-    total = sum(counts.values())
-    return [
-        StateCount(state, ItemState(state).label, counts[state], f"{100 * counts[state] / total:.3f}")
-        for state in ItemState.values
-        if counts.get(state)
-    ]
-
-
-@dataclass(frozen=True)
-class JobProgress:
-    job: Job
-    counts: list[StateCount]
-
-    @property
-    def item_count(self) -> int:
-        return sum(c.count for c in self.counts)
-
-
-def progress_of(jobs: list[Job]) -> list[JobProgress]:
-    """Item counts by state for many jobs in one GROUP BY query."""
-    rows = Item.objects.filter(job__in=jobs).order_by().values("job", "state").annotate(n=Count("id"))
-    counts: dict[int, dict[str, int]] = defaultdict(dict)
-    for row in rows:
-        counts[row["job"]][row["state"]] = row["n"]
-    return [JobProgress(job, state_counts(counts[job.pk])) for job in jobs]
-
-
-def fields_of(revision: SourceRevision) -> list[tuple[str, object]]:
-    """A revision's fields as pairs: a template looking up `fields.items` would find a field named "items"."""
-    return list(revision.fields.items())
-
-
-# --- pages ---------------------------------------------------------------------------------
-
-
-@require_GET
-@login_required
-@role_required(*VIEWERS)
-def dashboard(request: HtmxHttpRequest) -> HttpResponse:
-    page = Paginator(Job.objects.order_by("-created_at", "-id"), JOBS_PER_PAGE).get_page(
-        request.GET.get("page")
-    )
-    jobs = list(page.object_list)
-    polling = any(job.state in WORKING_JOB_STATES for job in jobs)
-    context = {"page": page, "progress": progress_of(jobs), "polling": polling}
-    if wants_partial(request):
-        response = render(request, "dashboard.html#jobs", context)
-        if not polling:
-            return HttpResponseStopPolling(response.content)
-        return response
-    return render(request, "dashboard.html", context)
-
-
-@require_GET
-@login_required
-@role_required(*VIEWERS)
-def job_detail(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
-    job = get_object_or_404(Job.objects.select_related("owner", "prompt_version"), pk=job_id)
-    items = job.items.select_related("product", "source_revision").order_by("id")
-    filters = ItemFilterForm(request.GET)
-    if filters.is_valid():
-        if state := filters.cleaned_data["state"]:
-            items = items.filter(state=state)
-        if sku := filters.cleaned_data["sku"]:
-            items = items.filter(product__sku__icontains=sku)
-    context = {
-        "job": job,
-        "counts": state_counts(job.items.counts_by_state()),
-        "submissions": job.submissions.order_by("id"),
-        "filters": filters,
-        "page": Paginator(items, ITEMS_PER_PAGE).get_page(request.GET.get("page")),
-    }
-    return render(request, "job_detail.html", context)
 
 
 @require_GET
