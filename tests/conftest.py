@@ -1,3 +1,4 @@
+import httpx
 import pytest
 
 
@@ -18,3 +19,23 @@ def processes(settings):
     running = Processes()
     yield running
     running.stop_all()
+
+
+@pytest.fixture
+def emulator():
+    """The OpenAI Batch emulator in this process, over real HTTP, fast."""
+    from ledger.providers.emulator import Emulator
+
+    with Emulator(per_request_ms=1, validating_ms=10, finalizing_ms=5, seed=3) as running:
+        yield running
+
+
+@pytest.fixture
+def provider(emulator):
+    """The OpenAI adapter, talking to that emulator."""
+    from ledger.providers.openai import OpenAIBatchProvider
+
+    with httpx.Client(
+        base_url=emulator.base_url, headers={"Authorization": "Bearer k"}, timeout=10
+    ) as client:
+        yield OpenAIBatchProvider(client=client)

@@ -19,6 +19,8 @@ from .base import (
 ENDPOINT = "/v1/chat/completions"
 ENDED_STATUSES = {"completed", "failed", "expired", "cancelled"}
 INTENT_METADATA_KEY = "batchdesk_intent"
+# Failures that prove the request never left this machine.
+NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
 
 
 def request_line(request: InferenceRequest) -> dict:
@@ -97,12 +99,16 @@ class OpenAIBatchProvider(BatchProvider):
     def __init__(self, *, client: httpx.Client):
         self.client = client
 
-    def _call(self, method: str, path: str, **kwargs) -> httpx.Response:
+    def _call(self, method: str, path: str, *, answer_may_be_lost: bool = False, **kwargs) -> httpx.Response:
+        """One call. With `answer_may_be_lost`, a failure after the request may have reached the
+        provider is AnswerLost (the caller must reconcile), not an ordinary, retryable error."""
         try:
             response = self.client.request(method, path, **kwargs)
-        except httpx.TimeoutException as exc:
-            raise ProviderError(f"{method} {path} timed out: {exc}") from exc
+        except NEVER_SENT as exc:
+            raise ProviderError(f"{method} {path} could not be sent: {exc}") from exc
         except httpx.TransportError as exc:
+            if answer_may_be_lost:
+                raise AnswerLost(f"{method} {path} was sent but no answer arrived: {exc}") from exc
             raise ProviderError(f"{method} {path} failed: {exc}") from exc
         if response.status_code >= 400:
             raise ProviderError(
@@ -127,19 +133,7 @@ class OpenAIBatchProvider(BatchProvider):
             "completion_window": "24h",
             "metadata": {**metadata, INTENT_METADATA_KEY: intent_key},
         }
-        try:
-            response = self.client.post("/batches", json=body)
-        except (httpx.ReadError, httpx.ReadTimeout, httpx.RemoteProtocolError, httpx.WriteError) as exc:
-            raise AnswerLost(f"create batch sent but no answer arrived: {exc}") from exc
-        except httpx.TransportError as exc:
-            raise ProviderError(f"create batch failed before sending: {exc}") from exc
-        if response.status_code >= 400:
-            raise ProviderError(
-                f"create batch answered {response.status_code}: {response.text[:300]}",
-                status=response.status_code,
-                retry_after=retry_after_seconds(response),
-            )
-        return response.json()["id"]
+        return self._call("POST", "/batches", json=body, answer_may_be_lost=True).json()["id"]
 
     def find_units(self, *, intent_key: str) -> list[str]:
         found = []

@@ -2,31 +2,14 @@
 
 import time
 
-import httpx
 import pytest
 
 from ledger import actions
 from ledger.models import Event, GeneratedVersion, Item, Submission
-from ledger.providers.emulator import Emulator
-from ledger.providers.openai import OpenAIBatchProvider
 from ledger.states import ItemState, SubmissionState
 from tests.factories import JobFactory, ProductFactory
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def emulator():
-    with Emulator(per_request_ms=1, validating_ms=10, finalizing_ms=5, seed=5) as running:
-        yield running
-
-
-@pytest.fixture
-def provider(emulator):
-    with httpx.Client(
-        base_url=emulator.base_url, headers={"Authorization": "Bearer k"}, timeout=10
-    ) as client:
-        yield OpenAIBatchProvider(client=client)
 
 
 def job_with_items(n: int, unit_size: int = 4):

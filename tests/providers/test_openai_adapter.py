@@ -6,7 +6,6 @@ import httpx
 import pytest
 
 from ledger.providers.base import AnswerLost, InferenceRequest, ProviderError, ResultLine, UnreadableLine
-from ledger.providers.emulator import Emulator
 from ledger.providers.openai import OpenAIBatchProvider, parse_result_line
 
 SCHEMA = {
@@ -29,20 +28,6 @@ def requests(n: int, prefix: str = "bd") -> list[InferenceRequest]:
         )
         for i in range(n)
     ]
-
-
-@pytest.fixture
-def emulator():
-    with Emulator(per_request_ms=1, validating_ms=10, finalizing_ms=5, seed=3) as running:
-        yield running
-
-
-@pytest.fixture
-def provider(emulator):
-    with httpx.Client(
-        base_url=emulator.base_url, headers={"Authorization": "Bearer k"}, timeout=10
-    ) as client:
-        yield OpenAIBatchProvider(client=client)
 
 
 def wait_ended(provider, ref):
