@@ -4,7 +4,10 @@ Each test runs real `qcluster` processes against a real emulator process and Pos
 checks the invariants of SPEC §3: no lost item, no second version, no repeated inference, no
 duplicate event sequence, nothing applied twice."""
 
+import zlib
+
 import pytest
+from django.db import connection
 from django_q.tasks import async_task
 
 from ledger import actions
@@ -141,7 +144,9 @@ def test_killing_the_cluster_while_applying_publishes_each_draft_once(processes)
 def test_two_clusters_on_redis_submit_and_apply_each_thing_once(processes):
     n_products = 30
     emulator_url = processes.emulator("--per-request-ms", "20")
-    redis_env = {"REDIS_URL": "redis://127.0.0.1:6379/7"}
+    # A Redis database of this test database's own, so concurrent test runs never share a queue.
+    redis_db = 1 + zlib.crc32(connection.settings_dict["NAME"].encode()) % 15
+    redis_env = {"REDIS_URL": f"redis://127.0.0.1:6379/{redis_db}"}
     owner, job = start_job(n_products, unit_size=5)
     for _ in range(2):
         processes.start("qcluster", **redis_env)
