@@ -200,10 +200,10 @@ def record_product(
 
 def stop_withdrawn_items(product: Product, *, actor=None) -> None:
     """Items of a withdrawn product that can stop now do; those at the provider stop when judged."""
-    for item_id in product.items.filter(state__in=sources_for(ItemState.WITHDRAWN)).values_list(
-        "pk", flat=True
-    ):
+    stopping = product.items.filter(state__in=sources_for(ItemState.WITHDRAWN))
+    for item_id, job_id in stopping.values_list("pk", "job_id"):
         change_state(item_id, to=ItemState.WITHDRAWN, actor=actor, reason="The product was withdrawn")
+        refresh_job_state(job_id)
 
 
 def retire_stale_items(product: Product, *, actor=None) -> None:
@@ -215,6 +215,7 @@ def retire_stale_items(product: Product, *, actor=None) -> None:
     )
     for item in stale:
         judge_currency(item, actor=actor)
+        refresh_job_state(item.job_id)
 
 
 # --- jobs ----------------------------------------------------------------------------------
@@ -281,9 +282,12 @@ def create_job(
 
 
 def queue_current_revision(item: Item) -> Item | None:
-    """The item's draft is for an old revision: add the product's current revision to the job."""
+    """The item's draft is for an old revision: add the product's current revision to the job
+    (unless the job was cancelled: then nothing more of it is sent)."""
     product = Product.objects.get(pk=item.product_id)
     if product.status != ProductStatus.ACTIVE or product.current_revision_id == item.source_revision_id:
+        return None
+    if Job.objects.filter(pk=item.job_id, state=JobState.CANCELLED).exists():
         return None
     new_item, created = Item.objects.get_or_create(
         job_id=item.job_id, source_revision_id=product.current_revision_id, defaults={"product": product}
@@ -311,17 +315,19 @@ def currency_problem(item: Item) -> str | None:
 
 def judge_currency(item: Item, *, actor=None) -> str | None:
     """Withdrawn or revised product? Move the item out of the way and say why; else None."""
-    problem = currency_problem(item)
-    if problem == ItemState.WITHDRAWN:
-        change_state(item.pk, to=ItemState.WITHDRAWN, actor=actor, reason="The product was withdrawn")
-    elif problem == ItemState.OBSOLETE:
-        change_state(
-            item.pk,
-            to=ItemState.OBSOLETE,
-            actor=actor,
-            reason="The product changed after this draft was requested",
-        )
-        queue_current_revision(item)
+    # One transaction: an obsolete item and its replacement are recorded together or not at all.
+    with transaction.atomic():
+        problem = currency_problem(item)
+        if problem == ItemState.WITHDRAWN:
+            change_state(item.pk, to=ItemState.WITHDRAWN, actor=actor, reason="The product was withdrawn")
+        elif problem == ItemState.OBSOLETE:
+            change_state(
+                item.pk,
+                to=ItemState.OBSOLETE,
+                actor=actor,
+                reason="The product changed after this draft was requested",
+            )
+            queue_current_revision(item)
     return problem
 
 
@@ -751,10 +757,13 @@ def record_failure(item: Item, line) -> str:
     return "retrying"
 
 
-def retry_inference(item_id: int, *, actor=None, reason: str, delay: timedelta = timedelta()) -> Item:
-    """Send this item's inference again, alone, in a new unit. Never re-sends a used result."""
+def retry_inference(
+    item_id: int, *, actor=None, reason: str, delay: timedelta = timedelta(), **fields
+) -> Item:
+    """Send this item's inference again, alone, in a new unit, unless its product was withdrawn
+    or revised meanwhile (then it stops here and the current revision is queued instead)."""
     with transaction.atomic():
-        item = Item.objects.select_for_update().get(pk=item_id)
+        item = Item.objects.get(pk=item_id)
         changed = change_state(
             item.pk,
             to=ItemState.PREPARED,
@@ -766,12 +775,16 @@ def retry_inference(item_id: int, *, actor=None, reason: str, delay: timedelta =
                 ItemState.REJECTED,
                 ItemState.DEAD_LETTER,
             ],
-            inference_attempt=item.inference_attempt + 1,
+            inference_attempt=F("inference_attempt") + 1,
             submission=None,
             approved_version=None,
             next_attempt_at=timezone.now() + delay if delay else None,
+            **fields,
         )
-        enqueue("ledger.tasks.submit_job", item.job_id)
+        if judge_currency(changed, actor=actor):
+            changed.refresh_from_db()
+        else:
+            enqueue("ledger.tasks.submit_job", item.job_id)
     return changed
 
 
@@ -915,7 +928,12 @@ def apply_item(item_id: int) -> str:
                 result = DestinationResult(
                     AttemptOutcome.RETRYABLE, f"Unexpected error: {type(exc).__name__}"
                 )
-    outcome = record_attempt(item, attempt, result)
+    with transaction.atomic():
+        outcome = record_attempt(item, attempt, result)
+        if problem == ItemState.OBSOLETE:
+            # The transition table has no way from applying to obsolete: the item stays refused,
+            # and the product's current revision is drafted anew in the same job.
+            queue_current_revision(item)
     refresh_job_state(item.job_id)
     return outcome
 
@@ -949,7 +967,7 @@ def record_attempt(item: Item, attempt: DestinationAttempt, result: "Destination
             )
             return ItemState.DEAD_LETTER
         delay = backoff(failures, result.retry_after)
-        Item.objects.filter(pk=item.pk).update(
+        Item.objects.filter(pk=item.pk, state=ItemState.APPLYING).update(
             apply_failures=failures, next_attempt_at=timezone.now() + delay, reason=result.message
         )
         return "retrying"
@@ -969,15 +987,23 @@ def backoff(failures: int, retry_after: float | None = None) -> timedelta:
 def retry_item(item_id: int, *, unit: str, actor=None) -> Item:
     """An operator retries the smallest failed unit of one item: its inference or its application."""
     item = Item.objects.select_related("job").get(pk=item_id)
-    if item.job.state == JobState.CANCELLED:
-        raise NotAllowed("The job was cancelled; nothing of it is sent any more")
     if unit == "inference":
+        if item.job.state == JobState.CANCELLED:
+            raise NotAllowed("The job was cancelled; nothing of it is sent to the model any more")
         if item.state == ItemState.DEAD_LETTER and item.approved_version_id:
             raise NotAllowed("This item failed while being applied; retry its destination instead")
-        return retry_inference(item_id, actor=actor, reason="Retried by an operator")
+        retried = retry_inference(item_id, actor=actor, reason="Retried by an operator", inference_failures=0)
+        refresh_job_state(item.job_id)
+        return retried
     if unit == "destination":
         if not item.approved_version_id:
             raise NotAllowed("Nothing was approved for this item, so there is nothing to apply")
+        if problem := currency_problem(item):
+            raise NotAllowed(
+                "The product was withdrawn; nothing will be published for it"
+                if problem == ItemState.WITHDRAWN
+                else "The product changed since approval; its current revision is drafted anew"
+            )
         with transaction.atomic():
             changed = change_state(
                 item_id,
@@ -1071,3 +1097,125 @@ def withdraw_product(*, sku: str, actor=None) -> Product:
 def revise_product(*, sku: str, title: str, fields: dict, actor=None) -> ProductChange:
     """New content for a product (a new revision only if the content changed)."""
     return record_product(sku=sku, title=title, fields=fields, actor=actor)
+
+
+# --- prompts -------------------------------------------------------------------------------
+
+PROMPT_TASK_PATTERN = r"[a-z][a-z0-9_]{0,63}"
+# What `validation.render_user_message` fills a template with.
+PROMPT_TEMPLATE_FIELDS = ("title", "facts")
+PROMPT_RULE_KEYS = ("min_length", "max_length", "text_field", "claim_words")
+MAX_PROMPT_OUTPUT_TOKENS = 100_000
+
+
+def prompt_template_problems(template: str) -> list[str]:
+    """A template is filled by `str.format(title=…, facts=…)`: it must use both, and nothing else."""
+    import string
+
+    try:
+        names = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+    except ValueError as exc:
+        return [f"The template does not format ({exc}); write {{{{ and }}}} for a literal brace"]
+    problems = [
+        f"The template must contain {{{field}}}" for field in PROMPT_TEMPLATE_FIELDS if field not in names
+    ]
+    others = sorted({name for name in names if name not in PROMPT_TEMPLATE_FIELDS})
+    if others:
+        used = ", ".join(f"{{{name}}}" for name in others)
+        problems.append(
+            f"The template uses {used}, which nothing fills in; only {{title}} and {{facts}} are filled in "
+            "(write {{ and }} for a literal brace)"
+        )
+    if not problems:
+        try:
+            template.format(title="Title", facts="- fact: value")
+        except (KeyError, IndexError, ValueError, AttributeError) as exc:
+            problems.append(f"The template does not format: {exc}")
+    return problems
+
+
+def output_schema_problems(schema: object) -> list[str]:
+    """The output schema must be a JSON Schema for an object: providers return structured output as one."""
+    import jsonschema
+
+    if not isinstance(schema, dict):
+        return ["The output schema must be a JSON object"]
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        return [f"The output schema is not a valid JSON Schema: {exc.message}"]
+    if schema.get("type") != "object":
+        return ['The output schema must describe a JSON object ("type": "object")']
+    return []
+
+
+def prompt_rules_problems(rules: object, schema: object) -> list[str]:
+    """The validation rules `validation.check_draft` reads, and nothing it would silently ignore."""
+    if not isinstance(rules, dict):
+        return ["The rules must be a JSON object"]
+    problems = []
+    unknown = sorted(set(rules) - set(PROMPT_RULE_KEYS))
+    if unknown:
+        problems.append(f"Unknown rules: {', '.join(unknown)}; known: {', '.join(PROMPT_RULE_KEYS)}")
+    for key in ("min_length", "max_length"):
+        value = rules.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            problems.append(f"{key} must be a whole number, 0 or more")
+    low, high = rules.get("min_length"), rules.get("max_length")
+    if isinstance(low, int) and isinstance(high, int) and high and low > high:
+        problems.append("min_length is greater than max_length")
+    text_field = rules.get("text_field")
+    if text_field is not None:
+        properties = schema.get("properties") if isinstance(schema, dict) else None
+        if not isinstance(text_field, str) or not text_field:
+            problems.append("text_field must be the name of a property of the output schema")
+        elif isinstance(properties, dict) and text_field not in properties:
+            problems.append(f'text_field "{text_field}" is not a property of the output schema')
+    words = rules.get("claim_words")
+    if words is not None and (
+        not isinstance(words, list) or not all(isinstance(w, str) and w.strip() for w in words)
+    ):
+        problems.append("claim_words must be a list of words or phrases")
+    return problems
+
+
+def create_prompt_version(
+    *,
+    task: str,
+    system_message: str,
+    template: str,
+    output_schema: dict,
+    rules: dict,
+    max_output_tokens: int,
+) -> PromptVersion:
+    """Add the next version of a task's prompt. Versions are never edited: a change is a new one."""
+    import re
+
+    problems = []
+    if not re.fullmatch(PROMPT_TASK_PATTERN, task):
+        problems.append("The task name must be lower-case letters, digits and _, starting with a letter")
+    if not system_message.strip():
+        problems.append("The system message is empty")
+    if not 1 <= max_output_tokens <= MAX_PROMPT_OUTPUT_TOKENS:
+        problems.append(f"max_output_tokens must be between 1 and {MAX_PROMPT_OUTPUT_TOKENS}")
+    problems += prompt_template_problems(template)
+    problems += output_schema_problems(output_schema)
+    problems += prompt_rules_problems(rules, output_schema)
+    if problems:
+        raise NotAllowed("; ".join(problems))
+    for _ in range(3):
+        try:
+            with transaction.atomic():
+                latest = PromptVersion.objects.filter(task=task).aggregate(n=Max("version"))["n"] or 0
+                return PromptVersion.objects.create(
+                    task=task,
+                    version=latest + 1,
+                    system_message=system_message,
+                    template=template,
+                    output_schema=output_schema,
+                    rules=rules,
+                    max_output_tokens=max_output_tokens,
+                )
+        except IntegrityError:
+            continue  # another version of this task took the number at the same moment; take the next
+    raise NotAllowed(f"Versions of {task!r} are being created too fast; try again")
