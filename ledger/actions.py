@@ -3,6 +3,7 @@ table, writes its events in the same transaction and enqueues follow-up work on 
 
 import hashlib
 import logging
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -352,8 +353,9 @@ def plan_submissions(job_id: int) -> list[int]:
             )
             if not items:
                 return created
-            first = items[0]
-            intent_key = "bd_" + hashlib.sha256(f"{job.pk}:{first.custom_id}".encode()).hexdigest()[:40]
+            # Random, not derived: two installations (or a reset database) sharing one provider
+            # account must never find each other's batches when reconciling.
+            intent_key = f"bd_{uuid.uuid4().hex}"
             submission = Submission.objects.create(
                 job=job, provider=job.provider, model=job.model, intent_key=intent_key
             )
@@ -375,15 +377,31 @@ def lease_end() -> datetime:
     return timezone.now() + timedelta(seconds=settings.BATCHDESK_LEASE_SECONDS)
 
 
-def claim_submission(submission_id: int, *, states: Iterable[str]) -> bool:
-    """Take the submission for one worker until the lease runs out; a dead worker's lease expires."""
+class LostClaim(Exception):
+    """Another worker took the submission over (this one's lease ran out) or moved it on."""
+
+
+def claim_submission(submission_id: int, *, states: Iterable[str]) -> str | None:
+    """Take the submission for one worker until the lease runs out; a dead worker's lease expires.
+    Returns the claim's token, or None when another worker holds it or it is in another state."""
     now = timezone.now()
+    token = uuid.uuid4().hex
     won = (
         Submission.objects.filter(pk=submission_id, state__in=list(states))
         .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
-        .update(claimed_until=lease_end())
+        .update(claimed_until=lease_end(), claimed_by=token)
     )
-    return won == 1
+    return token if won == 1 else None
+
+
+def renew_claim(submission_id: int, token: str) -> bool:
+    """Still ours? Then hold it for another lease. Asked just before a call that costs money."""
+    return (
+        Submission.objects.filter(
+            pk=submission_id, claimed_by=token, claimed_until__gt=timezone.now()
+        ).update(claimed_until=lease_end())
+        == 1
+    )
 
 
 def release_submission(submission_id: int) -> None:
@@ -391,7 +409,12 @@ def release_submission(submission_id: int) -> None:
 
 
 def set_submission_state(submission: Submission, to: str, *, reason: str = "", **fields) -> None:
-    Submission.objects.filter(pk=submission.pk).update(state=to, updated_at=timezone.now(), **fields)
+    """Compare-and-set from the state this worker read; raises LostClaim if it moved meanwhile."""
+    moved = Submission.objects.filter(pk=submission.pk, state=submission.state).update(
+        state=to, updated_at=timezone.now(), **fields
+    )
+    if moved != 1:
+        raise LostClaim(f"Submission {submission.pk} is no longer {submission.state}")
     Event.objects.create(
         submission=submission,
         job_id=submission.job_id,
@@ -407,7 +430,12 @@ def build_requests(submission: Submission):
     from .validation import render_user_message
 
     prompt = submission.job.prompt_version
-    entries = submission.entries.select_related("item__source_revision").order_by("id")
+    # Only items still waiting to be sent: one withdrawn, revised or cancelled since planning is not paid for.
+    entries = (
+        submission.entries.filter(item__state=ItemState.PREPARED)
+        .select_related("item__source_revision")
+        .order_by("id")
+    )
     return [
         InferenceRequest(
             custom_id=entry.custom_id,
@@ -427,7 +455,8 @@ def send_submission(submission_id: int, *, provider=None) -> str:
     from .providers import get_provider
     from .providers.base import AnswerLost, ProviderError
 
-    if not claim_submission(submission_id, states=[SubmissionState.INTENT]):
+    claim = claim_submission(submission_id, states=[SubmissionState.INTENT])
+    if not claim:
         return "not claimable"
     Submission.objects.filter(pk=submission_id).update(send_attempts=F("send_attempts") + 1)
     submission = Submission.objects.select_related("job__prompt_version").get(pk=submission_id)
@@ -445,8 +474,17 @@ def send_submission(submission_id: int, *, provider=None) -> str:
             if refs:
                 adopt(submission, refs, provider=provider, from_state=ItemState.PREPARED)
                 return "adopted"
+        requests = build_requests(submission)
+        if not requests:
+            with transaction.atomic():
+                set_submission_state(
+                    submission, SubmissionState.FAILED, reason="Nothing left to send: every item moved on"
+                )
+            return "nothing to send"
+        if not renew_claim(submission_id, claim):
+            return "claim lost"
         provider_ref = provider.submit(
-            requests=build_requests(submission),
+            requests=requests,
             intent_key=submission.intent_key,
             metadata={"job": submission.job.reference[:512]},
         )
@@ -478,19 +516,27 @@ def send_submission(submission_id: int, *, provider=None) -> str:
             )
         refresh_job_state(submission.job_id)
         return "failed"
-    with transaction.atomic():
-        set_submission_state(
-            submission,
-            SubmissionState.OPEN,
-            provider_ref=provider_ref,
-            claimed_until=None,
-            error="",
-            last_observed_at=timezone.now(),
-            last_observed_status="submitted",
-        )
-        move_items(
-            item_ids, from_state=ItemState.PREPARED, to=ItemState.SUBMITTED, reason=f"In {provider_ref}"
-        )
+    sent = {r.custom_id for r in requests}
+    try:
+        with transaction.atomic():
+            set_submission_state(
+                submission,
+                SubmissionState.OPEN,
+                provider_ref=provider_ref,
+                claimed_until=None,
+                error="",
+                last_observed_at=timezone.now(),
+                last_observed_status="submitted",
+            )
+            submission.entries.exclude(custom_id__in=sent).update(outcome="not_sent")
+            move_items(
+                item_ids, from_state=ItemState.PREPARED, to=ItemState.SUBMITTED, reason=f"In {provider_ref}"
+            )
+    except LostClaim:
+        # A slower twin: another worker took the intent over and sent it too. Ours is the duplicate.
+        provider.cancel(provider_ref)
+        note_anomaly(submission, "duplicate_batch", provider_ref=provider_ref, outcome="cancelled")
+        return "duplicate cancelled"
     refresh_job_state(submission.job_id)
     return "sent"
 

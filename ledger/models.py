@@ -199,6 +199,8 @@ class Submission(models.Model):
     send_attempts = models.PositiveIntegerField(default=0)
     # A worker holds the submission until then; a dead worker's lease simply runs out.
     claimed_until = models.DateTimeField(null=True, blank=True)
+    # Which claim holds it: a worker whose lease ran out finds out before it acts.
+    claimed_by = models.CharField(max_length=32, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

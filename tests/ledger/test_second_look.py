@@ -1,0 +1,110 @@
+"""Cases a review of the ledger found: each one a way a SPEC §3 promise could have broken."""
+
+import pytest
+
+from ledger import actions
+from ledger.models import Item, Product, ProductStatus, Submission, SubmissionItem
+from ledger.states import ItemState, SubmissionState
+from tests.factories import ItemFactory, JobFactory, ProductFactory, UserFactory, add_version
+
+pytestmark = pytest.mark.django_db
+
+
+def job_with_items(n: int):
+    job = JobFactory(unit_size=n)
+    for _ in range(n):
+        product = ProductFactory()
+        Item.objects.create(job=job, product=product, source_revision=product.current_revision)
+    return job
+
+
+def test_a_worker_whose_submission_moved_on_cannot_overwrite_it():
+    job = job_with_items(1)
+    [submission_id] = actions.plan_submissions(job.pk)
+    stale_copy = Submission.objects.get(pk=submission_id)
+    Submission.objects.filter(pk=submission_id).update(
+        state=SubmissionState.OPEN, provider_ref="batch_theirs"
+    )
+
+    with pytest.raises(actions.LostClaim):
+        actions.set_submission_state(stale_copy, SubmissionState.FAILED, reason="too late")
+
+    assert Submission.objects.get(pk=submission_id).state == SubmissionState.OPEN
+
+
+def test_a_claim_that_ran_out_is_not_renewed():
+    job = job_with_items(1)
+    [submission_id] = actions.plan_submissions(job.pk)
+    first = actions.claim_submission(submission_id, states=[SubmissionState.INTENT])
+    Submission.objects.filter(pk=submission_id).update(claimed_until=None)
+    second = actions.claim_submission(submission_id, states=[SubmissionState.INTENT])
+
+    assert first and second and first != second
+    assert not actions.renew_claim(submission_id, first)
+    assert actions.renew_claim(submission_id, second)
+
+
+def test_an_item_withdrawn_between_planning_and_sending_is_not_paid_for(emulator, provider):
+    job = job_with_items(3)
+    [submission_id] = actions.plan_submissions(job.pk)
+    withdrawn = Item.objects.filter(job=job).order_by("id").first()
+    actions.withdraw_product(sku=withdrawn.product.sku)
+
+    assert actions.send_submission(submission_id, provider=provider) == "sent"
+
+    assert SubmissionItem.objects.get(item=withdrawn).outcome == "not_sent"
+    lines = {line["custom_id"] for line in emulator_input(emulator)}
+    assert withdrawn.custom_id not in lines and len(lines) == 2
+
+
+def emulator_input(emulator):
+    import json
+
+    stats = emulator.stats()
+    assert stats["batches"] == 1
+    batch = emulator.list_batches()["data"][0]
+    return [json.loads(line) for line in emulator.download(batch["input_file_id"]).content.splitlines()]
+
+
+def test_a_submission_whose_items_all_moved_on_is_not_sent(emulator, provider):
+    job = job_with_items(2)
+    [submission_id] = actions.plan_submissions(job.pk)
+    actions.cancel_job(job_id=job.pk, actor=None)
+
+    assert actions.send_submission(submission_id, provider=provider) == "job cancelled"
+    assert emulator.stats()["batches"] == 0
+
+
+def test_a_retry_for_a_withdrawn_product_stops_instead_of_paying_again():
+    item = ItemFactory(state=ItemState.INFERENCE_FAILED)
+    Product.objects.filter(pk=item.product_id).update(status=ProductStatus.WITHDRAWN)
+
+    retried = actions.retry_item(item.pk, unit="inference")
+
+    assert retried.state == ItemState.WITHDRAWN
+
+
+def test_an_application_refused_because_the_product_changed_queues_the_current_revision():
+    item = ItemFactory(awaiting_review=True)
+    version = add_version(item)
+    actions.approve_version(
+        item_id=item.pk, version_id=version.pk, version_hash=version.content_hash, approver=UserFactory()
+    )
+    actions.change_state(item.pk, to=ItemState.APPLYING)
+    actions.record_product(sku=item.product.sku, title="A new title", fields={"material": "ash"})
+
+    assert actions.apply_item(item.pk) == ItemState.DESTINATION_REJECTED
+
+    assert Item.objects.get(job=item.job, source_revision__number=2).state == ItemState.PREPARED
+    with pytest.raises(actions.NotAllowed, match="changed"):
+        actions.retry_item(item.pk, unit="destination")
+
+
+def test_withdrawing_a_product_refreshes_the_job_state():
+    item = ItemFactory(awaiting_review=True)
+    actions.refresh_job_state(item.job_id)
+    assert item.job.__class__.objects.get(pk=item.job_id).state == "in_review"
+
+    actions.withdraw_product(sku=item.product.sku)
+
+    assert item.job.__class__.objects.get(pk=item.job_id).state == "completed"
