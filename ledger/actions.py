@@ -30,6 +30,7 @@ from .models import (
     SubmissionItem,
     content_hash,
 )
+from .retrying import is_transient_status
 from .states import (
     ALLOWED_TRANSITIONS,
     FINAL_STATES,
@@ -781,7 +782,7 @@ def record_failure(item: Item, line) -> str:
     if item.state != ItemState.SUBMITTED:
         return f"item is {item.state}"
     transient = line.error_code in TRANSIENT_ERROR_CODES or (
-        line.http_status is not None and (line.http_status in (408, 429) or line.http_status >= 500)
+        line.http_status is not None and is_transient_status(line.http_status)
     )
     reason = f"{line.error_code}: {line.error_message}".strip(": ")
     failures = item.inference_failures + 1

@@ -58,20 +58,6 @@ FINAL_STATES = frozenset(state for state, nxt in ALLOWED_TRANSITIONS.items() if 
 # States in which the provider still owes us a result.
 OUTSTANDING_STATES = frozenset({S.PREPARED, S.SUBMITTED, S.SUBMISSION_UNCERTAIN, S.RETURNED})
 
-# States in which a person has to decide something.
-DECISION_STATES = frozenset(
-    {
-        S.AWAITING_REVIEW,
-        S.APPROVED,
-        S.APPLYING,
-        S.INFERENCE_FAILED,
-        S.VALIDATION_FAILED,
-        S.REJECTED,
-        S.DESTINATION_REJECTED,
-        S.DEAD_LETTER,
-    }
-)
-
 
 def sources_for(target: str) -> frozenset[str]:
     """Every state from which `target` may be reached."""

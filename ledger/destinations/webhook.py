@@ -7,21 +7,17 @@ each attempt, records it and moves the item.
 """
 
 import json
-import math
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
 
 import httpx
 from django.conf import settings
 
 from ..models import AttemptOutcome
+from ..retrying import is_transient_status, retry_after_seconds
 from .base import Destination, DestinationResult
 
 # The receiver is told what to do with the text; BatchDesk only ever publishes approved drafts.
 OPERATION = "publish"
 MESSAGE_LIMIT = 500
-# A Retry-After further ahead than this is treated as this: the item waits, it is not forgotten.
-MAX_RETRY_AFTER = 24 * 3600.0
 
 
 def payload(*, item, version, approval) -> dict:
@@ -37,30 +33,6 @@ def payload(*, item, version, approval) -> dict:
         "approved_at": approval.approved_at.isoformat(),
         "operation": OPERATION,
     }
-
-
-def is_transient(status: int) -> bool:
-    return status in (408, 429) or status >= 500
-
-
-def retry_after_seconds(value: str | None, *, now: datetime | None = None) -> float | None:
-    """`Retry-After` as seconds from now: delay-seconds or an HTTP date (RFC 9110 §10.2.3); None if unreadable."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        if when.tzinfo is None:
-            when = when.replace(tzinfo=UTC)
-        seconds = (when - (now or datetime.now(UTC))).total_seconds()
-    if not math.isfinite(seconds):
-        return None
-    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
 
 
 def destination_message(response: httpx.Response) -> str:
@@ -115,7 +87,7 @@ class WebhookDestination(Destination):
         if 200 <= status < 300:
             return self._result(AttemptOutcome.APPLIED, f"Accepted by {self.name}: {status}")
         said = destination_message(response)
-        if is_transient(status):
+        if is_transient_status(status):
             return self._result(
                 AttemptOutcome.RETRYABLE,
                 f"{status} from {self.name}: {said}",

@@ -9,6 +9,8 @@ self-hosted synchronous server would answer each request at once and report the 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from ..retrying import is_transient_status
+
 
 @dataclass(frozen=True)
 class InferenceRequest:
@@ -66,7 +68,7 @@ class ProviderError(Exception):
 
     @property
     def transient(self) -> bool:
-        return self.status is None or self.status in (408, 409, 429) or self.status >= 500
+        return self.status is None or is_transient_status(self.status)
 
 
 class AnswerLost(ProviderError):

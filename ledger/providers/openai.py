@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import httpx
 
+from ..retrying import retry_after_seconds
 from .base import (
     AnswerLost,
     BatchProvider,
@@ -85,14 +86,6 @@ def parse_result_line(line_number: int, text: str) -> ResultLine | UnreadableLin
     )
 
 
-def retry_after_seconds(response: httpx.Response) -> float | None:
-    value = response.headers.get("retry-after")
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None
-
-
 class OpenAIBatchProvider(BatchProvider):
     name = "openai"
 
@@ -114,7 +107,7 @@ class OpenAIBatchProvider(BatchProvider):
             raise ProviderError(
                 f"{method} {path} answered {response.status_code}: {response.text[:300]}",
                 status=response.status_code,
-                retry_after=retry_after_seconds(response),
+                retry_after=retry_after_seconds(response.headers.get("retry-after")),
             )
         return response
 
@@ -174,7 +167,7 @@ class OpenAIBatchProvider(BatchProvider):
                     raise ProviderError(
                         f"download of {file_ref} answered {response.status_code}",
                         status=response.status_code,
-                        retry_after=retry_after_seconds(response),
+                        retry_after=retry_after_seconds(response.headers.get("retry-after")),
                     )
                 for number, text in enumerate(response.iter_lines(), start=1):
                     if text.strip():

@@ -10,8 +10,9 @@ import pytest
 from django.utils import timezone
 
 from ledger import actions, tasks
-from ledger.destinations.webhook import WebhookDestination, destination_message, retry_after_seconds
+from ledger.destinations.webhook import WebhookDestination, destination_message
 from ledger.models import Approval, AttemptOutcome, DestinationAttempt, Event, GeneratedVersion, Item
+from ledger.retrying import retry_after_seconds
 from ledger.states import ItemState
 from tests.factories import ItemFactory, JobFactory, UserFactory, add_version
 

@@ -1,0 +1,33 @@
+"""Which failures are transient (SPEC §3 rule 8), and how long a server asks us to wait."""
+
+import math
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+
+# A Retry-After further ahead than this is treated as this: the work waits, it is not forgotten.
+MAX_RETRY_AFTER = 24 * 3600.0
+
+
+def is_transient_status(status: int) -> bool:
+    """408, 429 and 5xx are worth retrying; any other 4xx is permanent."""
+    return status in (408, 429) or status >= 500
+
+
+def retry_after_seconds(value: str | None, *, now: datetime | None = None) -> float | None:
+    """`Retry-After` as seconds from now: delay-seconds or an HTTP date (RFC 9110 §10.2.3); None if unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        seconds = (when - (now or datetime.now(UTC))).total_seconds()
+    if not math.isfinite(seconds):
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
