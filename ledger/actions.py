@@ -635,6 +635,7 @@ def poll_submission(submission_id: int, *, provider=None) -> str:
         "request_counts": status.counts,
         "output_file_ref": status.output_ref,
         "error_file_ref": status.error_ref,
+        "error": status.problem,
     }
     if status.ended:
         with transaction.atomic():
@@ -683,18 +684,27 @@ def collect_submission(submission_id: int, *, provider=None) -> str:
             error=str(exc)[:2000], claimed_until=timezone.now() + backoff(1, exc.retry_after)
         )
         return "interrupted"
+    refused_whole = submission.last_observed_status == "failed" and not (
+        status.output_ref or status.error_ref
+    )
     for entry in submission.entries.filter(outcome=""):
-        note_anomaly(submission, "missing_result", custom_id=entry.custom_id)
-        record_result(
-            submission,
-            ResultLine(
+        if refused_whole:
+            # The provider refused the batch itself (e.g. its input): permanent, with its reason.
+            line = ResultLine(
+                custom_id=entry.custom_id,
+                succeeded=False,
+                error_code="batch_failed",
+                error_message=submission.error or "The provider refused the batch",
+            )
+        else:
+            note_anomaly(submission, "missing_result", custom_id=entry.custom_id)
+            line = ResultLine(
                 custom_id=entry.custom_id,
                 succeeded=False,
                 error_code="missing_result",
                 error_message="The provider returned no line for this request",
-            ),
-            seen=seen,
-        )
+            )
+        record_result(submission, line, seen=seen)
     counts = submission.request_counts or {}
     if counts and (counts.get("completed"), counts.get("failed")) != (lines["succeeded"], lines["failed"]):
         note_anomaly(submission, "counts_disagree", provider_counts=counts, lines_in_files=lines)

@@ -31,6 +31,7 @@ class UnitStatus:
     counts: dict = field(default_factory=dict)
     output_ref: str = ""
     error_ref: str = ""
+    problem: str = ""  # why the provider refused the whole unit, when it did
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,14 @@ def parse_result_line(line_number: int, text: str) -> ResultLine | UnreadableLin
         try:
             content = body["choices"][0]["message"]["content"] or ""
         except (KeyError, IndexError, TypeError):
-            return UnreadableLine(line_number, text[:500], "success line without choices[0].message")
+            # Paid for but unusable: a permanent failure of that request, never an automatic re-send.
+            return ResultLine(
+                custom_id=custom_id,
+                succeeded=False,
+                http_status=200,
+                error_code="unreadable_result",
+                error_message=f"line {line_number}: a success line without choices[0].message",
+            )
         usage = body.get("usage") or {}
         return ResultLine(
             custom_id=custom_id,
@@ -146,12 +153,14 @@ class OpenAIBatchProvider(BatchProvider):
 
     def status(self, provider_ref: str) -> UnitStatus:
         batch = self._call("GET", f"/batches/{provider_ref}").json()
+        errors = (batch.get("errors") or {}).get("data") or []
         return UnitStatus(
             provider_status=batch["status"],
             ended=batch["status"] in ENDED_STATUSES,
             counts=batch.get("request_counts") or {},
             output_ref=batch.get("output_file_id") or "",
             error_ref=batch.get("error_file_id") or "",
+            problem="; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors)[:2000],
         )
 
     def results(self, status: UnitStatus) -> Iterator[ResultLine | UnreadableLine]:

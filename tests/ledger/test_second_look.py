@@ -108,3 +108,55 @@ def test_withdrawing_a_product_refreshes_the_job_state():
     actions.withdraw_product(sku=item.product.sku)
 
     assert item.job.__class__.objects.get(pk=item.job_id).state == "completed"
+
+
+def test_a_paid_line_that_cannot_be_read_fails_that_request_permanently():
+    from ledger.providers.openai import parse_result_line
+
+    line = parse_result_line(
+        3, '{"custom_id": "bd-1-1", "response": {"status_code": 200, "body": {}}, "error": null}'
+    )
+    item = ItemFactory(state=ItemState.SUBMITTED)
+    submission = Submission.objects.create(
+        job=item.job, provider="emulator", model="m", intent_key="k-unreadable"
+    )
+    SubmissionItem.objects.create(submission=submission, item=item, custom_id="bd-1-1")
+
+    actions.record_result(submission, line)
+
+    item.refresh_from_db()
+    assert (item.state, item.inference_attempt) == (ItemState.INFERENCE_FAILED, 1)
+    assert "unreadable_result" in item.reason
+
+
+def test_a_batch_the_provider_refused_fails_its_items_with_the_providers_reason(emulator, provider):
+    from ledger.providers.base import InferenceRequest
+
+    request = InferenceRequest(
+        custom_id="same",
+        model="m",
+        system_message="s",
+        user_message="Title: t",
+        output_schema=None,
+        max_output_tokens=10,
+    )
+    ref = provider.submit(requests=[request, request], intent_key="bd_dupe", metadata={})
+    for _ in range(100):
+        status = provider.status(ref)
+        if status.ended:
+            break
+    assert status.provider_status == "failed" and "duplicate_custom_id" in status.problem
+
+    job = job_with_items(2)
+    [submission_id] = actions.plan_submissions(job.pk)
+    Item.objects.filter(job=job).update(state=ItemState.SUBMITTED)
+    Submission.objects.filter(pk=submission_id).update(
+        state=SubmissionState.ENDED, last_observed_status="failed", error=status.problem
+    )
+
+    assert actions.collect_submission(submission_id, provider=provider) == "collected"
+
+    for item in Item.objects.filter(job=job):
+        assert item.state == ItemState.INFERENCE_FAILED and item.inference_attempt == 1
+        assert "duplicate_custom_id" in item.reason
+    assert Submission.objects.get(pk=submission_id).anomalies == []
