@@ -296,6 +296,23 @@ class DestinationAttempt(models.Model):
         indexes = [models.Index(fields=["operation_key"], name="attempt_operation_key")]
 
 
+class Publication(models.Model):
+    """What the built-in catalogue destination published, once per operation key. Written in the
+    same transaction as the product's published text, so a retry can tell its own earlier write."""
+
+    product = models.ForeignKey(Product, on_delete=models.PROTECT, related_name="publications")
+    version = models.ForeignKey(GeneratedVersion, on_delete=models.PROTECT, related_name="+")
+    operation_key = models.CharField(max_length=128, unique=True)
+    content = models.TextField()
+    published_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-published_at"]
+
+    def __str__(self) -> str:
+        return f"{self.product_id} v{self.version_id}"
+
+
 class Event(models.Model):
     """Append-only: one row per state change, written in the same transaction as the change."""
 

@@ -3,7 +3,7 @@
 from django.db import transaction
 from django.utils import timezone
 
-from ..models import AttemptOutcome, Product, ProductStatus
+from ..models import AttemptOutcome, Product, ProductStatus, Publication
 from .base import Destination, DestinationResult
 
 
@@ -13,8 +13,9 @@ class CatalogueDestination(Destination):
     def apply(self, *, item, version, approval, operation_key) -> DestinationResult:
         with transaction.atomic():
             product = Product.objects.select_for_update().get(pk=item.product_id)
-            if product.published_version_id == version.pk:
-                # Published by an earlier attempt whose worker died before recording it: confirm only.
+            if Publication.objects.filter(operation_key=operation_key).exists():
+                # Published by an earlier attempt whose worker died before recording it: confirm only,
+                # even if a newer text has been published since.
                 return DestinationResult(AttemptOutcome.APPLIED, "Already published by an earlier attempt")
             # The same guards again, under the product's row lock, for a change made a moment ago.
             if product.status != ProductStatus.ACTIVE:
@@ -29,6 +30,9 @@ class CatalogueDestination(Destination):
             product.published_version = version
             product.published_revision = item.source_revision.number
             product.published_at = timezone.now()
+            Publication.objects.create(
+                product=product, version=version, operation_key=operation_key, content=approval.final_content
+            )
             product.save(
                 update_fields=[
                     "published_content",

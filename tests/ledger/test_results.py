@@ -325,12 +325,26 @@ def test_a_product_withdrawn_after_approval_is_never_published():
 
 
 def test_a_worker_that_died_after_publishing_is_confirmed_not_repeated():
+    from ledger.destinations.catalogue import CatalogueDestination
+
     item, version = approvable_item()
     approve(item, version)
     actions.change_state(item.pk, to=ItemState.APPLYING)
-    Product.objects.filter(pk=item.product_id).update(
-        published_content=version.content, published_version=version
+    # The first worker published, then died before recording its attempt.
+    CatalogueDestination().apply(
+        item=item,
+        version=version,
+        approval=Approval.objects.get(version=version),
+        operation_key=actions.operation_key(version, "catalogue"),
     )
+    # Meanwhile another job's draft for the same product was published on top.
+    later = ItemFactory(product=item.product, awaiting_review=True)
+    later_version = add_version(
+        later, "A later text about the oak board, approved in another job, 40 x 25 cm."
+    )
+    approve(later, later_version)
+    actions.apply_item(later.pk)
 
     assert actions.apply_item(item.pk) == ItemState.APPLIED
     assert DestinationAttempt.objects.get(item=item).response == "Already published by an earlier attempt"
+    assert Product.objects.get(pk=item.product_id).published_content == later_version.content
