@@ -1,10 +1,17 @@
+"""What every page of a logged-in person shows: whether the collector has stalled, and since when."""
+
 from django.http import HttpRequest
 
 from ledger.health import collector_stalled
+
+from .api import last_poll_at
 
 
 def collector_status(request: HttpRequest) -> dict:
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return {}
-    return {"collector_stalled": collector_stalled()}
+    if not collector_stalled():
+        return {"collector_stalled": False}
+    # None when no collector has ever polled.
+    return {"collector_stalled": True, "collector_last_poll_at": last_poll_at()}

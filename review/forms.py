@@ -30,3 +30,61 @@ class RejectForm(forms.Form):
 class ItemFilterForm(forms.Form):
     state = forms.ChoiceField(required=False, choices=[("", "Every state"), *ItemState.choices])
     sku = forms.CharField(required=False, max_length=64, label="SKU contains")
+
+
+# --- the review desk -----------------------------------------------------------------------
+
+# Drafts on one page of the review list, and the most that one bulk approval may name.
+LIST_PAGE_SIZE = 50
+
+
+class ReviewPlaceForm(forms.Form):
+    """Where a reviewer is: focus or list mode, a job filter, and a draft by position (1 = oldest) or item.
+    Read from the address (GET) and from the hidden fields of a decision (POST); bad values are ignored."""
+
+    mode = forms.ChoiceField(required=False, choices=[("focus", "One draft at a time"), ("list", "List")])
+    job = forms.IntegerField(required=False, min_value=1)
+    pos = forms.IntegerField(required=False, min_value=1)
+    item = forms.IntegerField(required=False, min_value=1)
+
+
+class ItemIdsField(forms.Field):
+    """The ticked rows: every value of a repeated `item` parameter, as item ids, each once."""
+
+    widget = forms.MultipleHiddenInput
+
+    def to_python(self, value) -> list[int]:
+        try:
+            ids = [int(v) for v in value or []]
+        except (TypeError, ValueError):
+            raise forms.ValidationError("Drafts are named by item id, a whole number.") from None
+        if any(i < 1 for i in ids):
+            raise forms.ValidationError("Drafts are named by item id, a whole number.")
+        return list(dict.fromkeys(ids))
+
+    def validate(self, value: list[int]) -> None:
+        super().validate(value)
+        if len(value) > LIST_PAGE_SIZE:
+            raise forms.ValidationError(f"Approve at most {LIST_PAGE_SIZE} drafts at once.")
+
+
+class ApproveSelectedForm(forms.Form):
+    """Ticked rows of the review list, each with the content hash of the draft shown (`hash_<item id>`),
+    so that only the text the reviewer saw is approved."""
+
+    item = ItemIdsField(error_messages={"required": "Tick the drafts to approve."})
+
+    def clean(self) -> dict:
+        cleaned = super().clean()
+        hashes = {}
+        for item_id in cleaned.get("item", []):
+            digest = self.data.get(f"hash_{item_id}", "")
+            try:
+                sha256_hex(digest)
+            except forms.ValidationError:
+                raise forms.ValidationError(
+                    f"The content hash of the draft of item {item_id} is missing or malformed."
+                ) from None
+            hashes[item_id] = digest
+        cleaned["hashes"] = hashes
+        return cleaned

@@ -1,45 +1,253 @@
-"""Jobs: the dashboard of all jobs and one job's page."""
+"""Jobs: the dashboard, the list of jobs, starting one (with its estimated cost) and one job's page."""
 
+import json
+import math
+from dataclasses import dataclass
+from decimal import Decimal
+
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
+from django.db import IntegrityError
+from django.db.models import QuerySet
 from django.http import HttpResponse
-from django.shortcuts import get_object_or_404, render
-from django.views.decorators.http import require_GET
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
-from ledger.models import Job
+from ledger.actions import NotAllowed, create_job
+from ledger.models import Job, Submission
+from ledger.pricing import PLACES, Price, job_cost, price_for
+from ledger.validation import render_user_message
 
 from .common import WORKING_JOB_STATES, HtmxHttpRequest, progress_of, state_counts, wants_partial
 from .forms import ItemFilterForm
-from .permissions import VIEWERS, role_required
+from .permissions import APPROVERS, VIEWERS, has_role, role_required
+from .screen_forms import JobFilterForm, JobStartForm
 
 JOBS_PER_PAGE = 25
 ITEMS_PER_PAGE = 50
+
+
+def polled(response: HttpResponse, polling: bool) -> HttpResponse:
+    """An htmx poll's answer; once nothing on it moves any more, it also tells htmx to stop polling."""
+    return response if polling else HttpResponseStopPolling(response.content)
+
+
+def render_jobs(request: HtmxHttpRequest, template: str, jobs: QuerySet[Job], **extra) -> HttpResponse:
+    """A page of jobs with their progress; an htmx poll gets only the `jobs` partial, and is told to
+    stop once no job on the page is still moving."""
+    page = Paginator(jobs, JOBS_PER_PAGE).get_page(request.GET.get("page"))
+    rows = list(page.object_list)
+    polling = any(job.state in WORKING_JOB_STATES for job in rows)
+    context = {"page": page, "progress": progress_of(rows), "polling": polling, **extra}
+    if wants_partial(request):
+        return polled(render(request, f"{template}#jobs", context), polling)
+    return render(request, template, context)
 
 
 @require_GET
 @login_required
 @role_required(*VIEWERS)
 def dashboard(request: HtmxHttpRequest) -> HttpResponse:
-    page = Paginator(Job.objects.order_by("-created_at", "-id"), JOBS_PER_PAGE).get_page(
-        request.GET.get("page")
+    return render_jobs(
+        request,
+        "dashboard.html",
+        Job.objects.order_by("-created_at", "-id"),
+        can_start=has_role(request.user, *APPROVERS),
     )
-    jobs = list(page.object_list)
-    polling = any(job.state in WORKING_JOB_STATES for job in jobs)
-    context = {"page": page, "progress": progress_of(jobs), "polling": polling}
-    if wants_partial(request):
-        response = render(request, "dashboard.html#jobs", context)
-        if not polling:
-            return HttpResponseStopPolling(response.content)
-        return response
-    return render(request, "dashboard.html", context)
+
+
+@require_GET
+@login_required
+@role_required(*VIEWERS)
+def job_list(request: HtmxHttpRequest) -> HttpResponse:
+    jobs = Job.objects.select_related("owner").order_by("-created_at", "-id")
+    filters = JobFilterForm(request.GET)
+    if filters.is_valid():
+        if state := filters.cleaned_data["state"]:
+            jobs = jobs.filter(state=state)
+        if reference := filters.cleaned_data["reference"]:
+            jobs = jobs.filter(reference__icontains=reference)
+    return render_jobs(
+        request, "job_list.html", jobs, filters=filters, can_start=has_role(request.user, *APPROVERS)
+    )
+
+
+# --- starting a job ------------------------------------------------------------------------
+
+# The estimate renders the prompt for a sample of the chosen products, not all of them.
+ESTIMATE_SAMPLE = 50
+# A common rule of thumb for English text with OpenAI's and Anthropic's tokenizers.
+CHARS_PER_TOKEN = 4
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What a job would cost before it starts, from `ledger.pricing` at the batch price.
+
+    Input tokens per request: the characters of the system message, the rendered user message
+    and the output schema, divided by CHARS_PER_TOKEN, averaged over a sample of the products.
+    Output tokens per request: half the prompt's `max_output_tokens` (drafts rarely use it all).
+    """
+
+    requests: int
+    submissions: int
+    sample_size: int
+    input_tokens_per_request: int
+    output_tokens_per_request: int
+    price: Price
+    provider: str
+    model: str
+
+    @property
+    def input_tokens(self) -> int:
+        return self.requests * self.input_tokens_per_request
+
+    @property
+    def output_tokens(self) -> int:
+        return self.requests * self.output_tokens_per_request
+
+    @property
+    def cost(self) -> Decimal:
+        return self.price.cost(self.input_tokens, self.output_tokens).quantize(PLACES)
+
+    @property
+    def discount_percent(self) -> int:
+        return round(100 * (1 - self.price.batch_discount))
+
+
+def estimate_job(form: JobStartForm) -> Estimate:
+    """Needs a valid form: its selected products and prompt version."""
+    prompt, data = form.prompt, form.cleaned_data
+    requests = form.products.count()
+    sample = form.products.select_related("current_revision").order_by("sku")[:ESTIMATE_SAMPLE]
+    fixed = len(prompt.system_message) + len(json.dumps(prompt.output_schema, ensure_ascii=False))
+    sizes = [fixed + len(render_user_message(prompt, product.current_revision)) for product in sample]
+    return Estimate(
+        requests=requests,
+        submissions=math.ceil(requests / data["unit_size"]),
+        sample_size=len(sizes),
+        input_tokens_per_request=math.ceil(sum(sizes) / len(sizes) / CHARS_PER_TOKEN) if sizes else 0,
+        output_tokens_per_request=prompt.max_output_tokens // 2,
+        price=price_for(data["provider"], data["model"]),
+        provider=data["provider"],
+        model=data["model"],
+    )
+
+
+def new_reference(task: str) -> str:
+    """The task and the time, with a counter when two jobs start within the same second."""
+    base = f"{task}-{timezone.now():%Y%m%d-%H%M%S}"
+    reference, n = base, 1
+    while Job.objects.filter(reference=reference).exists():
+        n += 1
+        reference = f"{base}-{n}"
+    return reference
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+@role_required(*VIEWERS)
+def job_start(request: HtmxHttpRequest) -> HttpResponse:
+    """Choose the work, see what it would cost (a confirm step without JavaScript), then start it."""
+    can_start = has_role(request.user, *APPROVERS)
+    context = {"can_start": can_start, "estimate": None}
+    if request.method == "GET":
+        return render(request, "job_start.html", {**context, "form": JobStartForm()})
+    if not can_start:
+        raise PermissionDenied
+    form = JobStartForm(request.POST)
+    context["form"] = form
+    if not form.is_valid():
+        return render(request, "job_start.html", context, status=400)
+    context["estimate"] = estimate_job(form)
+    if request.POST.get("step") != "start":
+        return render(request, "job_start.html", {**context, "confirm": True})
+    data = form.cleaned_data
+    try:
+        job = create_job(
+            reference=data["reference"] or new_reference(data["task"]),
+            owner=request.user,
+            task=data["task"],
+            provider=data["provider"],
+            model=data["model"],
+            prompt_version=form.prompt.version,
+            destination=data["destination"],
+            skus=form.job_skus(),
+            unit_size=data["unit_size"],
+        )
+    except NotAllowed as exc:
+        form.add_error(None, str(exc))
+        return render(request, "job_start.html", context, status=409)
+    except IntegrityError:  # another person took the reference at the same moment
+        form.add_error("reference", "A job with this reference exists already.")
+        return render(request, "job_start.html", context, status=409)
+    messages.success(request, f"Job {job.reference} started with {context['estimate'].requests} items.")
+    return redirect("job_detail", job.pk)
+
+
+@require_POST
+@login_required
+@role_required(*APPROVERS)
+def job_estimate(request: HtmxHttpRequest) -> HttpResponse:
+    """The estimate panel of the start form, redrawn by htmx as its inputs change."""
+    form = JobStartForm(request.POST)
+    estimate = estimate_job(form) if form.is_valid() else None
+    return render(request, "job_start.html#estimate", {"form": form, "estimate": estimate, "can_start": True})
+
+
+# --- one job -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SubmissionRow:
+    submission: Submission
+
+    @property
+    def request_counts(self) -> str:
+        return ", ".join(f"{name} {count}" for name, count in (self.submission.request_counts or {}).items())
+
+    @property
+    def anomalies(self) -> list[tuple[str, str]]:
+        """(kind, details) of each anomaly; details as `key: value` text, never markup."""
+        return [
+            (
+                str(anomaly.get("kind", "anomaly")),
+                ", ".join(
+                    f"{key}: {value if isinstance(value, str) else json.dumps(value)}"
+                    for key, value in anomaly.items()
+                    if key != "kind"
+                ),
+            )
+            for anomaly in self.submission.anomalies or []
+        ]
+
+
+def job_progress(job: Job) -> dict:
+    """What moves while a job works: item counts by state (one GROUP BY) and submissions."""
+    return {
+        "counts": state_counts(job.items.counts_by_state()),
+        "submissions": [SubmissionRow(s) for s in job.submissions.order_by("id")],
+    }
 
 
 @require_GET
 @login_required
 @role_required(*VIEWERS)
 def job_detail(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
+    """The job page. While the job works, its progress panel polls every 2 s and its cost panel
+    (a heavier aggregate over every draft) every 10 s; each poll names its panel as the htmx target."""
     job = get_object_or_404(Job.objects.select_related("owner", "prompt_version"), pk=job_id)
+    polling = job.state in WORKING_JOB_STATES
+    if wants_partial(request) and request.htmx.target == "job-cost":
+        context = {"job": job, "cost": job_cost(job), "polling": polling}
+        return polled(render(request, "job_detail.html#cost", context), polling)
+    if wants_partial(request):
+        context = {"job": job, **job_progress(job), "polling": polling}
+        return polled(render(request, "job_detail.html#progress", context), polling)
     items = job.items.select_related("product", "source_revision").order_by("id")
     filters = ItemFilterForm(request.GET)
     if filters.is_valid():
@@ -49,8 +257,9 @@ def job_detail(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
             items = items.filter(product__sku__icontains=sku)
     context = {
         "job": job,
-        "counts": state_counts(job.items.counts_by_state()),
-        "submissions": job.submissions.order_by("id"),
+        **job_progress(job),
+        "cost": job_cost(job),
+        "polling": polling,
         "filters": filters,
         "page": Paginator(items, ITEMS_PER_PAGE).get_page(request.GET.get("page")),
     }

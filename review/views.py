@@ -1,28 +1,89 @@
-"""Drafts: an item's page and the review queue (SPEC §8). Small function views: one URL, one context, and two renderings, the whole
-page or, for an htmx request, one template partial of it."""
+"""Drafts: an item's page and the review desk (SPEC §8). Small function views: one URL, one context, and
+two renderings, the whole page or, for an htmx request, one template partial of it.
 
-from dataclasses import dataclass
+The desk has two modes. Focus mode shows one draft at a time beside its source revision, compared word by
+word with the text published now; a decision sent with htmx answers with what happened to that draft and
+the next one to decide on. List mode is a table of fifty drafts at a time, for approving many at once."""
+
+import re
+from dataclasses import dataclass, replace
+from decimal import Decimal
+from difflib import SequenceMatcher
+from functools import cached_property
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.vary import vary_on_headers
 
-from ledger.actions import NotAllowed, approve_version, reject_version
-from ledger.models import GeneratedVersion, Item
+from ledger.actions import NotAllowed, approve_version, currency_problem, reject_version
+from ledger.models import GeneratedVersion, Item, Job, ProductStatus
+from ledger.pricing import version_cost
 from ledger.states import ItemState
 
 from .common import HtmxHttpRequest, fields_of, wants_partial
-from .forms import ApproveForm, RejectForm
+from .forms import LIST_PAGE_SIZE, ApproveForm, ApproveSelectedForm, RejectForm, ReviewPlaceForm
 from .permissions import APPROVERS, VIEWERS, has_role, role_required
 
-CARDS_PER_PAGE = 20
+# Why a draft may not be approved although it waits for review: the product moved on since it was generated.
+CURRENCY_NOTES = {
+    ItemState.OBSOLETE: "The product changed after this draft was generated — a new draft is being requested",
+    ItemState.WITHDRAWN: "The product was withdrawn — nothing will be published",
+}
+INVALID_NOTE = "Only a valid draft can be approved"
+
+# --- word diff -----------------------------------------------------------------------------
+
+# A word with the whitespace around it; whitespace alone is not a word, so it never makes a change.
+WORD = re.compile(r"\s*\S+\s*")
+
+
+def words_of(text: str) -> list[str]:
+    return WORD.findall(text) or ([text] if text else [])
+
+
+def word_diff(before: str, after: str) -> list[tuple[str, str]]:
+    """How `before` (the published text) became `after` (a draft), word by word, as (op, text) pieces:
+    op is "equal", "delete" or "insert". The pieces other than deletions join up to `after` exactly.
+    Plain text, never markup: the template escapes every piece."""
+    old, new = words_of(before), words_of(after)
+    # autojunk would treat frequent words ("the", "and") in long texts as noise and mark them changed.
+    matcher = SequenceMatcher(None, [w.strip() for w in old], [w.strip() for w in new], autojunk=False)
+    pieces = []
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op == "equal":
+            pieces.append(("equal", "".join(new[j1:j2])))
+            continue
+        if i2 > i1:
+            pieces.append(("delete", "".join(old[i1:i2])))
+        if j2 > j1:
+            pieces.append(("insert", "".join(new[j1:j2])))
+    return pieces
+
+
+def published_text(item: Item) -> str:
+    product = item.product
+    return product.published_content if product.published_version_id else ""
+
+
+# --- the item page -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VersionView:
+    """One generated version on the item page, with what it cost and how it differs from the published text."""
+
+    version: GeneratedVersion
+    cost: Decimal
+    diff: list[tuple[str, str]]
 
 
 @require_GET
@@ -39,101 +100,255 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
         pk=item_id,
     )
     versions = list(item.versions.order_by("number"))
+    published = published_text(item)
+    for version in versions:
+        version.item = item  # the job, for its price, without a query per version
     latest = versions[-1] if versions else None
     product = item.product
     current = product.current_revision if product.current_revision_id != item.source_revision_id else None
+    can_decide = (
+        item.state == ItemState.AWAITING_REVIEW and latest is not None and has_role(request.user, *APPROVERS)
+    )
     context = {
         "item": item,
         "product": product,
         "source_fields": fields_of(item.source_revision),
         "current_revision": current,
         "current_fields": fields_of(current) if current else [],
-        "versions": versions,
+        "versions": [VersionView(v, version_cost(v), word_diff(published, v.content)) for v in versions],
         "latest": latest,
         "approvals": item.approvals.select_related("approved_by", "version").order_by("approved_at", "id"),
         "attempts": item.destination_attempts.select_related("version").order_by("started_at", "id"),
         "events": item.events.order_by("id"),
-        "can_decide": (
-            item.state == ItemState.AWAITING_REVIEW
-            and latest is not None
-            and has_role(request.user, *APPROVERS)
-        ),
+        "can_decide": can_decide,
+        "approve_refusal": refusal_of(latest, currency_problem(item)) if can_decide else "",
     }
     return render(request, "item_detail.html", context)
 
 
-# --- review queue --------------------------------------------------------------------------
+def refusal_of(version: GeneratedVersion | None, currency: str | None) -> str:
+    """Why approving this draft would be refused, said before anyone tries; "" when it may be approved.
+    The ledger decides again at approval."""
+    if currency:
+        return CURRENCY_NOTES[currency]
+    if version is None:
+        return "No draft recorded"
+    if not version.valid:
+        return INVALID_NOTE
+    return ""
+
+
+# --- the review desk -----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class ReviewCard:
-    """An item waiting for a decision and the draft to decide on: its latest version."""
+    """An item waiting for a decision, the draft to decide on (its latest version), and whether the
+    product is still what the draft was written for (`currency`: None, "obsolete" or "withdrawn")."""
 
     item: Item
     version: GeneratedVersion | None
+    currency: str | None = None
 
     @property
     def source_fields(self) -> list[tuple[str, object]]:
         return fields_of(self.item.source_revision)
 
+    @property
+    def published(self) -> str:
+        return published_text(self.item)
+
+    @cached_property
+    def diff(self) -> list[tuple[str, str]]:
+        return word_diff(self.published, self.version.content) if self.version else []
+
+    @property
+    def cost(self) -> Decimal | None:
+        return version_cost(self.version) if self.version else None
+
+    @property
+    def refusal(self) -> str:
+        return refusal_of(self.version, self.currency)
+
 
 def review_cards(items: QuerySet[Item]) -> list[ReviewCard]:
+    """Cards for many items in two queries; `currency` read from the products loaded with them."""
     latest = GeneratedVersion.objects.filter(item=OuterRef("pk")).order_by("-number").values("pk")[:1]
     items = list(
         items.select_related("job", "product", "source_revision").annotate(latest_version_id=Subquery(latest))
     )
     versions = GeneratedVersion.objects.in_bulk(i.latest_version_id for i in items if i.latest_version_id)
-    return [ReviewCard(item, versions.get(item.latest_version_id)) for item in items]
+    cards = []
+    for item in items:
+        version = versions.get(item.latest_version_id)
+        if version is not None:
+            version.item = item  # the job, for its price, without a query per row
+        cards.append(ReviewCard(item, version, loaded_currency(item)))
+    return cards
 
 
-@require_GET
-@login_required
-@role_required(*VIEWERS)
-def review_queue(request: HtmxHttpRequest) -> HttpResponse:
+def loaded_currency(item: Item) -> str | None:
+    """The rule of `ledger.actions.currency_problem`, answered from the product loaded with the item:
+    a list of fifty drafts must not ask the database fifty times. The ledger asks again at approval."""
+    if item.product.status == ProductStatus.WITHDRAWN:
+        return ItemState.WITHDRAWN
+    if item.product.current_revision_id != item.source_revision_id:
+        return ItemState.OBSOLETE
+    return None
+
+
+def review_queue_items(job_id: int | None) -> QuerySet[Item]:
+    """Drafts waiting for a decision, oldest first: a decision takes one out and the rest keep their place."""
     queue = Item.objects.awaiting_review().order_by("updated_at", "id")
-    page = Paginator(queue, CARDS_PER_PAGE).get_page(request.GET.get("page"))
-    context = {
-        "page": page,
-        "cards": review_cards(page.object_list),
-        "can_decide": has_role(request.user, *APPROVERS),
-        "return_to": request.get_full_path(),
-    }
-    return render(request, "review_queue.html", context)
+    return queue.filter(job_id=job_id) if job_id else queue
 
 
-def render_card(
-    request: HtmxHttpRequest, item_id: int, *, outcome: str = "", error: str = "", status: int = 200
-) -> HttpResponse:
-    """One review card as it is now, to replace the one the reviewer acted on."""
-    [card] = review_cards(Item.objects.filter(pk=item_id))
-    context = {
+def queue_url(**params) -> str:
+    query = urlencode({name: value for name, value in params.items() if value})
+    return reverse("review_queue") + (f"?{query}" if query else "")
+
+
+def jobs_in_review(selected: int | None) -> list[tuple[int, str, int]]:
+    """(id, reference, drafts waiting) for the job filter, newest job first; the selected job always."""
+    rows = list(
+        Item.objects.awaiting_review()
+        .order_by("-job_id")
+        .values_list("job_id", "job__reference")
+        .annotate(n=Count("id"))
+    )
+    if selected and selected not in {job_id for job_id, _, _ in rows}:
+        rows += [
+            (pk, reference, 0)
+            for pk, reference in Job.objects.filter(pk=selected).values_list("pk", "reference")
+        ]
+    return rows
+
+
+def place_of(data) -> dict:
+    """The valid parts of a ReviewPlaceForm; a bad value is as if it were absent."""
+    form = ReviewPlaceForm(data)
+    form.is_valid()
+    return form.cleaned_data
+
+
+def focus_context(
+    request: HttpRequest,
+    *,
+    job_id: int | None,
+    pos: int,
+    decided: Item | None = None,
+    outcome: str = "",
+    error: str = "",
+) -> dict:
+    """The draft at position `pos` of the queue (clamped to it), and what happened to the one decided on."""
+    queue = review_queue_items(job_id)
+    count = queue.count()
+    pos = min(max(pos, 1), count)
+    cards = review_cards(queue[pos - 1 : pos]) if count else []
+    card = cards[0] if cards else None
+    if card is not None:  # one draft: ask the ledger's own rule, as approving it will
+        card = replace(card, currency=currency_problem(card.item))
+    return {
         "card": card,
+        "pos": pos,
+        "count": count,
+        "job_id": job_id,
+        "previous_url": queue_url(job=job_id, pos=pos - 1) if pos > 1 else "",
+        "next_url": queue_url(job=job_id, pos=pos + 1) if pos < count else "",
+        "return_to": queue_url(job=job_id, pos=pos),
+        "decided": decided,
         "outcome": outcome,
         "error": error,
         "can_decide": has_role(request.user, *APPROVERS),
-        "return_to": next_url(request),
     }
-    return render(request, "review_queue.html#card", context, status=status)
 
 
-def next_url(request: HttpRequest) -> str:
+def position_in(queue: QuerySet[Item], item: Item) -> int | None:
+    """Where a waiting item stands in the queue (1 = oldest), or None when it is not in it."""
+    if not queue.filter(pk=item.pk).exists():
+        return None
+    before = Q(updated_at__lt=item.updated_at) | Q(updated_at=item.updated_at, pk__lt=item.pk)
+    return queue.filter(before).count() + 1
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+@login_required
+@role_required(*VIEWERS)
+def review_queue(request: HtmxHttpRequest) -> HttpResponse:
+    place = place_of(request.GET)
+    job_id = place.get("job")
+    if place.get("mode") == "list":
+        return review_list(request, job_id)
+    pos = place.get("pos") or 1
+    if item_id := place.get("item"):
+        item = get_object_or_404(Item, pk=item_id)
+        found = position_in(review_queue_items(job_id), item)
+        if found is None:  # decided already: its own page says what became of it
+            return redirect("item_detail", item.pk)
+        pos = found
+    context = focus_context(request, job_id=job_id, pos=pos)
+    if wants_partial(request) and not request.htmx.history_restore_request:
+        return render(request, "review_queue.html#focus", context)
+    context["jobs"] = jobs_in_review(job_id)
+    return render(request, "review_queue.html", context)
+
+
+def review_list(request: HtmxHttpRequest, job_id: int | None) -> HttpResponse:
+    page = Paginator(review_queue_items(job_id), LIST_PAGE_SIZE).get_page(request.GET.get("page"))
+    context = {
+        "page": page,
+        "cards": review_cards(page.object_list),
+        "job_id": job_id,
+        "jobs": jobs_in_review(job_id),
+        "can_decide": has_role(request.user, *APPROVERS),
+        "return_to": request.get_full_path(),
+    }
+    return render(request, "review_list.html", context)
+
+
+# --- deciding ------------------------------------------------------------------------------
+
+
+def next_url(request: HttpRequest, default: str = "") -> str:
     """Where a plain form post returns to: the page it came from, if it is ours."""
     url = request.POST.get("next", "")
     if url_has_allowed_host_and_scheme(
         url, allowed_hosts={request.get_host()}, require_https=request.is_secure()
     ):
         return url
-    return reverse("review_queue")
+    return default or reverse("review_queue")
 
 
 def form_errors(form: forms.Form) -> str:
     return " ".join(str(error) for errors in form.errors.values() for error in errors)
 
 
+def render_focus(
+    request: HtmxHttpRequest, item_id: int, *, outcome: str = "", error: str = "", status: int = 200
+) -> HttpResponse:
+    """The answer to a decision sent from focus mode. Still waiting (a refusal): the same draft, saying
+    why nothing changed. Decided, or gone from the queue: what became of it, then the draft now at the
+    reviewer's position, which is the next one."""
+    place = place_of(request.POST)
+    job_id = place.get("job")
+    item = Item.objects.select_related("product").get(pk=item_id)
+    still_waiting = None if outcome else position_in(review_queue_items(job_id), item)
+    if still_waiting:
+        context = focus_context(request, job_id=job_id, pos=still_waiting, error=error)
+    else:
+        context = focus_context(
+            request, job_id=job_id, pos=place.get("pos") or 1, decided=item, outcome=outcome, error=error
+        )
+    response = render(request, "review_queue.html#focus", context, status=status)
+    response["HX-Replace-Url"] = context["return_to"]  # a reload shows the draft now on screen
+    return response
+
+
 def refused(request: HtmxHttpRequest, item: Item, message: str, *, status: int) -> HttpResponse:
-    """Nothing was changed: say why, in the card (htmx), on an error page (bad input) or as a message."""
+    """Nothing was changed: say why, in the desk (htmx), on an error page (bad input) or as a message."""
     if wants_partial(request):
-        return render_card(request, item.pk, error=message, status=status)
+        return render_focus(request, item.pk, error=message, status=status)
     if status == 400:
         return render(
             request, "refused.html", {"message": message, "next_url": next_url(request)}, status=400
@@ -144,7 +359,7 @@ def refused(request: HtmxHttpRequest, item: Item, message: str, *, status: int) 
 
 def decided(request: HtmxHttpRequest, item: Item, outcome: str) -> HttpResponse:
     if wants_partial(request):
-        return render_card(request, item.pk, outcome=outcome)
+        return render_focus(request, item.pk, outcome=outcome)
     messages.success(request, f"{item.product.sku}: {outcome}.")
     return redirect(next_url(request))
 
@@ -158,7 +373,7 @@ def approve(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     if not form.is_valid():
         return refused(request, item, form_errors(form), status=400)
     try:
-        approve_version(
+        approval = approve_version(
             item_id=item.pk,
             version_id=form.cleaned_data["version_id"],
             version_hash=form.cleaned_data["version_hash"],
@@ -168,7 +383,8 @@ def approve(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
         )
     except NotAllowed as exc:
         return refused(request, item, str(exc), status=409)
-    return decided(request, item, "Approved — being applied")
+    outcome = "Approved with your edits — being applied" if approval.edited else "Approved — being applied"
+    return decided(request, item, outcome)
 
 
 @require_POST
@@ -189,3 +405,42 @@ def reject(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     except NotAllowed as exc:
         return refused(request, item, str(exc), status=409)
     return decided(request, item, "Rejected")
+
+
+@require_POST
+@login_required
+@role_required(*APPROVERS)
+def approve_selected(request: HtmxHttpRequest) -> HttpResponse:
+    """Approve the ticked drafts of the list, each the version whose hash was on the page. Each is its
+    own decision: the ledger approves the valid, current ones and refuses the others, saying why."""
+    back = next_url(request, default=queue_url(mode="list"))
+    form = ApproveSelectedForm(request.POST)
+    if not form.is_valid():
+        return render(request, "refused.html", {"message": form_errors(form), "next_url": back}, status=400)
+    hashes: dict[int, str] = form.cleaned_data["hashes"]
+    latest = GeneratedVersion.objects.filter(item=OuterRef("pk")).order_by("-number").values("pk")[:1]
+    items = (
+        Item.objects.filter(pk__in=hashes)
+        .select_related("product")
+        .annotate(latest_version_id=Subquery(latest))
+        .in_bulk()
+    )
+    approved, refusals = 0, []
+    for item_id, digest in hashes.items():
+        item = items.get(item_id)
+        if item is None or item.latest_version_id is None:
+            refusals.append(f"Item {item_id}: there is no draft to approve")
+            continue
+        try:
+            approve_version(
+                item_id=item.pk, version_id=item.latest_version_id, version_hash=digest, approver=request.user
+            )
+        except NotAllowed as exc:
+            refusals.append(f"{item.product.sku}: {exc}")
+        else:
+            approved += 1
+    if approved:
+        messages.success(request, f"Approved {approved} draft{'s' if approved != 1 else ''}; being applied.")
+    for refusal in refusals:
+        messages.error(request, f"Not approved — {refusal}")
+    return redirect(back)

@@ -536,7 +536,7 @@ def test_the_review_queue_lists_oldest_first_with_the_latest_draft(client, owner
     Item.objects.filter(pk=second.pk).update(updated_at=now - timedelta(hours=2))
     Item.objects.filter(pk=first.pk).update(updated_at=now - timedelta(hours=1))
     client.force_login(owner)
-    response = client.get(reverse("review_queue"))
+    response = client.get(reverse("review_queue"), {"mode": "list"})
     cards = response.context["cards"]
     assert [c.item.pk for c in cards] == [second.pk, first.pk]
     assert cards[1].version == latest

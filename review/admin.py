@@ -1,0 +1,196 @@
+"""The ledger in Django's admin, read-only: it is changed only through the ledger's verbs, which keep
+states, events and invariants together. Users and groups keep Django's own admin."""
+
+from django.contrib import admin
+
+from ledger.models import (
+    ApiToken,
+    Approval,
+    CollectorHeartbeat,
+    DestinationAttempt,
+    Event,
+    GeneratedVersion,
+    Item,
+    Job,
+    Product,
+    PromptVersion,
+    SourceRevision,
+    Submission,
+    SubmissionItem,
+)
+
+from .permissions import ADMIN, has_role
+
+
+class LedgerAdmin(admin.ModelAdmin):
+    """Look, never touch. Admins (the group, or superusers) may look without per-model permissions."""
+
+    # Counting a large table twice per page is the slowest part of a changelist.
+    show_full_result_count = False
+    list_per_page = 50
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        return has_role(request.user, ADMIN) or super().has_view_permission(request, obj)
+
+    def has_module_permission(self, request) -> bool:
+        return has_role(request.user, ADMIN) or super().has_module_permission(request)
+
+
+@admin.register(Product)
+class ProductAdmin(LedgerAdmin):
+    list_display = ("sku", "status", "current_revision", "published_revision", "published_at", "updated_at")
+    list_filter = ("status",)
+    list_select_related = ("current_revision__product",)
+    search_fields = ("sku",)
+
+
+@admin.register(SourceRevision)
+class SourceRevisionAdmin(LedgerAdmin):
+    list_display = ("product", "number", "title", "short_hash", "created_at")
+    list_select_related = ("product",)
+    search_fields = ("product__sku", "title")
+
+    @admin.display(description="content hash")
+    def short_hash(self, revision: SourceRevision) -> str:
+        return revision.content_hash[:12]
+
+
+@admin.register(PromptVersion)
+class PromptVersionAdmin(LedgerAdmin):
+    list_display = ("task", "version", "max_output_tokens", "created_at")
+    list_filter = ("task",)
+
+
+@admin.register(Job)
+class JobAdmin(LedgerAdmin):
+    list_display = ("reference", "state", "owner", "provider", "model", "destination", "created_at")
+    list_filter = ("state", "provider", "destination")
+    list_select_related = ("owner",)
+    search_fields = ("reference",)
+    date_hierarchy = "created_at"
+
+
+@admin.register(Item)
+class ItemAdmin(LedgerAdmin):
+    list_display = (
+        "id",
+        "job",
+        "sku",
+        "revision",
+        "state",
+        "short_reason",
+        "inference_attempt",
+        "updated_at",
+    )
+    list_filter = ("state",)
+    list_select_related = ("job", "product", "source_revision")
+    search_fields = ("product__sku", "job__reference")
+
+    @admin.display(description="SKU", ordering="product__sku")
+    def sku(self, item: Item) -> str:
+        return item.product.sku
+
+    @admin.display(description="revision")
+    def revision(self, item: Item) -> int:
+        return item.source_revision.number
+
+    @admin.display(description="reason")
+    def short_reason(self, item: Item) -> str:
+        return item.reason if len(item.reason) <= 80 else item.reason[:79] + "…"
+
+
+@admin.register(Submission)
+class SubmissionAdmin(LedgerAdmin):
+    list_display = (
+        "id",
+        "job",
+        "provider",
+        "provider_ref",
+        "state",
+        "last_observed_at",
+        "last_observed_status",
+        "anomaly_count",
+    )
+    list_filter = ("state", "provider")
+    list_select_related = ("job",)
+    search_fields = ("provider_ref", "intent_key", "job__reference")
+
+    @admin.display(description="anomalies")
+    def anomaly_count(self, submission: Submission) -> int:
+        return len(submission.anomalies)
+
+
+@admin.register(SubmissionItem)
+class SubmissionItemAdmin(LedgerAdmin):
+    list_display = ("custom_id", "submission", "item", "outcome")
+    list_filter = ("outcome",)
+    list_select_related = ("submission", "item")
+    search_fields = ("custom_id",)
+
+
+@admin.register(GeneratedVersion)
+class GeneratedVersionAdmin(LedgerAdmin):
+    list_display = (
+        "id",
+        "item",
+        "number",
+        "valid",
+        "short_hash",
+        "input_tokens",
+        "output_tokens",
+        "created_at",
+    )
+    list_filter = ("valid",)
+    list_select_related = ("item",)
+    search_fields = ("custom_id", "item__product__sku")
+
+    @admin.display(description="content hash")
+    def short_hash(self, version: GeneratedVersion) -> str:
+        return version.content_hash[:12]
+
+
+@admin.register(Approval)
+class ApprovalAdmin(LedgerAdmin):
+    list_display = ("id", "item", "version", "approved_by", "approved_at", "edited")
+    list_filter = ("edited",)
+    list_select_related = ("item", "version", "approved_by")
+    search_fields = ("item__product__sku", "approved_by__username")
+    date_hierarchy = "approved_at"
+
+
+@admin.register(DestinationAttempt)
+class DestinationAttemptAdmin(LedgerAdmin):
+    list_display = ("id", "item", "destination", "outcome", "operation_key", "started_at", "finished_at")
+    list_filter = ("outcome", "destination")
+    list_select_related = ("item",)
+    search_fields = ("operation_key", "item__product__sku")
+
+
+@admin.register(Event)
+class EventAdmin(LedgerAdmin):
+    list_display = ("id", "at", "item", "submission", "job", "from_state", "to_state", "actor_name", "reason")
+    list_filter = ("to_state",)
+    list_select_related = ("item", "submission", "job")
+    search_fields = ("actor_name",)
+
+
+@admin.register(CollectorHeartbeat)
+class CollectorHeartbeatAdmin(LedgerAdmin):
+    list_display = ("name", "last_poll_at", "lease_until", "lease_holder")
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(LedgerAdmin):
+    list_display = ("prefix", "user", "created_at", "last_used_at")
+    list_select_related = ("user",)
+    # Only a hash is stored, but it has no use to anyone reading this page.
+    exclude = ("token_hash",)

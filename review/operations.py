@@ -1,0 +1,415 @@
+"""Operations (SPEC §8): what needs an operator, grouped by reason in business words, with single and
+bulk retry, re-driving dead letters and resolving uncertain submissions.
+
+Everyone sees the page; only operators (and admins) act. Every action goes through a ledger verb,
+which checks the state again under a row lock, and reports per item what happened."""
+
+import hashlib
+import re
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db.models import BooleanField, Count, ExpressionWrapper, Min, Q, QuerySet
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.timesince import timesince
+from django.views.decorators.http import require_GET, require_POST
+
+from ledger.actions import NotAllowed, reconcile_uncertain, redrive_dead_letter, retry_item
+from ledger.models import Item, Submission
+from ledger.providers.base import ProviderError
+from ledger.states import ItemState, JobState, SubmissionState
+
+from .common import HtmxHttpRequest, wants_partial
+from .permissions import OPERATOR, VIEWERS, has_role, role_required
+
+S = ItemState
+
+# The states an item can stop in that need, or once needed, a person. `obsolete` needs no action
+# (the current revision was queued as a new item) but is shown so nobody wonders where it went.
+NEEDS_ATTENTION = (
+    S.INFERENCE_FAILED,
+    S.VALIDATION_FAILED,
+    S.DESTINATION_REJECTED,
+    S.DEAD_LETTER,
+    S.SUBMISSION_UNCERTAIN,
+    S.REJECTED,
+    S.OBSOLETE,
+)
+INFERENCE, DESTINATION = "inference", "destination"
+# Submissions that have not finished: to be sent, being reconciled, at the provider, or to be collected.
+UNFINISHED_SUBMISSIONS = (
+    SubmissionState.INTENT,
+    SubmissionState.UNCERTAIN,
+    SubmissionState.OPEN,
+    SubmissionState.ENDED,
+)
+ITEMS_PER_PAGE = 25
+SUBMISSIONS_PER_PAGE = 25
+# One bulk round calls a ledger verb per item inside the request; larger groups take several rounds.
+BULK_LIMIT = 500
+
+
+def ago(moment: datetime | None, *, depth: int = 2) -> str:
+    """How long ago, in words: "40 seconds ago", "2 hours, 5 minutes ago"; "never" for no time."""
+    if moment is None:
+        return "never"
+    seconds = (timezone.now() - moment).total_seconds()
+    if seconds < 60:
+        return "just now" if seconds < 5 else f"{int(seconds)} seconds ago"
+    return f"{timesince(moment, depth=depth)} ago"
+
+
+# --- reasons in business words -------------------------------------------------------------
+
+
+def head(reason: str) -> str:
+    """The reason up to its first ':', which is where providers and destinations put the kind."""
+    return reason.split(":", 1)[0].strip()[:80] or "No reason given"
+
+
+MODEL_FAILURES = {
+    "server_error": "The model produced no draft: server error",
+    "batch_expired": "The model produced no draft: the batch expired before it ran",
+    "rate_limit_exceeded": "The model produced no draft: rate limited",
+    "timeout": "The model produced no draft: timed out",
+    "missing_result": "The provider returned no result for this request",
+    "invalid_request_error": "The provider refused the request as invalid",
+}
+
+
+def model_failure(reason: str) -> str:
+    if reason.startswith("The provider refused the batch"):
+        return "The provider refused the whole batch"
+    code = head(reason)
+    if code in MODEL_FAILURES:
+        return MODEL_FAILURES[code]
+    if re.fullmatch(r"[a-z0-9_]+", code):
+        return f"The model produced no draft: {code.replace('_', ' ')}"
+    return f"The model produced no draft: {code}"
+
+
+VALIDATION_FAILURES = (
+    ("Claims ", "Claims a word the source does not state"),
+    ("Too short", "Too short"),
+    ("Too long", "Too long"),
+    ("The draft is not the JSON", "Not the JSON the prompt asked for"),
+    ("Does not match the output schema", "Does not match the output schema"),
+)
+
+
+def validation_failure(reason: str) -> str:
+    """Validation joins its reasons with '; ': each is named by its kind, not its particulars."""
+    kinds: list[str] = []
+    for part in filter(None, (p.strip() for p in reason.split("; "))):
+        kind = next((label for start, label in VALIDATION_FAILURES if part.startswith(start)), head(part))
+        if kind not in kinds:
+            kinds.append(kind)
+    return "; ".join(kinds) or "No reason given"
+
+
+def destination_refusal(reason: str) -> str:
+    if reason.endswith("the product was withdrawn"):
+        return "Not published: the product was withdrawn"
+    if reason.endswith("the product changed since approval"):
+        return "Not published: the product changed since approval"
+    if reason.startswith("Destination not configured"):
+        return "The destination is not configured"
+    return f"Destination refused: {head(reason)}"
+
+
+def dead_letter(reason: str, *, applying: bool) -> str:
+    given_up = re.match(r"Gave up after (\d+) attempts?: (.*)", reason, re.DOTALL)
+    if not given_up:
+        return head(reason)
+    attempts, cause = given_up.groups()
+    cause = f"the destination kept failing: {head(cause)}" if applying else model_failure(cause)
+    return f"Gave up after {attempts} attempts — {cause[0].lower()}{cause[1:]}"
+
+
+# Groups whose reason adds nothing to the state (or is a reviewer's own words, shown per item).
+ONE_GROUP_PER_STATE = {
+    S.SUBMISSION_UNCERTAIN: "Unclear whether the provider received the batch",
+    S.REJECTED: "Rejected by a reviewer",
+    S.OBSOLETE: "Draft generated for an obsolete revision",
+}
+
+
+def business_reason(state: str, reason: str, *, applying: bool) -> str:
+    if state in ONE_GROUP_PER_STATE:
+        return ONE_GROUP_PER_STATE[state]
+    if state == S.INFERENCE_FAILED:
+        return model_failure(reason)
+    if state == S.VALIDATION_FAILED:
+        return validation_failure(reason)
+    if state == S.DESTINATION_REJECTED:
+        return destination_refusal(reason)
+    return dead_letter(reason, applying=applying)
+
+
+def unit_for(state: str, *, applying: bool) -> str | None:
+    """What a retry re-runs: the model, the destination, or nothing an operator can retry here."""
+    if state in (S.INFERENCE_FAILED, S.VALIDATION_FAILED, S.REJECTED):
+        return INFERENCE
+    if state == S.DESTINATION_REJECTED:
+        return DESTINATION
+    if state == S.DEAD_LETTER:
+        return DESTINATION if applying else INFERENCE
+    return None
+
+
+# --- groups --------------------------------------------------------------------------------
+
+
+@dataclass
+class Group:
+    state: str
+    label: str
+    # A dead letter that gave up while applying re-drives to the destination, else to the model.
+    applying: bool
+    count: int
+    oldest: datetime
+    # The stored reasons it gathers, to find its items again; None when the state alone decides.
+    reasons: set[str] | None
+
+    @property
+    def key(self) -> str:
+        return hashlib.sha256(f"{self.state}|{self.applying}|{self.label}".encode()).hexdigest()[:12]
+
+    @property
+    def oldest_ago(self) -> str:
+        return ago(self.oldest, depth=1)
+
+    @property
+    def state_label(self) -> str:
+        return ItemState(self.state).label
+
+    @property
+    def unit(self) -> str | None:
+        return unit_for(self.state, applying=self.applying)
+
+    @property
+    def is_dead_letter(self) -> bool:
+        return self.state == S.DEAD_LETTER
+
+    @property
+    def bulk_count(self) -> int:
+        return min(self.count, BULK_LIMIT)
+
+    def items(self) -> QuerySet[Item]:
+        items = attention_items().filter(state=self.state)
+        if self.reasons is not None:
+            items = items.filter(reason__in=self.reasons)
+        if self.is_dead_letter:
+            items = items.filter(approved_version__isnull=not self.applying)
+        return items.select_related("product", "job", "submission").order_by("updated_at", "id")
+
+
+def attention_items() -> QuerySet[Item]:
+    # A cancelled job's items are never sent again, so they need nobody.
+    return Item.objects.filter(state__in=NEEDS_ATTENTION).exclude(job__state=JobState.CANCELLED)
+
+
+def attention_groups() -> list[Group]:
+    """One aggregate query by (state, stored reason), then grouped again by the reason in business words."""
+    rows = (
+        attention_items()
+        .order_by()
+        .values(
+            "state",
+            "reason",
+            applying=ExpressionWrapper(Q(approved_version__isnull=False), output_field=BooleanField()),
+        )
+        .annotate(count=Count("id"), oldest=Min("updated_at"))
+    )
+    groups: dict[tuple[str, bool, str], Group] = {}
+    for row in rows:
+        state, reason = row["state"], row["reason"]
+        applying = state == S.DEAD_LETTER and row["applying"]
+        label = business_reason(state, reason, applying=applying)
+        group = groups.get((state, applying, label))
+        if group is None:
+            reasons = None if state in ONE_GROUP_PER_STATE else set()
+            group = groups[(state, applying, label)] = Group(
+                state, label, applying, 0, row["oldest"], reasons
+            )
+        group.count += row["count"]
+        group.oldest = min(group.oldest, row["oldest"])
+        if group.reasons is not None:
+            group.reasons.add(reason)
+    order = {state: n for n, state in enumerate(NEEDS_ATTENTION)}
+    return sorted(groups.values(), key=lambda g: (order[g.state], -g.count, g.label))
+
+
+def find_group(groups: list[Group], key: str | None) -> Group | None:
+    return next((g for g in groups if g.key == key), None) if key else None
+
+
+# --- the page ------------------------------------------------------------------------------
+
+
+@require_GET
+@login_required
+@role_required(*VIEWERS)
+def operations(request: HtmxHttpRequest) -> HttpResponse:
+    """`?group=` opens one group's items (paginated by `page`); `?confirm=` asks before a bulk retry."""
+    can_act = has_role(request.user, OPERATOR)
+    groups = attention_groups()
+    expanded = find_group(groups, request.GET.get("group"))
+    confirming = find_group(groups, request.GET.get("confirm")) if can_act else None
+    context = {
+        "groups": groups,
+        "can_act": can_act,
+        "expanded": expanded,
+        "group_page": (
+            Paginator(expanded.items(), ITEMS_PER_PAGE).get_page(request.GET.get("page"))
+            if expanded
+            else None
+        ),
+        "confirming": confirming,
+        "bulk_limit": BULK_LIMIT,
+    }
+    if wants_partial(request) and expanded:
+        return render(request, "operations.html#group-items", {**context, "group": expanded})
+    if wants_partial(request) and confirming:
+        return render(request, "operations.html#confirm", {**context, "group": confirming})
+    unfinished = (
+        Submission.objects.filter(state__in=UNFINISHED_SUBMISSIONS)
+        .select_related("job")
+        .order_by("last_observed_at", "id")
+    )
+    submissions = Paginator(unfinished, SUBMISSIONS_PER_PAGE).get_page(request.GET.get("submissions_page"))
+    context["submissions"] = submissions
+    context["submission_rows"] = [(s, ago(s.last_observed_at)) for s in submissions]
+    if any(g.state == S.SUBMISSION_UNCERTAIN for g in groups):
+        context["uncertain"] = list(
+            Submission.objects.filter(state=SubmissionState.UNCERTAIN)
+            .select_related("job")
+            .order_by("id")[:20]
+        )
+    return render(request, "operations.html", context)
+
+
+# --- retrying ------------------------------------------------------------------------------
+
+RETRYABLE = frozenset(
+    {S.INFERENCE_FAILED, S.VALIDATION_FAILED, S.REJECTED, S.DESTINATION_REJECTED, S.DEAD_LETTER}
+)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one retry did to one item (as it was before, with its product and job)."""
+
+    item: Item
+    retried: bool
+    message: str
+
+
+def retry_one(item: Item, *, actor) -> Outcome:
+    """The smallest failed unit of one item, through the ledger's verbs; a refusal is an outcome."""
+    if item.state not in RETRYABLE:
+        return Outcome(item, False, f"Nothing to retry: the item is now “{item.label}”")
+    try:
+        if item.state == S.DEAD_LETTER:
+            changed = redrive_dead_letter(item.pk, actor=actor)
+        else:
+            unit = unit_for(item.state, applying=item.approved_version_id is not None)
+            changed = retry_item(item.pk, unit=unit, actor=actor)
+    except NotAllowed as exc:
+        return Outcome(item, False, str(exc))
+    return Outcome(item, True, f"Now: {changed.label}")
+
+
+def retry_all(items: list[Item], *, actor) -> list[Outcome]:
+    return [retry_one(item, actor=actor) for item in items]
+
+
+def render_outcomes(request: HtmxHttpRequest, outcomes: list[Outcome], *, group: Group | None = None):
+    retried = sum(o.retried for o in outcomes)
+    # Everything refused is a conflict with the current state; anything done is a success.
+    status = 409 if outcomes and not retried else 200
+    if wants_partial(request) and len(outcomes) == 1:
+        return render(request, "operations_result.html#row", {"outcome": outcomes[0]}, status=status)
+    context = {"outcomes": outcomes, "retried": retried, "group": group}
+    return render(request, "operations_result.html", context, status=status)
+
+
+def refused(request: HtmxHttpRequest, message: str, *, status: int) -> HttpResponse:
+    return render(
+        request, "refused.html", {"message": message, "next_url": reverse("operations")}, status=status
+    )
+
+
+@require_POST
+@login_required
+@role_required(OPERATOR)
+def retry(request: HtmxHttpRequest) -> HttpResponse:
+    """Retry the items named by `item` (one or more ids), each with its own verb and outcome."""
+    raw = request.POST.getlist("item")
+    if not raw:
+        return refused(request, "Say which item to retry.", status=400)
+    if not all(value.isdigit() for value in raw) or len(raw) > BULK_LIMIT:
+        return refused(request, f"Items are named by their ids, at most {BULK_LIMIT} at once.", status=400)
+    ids = list(dict.fromkeys(int(value) for value in raw))
+    found = Item.objects.select_related("product", "job").in_bulk(ids)
+    if len(found) != len(ids):
+        return refused(
+            request, "No such item: " + ", ".join(str(i) for i in ids if i not in found), status=404
+        )
+    return render_outcomes(request, retry_all([found[i] for i in ids], actor=request.user))
+
+
+@require_POST
+@login_required
+@role_required(OPERATOR)
+def retry_group(request: HtmxHttpRequest) -> HttpResponse:
+    """The bulk retry the operator confirmed, for the count they were shown. If the group has
+    changed since, they are asked again with the new count instead."""
+    group = find_group(attention_groups(), request.POST.get("group"))
+    if group is None:
+        if not request.POST.get("group"):
+            return refused(request, "Say which group to retry.", status=400)
+        messages.info(request, "That group has no items left; nothing was retried.")
+        return redirect("operations")
+    if request.POST.get("count") != str(group.bulk_count):
+        messages.warning(request, f"The group changed since you confirmed: it now has {group.count} items.")
+        return redirect(f"{reverse('operations')}?confirm={group.key}#group-{group.key}")
+    items = list(group.items()[:BULK_LIMIT])
+    return render_outcomes(request, retry_all(items, actor=request.user), group=group)
+
+
+# --- uncertain submissions -----------------------------------------------------------------
+
+RECONCILED = {
+    "adopted": "Found at the provider as {ref}; its results will be collected as usual.",
+    "released": "The provider never received it; its items are queued to be sent again.",
+    "waiting": (
+        "Not found at the provider yet. Its items are released only once it has stayed unfound for "
+        "the grace period after the answer was lost; try again later."
+    ),
+    "not claimable": "It is no longer uncertain, or a worker is checking it right now.",
+}
+
+
+@require_POST
+@login_required
+@role_required(OPERATOR)
+def resolve(request: HtmxHttpRequest, submission_id: int) -> HttpResponse:
+    submission = get_object_or_404(Submission, pk=submission_id)
+    name = submission.provider_ref or submission.intent_key
+    try:
+        outcome = reconcile_uncertain(submission.pk)
+    except (ProviderError, KeyError) as exc:
+        messages.error(request, f"{name}: the provider could not be asked ({exc}). Nothing was changed.")
+    else:
+        submission.refresh_from_db()
+        message = RECONCILED.get(outcome, outcome).format(ref=submission.provider_ref)
+        level = messages.SUCCESS if outcome in ("adopted", "released") else messages.WARNING
+        messages.add_message(request, level, f"{name}: {message}")
+    return redirect("operations")

@@ -1,0 +1,130 @@
+"""Prompt versions: what each says, the exact request it makes for a product, and new versions.
+A version is never edited; changing one makes the next version of its task."""
+
+import json
+from dataclasses import dataclass
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.db.models import Count
+from django.http import Http404, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_http_methods
+
+from ledger.actions import NotAllowed, create_prompt_version
+from ledger.models import Product, PromptVersion
+from ledger.providers.base import InferenceRequest
+from ledger.providers.openai import request_line
+from ledger.validation import render_user_message
+
+from .common import HtmxHttpRequest, wants_partial
+from .permissions import APPROVERS, VIEWERS, has_role, role_required
+from .screen_forms import PromptPreviewForm, PromptVersionForm
+
+# Stands in for `bd-<item>-<attempt>`, the custom_id a real request carries.
+PREVIEW_CUSTOM_ID = "bd-<item>-<attempt>"
+
+
+def pretty_json(value: object) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+@require_GET
+@login_required
+@role_required(*VIEWERS)
+def prompts(request: HtmxHttpRequest) -> HttpResponse:
+    versions = PromptVersion.objects.annotate(jobs_using=Count("jobs")).order_by("task", "-version")
+    context = {"versions": versions, "can_create": has_role(request.user, *APPROVERS)}
+    return render(request, "prompt_list.html", context)
+
+
+@dataclass(frozen=True)
+class Preview:
+    product: Product
+    user_message: str
+    request_json: str
+
+
+def preview_request(prompt: PromptVersion, product: Product, model: str) -> Preview:
+    """The request line exactly as the OpenAI adapter would send it for this product's current revision."""
+    user_message = render_user_message(prompt, product.current_revision)
+    line = request_line(
+        InferenceRequest(
+            custom_id=PREVIEW_CUSTOM_ID,
+            model=model,
+            system_message=prompt.system_message,
+            user_message=user_message,
+            output_schema=prompt.output_schema,
+            max_output_tokens=prompt.max_output_tokens,
+        )
+    )
+    return Preview(product, user_message, pretty_json(line))
+
+
+@require_GET
+@login_required
+@role_required(*VIEWERS)
+def prompt_detail(request: HtmxHttpRequest, prompt_id: int) -> HttpResponse:
+    prompt = get_object_or_404(PromptVersion.objects.annotate(jobs_using=Count("jobs")), pk=prompt_id)
+    preview_form = PromptPreviewForm(request.GET if "sku" in request.GET else None)
+    preview = None
+    if preview_form.is_valid():
+        sku = preview_form.cleaned_data["sku"].strip()
+        product = Product.objects.select_related("current_revision").filter(sku=sku).first()
+        if product is None:
+            preview_form.add_error("sku", f"No product has the SKU “{sku}”.")
+        else:
+            preview = preview_request(prompt, product, preview_form.cleaned_data["model"])
+    context = {
+        "prompt": prompt,
+        "schema_json": pretty_json(prompt.output_schema),
+        "rules_json": pretty_json(prompt.rules),
+        "preview_form": preview_form,
+        "preview": preview,
+        "can_create": has_role(request.user, *APPROVERS),
+    }
+    if wants_partial(request):
+        return render(request, "prompt_detail.html#preview", context)
+    return render(request, "prompt_detail.html", context)
+
+
+def source_version(request: HtmxHttpRequest) -> PromptVersion | None:
+    """The version a new one starts from: `?from=<id>`, if given."""
+    wanted = request.GET.get("from", "")
+    if not wanted:
+        return None
+    if not wanted.isdigit():
+        raise Http404("No such prompt version")
+    return get_object_or_404(PromptVersion, pk=int(wanted))
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+@role_required(*VIEWERS)
+def prompt_new(request: HtmxHttpRequest) -> HttpResponse:
+    source = source_version(request)
+    can_create = has_role(request.user, *APPROVERS)
+    context = {"source": source, "can_create": can_create}
+    if request.method == "GET":
+        return render(request, "prompt_new.html", {**context, "form": PromptVersionForm(source=source)})
+    if not can_create:
+        raise PermissionDenied
+    form = PromptVersionForm(request.POST, source=source)
+    if not form.is_valid():
+        return render(request, "prompt_new.html", {**context, "form": form}, status=400)
+    data = form.cleaned_data
+    try:
+        prompt = create_prompt_version(
+            task=data["task"],
+            system_message=data["system_message"],
+            template=data["template"],
+            output_schema=data["output_schema"],
+            rules=data["rules"],
+            max_output_tokens=data["max_output_tokens"],
+        )
+    except NotAllowed as exc:
+        form.add_error(None, str(exc))
+        return render(request, "prompt_new.html", {**context, "form": form}, status=400)
+    messages.success(request, f"Created {prompt}. Earlier versions are unchanged.")
+    return redirect("prompt_detail", prompt.pk)

@@ -1,0 +1,294 @@
+"""Input of the jobs, catalogue and prompt screens. Anything that fails here is refused before the
+ledger is touched. The ledger's verbs check again: a form is here for clear, per-field messages."""
+
+import json
+import re
+
+from django import forms
+from django.db.models import QuerySet
+from django.db.models.fields.json import KeyTextTransform
+
+from ledger.actions import (
+    MAX_PROMPT_OUTPUT_TOKENS,
+    PROMPT_TASK_PATTERN,
+    output_schema_problems,
+    prompt_rules_problems,
+    prompt_template_problems,
+)
+from ledger.destinations import destination_names
+from ledger.models import Job, Product, ProductStatus, PromptVersion
+from ledger.pricing import PRICES
+from ledger.providers import provider_names
+from ledger.states import JobState
+
+MAX_UNIT_SIZE = 50_000
+# Unknown SKUs are listed in the error up to this many; the rest are counted.
+SHOWN_SKUS = 20
+
+
+def active_products() -> QuerySet[Product]:
+    return Product.objects.filter(status=ProductStatus.ACTIVE)
+
+
+def with_category(products: QuerySet[Product]) -> QuerySet[Product]:
+    """Annotated with `category`: the current revision's `category` field as text (5 and "5" alike)."""
+    return products.annotate(category=KeyTextTransform("category", "current_revision__fields"))
+
+
+def categories() -> list[str]:
+    """The distinct `category` fields of active products' current revisions, as text."""
+    values = (
+        with_category(active_products())
+        .exclude(category__isnull=True)
+        .exclude(category="")
+        .order_by("category")
+        .values_list("category", flat=True)
+        .distinct()
+    )
+    return list(values)
+
+
+def split_skus(text: str) -> list[str]:
+    """SKUs separated by commas, spaces or line breaks, first occurrence kept."""
+    return list(dict.fromkeys(part for part in re.split(r"[\s,;]+", text) if part))
+
+
+def priced_models() -> list[str]:
+    return sorted({model for table in PRICES.values() for model in table})
+
+
+class JobStartForm(forms.Form):
+    ALL, CATEGORY, SKUS = "all", "category", "skus"
+
+    reference = forms.CharField(
+        required=False,
+        max_length=200,
+        help_text="Unique. Leave empty to use the task and the time, e.g. product_description-20250101-120000.",
+    )
+    task = forms.ChoiceField()
+    prompt_version = forms.TypedChoiceField(
+        required=False, coerce=int, empty_value=None, label="Prompt version"
+    )
+    provider = forms.ChoiceField()
+    model = forms.CharField(max_length=128, initial="gpt-4o-mini")
+    destination = forms.ChoiceField(initial="catalogue")
+    unit_size = forms.IntegerField(
+        min_value=1,
+        max_value=MAX_UNIT_SIZE,
+        initial=500,
+        label="Unit size",
+        help_text="Requests per provider batch.",
+    )
+    scope = forms.ChoiceField(
+        label="Products",
+        initial=ALL,
+        widget=forms.RadioSelect,
+        choices=[
+            (ALL, "Every active product"),
+            (CATEGORY, "The active products of one category"),
+            (SKUS, "A list of SKUs"),
+        ],
+    )
+    category = forms.ChoiceField(required=False)
+    skus = forms.CharField(
+        required=False,
+        label="SKUs",
+        widget=forms.Textarea(attrs={"rows": 4}),
+        help_text="Separated by commas, spaces or line breaks.",
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        tasks = sorted(set(PromptVersion.objects.values_list("task", flat=True)))
+        self.fields["task"].choices = [(task, task) for task in tasks]
+        if "product_description" in tasks:
+            self.fields["task"].initial = "product_description"
+        self.fields["prompt_version"].choices = [
+            ("", "The latest version of the task"),
+            *((str(p.pk), str(p)) for p in PromptVersion.objects.order_by("task", "-version")),
+        ]
+        self.fields["provider"].choices = [(name, name) for name in provider_names()]
+        self.fields["destination"].choices = [(name, name) for name in destination_names()]
+        self.fields["category"].choices = [("", "Choose a category"), *((c, c) for c in categories())]
+        self.fields["model"].widget.attrs["list"] = "priced-models"
+        self.priced_models = priced_models()
+        self.products: QuerySet[Product] = active_products().none()
+        self.prompt: PromptVersion | None = None
+
+    def clean_reference(self) -> str:
+        reference = self.cleaned_data["reference"].strip()
+        if reference and Job.objects.filter(reference=reference).exists():
+            raise forms.ValidationError(f"A job with reference “{reference}” exists already.")
+        return reference
+
+    def clean(self) -> dict:
+        data = super().clean()
+        task = data.get("task")
+        version_id = data.get("prompt_version")
+        if task:
+            versions = PromptVersion.objects.filter(task=task)
+            self.prompt = versions.filter(pk=version_id).first() if version_id else versions.first()
+            if self.prompt is None:
+                self.add_error("prompt_version", f"That prompt version is not one of the task {task}.")
+        scope = data.get("scope")
+        if scope == self.ALL:
+            self.products = active_products()
+            if not self.products.exists():
+                self.add_error("scope", "There are no active products.")
+        elif scope == self.CATEGORY:
+            if not data.get("category"):
+                self.add_error("category", "Choose a category.")
+            else:
+                self.products = with_category(active_products()).filter(category=data["category"])
+        elif scope == self.SKUS:
+            skus = split_skus(data.get("skus", ""))
+            if not skus:
+                self.add_error("skus", "List at least one SKU.")
+            else:
+                self.products = active_products().filter(sku__in=skus)
+                found = set(self.products.values_list("sku", flat=True))
+                missing = [sku for sku in skus if sku not in found]
+                if missing:
+                    shown = ", ".join(missing[:SHOWN_SKUS])
+                    more = f" and {len(missing) - SHOWN_SKUS} more" if len(missing) > SHOWN_SKUS else ""
+                    self.add_error("skus", f"Unknown SKUs, or products not active: {shown}{more}.")
+        return data
+
+    def job_skus(self) -> list[str] | None:
+        """What `create_job` is given: None means every active product."""
+        if self.cleaned_data["scope"] == self.ALL:
+            return None
+        return list(self.products.order_by("sku").values_list("sku", flat=True))
+
+
+class JobFilterForm(forms.Form):
+    state = forms.ChoiceField(required=False, choices=[("", "Every state"), *JobState.choices])
+    reference = forms.CharField(required=False, max_length=200, label="Reference contains")
+
+
+class ProductFilterForm(forms.Form):
+    q = forms.CharField(required=False, max_length=300, label="SKU or title contains")
+    status = forms.ChoiceField(required=False, choices=[("", "Every status"), *ProductStatus.choices])
+
+
+class CatalogueImportForm(forms.Form):
+    file = forms.FileField(
+        label="Catalogue file",
+        help_text="JSONL or CSV, UTF-8. Products missing from the file are left alone.",
+    )
+    skip_invalid = forms.BooleanField(
+        required=False,
+        label="Skip invalid rows",
+        help_text="Import the valid rows even when others are rejected. Otherwise a single rejected row "
+        "stops the whole import.",
+    )
+
+
+class PromptPreviewForm(forms.Form):
+    DEFAULT_MODEL = "gpt-4o-mini"
+
+    sku = forms.CharField(max_length=64, label="SKU")
+    model = forms.CharField(max_length=128, required=False, initial=DEFAULT_MODEL)
+
+    def clean_model(self) -> str:
+        return self.cleaned_data["model"] or self.DEFAULT_MODEL
+
+
+class JSONObjectField(forms.CharField):
+    """A JSON text area whose value is the parsed JSON (any JSON value; the verbs check its shape)."""
+
+    widget = forms.Textarea
+
+    def prepare_value(self, value):
+        if isinstance(value, dict | list):
+            return json.dumps(value, indent=2, ensure_ascii=False)
+        return value
+
+    def to_python(self, value):
+        text = super().to_python(value)
+        if text in self.empty_values:
+            return None
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            raise forms.ValidationError(f"Not valid JSON: {exc}") from exc
+
+
+class PromptVersionForm(forms.Form):
+    task = forms.RegexField(
+        regex=rf"^{PROMPT_TASK_PATTERN}$",
+        max_length=64,
+        error_messages={"invalid": "Lower-case letters, digits and _, starting with a letter."},
+        help_text="A new task starts at version 1; an existing one gets its next number.",
+    )
+    system_message = forms.CharField(widget=forms.Textarea(attrs={"rows": 4}), label="System message")
+    template = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 6}),
+        strip=False,
+        help_text="Filled with {title} and {facts} (one “- name: value” line per field). "
+        "Write {{ and }} for literal braces.",
+    )
+    output_schema = JSONObjectField(
+        label="Output schema",
+        help_text='A JSON Schema with "type": "object".',
+        widget=forms.Textarea(attrs={"rows": 12}),
+    )
+    rules = JSONObjectField(
+        required=False,
+        help_text="JSON: min_length, max_length, text_field (a property of the schema), claim_words.",
+        widget=forms.Textarea(attrs={"rows": 8}),
+    )
+    max_output_tokens = forms.IntegerField(
+        min_value=1, max_value=MAX_PROMPT_OUTPUT_TOKENS, initial=600, label="Max output tokens"
+    )
+
+    def __init__(self, *args, source: PromptVersion | None = None, **kwargs):
+        self.source = source
+        if source is not None and "data" not in kwargs and not args:
+            kwargs["initial"] = {
+                "task": source.task,
+                "system_message": source.system_message,
+                "template": source.template,
+                "output_schema": source.output_schema,
+                "rules": source.rules,
+                "max_output_tokens": source.max_output_tokens,
+            }
+        super().__init__(*args, **kwargs)
+
+    def clean_system_message(self) -> str:
+        return self.cleaned_data["system_message"].replace("\r\n", "\n")
+
+    def clean_template(self) -> str:
+        template = self.cleaned_data["template"].replace("\r\n", "\n")  # browsers send CRLF
+        if problems := prompt_template_problems(template):
+            raise forms.ValidationError(problems)
+        return template
+
+    def clean_output_schema(self) -> dict:
+        schema = self.cleaned_data["output_schema"]
+        if problems := output_schema_problems(schema):
+            raise forms.ValidationError(problems)
+        return schema
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if data.get("rules") is None:
+            data["rules"] = {}
+        if "output_schema" in data and (
+            problems := prompt_rules_problems(data["rules"], data["output_schema"])
+        ):
+            self.add_error("rules", problems)
+        if self.source is not None and not self.errors and self.same_as_source(data):
+            raise forms.ValidationError(f"Nothing changed: this would be a copy of {self.source}.")
+        return data
+
+    def same_as_source(self, data: dict) -> bool:
+        source = self.source
+        return (
+            data["task"] == source.task
+            and data["system_message"] == source.system_message
+            and data["template"] == source.template
+            and data["output_schema"] == source.output_schema
+            and data["rules"] == source.rules
+            and data["max_output_tokens"] == source.max_output_tokens
+        )

@@ -1,0 +1,90 @@
+// The review desk's keyboard and the bulk-approve count. Progressive enhancement: every action is a
+// real link or form that works without this file; htmx (when loaded) turns them into in-place swaps.
+(function () {
+  "use strict";
+
+  function typing(element) {
+    return element && (element.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(element.tagName));
+  }
+
+  // requestSubmit fires the submit event, so htmx sends it and `required` fields are checked first.
+  function submit(form) {
+    if (form) form.requestSubmit();
+  }
+
+  function approve(card) {
+    var edit = card.querySelector("[data-edit]");
+    // What is on screen is what gets approved: the edited text when the edit box is open.
+    if (edit && edit.open) return submit(edit.querySelector("form"));
+    var form = card.querySelector("form[data-approve]");
+    if (form && !form.querySelector("button[type=submit]").disabled) submit(form);
+  }
+
+  function startEditing(card) {
+    var edit = card.querySelector("[data-edit]");
+    if (!edit) return;
+    edit.open = true;
+    var text = edit.querySelector("textarea");
+    text.focus();
+    text.setSelectionRange(text.value.length, text.value.length);
+  }
+
+  var keys = {
+    j: function (card) { var a = card.querySelector("[data-key=j]"); if (a) a.click(); },
+    k: function (card) { var a = card.querySelector("[data-key=k]"); if (a) a.click(); },
+    a: approve,
+    e: startEditing,
+    r: function (card) { var reason = card.querySelector("form[data-reject] [name=reason]"); if (reason) reason.focus(); },
+  };
+
+  document.addEventListener("keydown", function (event) {
+    var target = event.target;
+    if (typing(target)) {
+      if (event.key === "Escape") target.blur();
+      else if (event.key === "Enter" && (event.ctrlKey || event.metaKey) && target.closest("form[data-approve-edited]")) {
+        event.preventDefault();
+        submit(target.form);
+      }
+      return;
+    }
+    if (event.ctrlKey || event.metaKey || event.altKey || event.repeat) return;
+    var card = document.querySelector("[data-focus-card]");
+    var action = keys[event.key];
+    if (!card || !action) return;
+    event.preventDefault(); // `r` and `e` would otherwise type their letter into the field they focus
+    action(card);
+  });
+
+  // List mode: say on the button what approving the ticked rows will do.
+  function countSelection(form) {
+    var ticked = form.querySelectorAll("input[name=item]:checked");
+    var publishable = form.querySelectorAll("input[name=item][data-approvable=true]:checked").length;
+    var button = form.querySelector("[data-approve-selected]");
+    var note = form.querySelector("[data-selection-note]");
+    var n = ticked.length;
+    button.disabled = n === 0;
+    button.textContent = n === 0
+      ? "Approve selected drafts"
+      : "Approve " + n + " draft" + (n === 1 ? "" : "s") + " — " + publishable + " will be published";
+    var refused = n - publishable;
+    note.textContent = refused
+      ? refused + " of them cannot be approved (invalid or out of date) and will be refused."
+      : "";
+  }
+
+  function enhanceList(form) {
+    var all = form.querySelector("[data-select-all]");
+    var boxes = form.querySelectorAll("input[name=item]");
+    if (all) {
+      all.hidden = false;
+      all.addEventListener("change", function () {
+        boxes.forEach(function (box) { box.checked = all.checked; });
+        countSelection(form);
+      });
+    }
+    form.addEventListener("change", function () { countSelection(form); });
+    countSelection(form);
+  }
+
+  document.querySelectorAll("form[data-bulk-approve]").forEach(enhanceList);
+})();

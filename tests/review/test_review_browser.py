@@ -1,0 +1,199 @@
+"""The review desk in a real browser: keys, editing, bulk approval and hostile drafts, on the system
+Chromium driven by Playwright against live_server. Launch and fixtures as in test_browser.py."""
+
+from datetime import timedelta
+
+import pytest
+from django.db import connections
+from django.urls import reverse
+from django.utils import timezone
+
+from ledger.models import Approval, Item, Product
+from ledger.states import ItemState
+from tests.factories import ItemFactory, add_version
+
+# live_server needs committed data; serialized_rollback restores the migrations' groups and prompt first.
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
+
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+XSS = '<script>window.__xss=1</script><img src=x onerror="window.__xss=2">'
+
+
+@pytest.fixture(scope="module", autouse=True)
+def leave_migration_data_behind(django_db_blocker):
+    """A live_server test ends with a flush that empties every table, the migrations' groups and prompt
+    included: put them back for any later transactional test that expects them (see test_browser.py)."""
+    yield
+    connection = connections["default"]
+    serialized = getattr(connection, "_test_serialized_contents", None)
+    if serialized:
+        with django_db_blocker.unblock():
+            connection.creation.deserialize_db_from_string(serialized)
+
+
+@pytest.fixture
+def page(live_server):
+    """A fresh Chromium page; its thread's extra connections are closed before the database is flushed."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        page = browser.new_page()
+        page.set_default_timeout(5000)
+        try:
+            yield page
+        finally:
+            browser.close()
+            connections.close_all()
+
+
+@pytest.fixture
+def apply_inline(monkeypatch):
+    """Approval queues applying through django-q on commit; run it in the request instead of a worker."""
+    monkeypatch.setattr("django_q.conf.Conf.SYNC", True)
+
+
+def log_in(page, live_server, user, *, then: str) -> None:
+    page.goto(live_server.url + then)
+    page.get_by_label("Username").fill(user.username)
+    page.get_by_label("Password").fill("pw")
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(live_server.url + then)
+
+
+def queue_of(n: int) -> list:
+    """`n` drafts waiting for review, oldest first."""
+    now = timezone.now()
+    drafts = []
+    for i in range(n):
+        item = ItemFactory(awaiting_review=True)
+        drafts.append(add_version(item, f"Draft number {i + 1}: an oak board, {item.product.sku}."))
+        Item.objects.filter(pk=item.pk).update(updated_at=now - timedelta(minutes=n - i))
+    return drafts
+
+
+def test_keys_step_through_drafts_and_approve_one_in_place(page, live_server, owner, apply_inline):
+    from playwright.sync_api import expect
+
+    drafts = queue_of(3)
+    log_in(page, live_server, owner, then=reverse("review_queue"))
+    position, draft = page.get_by_test_id("position"), page.get_by_test_id("draft")
+    expect(position).to_have_text("1 of 3")
+    page.evaluate("window.__samePage = true")
+
+    page.keyboard.press("j")
+    expect(position).to_have_text("2 of 3")
+    expect(draft).to_have_text(drafts[1].content)
+    assert page.url.endswith("/review/?pos=2")
+    page.keyboard.press("k")
+    expect(draft).to_have_text(drafts[0].content)
+    page.keyboard.press("j")
+    expect(position).to_have_text("2 of 3")
+
+    page.keyboard.press("a")
+    decided = page.get_by_test_id(f"review-card-{drafts[1].item_id}")
+    expect(decided.get_by_test_id("outcome")).to_have_text("Approved — being applied")
+    expect(position).to_have_text("2 of 2")
+    expect(draft).to_have_text(drafts[2].content)
+    assert page.evaluate("window.__samePage") is True, "the next draft came in place, not by a page load"
+    assert Item.objects.get(pk=drafts[1].item_id).state == ItemState.APPLIED
+    assert {i.state for i in Item.objects.exclude(pk=drafts[1].item_id)} == {ItemState.AWAITING_REVIEW}
+
+
+def test_e_edits_the_draft_and_the_edited_text_is_published(page, live_server, owner, draft, apply_inline):
+    from playwright.sync_api import expect
+
+    item = draft.item
+    log_in(page, live_server, owner, then=reverse("review_queue"))
+    page.keyboard.press("e")
+    text = page.get_by_label("Final text.")
+    expect(text).to_be_focused()
+    expect(text).to_have_value(draft.content)
+    edited = "A jar of oak and ash; keys typed here (a, j, r) are text, not commands."
+    text.fill("")
+    text.press_sequentially(edited)
+    expect(text).to_have_value(edited)
+    assert not Approval.objects.exists()
+
+    text.press("Control+Enter")
+    expect(page.get_by_test_id("outcome")).to_have_text("Approved with your edits — being applied")
+    approval = Approval.objects.get(item=item)
+    assert approval.edited and approval.final_content == edited
+    assert approval.version.content == draft.content
+    assert Product.objects.get(pk=item.product_id).published_content == edited
+
+
+def test_ticking_three_drafts_approves_three(page, live_server, owner, apply_inline):
+    from playwright.sync_api import expect
+
+    drafts = queue_of(4)
+    log_in(page, live_server, owner, then=reverse("review_queue") + "?mode=list")
+    button = page.get_by_test_id("approve-selected")
+    expect(button).to_be_disabled()
+    for draft in drafts[:3]:
+        page.get_by_label(f"Select {draft.item.product.sku}").check()
+    expect(button).to_have_text("Approve 3 drafts — 3 will be published")
+
+    button.click()
+    expect(page.get_by_test_id("messages")).to_contain_text("Approved 3 drafts; being applied.")
+    assert set(Approval.objects.values_list("item_id", flat=True)) == {d.item_id for d in drafts[:3]}
+    expect(page.get_by_test_id("list-count")).to_have_text("1 draft waiting, oldest first.")
+
+
+def test_r_asks_for_a_reason_and_records_it(page, live_server, owner, draft):
+    from playwright.sync_api import expect
+
+    item = draft.item
+    log_in(page, live_server, owner, then=reverse("review_queue"))
+    page.keyboard.press("r")
+    reason = page.get_by_label(f"Reason for rejecting {item.product.sku}")
+    expect(reason).to_be_focused()
+    expect(reason).to_have_value("")  # the key itself is not typed into the field
+    reason.press("Enter")
+    assert reason.evaluate("field => field.validity.valueMissing") is True
+    assert Item.objects.get(pk=item.pk).state == ItemState.AWAITING_REVIEW
+
+    reason.fill("Promises a lifetime warranty")
+    reason.press("Enter")
+    expect(page.get_by_test_id("outcome")).to_have_text("Rejected")
+    expect(page.get_by_test_id("queue-empty")).to_be_visible()
+    item.refresh_from_db()
+    assert (item.state, item.reason) == (ItemState.REJECTED, "Promises a lifetime warranty")
+
+
+def test_a_hostile_draft_stays_inert_in_focus_mode_list_mode_and_the_diff(page, live_server, owner):
+    from playwright.sync_api import expect
+
+    published = ItemFactory(awaiting_review=True)
+    Product.objects.filter(pk=published.product_id).update(
+        published_content="An oak board. " + XSS,
+        published_version=add_version(ItemFactory(product=published.product, state=ItemState.APPLIED)),
+        published_at=timezone.now(),
+    )
+    add_version(published, XSS + " An oak board.")
+    fresh = ItemFactory(awaiting_review=True)
+    add_version(fresh, XSS)
+    Item.objects.filter(pk=fresh.pk).update(updated_at=timezone.now() + timedelta(minutes=1))
+
+    log_in(page, live_server, owner, then=reverse("review_queue"))
+    diff = page.get_by_test_id("diff")
+    expect(diff.locator("ins")).to_have_text(XSS + " ")
+    expect(diff.locator("del")).to_have_text(XSS)
+    page.keyboard.press("j")
+    expect(page.get_by_test_id("draft")).to_have_text(XSS)
+    page.goto(live_server.url + reverse("review_queue") + "?mode=list")
+    expect(page.get_by_test_id("preview")).to_have_text([XSS + " An oak board.", XSS])
+
+    for url in ("?pos=1", "?mode=list"):
+        page.goto(live_server.url + reverse("review_queue") + url)
+        assert "<script>window.__xss=1</script>" in page.inner_text("main")
+        assert page.evaluate("window.__xss") is None
+        assert page.locator("main img").count() == 0

@@ -1,0 +1,536 @@
+"""The review desk through Django's test client: focus mode (one draft, its diff, cost and position),
+drafts that may no longer be approved, list mode with bulk approval, and editing before approving."""
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from ledger.models import Approval, Event, GeneratedVersion, Item, Job, Product, ProductStatus, SourceRevision
+from ledger.pricing import version_cost
+from ledger.states import ItemState
+from review.views import word_diff
+from tests.factories import ItemFactory, JobFactory, add_version
+
+pytestmark = pytest.mark.django_db
+
+XSS = '<script>window.__xss=1</script><img src=x onerror="window.__xss=2">'
+ESCAPED_XSS = (
+    "&lt;script&gt;window.__xss=1&lt;/script&gt;&lt;img src=x onerror=&quot;window.__xss=2&quot;&gt;"
+)
+
+
+def queue_of(n: int, job: Job | None = None) -> list[GeneratedVersion]:
+    """`n` drafts waiting for review, oldest first, each with its own recognisable text."""
+    now = timezone.now()
+    drafts = []
+    for i in range(n):
+        item = ItemFactory(awaiting_review=True, **({"job": job} if job else {}))
+        drafts.append(add_version(item, f"Draft number {i + 1} of the queue, about {item.product.sku}."))
+        Item.objects.filter(pk=item.pk).update(updated_at=now - timedelta(minutes=n - i))
+    return drafts
+
+
+def publish(product: Product, text: str) -> None:
+    """As if an earlier draft had been applied: the catalogue destination's fields on the product."""
+    earlier = add_version(ItemFactory(product=product, state=ItemState.APPLIED), text)
+    Product.objects.filter(pk=product.pk).update(
+        published_content=text, published_version=earlier, published_revision=1, published_at=timezone.now()
+    )
+
+
+def revise(product: Product) -> None:
+    """A new revision the ledger has not reacted to yet (as in the moment between a change and its effects)."""
+    revision = SourceRevision.objects.create(
+        product=product, number=2, title="Walnut board", fields={"material": "walnut"}, content_hash="r2" * 32
+    )
+    Product.objects.filter(pk=product.pk).update(current_revision=revision)
+
+
+def withdraw(product: Product) -> None:
+    Product.objects.filter(pk=product.pk).update(status=ProductStatus.WITHDRAWN)
+
+
+def snapshot(item: Item) -> tuple:
+    item.refresh_from_db()
+    return item.state, item.approved_version_id, Approval.objects.count(), Event.objects.count()
+
+
+def focus(client, **params):
+    return client.get(reverse("review_queue"), params)
+
+
+def listing(client, **params):
+    return client.get(reverse("review_queue"), {"mode": "list", **params})
+
+
+def approve_data(draft: GeneratedVersion, **more) -> dict:
+    return {"version_id": draft.pk, "version_hash": draft.content_hash, **more}
+
+
+HTMX = {"HX-Request": "true"}
+
+
+# --- the word diff -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "before, after",
+    [
+        ("", "A new oak board."),
+        ("An oak board.", ""),
+        ("An oak board for bread.", "An oak board for cheese and bread."),
+        ("  Two  spaces\nand a line.", "Two spaces\n\nand two lines. "),
+        ("same", "same"),
+        ("   ", "\n"),
+    ],
+)
+def test_the_word_diff_rebuilds_both_texts(before, after):
+    pieces = word_diff(before, after)
+    assert "".join(text for op, text in pieces if op != "delete") == after
+    assert "".join(text for op, text in pieces if op != "insert").split() == before.split()
+    assert {op for op, _ in pieces} <= {"equal", "delete", "insert"}
+
+
+def test_the_word_diff_marks_whole_words():
+    assert word_diff("An oak board for bread.", "An oak board for cheese.") == [
+        ("equal", "An oak board for "),
+        ("delete", "bread."),
+        ("insert", "cheese."),
+    ]
+
+
+# --- focus mode ----------------------------------------------------------------------------
+
+
+def test_focus_mode_shows_one_draft_with_its_position_and_cost(client, owner):
+    drafts = queue_of(3)
+    client.force_login(owner)
+    response = focus(client)
+    html = response.content.decode()
+    assert response.context["card"].version == drafts[0]
+    assert drafts[0].content in html
+    assert drafts[1].content not in html and drafts[2].content not in html
+    assert '<span class="desk-position" data-testid="position">1 of 3</span>' in html
+    assert f"Cost ${version_cost(drafts[0])} · 120 tokens in, 60 out" in html
+    assert "Passed every validation rule." in html
+    assert "Nothing is published for this product yet" in html
+    assert f'href="{reverse("review_queue")}?pos=2" rel="next"' in html
+    assert 'rel="prev"' not in html
+
+    second = focus(client, pos=2).content.decode()
+    assert drafts[1].content in second and "2 of 3" in second and 'rel="prev"' in second
+    third = focus(client, item=drafts[2].item_id).content.decode()
+    assert drafts[2].content in third and "3 of 3" in third and 'rel="next"' not in third
+    assert "3 of 3" in focus(client, pos=99).content.decode()
+    assert "1 of 3" in focus(client, pos="nonsense").content.decode()
+
+
+def test_focus_mode_compares_the_draft_with_the_published_text_word_by_word(client, owner):
+    item = ItemFactory(awaiting_review=True)
+    publish(item.product, "An oak board for <b>bread</b>. Oiled.")
+    add_version(item, 'An oak board for <i>cheese</i> & "wine". Oiled.')
+    client.force_login(owner)
+    html = focus(client).content.decode()
+    start = html.index('<div class="word-diff"')
+    assert html[start : html.index("</div>", start)] == (
+        '<div class="word-diff" data-testid="diff">An oak board for '
+        "<del>&lt;b&gt;bread&lt;/b&gt;. </del>"
+        "<ins>&lt;i&gt;cheese&lt;/i&gt; &amp; &quot;wine&quot;. </ins>"
+        "Oiled."
+    )
+    assert "<b>" not in html and "<i>" not in html
+
+
+def test_focus_mode_shows_validation_notes(client, owner):
+    item = ItemFactory(awaiting_review=True)
+    add_version(item, "Short.", valid=False, reasons=["Shorter than 40 characters"])
+    client.force_login(owner)
+    html = focus(client).content.decode()
+    assert "Shorter than 40 characters" in html
+    assert "Only a valid draft can be approved." in html
+    assert 'disabled aria-describedby="refusal-' in html
+
+
+def test_an_htmx_step_returns_only_the_focus_partial(client, owner):
+    drafts = queue_of(2)
+    client.force_login(owner)
+    response = client.get(reverse("review_queue"), {"pos": 2}, headers=HTMX)
+    html = response.content.decode()
+    assert "<html" not in html and '<nav aria-label="Main"' not in html
+    assert drafts[1].content in html and "2 of 2" in html
+    assert html.lstrip().startswith(f'<article class="card focus-card" id="review-card-{drafts[1].item_id}"')
+    assert "HX-Request" in response.headers["Vary"]
+
+
+def test_a_job_filter_narrows_the_queue_and_is_kept_when_stepping(client, owner):
+    job = JobFactory()
+    queue_of(2)
+    mine = queue_of(2, job=job)
+    client.force_login(owner)
+    html = focus(client, job=job.pk).content.decode()
+    assert mine[0].content in html and "1 of 2" in html
+    assert f"?job={job.pk}&amp;pos=2" in html
+    assert f'<option value="{job.pk}" selected>{job.reference} (2 waiting)</option>' in html
+
+
+def test_an_item_that_is_no_longer_waiting_opens_its_own_page(client, owner, item):
+    Item.objects.filter(pk=item.pk).update(state=ItemState.APPLIED)
+    client.force_login(owner)
+    response = focus(client, item=item.pk)
+    assert response.status_code == 302 and response.url == reverse("item_detail", args=[item.pk])
+
+
+def test_an_empty_queue_says_so(client, owner):
+    client.force_login(owner)
+    assert "Nothing is waiting for review." in focus(client).content.decode()
+    assert "Nothing is waiting for review." in listing(client).content.decode()
+
+
+def test_an_operator_sees_the_desk_but_no_decision(client, operator):
+    drafts = queue_of(2)
+    client.force_login(operator)
+    html = focus(client).content.decode()
+    assert drafts[0].content in html and "Only catalogue owners approve or reject drafts." in html
+    assert '<form method="post" action="/items/' not in html
+    rows = listing(client).content.decode()
+    assert drafts[1].content in rows
+    assert 'name="item"' not in rows and reverse("approve_selected") not in rows
+
+
+# --- deciding in focus mode ----------------------------------------------------------------
+
+
+def test_approving_in_focus_mode_answers_with_the_outcome_and_the_next_draft(client, owner):
+    drafts = queue_of(3)
+    client.force_login(owner)
+    response = client.post(
+        reverse("approve_item", args=[drafts[1].item_id]), approve_data(drafts[1], pos=2), headers=HTMX
+    )
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert html.lstrip().startswith(f'<article class="card" id="review-card-{drafts[1].item_id}"')
+    assert "Approved — being applied" in html
+    assert "Now: A specific version was approved; waiting to be applied" in html
+    assert drafts[2].content in html and "2 of 2" in html  # the next draft took its place
+    assert response.headers["HX-Replace-Url"] == "/review/?pos=2"
+    assert Item.objects.get(pk=drafts[1].item_id).state == ItemState.APPROVED
+
+
+def test_approving_the_last_draft_steps_back_to_the_one_before(client, owner):
+    drafts = queue_of(2)
+    client.force_login(owner)
+    html = client.post(
+        reverse("approve_item", args=[drafts[1].item_id]), approve_data(drafts[1], pos=2), headers=HTMX
+    ).content.decode()
+    assert drafts[0].content in html and "1 of 1" in html
+
+
+def test_rejecting_in_focus_mode_needs_a_reason_and_then_moves_on(client, owner):
+    drafts = queue_of(2)
+    client.force_login(owner)
+    url = reverse("reject_item", args=[drafts[0].item_id])
+    refused = client.post(url, {"version_id": drafts[0].pk, "pos": 1}, headers=HTMX)
+    assert refused.status_code == 400
+    html = refused.content.decode()
+    assert "Nothing was changed: Say why the draft is rejected." in html
+    assert drafts[0].content in html and "1 of 2" in html  # still the same draft
+
+    done = client.post(
+        url, {"version_id": drafts[0].pk, "pos": 1, "reason": "Claims a warranty"}, headers=HTMX
+    )
+    html = done.content.decode()
+    assert "Rejected" in html and "(Claims a warranty)" in html
+    assert drafts[1].content in html and "1 of 1" in html
+    item = Item.objects.get(pk=drafts[0].item_id)
+    assert (item.state, item.reason) == (ItemState.REJECTED, "Claims a warranty")
+
+
+def test_without_javascript_a_decision_returns_to_the_same_position(client, owner):
+    drafts = queue_of(3)
+    client.force_login(owner)
+    page = focus(client, pos=2)
+    assert 'name="next" value="/review/?pos=2"' in page.content.decode()
+    response = client.post(
+        reverse("approve_item", args=[drafts[1].item_id]),
+        approve_data(drafts[1], next="/review/?pos=2"),
+        follow=True,
+    )
+    html = response.content.decode()
+    assert response.redirect_chain == [("/review/?pos=2", 302)]
+    assert f"{drafts[1].item.product.sku}: Approved — being applied." in html
+    assert drafts[2].content in html and "2 of 2" in html
+
+
+def test_editing_before_approving_keeps_both_texts(client, owner, item, draft):
+    client.force_login(owner)
+    html = focus(client).content.decode()
+    assert f'name="content" rows="8" aria-keyshortcuts="Control+Enter">{draft.content}</textarea>' in html
+    edited = "A sturdy oak board.\r\nOiled by hand; 40 x 25 cm."
+    response = client.post(
+        reverse("approve_item", args=[item.pk]), approve_data(draft, content=edited, pos=1), headers=HTMX
+    )
+    assert "Approved with your edits — being applied" in response.content.decode()
+    approval = Approval.objects.get(item=item)
+    assert approval.edited
+    assert approval.final_content == "A sturdy oak board.\nOiled by hand; 40 x 25 cm."
+    assert GeneratedVersion.objects.get(pk=draft.pk).content == draft.content  # the generated text is kept
+
+
+# --- drafts that may no longer be approved -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "change, says, refusal, now",
+    [
+        (
+            revise,
+            "The product changed after this draft was generated — a new draft is being requested.",
+            "The product changed since this draft was generated; a new draft has been requested",
+            ItemState.OBSOLETE,
+        ),
+        (
+            withdraw,
+            "The product was withdrawn — nothing will be published.",
+            "The product was withdrawn; nothing will be published for it",
+            ItemState.WITHDRAWN,
+        ),
+    ],
+)
+def test_a_draft_the_product_moved_on_from_cannot_be_approved(
+    client, owner, item, draft, change, says, refusal, now
+):
+    change(item.product)
+    client.force_login(owner)
+    for url in (reverse("review_queue"), reverse("item_detail", args=[item.pk])):
+        html = client.get(url).content.decode()
+        assert says in html, url
+        assert "disabled aria-describedby=" in html, url
+    rows = listing(client).content.decode()
+    assert says.rstrip(".") in rows and 'data-approvable="false"' in rows
+
+    response = client.post(reverse("approve_item", args=[item.pk]), approve_data(draft, pos=1), headers=HTMX)
+    assert response.status_code == 409
+    assert f"Nothing was changed: {refusal}" in response.content.decode()
+    assert not Approval.objects.exists()
+    item.refresh_from_db()
+    assert item.state == now and item.approved_version_id is None  # moved out of the way by the ledger
+    product = Product.objects.get(pk=item.product_id)
+    assert product.published_version_id is None and product.published_content == ""
+
+
+# --- list mode -----------------------------------------------------------------------------
+
+
+def test_list_mode_pages_fifty_drafts_at_a_time(client, owner):
+    drafts = queue_of(53)
+    client.force_login(owner)
+    first = listing(client)
+    html = first.content.decode()
+    assert len(first.context["cards"]) == 50 and "Page 1 of 2" in html
+    assert "53 drafts waiting" in html
+    assert drafts[0].content in html and drafts[50].content not in html
+    assert f'name="hash_{drafts[0].item_id}" value="{drafts[0].content_hash}"' in html
+    assert f"${version_cost(drafts[0])}" in html
+    assert "?mode=list&amp;page=2" in html
+    second = listing(client, page=2)
+    assert [c.item.pk for c in second.context["cards"]] == [d.item_id for d in drafts[50:]]
+
+
+def test_list_mode_shows_the_start_of_each_draft(client, owner, item):
+    add_version(item, "Oak. " * 60)
+    client.force_login(owner)
+    html = listing(client).content.decode()
+    assert ("Oak. " * 27 + "Oak.…") in html
+    assert "Oak. " * 29 not in html
+
+
+def test_list_mode_filters_by_job(client, owner):
+    job = JobFactory()
+    others = queue_of(2)
+    mine = queue_of(3, job=job)
+    client.force_login(owner)
+    response = listing(client, job=job.pk)
+    assert [c.item.pk for c in response.context["cards"]] == [d.item_id for d in mine]
+    html = response.content.decode()
+    assert others[0].content not in html
+    assert '<input type="hidden" name="mode" value="list">' in html
+    assert 'value="/review/?mode=list&amp;job=' in html
+
+
+def test_list_mode_queries_do_not_grow_with_rows(client, owner, django_assert_max_num_queries):
+    client.force_login(owner)
+    queue_of(3)
+    with CaptureQueriesContext(connection) as few:
+        assert listing(client).status_code == 200
+    queue_of(60)
+    with django_assert_max_num_queries(len(few)):
+        assert len(listing(client).context["cards"]) == 50
+
+
+def test_focus_mode_queries_do_not_grow_with_the_queue(client, owner, django_assert_max_num_queries):
+    client.force_login(owner)
+    queue_of(2)
+    with CaptureQueriesContext(connection) as few:
+        assert focus(client, pos=2).status_code == 200
+    queue_of(30)
+    with django_assert_max_num_queries(len(few)):
+        assert focus(client, pos=20).status_code == 200
+
+
+# --- approving many at once ----------------------------------------------------------------
+
+
+def approve_selected(client, drafts: list[GeneratedVersion], **more):
+    data = {"item": [d.item_id for d in drafts], **{f"hash_{d.item_id}": d.content_hash for d in drafts}}
+    return client.post(reverse("approve_selected"), {**data, **more}, follow=True)
+
+
+def test_approving_selected_drafts_approves_the_valid_current_ones_and_says_why_not_the_rest(client, owner):
+    good = queue_of(3)
+    stale, gone, changed = queue_of(3)
+    invalid_item = ItemFactory(awaiting_review=True)
+    invalid = add_version(invalid_item, "Short.", valid=False, reasons=["Too short"])
+    revise(stale.item.product)
+    withdraw(gone.item.product)
+    client.force_login(owner)
+
+    data = {f"hash_{d.item_id}": d.content_hash for d in [*good, stale, gone, invalid]}
+    data[f"hash_{changed.item_id}"] = "0" * 64  # a draft other than the one on the page
+    everyone = [d.item_id for d in [*good, stale, gone, changed, invalid]]
+    response = client.post(
+        reverse("approve_selected"), {"item": everyone, "next": "/review/?mode=list", **data}, follow=True
+    )
+    assert response.redirect_chain == [("/review/?mode=list", 302)]
+    html = response.content.decode()
+    assert "Approved 3 drafts; being applied." in html
+    assert (
+        f"Not approved — {stale.item.product.sku}: The product changed since this draft was generated" in html
+    )
+    assert f"Not approved — {gone.item.product.sku}: The product was withdrawn" in html
+    assert f"Not approved — {changed.item.product.sku}: The draft changed since it was shown" in html
+    assert f"Not approved — {invalid_item.product.sku}: Only a valid draft can be approved" in html
+
+    approved = set(Approval.objects.values_list("version_id", "version_hash"))
+    assert approved == {(d.pk, d.content_hash) for d in good}
+    assert Item.objects.get(pk=changed.item_id).state == ItemState.AWAITING_REVIEW
+    assert Item.objects.get(pk=invalid_item.pk).state == ItemState.AWAITING_REVIEW
+
+
+def test_approving_selected_names_only_the_latest_draft(client, owner, item, draft):
+    newer = add_version(item, "A newer draft, the one that is on the page now for this oak board.")
+    client.force_login(owner)
+    html = approve_selected(client, [draft]).content.decode()
+    assert "The draft changed since it was shown" in html and not Approval.objects.exists()
+    approve_selected(client, [newer])
+    assert Approval.objects.get().version == newer
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({}, "Tick the drafts to approve."),
+        ({"item": ["x"]}, "Drafts are named by item id, a whole number."),
+        ({"item": ["1"]}, "The content hash of the draft of item 1 is missing or malformed."),
+        (
+            {"item": ["1"], "hash_1": "nope"},
+            "The content hash of the draft of item 1 is missing or malformed.",
+        ),
+        ({"item": [str(i) for i in range(1, 52)]}, "Approve at most 50 drafts at once."),
+    ],
+)
+def test_malformed_bulk_approval_is_a_400_and_changes_nothing(client, owner, item, data, message):
+    client.force_login(owner)
+    before = snapshot(item)
+    response = client.post(reverse("approve_selected"), data)
+    assert response.status_code == 400
+    assert message in response.content.decode()
+    assert snapshot(item) == before
+
+
+def test_an_unknown_item_in_a_bulk_approval_is_refused_alone(client, owner, item, draft):
+    client.force_login(owner)
+    response = client.post(
+        reverse("approve_selected"),
+        {"item": [item.pk, 999999], f"hash_{item.pk}": draft.content_hash, "hash_999999": "a" * 64},
+        follow=True,
+    )
+    html = response.content.decode()
+    assert "Approved 1 draft; being applied." in html
+    assert "Not approved — Item 999999: there is no draft to approve" in html
+
+
+def test_an_operator_cannot_approve_selected_drafts(client, operator, item, draft):
+    client.force_login(operator)
+    before = snapshot(item)
+    response = client.post(
+        reverse("approve_selected"), {"item": [item.pk], f"hash_{item.pk}": draft.content_hash}
+    )
+    assert response.status_code == 403
+    assert snapshot(item) == before
+
+
+def test_approving_selected_drafts_needs_post_and_the_csrf_token(owner, item, draft):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(owner)
+    before = snapshot(item)
+    data = {"item": [item.pk], f"hash_{item.pk}": draft.content_hash}
+    assert client.get(reverse("approve_selected"), data).status_code == 405
+    assert client.post(reverse("approve_selected"), data).status_code == 403
+    assert snapshot(item) == before
+    token = listing(client).context["csrf_token"]
+    assert (
+        client.post(reverse("approve_selected"), {**data, "csrfmiddlewaretoken": str(token)}).status_code
+        == 302
+    )
+    assert Approval.objects.get().version == draft
+
+
+def test_bulk_approval_does_not_return_elsewhere(client, owner, item, draft):
+    client.force_login(owner)
+    response = client.post(
+        reverse("approve_selected"),
+        {"item": [item.pk], f"hash_{item.pk}": draft.content_hash, "next": "https://evil.example/"},
+    )
+    assert response.url == "/review/?mode=list"
+
+
+# --- the item page -------------------------------------------------------------------------
+
+
+def test_the_item_page_shows_each_versions_cost_and_its_diff_against_the_published_text(client, owner):
+    item = ItemFactory(awaiting_review=True)
+    publish(item.product, "An oak board for bread.")
+    first = add_version(item, "An oak board for <b>cheese</b>.", valid=False)
+    second = add_version(item, "A walnut board for bread.")
+    client.force_login(owner)
+    html = client.get(reverse("item_detail", args=[item.pk])).content.decode()
+    for version in (first, second):
+        assert f'<span data-testid="cost-{version.number}">cost ${version_cost(version)}</span>' in html
+    assert (
+        '<div class="word-diff" data-testid="diff-1">An oak board for <del>bread.</del>'
+        "<ins>&lt;b&gt;cheese&lt;/b&gt;.</ins></div>"
+    ) in html
+    assert (
+        '<div class="word-diff" data-testid="diff-2"><del>An oak </del><ins>A walnut </ins>board for bread.</div>'
+        in html
+    )
+
+
+# --- untrusted model output ----------------------------------------------------------------
+
+
+def test_a_hostile_draft_is_escaped_in_focus_mode_list_mode_and_the_diff(client, owner, item):
+    publish(item.product, XSS + " The published text.")
+    add_version(item, "A new text. " + XSS, reasons=[XSS])
+    client.force_login(owner)
+    for response in (focus(client), listing(client), client.get(reverse("item_detail", args=[item.pk]))):
+        html = response.content.decode()
+        assert "<script>window" not in html and "<img src=x" not in html
+        assert ESCAPED_XSS[:40] in html
+    diff = focus(client).context["card"].diff
+    assert ("insert", "A new text. ") in diff
