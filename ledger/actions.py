@@ -270,13 +270,18 @@ def create_job(
             unit_size=unit_size,
         )
         items = Item.objects.bulk_create(
-            Item(job=job, product=p, source_revision=p.current_revision) for p in products
+            (Item(job=job, product=p, source_revision=p.current_revision) for p in products), batch_size=2000
         )
         if not items:
             raise NotAllowed("No active products to work on")
         Event.objects.bulk_create(
-            Event(item=item, job=job, to_state=ItemState.PREPARED, actor=owner, actor_name=actor_name(owner))
-            for item in items
+            (
+                Event(
+                    item=item, job=job, to_state=ItemState.PREPARED, actor=owner, actor_name=actor_name(owner)
+                )
+                for item in items
+            ),
+            batch_size=2000,
         )
         Event.objects.create(job=job, to_state=JobState.PREPARING, actor=owner, actor_name=actor_name(owner))
         enqueue("ledger.tasks.submit_job", job.pk)
@@ -305,9 +310,10 @@ def queue_current_revision(item: Item) -> Item | None:
     return new_item
 
 
-def currency_problem(item: Item) -> str | None:
-    """`withdrawn` or `obsolete` when the item's draft may no longer be published; else None."""
-    product = Product.objects.get(pk=item.product_id)
+def currency_problem(item: Item, *, product: Product | None = None) -> str | None:
+    """`withdrawn` or `obsolete` when the item's draft may no longer be published; else None.
+    A screen listing many items passes each one's product, loaded with it, to save a query each."""
+    product = product or Product.objects.get(pk=item.product_id)
     if product.status == ProductStatus.WITHDRAWN:
         return ItemState.WITHDRAWN
     if product.current_revision_id != item.source_revision_id:
@@ -576,12 +582,18 @@ def reconcile_uncertain(submission_id: int, *, provider=None) -> str:
     """Find a submission whose create answer was lost by its intent key, or, once the provider's
     own listing shows none after the grace period, make its items safe to send again."""
     from .providers import get_provider
+    from .providers.base import ProviderError
 
     if not claim_submission(submission_id, states=[SubmissionState.UNCERTAIN]):
         return "not claimable"
     submission = Submission.objects.get(pk=submission_id)
     provider = provider or get_provider(submission.provider)
-    refs = provider.find_units(intent_key=submission.intent_key)
+    try:
+        refs = provider.find_units(intent_key=submission.intent_key)
+    except ProviderError as exc:
+        # Not an answer either way: let the next round (or an operator) ask again at once.
+        Submission.objects.filter(pk=submission_id).update(error=str(exc)[:2000], claimed_until=None)
+        raise
     if refs:
         adopt(submission, refs, provider=provider, from_state=ItemState.SUBMISSION_UNCERTAIN)
         return "adopted"

@@ -1,6 +1,6 @@
 """Is the collector alive? Shared by the screens' banner and, later, `/api/health` and `/metrics`."""
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.utils import timezone
@@ -12,14 +12,16 @@ from .states import SubmissionState
 OPEN_SUBMISSION_STATES = (SubmissionState.OPEN, SubmissionState.ENDED)
 
 
+def last_poll_at() -> datetime | None:
+    return CollectorHeartbeat.objects.filter(name="collector").values_list("last_poll_at", flat=True).first()
+
+
 def collector_stalled() -> bool:
     """Work is waiting on the collector and it has not polled within 3 poll intervals (SPEC §3 rule 10).
 
     Distinct from "the provider has not finished": that is an open submission with a recent poll."""
     if not Submission.objects.filter(state__in=OPEN_SUBMISSION_STATES).exists():
         return False
-    last_poll_at = (
-        CollectorHeartbeat.objects.filter(name="collector").values_list("last_poll_at", flat=True).first()
-    )
+    polled = last_poll_at()
     limit = timedelta(seconds=3 * settings.BATCHDESK_POLL_SECONDS)
-    return last_poll_at is None or timezone.now() - last_poll_at > limit
+    return polled is None or timezone.now() - polled > limit

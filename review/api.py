@@ -55,11 +55,10 @@ from ledger.catalogue import (
     unique_json_keys,
 )
 from ledger.destinations import destination_names
-from ledger.health import collector_stalled
+from ledger.health import collector_stalled, last_poll_at
 from ledger.models import (
     ApiToken,
     AttemptOutcome,
-    CollectorHeartbeat,
     DestinationAttempt,
     Event,
     GeneratedVersion,
@@ -752,10 +751,6 @@ def health(request: HttpRequest) -> HttpResponse:
     body = {"database": database, "broker": broker, "collector": collector, "queue_depth": queue_depth}
     healthy = database == "ok" and broker["reachable"]
     return JsonResponse(body, status=200 if healthy else 503)
-
-
-def last_poll_at():
-    return CollectorHeartbeat.objects.filter(name="collector").values_list("last_poll_at", flat=True).first()
 
 
 # Submissions that have not finished: still to be sent, being reconciled, at the provider, or

@@ -19,8 +19,8 @@ from django.views.decorators.http import require_GET
 
 from ledger.models import Approval, Item, Job
 
+from .common import word_diff
 from .permissions import ADMIN, role_required
-from .views import word_diff
 
 APPROVALS_PER_PAGE = 50
 # Comparing word by word costs up to the square of the length; longer texts are shown without a diff.

@@ -1,7 +1,9 @@
 """What several screens share: htmx rendering choice and item counts by state."""
 
+import re
 from collections import defaultdict
 from dataclasses import dataclass
+from difflib import SequenceMatcher
 
 from django.db.models import Count
 from django.http import HttpRequest
@@ -65,3 +67,30 @@ def progress_of(jobs: list[Job]) -> list[JobProgress]:
 def fields_of(revision: SourceRevision) -> list[tuple[str, object]]:
     """A revision's fields as pairs: a template looking up `fields.items` would find a field named "items"."""
     return list(revision.fields.items())
+
+
+# A word with the whitespace around it; whitespace alone is not a word, so it never makes a change.
+WORD = re.compile(r"\s*\S+\s*")
+
+
+def words_of(text: str) -> list[str]:
+    return WORD.findall(text) or ([text] if text else [])
+
+
+def word_diff(before: str, after: str) -> list[tuple[str, str]]:
+    """How `before` (the published text) became `after` (a draft), word by word, as (op, text) pieces:
+    op is "equal", "delete" or "insert". The pieces other than deletions join up to `after` exactly.
+    Plain text, never markup: the template escapes every piece."""
+    old, new = words_of(before), words_of(after)
+    # autojunk would treat frequent words ("the", "and") in long texts as noise and mark them changed.
+    matcher = SequenceMatcher(None, [w.strip() for w in old], [w.strip() for w in new], autojunk=False)
+    pieces = []
+    for op, i1, i2, j1, j2 in matcher.get_opcodes():
+        if op == "equal":
+            pieces.append(("equal", "".join(new[j1:j2])))
+            continue
+        if i2 > i1:
+            pieces.append(("delete", "".join(old[i1:i2])))
+        if j2 > j1:
+            pieces.append(("insert", "".join(new[j1:j2])))
+    return pieces

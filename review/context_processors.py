@@ -2,9 +2,7 @@
 
 from django.http import HttpRequest
 
-from ledger.health import collector_stalled
-
-from .api import last_poll_at
+from ledger.health import collector_stalled, last_poll_at
 
 
 def collector_status(request: HttpRequest) -> dict:

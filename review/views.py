@@ -5,10 +5,8 @@ The desk has two modes. Focus mode shows one draft at a time beside its source r
 word with the text published now; a decision sent with htmx answers with what happened to that draft and
 the next one to decide on. List mode is a table of fifty drafts at a time, for approving many at once."""
 
-import re
 from dataclasses import dataclass, replace
 from decimal import Decimal
-from difflib import SequenceMatcher
 from functools import cached_property
 from urllib.parse import urlencode
 
@@ -25,11 +23,11 @@ from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from ledger.actions import NotAllowed, approve_version, currency_problem, reject_version
-from ledger.models import GeneratedVersion, Item, Job, ProductStatus
+from ledger.models import GeneratedVersion, Item, Job
 from ledger.pricing import version_cost
 from ledger.states import ItemState
 
-from .common import HtmxHttpRequest, fields_of, wants_partial
+from .common import HtmxHttpRequest, fields_of, wants_partial, word_diff
 from .forms import LIST_PAGE_SIZE, ApproveForm, ApproveSelectedForm, RejectForm, ReviewPlaceForm
 from .permissions import APPROVERS, VIEWERS, has_role, role_required
 
@@ -39,34 +37,6 @@ CURRENCY_NOTES = {
     ItemState.WITHDRAWN: "The product was withdrawn — nothing will be published",
 }
 INVALID_NOTE = "Only a valid draft can be approved"
-
-# --- word diff -----------------------------------------------------------------------------
-
-# A word with the whitespace around it; whitespace alone is not a word, so it never makes a change.
-WORD = re.compile(r"\s*\S+\s*")
-
-
-def words_of(text: str) -> list[str]:
-    return WORD.findall(text) or ([text] if text else [])
-
-
-def word_diff(before: str, after: str) -> list[tuple[str, str]]:
-    """How `before` (the published text) became `after` (a draft), word by word, as (op, text) pieces:
-    op is "equal", "delete" or "insert". The pieces other than deletions join up to `after` exactly.
-    Plain text, never markup: the template escapes every piece."""
-    old, new = words_of(before), words_of(after)
-    # autojunk would treat frequent words ("the", "and") in long texts as noise and mark them changed.
-    matcher = SequenceMatcher(None, [w.strip() for w in old], [w.strip() for w in new], autojunk=False)
-    pieces = []
-    for op, i1, i2, j1, j2 in matcher.get_opcodes():
-        if op == "equal":
-            pieces.append(("equal", "".join(new[j1:j2])))
-            continue
-        if i2 > i1:
-            pieces.append(("delete", "".join(old[i1:i2])))
-        if j2 > j1:
-            pieces.append(("insert", "".join(new[j1:j2])))
-    return pieces
 
 
 def published_text(item: Item) -> str:
@@ -183,18 +153,8 @@ def review_cards(items: QuerySet[Item]) -> list[ReviewCard]:
         version = versions.get(item.latest_version_id)
         if version is not None:
             version.item = item  # the job, for its price, without a query per row
-        cards.append(ReviewCard(item, version, loaded_currency(item)))
+        cards.append(ReviewCard(item, version, currency_problem(item, product=item.product)))
     return cards
-
-
-def loaded_currency(item: Item) -> str | None:
-    """The rule of `ledger.actions.currency_problem`, answered from the product loaded with the item:
-    a list of fifty drafts must not ask the database fifty times. The ledger asks again at approval."""
-    if item.product.status == ProductStatus.WITHDRAWN:
-        return ItemState.WITHDRAWN
-    if item.product.current_revision_id != item.source_revision_id:
-        return ItemState.OBSOLETE
-    return None
 
 
 def review_queue_items(job_id: int | None) -> QuerySet[Item]:

@@ -9,7 +9,11 @@
 
   // requestSubmit fires the submit event, so htmx sends it and `required` fields are checked first.
   function submit(form) {
-    if (form) form.requestSubmit();
+    if (!form) return;
+    // A card swapped in a moment ago may not have been wired up by htmx yet: do it now, so the
+    // key never falls back to a full page load.
+    if (window.htmx) window.htmx.process(form);
+    form.requestSubmit();
   }
 
   function approve(card) {

@@ -13,7 +13,7 @@ from django.utils import timezone
 from ledger.models import Approval, Event, GeneratedVersion, Item, Job, Product, ProductStatus, SourceRevision
 from ledger.pricing import version_cost
 from ledger.states import ItemState
-from review.views import word_diff
+from review.common import word_diff
 from tests.factories import ItemFactory, JobFactory, add_version
 
 pytestmark = pytest.mark.django_db
