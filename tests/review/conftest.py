@@ -1,6 +1,7 @@
 """People in each role and a draft waiting for review. Tests bring their own database marker."""
 
 import pytest
+from django.db import connections
 
 from ledger.models import GeneratedVersion, Item, Job
 from tests.factories import ItemFactory, JobFactory, UserFactory, add_version
@@ -36,3 +37,55 @@ def draft(job) -> GeneratedVersion:
 @pytest.fixture
 def item(draft) -> Item:
     return draft.item
+
+
+# --- browser tests ------------------------------------------------------------------------
+
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def leave_migration_data_behind(django_db_blocker):
+    """A live_server test ends with a flush that empties every table, the migrations' groups and prompt
+    included; Django puts them back only when the next serialized_rollback test starts. Put them back
+    now, for any later transactional test that expects them."""
+    yield
+    connection = connections["default"]
+    serialized = getattr(connection, "_test_serialized_contents", None)
+    if serialized:
+        with django_db_blocker.unblock():
+            connection.creation.deserialize_db_from_string(serialized)
+
+
+@pytest.fixture
+def page(live_server):
+    """A fresh Chromium page, started once the test database is set up and stopped before it is flushed.
+
+    While Playwright's sync API runs, asyncio reports a running loop in this thread, and Django (through
+    asgiref's Local) hands out a second set of connections: they are closed before Playwright stops, so
+    the flush and the serialized rollback happen on the thread's own connection."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        page = browser.new_page()
+        page.set_default_timeout(5000)
+        try:
+            yield page
+        finally:
+            browser.close()
+            connections.close_all()
+
+
+@pytest.fixture
+def apply_inline(monkeypatch):
+    """Approval queues applying through django-q on commit; run it in the request instead of a worker."""
+    monkeypatch.setattr("django_q.conf.Conf.SYNC", True)

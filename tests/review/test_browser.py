@@ -1,71 +1,18 @@
 """The review queue in a real browser: the system Chromium, driven by Playwright, against live_server."""
 
 import pytest
-from django.db import connections
 from django.urls import reverse
 
 from ledger.models import Product
 from tests.factories import ItemFactory, add_version
+from tests.review.browser import log_in
 
 # live_server needs committed data; serialized_rollback restores the migrations' groups and prompt first.
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
-
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True, serialized_rollback=True),
+    pytest.mark.usefixtures("leave_migration_data_behind"),
 ]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def leave_migration_data_behind(django_db_blocker):
-    """A live_server test ends with a flush that empties every table, the migrations' groups and prompt
-    included; Django puts them back only when the next serialized_rollback test starts. Put them back
-    now, for any later transactional test that expects them."""
-    yield
-    connection = connections["default"]
-    serialized = getattr(connection, "_test_serialized_contents", None)
-    if serialized:
-        with django_db_blocker.unblock():
-            connection.creation.deserialize_db_from_string(serialized)
-
-
-@pytest.fixture
-def page(live_server):
-    """A fresh Chromium page, started once the test database is set up and stopped before it is flushed.
-
-    While Playwright's sync API runs, asyncio reports a running loop in this thread, and Django (through
-    asgiref's Local) hands out a second set of connections: they are closed before Playwright stops, so
-    the flush and the serialized rollback happen on the thread's own connection."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        page = browser.new_page()
-        page.set_default_timeout(5000)
-        try:
-            yield page
-        finally:
-            browser.close()
-            connections.close_all()
-
-
-@pytest.fixture
-def apply_inline(monkeypatch):
-    """Approval queues applying through django-q on commit; run it in the request instead of a worker."""
-    monkeypatch.setattr("django_q.conf.Conf.SYNC", True)
-
-
-def log_in(page, live_server, user, *, then: str) -> None:
-    page.goto(live_server.url + then)
-    page.get_by_label("Username").fill(user.username)
-    page.get_by_label("Password").fill("pw")
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(live_server.url + then)
 
 
 def test_a_catalogue_owner_approves_a_draft_in_place_and_it_is_published(

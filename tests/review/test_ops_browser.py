@@ -11,14 +11,18 @@ from ledger.models import Approval, CollectorHeartbeat, Item, Submission
 from ledger.states import ItemState, SubmissionState
 from review.operations import attention_groups
 from tests.factories import ItemFactory, UserFactory, add_version
-from tests.review.test_browser import leave_migration_data_behind, log_in, page  # noqa: F401 (fixtures)
+from tests.review.browser import log_in
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True, serialized_rollback=True),
+    pytest.mark.usefixtures("leave_migration_data_behind"),
+]
 
 SERVER_ERROR = "server_error: The server had an error while processing your request. Sorry about that!"
 
 
-def test_an_operator_retries_a_whole_group_once_the_count_is_confirmed(page, live_server, operator, job):  # noqa: F811
+def test_an_operator_retries_a_whole_group_once_the_count_is_confirmed(page, live_server, operator, job):
     from playwright.sync_api import expect
 
     failing = [ItemFactory(job=job, state=ItemState.INFERENCE_FAILED, reason=SERVER_ERROR) for _ in range(14)]
@@ -46,7 +50,7 @@ def test_an_operator_retries_a_whole_group_once_the_count_is_confirmed(page, liv
     assert Item.objects.get(pk=other.pk).state == ItemState.VALIDATION_FAILED
 
 
-def test_an_admin_exports_the_filtered_approvals_as_csv(page, live_server, owner, job):  # noqa: F811
+def test_an_admin_exports_the_filtered_approvals_as_csv(page, live_server, owner, job):
     from playwright.sync_api import expect
 
     bob = UserFactory(username="bob", roles=["catalogue_owner"])
@@ -85,7 +89,7 @@ def test_an_admin_exports_the_filtered_approvals_as_csv(page, live_server, owner
     assert rows[1]["edited"] == "yes" and rows[0]["edited"] == "no"
 
 
-def test_a_stalled_collector_is_shown_with_since_when(page, live_server, owner, job, settings):  # noqa: F811
+def test_a_stalled_collector_is_shown_with_since_when(page, live_server, owner, job, settings):
     from playwright.sync_api import expect
 
     settings.BATCHDESK_POLL_SECONDS = 30

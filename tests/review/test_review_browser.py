@@ -4,69 +4,22 @@ Chromium driven by Playwright against live_server. Launch and fixtures as in tes
 from datetime import timedelta
 
 import pytest
-from django.db import connections
 from django.urls import reverse
 from django.utils import timezone
 
 from ledger.models import Approval, Item, Product
 from ledger.states import ItemState
 from tests.factories import ItemFactory, add_version
+from tests.review.browser import log_in
 
 # live_server needs committed data; serialized_rollback restores the migrations' groups and prompt first.
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
-
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True, serialized_rollback=True),
+    pytest.mark.usefixtures("leave_migration_data_behind"),
 ]
+
 XSS = '<script>window.__xss=1</script><img src=x onerror="window.__xss=2">'
-
-
-@pytest.fixture(scope="module", autouse=True)
-def leave_migration_data_behind(django_db_blocker):
-    """A live_server test ends with a flush that empties every table, the migrations' groups and prompt
-    included: put them back for any later transactional test that expects them (see test_browser.py)."""
-    yield
-    connection = connections["default"]
-    serialized = getattr(connection, "_test_serialized_contents", None)
-    if serialized:
-        with django_db_blocker.unblock():
-            connection.creation.deserialize_db_from_string(serialized)
-
-
-@pytest.fixture
-def page(live_server):
-    """A fresh Chromium page; its thread's extra connections are closed before the database is flushed."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
-        page = browser.new_page()
-        page.set_default_timeout(5000)
-        try:
-            yield page
-        finally:
-            browser.close()
-            connections.close_all()
-
-
-@pytest.fixture
-def apply_inline(monkeypatch):
-    """Approval queues applying through django-q on commit; run it in the request instead of a worker."""
-    monkeypatch.setattr("django_q.conf.Conf.SYNC", True)
-
-
-def log_in(page, live_server, user, *, then: str) -> None:
-    page.goto(live_server.url + then)
-    page.get_by_label("Username").fill(user.username)
-    page.get_by_label("Password").fill("pw")
-    page.get_by_role("button", name="Log in").click()
-    page.wait_for_url(live_server.url + then)
 
 
 def queue_of(n: int) -> list:

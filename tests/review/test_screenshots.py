@@ -23,9 +23,13 @@ from ledger.models import (
 from ledger.states import ItemState, JobState, SubmissionState
 from review.operations import attention_groups
 from tests.factories import ItemFactory, JobFactory, ProductFactory, UserFactory, add_version
-from tests.review.test_browser import leave_migration_data_behind, log_in, page  # noqa: F401 (fixtures)
+from tests.review.browser import log_in
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True, serialized_rollback=True),
+    pytest.mark.usefixtures("leave_migration_data_behind"),
+]
 
 SCREENSHOTS = Path(settings.BASE_DIR) / "docs" / "screenshots"
 VIEWPORT = {"width": 1366, "height": 900}
@@ -139,7 +143,7 @@ def shoot(browser_page, name: str) -> Path:
     return path
 
 
-def test_screenshots_of_the_review_queue_a_job_and_operations(page, live_server):  # noqa: F811
+def test_screenshots_of_the_review_queue_a_job_and_operations(page, live_server):
     job = realistic_job()
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.set_viewport_size(VIEWPORT)
