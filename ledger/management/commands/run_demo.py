@@ -49,7 +49,8 @@ class Command(BaseCommand):
             [*manage, "qcluster"],
             [*manage, "runserver", f"127.0.0.1:{options['port']}", "--noreload"],
         ]
-        processes = [subprocess.Popen(command, env=env) for command in commands]
+        # Each in a session of its own, so stopping reaches a cluster's forked workers too.
+        processes = [subprocess.Popen(command, env=env, start_new_session=True) for command in commands]
         # Stopped by a signal other than Ctrl-C (a terminal closing, `kill`): stop the same way.
         signal.signal(signal.SIGTERM, signal.default_int_handler)
         signal.signal(signal.SIGHUP, signal.default_int_handler)
@@ -70,12 +71,13 @@ class Command(BaseCommand):
         finally:
             for process in processes:
                 if process.poll() is None:
-                    process.send_signal(signal.SIGINT)
+                    os.killpg(process.pid, signal.SIGINT)
             for process in processes:
                 try:
                     process.wait(timeout=15)
                 except subprocess.TimeoutExpired:
-                    process.kill()
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
 
     def prepare_data(self) -> None:
         user, created = get_user_model().objects.get_or_create(
