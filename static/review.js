@@ -8,12 +8,20 @@
   }
 
   // requestSubmit fires the submit event, so htmx sends it and `required` fields are checked first.
+  // A card swapped in a moment ago may not have been wired up by htmx yet: do it now, so a key
+  // never falls back to a full page load.
+  function wired(element) {
+    if (element && window.htmx) window.htmx.process(element);
+    return element;
+  }
+
   function submit(form) {
-    if (!form) return;
-    // A card swapped in a moment ago may not have been wired up by htmx yet: do it now, so the
-    // key never falls back to a full page load.
-    if (window.htmx) window.htmx.process(form);
-    form.requestSubmit();
+    if (wired(form)) form.requestSubmit();
+  }
+
+  function follow(card, key) {
+    var link = wired(card.querySelector("[data-key=" + key + "]"));
+    if (link) link.click();
   }
 
   function approve(card) {
@@ -34,8 +42,8 @@
   }
 
   var keys = {
-    j: function (card) { var a = card.querySelector("[data-key=j]"); if (a) a.click(); },
-    k: function (card) { var a = card.querySelector("[data-key=k]"); if (a) a.click(); },
+    j: function (card) { follow(card, "j"); },
+    k: function (card) { follow(card, "k"); },
     a: approve,
     e: startEditing,
     r: function (card) { var reason = card.querySelector("form[data-reject] [name=reason]"); if (reason) reason.focus(); },
