@@ -3,12 +3,32 @@ import pytest
 
 
 @pytest.fixture
-def user(django_user_model):
-    from django.contrib.auth.models import Group
+def owner():
+    from tests.factories import UserFactory
 
-    person = django_user_model.objects.create_user("owner", password="pw")
-    person.groups.add(Group.objects.get(name="catalogue_owner"))
-    return person
+    return UserFactory(roles=["catalogue_owner"])
+
+
+@pytest.fixture
+def operator():
+    from tests.factories import UserFactory
+
+    return UserFactory(roles=["operator"])
+
+
+@pytest.fixture
+def admin_person():
+    from tests.factories import UserFactory
+
+    return UserFactory(roles=["admin"])
+
+
+@pytest.fixture
+def outsider():
+    """Signed in (or holding a token), but in none of the roles."""
+    from tests.factories import UserFactory
+
+    return UserFactory()
 
 
 @pytest.fixture

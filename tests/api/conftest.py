@@ -7,7 +7,6 @@ import pytest
 from django.test import Client
 
 from ledger.models import ApiToken
-from tests.factories import UserFactory
 
 
 class ApiClient(Client):
@@ -36,27 +35,6 @@ def token_for(user) -> str:
 def api_as():
     """`api_as(user)`: a client acting as `user`."""
     return lambda user: ApiClient(token_for(user))
-
-
-@pytest.fixture
-def owner():
-    return UserFactory(roles=["catalogue_owner"])
-
-
-@pytest.fixture
-def operator():
-    return UserFactory(roles=["operator"])
-
-
-@pytest.fixture
-def admin_person():
-    return UserFactory(roles=["admin"])
-
-
-@pytest.fixture
-def outsider():
-    """Has a token, but none of the roles."""
-    return UserFactory()
 
 
 @pytest.fixture

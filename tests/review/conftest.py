@@ -4,23 +4,7 @@ import pytest
 from django.db import connections
 
 from ledger.models import GeneratedVersion, Item, Job
-from tests.factories import ItemFactory, JobFactory, UserFactory, add_version
-
-
-@pytest.fixture
-def owner():
-    return UserFactory(roles=["catalogue_owner"])
-
-
-@pytest.fixture
-def operator():
-    return UserFactory(roles=["operator"])
-
-
-@pytest.fixture
-def outsider():
-    """Logged in, but in none of the roles."""
-    return UserFactory()
+from tests.factories import ItemFactory, JobFactory, add_version
 
 
 @pytest.fixture
