@@ -14,6 +14,7 @@ from ledger.models import (
     Job,
     Product,
     PromptVersion,
+    Publication,
     SourceRevision,
     Submission,
     SubmissionItem,
@@ -173,6 +174,13 @@ class DestinationAttemptAdmin(LedgerAdmin):
     list_filter = ("outcome", "destination")
     list_select_related = ("item",)
     search_fields = ("operation_key", "item__product__sku")
+
+
+@admin.register(Publication)
+class PublicationAdmin(LedgerAdmin):
+    list_display = ("id", "product", "version", "operation_key", "published_at")
+    list_select_related = ("product", "version")
+    search_fields = ("product__sku", "operation_key")
 
 
 @admin.register(Event)

@@ -5,6 +5,7 @@ import io
 from datetime import datetime, timedelta
 
 import pytest
+from django.apps import apps
 from django.http import StreamingHttpResponse
 from django.urls import reverse
 from django.utils import timezone
@@ -15,12 +16,8 @@ from ledger.models import (
     CollectorHeartbeat,
     DestinationAttempt,
     Event,
-    GeneratedVersion,
     Item,
-    Job,
-    Product,
-    PromptVersion,
-    SourceRevision,
+    Publication,
     Submission,
     SubmissionItem,
 )
@@ -307,21 +304,8 @@ def test_the_event_log_of_any_item_is_complete_and_escaped(client, admin, owner)
 
 # --- the Django admin ----------------------------------------------------------------------
 
-LEDGER_MODELS = [
-    Product,
-    SourceRevision,
-    PromptVersion,
-    Job,
-    Item,
-    Submission,
-    SubmissionItem,
-    GeneratedVersion,
-    Approval,
-    DestinationAttempt,
-    Event,
-    CollectorHeartbeat,
-    ApiToken,
-]
+# Every model of the ledger app, so a model added later cannot be missing from the admin unnoticed.
+LEDGER_MODELS = list(apps.get_app_config("ledger").get_models())
 
 
 @pytest.fixture
@@ -334,6 +318,7 @@ def one_of_each(owner, item, draft) -> None:
     Event.objects.create(item=item, job=item.job, from_state="applying", to_state="dead_letter")
     CollectorHeartbeat.objects.create(name="collector", last_poll_at=timezone.now())
     ApiToken.objects.create(user=owner, token_hash="f" * 64, prefix="bd_abc")
+    Publication.objects.create(product=item.product, version=draft, operation_key="k", content=draft.content)
 
 
 def admin_url(model, view: str, *args) -> str:
