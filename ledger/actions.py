@@ -772,24 +772,22 @@ def record_version(item: Item, submission: Submission, line) -> str:
     number = (item.versions.aggregate(n=Max("number"))["n"] or 0) + 1
     prompt = item.job.prompt_version
     text, reasons = check_draft(prompt=prompt, revision=item.source_revision, output=line.content)
-    try:
-        with transaction.atomic():
-            version = GeneratedVersion.objects.create(
-                item=item,
-                number=number,
-                custom_id=line.custom_id,
-                submission=submission,
-                content=text,
-                raw_output=line.content,
-                content_hash=content_hash(text),
-                input_tokens=line.input_tokens,
-                output_tokens=line.output_tokens,
-                usage=line.usage,
-                valid=not reasons,
-                validation_reasons=reasons,
-            )
-    except IntegrityError:
-        return "already recorded"
+    # The entry row is locked and had no outcome, so this custom_id has no version yet; a unique
+    # violation here would be a bug, and rolls the whole line back rather than hide it.
+    version = GeneratedVersion.objects.create(
+        item=item,
+        number=number,
+        custom_id=line.custom_id,
+        submission=submission,
+        content=text,
+        raw_output=line.content,
+        content_hash=content_hash(text),
+        input_tokens=line.input_tokens,
+        output_tokens=line.output_tokens,
+        usage=line.usage,
+        valid=not reasons,
+        validation_reasons=reasons,
+    )
     change_state(item.pk, to=ItemState.RETURNED, data={"version": version.pk})
     if judge_currency(item):
         return "not current"

@@ -160,3 +160,49 @@ def test_a_batch_the_provider_refused_fails_its_items_with_the_providers_reason(
         assert item.state == ItemState.INFERENCE_FAILED and item.inference_attempt == 1
         assert "duplicate_custom_id" in item.reason
     assert Submission.objects.get(pk=submission_id).anomalies == []
+
+
+def test_polling_records_what_the_provider_said_and_when_and_the_job_state_follows(emulator, provider):
+    from ledger.models import Job
+    from ledger.providers.openai import OpenAIBatchProvider
+
+    emulator.configure(per_request_ms=300)
+    job = job_with_items(2)
+    assert actions.refresh_job_state(job.pk) == "preparing"
+    [submission_id] = actions.plan_submissions(job.pk)
+    actions.send_submission(submission_id, provider=provider)
+    assert Job.objects.get(pk=job.pk).state == "running"
+
+    assert actions.poll_submission(submission_id, provider=provider) in {"validating", "in_progress"}
+    observed = Submission.objects.get(pk=submission_id)
+    assert observed.last_observed_status in {"validating", "in_progress"}
+    assert observed.last_observed_at is not None
+
+    # A provider that cannot be reached is not an observation: what it last said stays.
+    import httpx
+
+    with httpx.Client(base_url="http://127.0.0.1:9/v1", timeout=1) as dead:
+        assert (
+            actions.poll_submission(submission_id, provider=OpenAIBatchProvider(client=dead))
+            == "provider error"
+        )
+    unreachable = Submission.objects.get(pk=submission_id)
+    assert (unreachable.last_observed_at, unreachable.last_observed_status) == (
+        observed.last_observed_at,
+        observed.last_observed_status,
+    )
+    assert unreachable.error
+
+    emulator.configure(per_request_ms=1)
+    for _ in range(100):
+        if actions.poll_submission(submission_id, provider=provider) == "collected":
+            break
+    assert Job.objects.get(pk=job.pk).state == "in_review"
+    for item in Item.objects.filter(job=job):
+        version = item.versions.get()
+        actions.reject_version(
+            item_id=item.pk, version_id=version.pk, reviewer=UserFactory(), reason="too plain"
+        )
+    assert Job.objects.get(pk=job.pk).state == "in_review"  # rejected drafts still await a decision
+    actions.cancel_job(job_id=job.pk, actor=None)
+    assert Job.objects.get(pk=job.pk).state == "cancelled"
