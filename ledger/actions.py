@@ -13,7 +13,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Max, Q
 from django.utils import timezone
 
-from .destinations.base import DestinationResult
+from .destinations.base import NOT_PUBLISHED, DestinationResult
 from .models import (
     Approval,
     AttemptOutcome,
@@ -976,12 +976,7 @@ def apply_item(item_id: int) -> str:
     # The draft is re-checked against the product just before each attempt.
     problem = currency_problem(item)
     if problem:
-        result = DestinationResult(
-            AttemptOutcome.REFUSED_BY_GUARD,
-            "Not sent: the product was withdrawn"
-            if problem == ItemState.WITHDRAWN
-            else "Not sent: the product changed since approval",
-        )
+        result = DestinationResult(AttemptOutcome.REFUSED_BY_GUARD, NOT_PUBLISHED[problem])
     else:
         try:
             destination = get_destination(destination_name)

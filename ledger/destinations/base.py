@@ -13,6 +13,13 @@ class DestinationResult:
     retry_after: float | None = None
 
 
+# Why an approved draft was not published, by the currency problem found just before (SPEC §3 rule 5).
+NOT_PUBLISHED = {
+    "withdrawn": "Not published: the product was withdrawn",
+    "obsolete": "Not published: the product changed since approval",
+}
+
+
 class Destination:
     name: str = ""
 
@@ -23,4 +30,4 @@ class Destination:
         raise NotImplementedError
 
 
-__all__ = ["AttemptOutcome", "Destination", "DestinationResult"]
+__all__ = ["NOT_PUBLISHED", "AttemptOutcome", "Destination", "DestinationResult"]
