@@ -6,7 +6,6 @@ import pytest
 from ledger import actions
 from ledger.models import Approval, Event, GeneratedVersion, Item, Product, Submission, SubmissionItem
 from ledger.states import FINAL_STATES, ItemState, JobState
-from ledger.tasks import install_schedules
 from tests.factories import UserFactory
 from tests.processes import emulator_stats, make_catalogue, wait_until
 
@@ -27,7 +26,6 @@ def test_catalogue_to_published_text_through_real_processes(processes):
     )
     owner = UserFactory(roles=["catalogue_owner"])
     skus = make_catalogue(40)
-    install_schedules()
 
     processes.start("qcluster")
     job = actions.create_job(

@@ -21,7 +21,6 @@ from ledger.models import (
     SubmissionItem,
 )
 from ledger.states import ItemState, SubmissionState
-from ledger.tasks import install_schedules
 from tests.factories import UserFactory
 from tests.processes import emulator_stats, make_catalogue, wait_until
 
@@ -33,7 +32,6 @@ UNDISTURBED_STORY = ["prepared", "submitted", "returned", "awaiting_review"]
 def start_job(n_products: int, unit_size: int):
     owner = UserFactory(roles=["catalogue_owner"])
     make_catalogue(n_products)
-    install_schedules()
     job = actions.create_job(
         reference="faults",
         owner=owner,

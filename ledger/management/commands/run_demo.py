@@ -16,7 +16,6 @@ from django.core.management.base import BaseCommand
 from ledger.actions import create_job
 from ledger.catalogue import import_catalogue
 from ledger.models import Job, Product
-from ledger.tasks import install_schedules
 
 SAMPLE = Path(settings.BASE_DIR) / "sample" / "catalogue.jsonl"
 ROLES = ["catalogue_owner", "operator", "admin"]
@@ -31,7 +30,6 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         self.prepare_data()
-        install_schedules()
         emulator_url = f"http://127.0.0.1:{options['emulator_port']}/v1"
         env = {**os.environ, "BATCHDESK_EMULATOR_URL": emulator_url}
         manage = [sys.executable, str(Path(settings.BASE_DIR) / "manage.py")]

@@ -1,8 +1,0 @@
-# Placeholder in the chain; filled by the change named in its file name.
-from django.db import migrations
-
-
-class Migration(migrations.Migration):
-    dependencies = [("ledger", "0009_catalogue_import")]
-
-    operations = []
