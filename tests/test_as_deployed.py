@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 import uuid
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -74,7 +73,13 @@ def test_migrate_then_qcluster_collects_results_with_nothing_else(fresh_database
     manage("createsuperuser", "--noinput", "--username", "ops", "--email", "ops@example.com")
     job_id = int(
         manage(
-            "create_job", "--reference", "DEPLOYED-1", "--task", "product_description", "--provider", "emulator"
+            "create_job",
+            "--reference",
+            "DEPLOYED-1",
+            "--task",
+            "product_description",
+            "--provider",
+            "emulator",
         ).strip()
     )
 
