@@ -20,3 +20,5 @@ urlpatterns = [
     path("metrics", api.metrics, name="metrics"),
     path("", include("review.urls")),
 ]
+
+handler500 = api.server_error

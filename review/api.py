@@ -9,7 +9,8 @@ Who may do what, by role (SPEC §8; admins and superusers may do everything):
 - `/api/health` needs no token and says nothing about the work itself.
 Errors are `{"error": {"code", "message", "fields"}}`: 400 for bad input (each bad field named
 in `fields`), 401, 403, 404, 405, and 409 when the ledger refuses a change in the current state
-or a job reference is reused for different work.
+or a job reference is reused for different work; 500 `internal_error` for a fault of ours, whose
+traceback is logged and never sent.
 """
 
 import json
@@ -29,6 +30,7 @@ from django.db.models import Count, Min, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.urls import reverse
 from django.utils import timezone
+from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 from django_q.brokers import get_broker
 
@@ -111,6 +113,10 @@ def not_found(request: HttpRequest, what: str = "Nothing") -> JsonResponse:
     return ApiError(404, "not_found", f"{what} found at {request.path}").response()
 
 
+def server_error_response() -> JsonResponse:
+    return ApiError(500, "internal_error", "Something went wrong on our side; it has been logged.").response()
+
+
 # --- who is calling ------------------------------------------------------------------------
 
 
@@ -161,6 +167,10 @@ def endpoint(**roles_by_method: tuple[str, ...]) -> Callable:
                 return ApiError(409, "not_allowed", str(refusal)).response()
             except Http404:
                 return not_found(request)
+            except Exception:
+                # A fault of ours, not of the request: the traceback goes to the log, never to the caller.
+                log.exception("Unexpected error in %s %s", request.method, request.path)
+                return server_error_response()
 
         return wrapped
 
@@ -826,6 +836,14 @@ def metrics(request: HttpRequest) -> HttpResponse:
         {"": f"{polled.timestamp():.3f}" if polled else 0},
     )
     return HttpResponse("\n".join(lines) + "\n", content_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """Django's handler500: a fault outside an API view (in a middleware, say) still answers the
+    API's callers in JSON. Django has logged it already."""
+    if request.path_info.startswith("/api/"):
+        return server_error_response()
+    return defaults.server_error(request)
 
 
 @csrf_exempt
