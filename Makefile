@@ -17,8 +17,13 @@ demo: $(PY)
 	$(DEMO_ENV) $(PY) manage.py collectstatic --noinput --verbosity 0
 	$(DEMO_ENV) $(PY) manage.py run_demo
 
-test: $(PY)
-	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} $(PY) -m pytest
+.PHONY: chromium
+# First, so a machine without Chromium stops before anything else is installed.
+chromium:
+	@scripts/find-chromium >/dev/null
+
+test: chromium $(PY)
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} BATCHDESK_CHROMIUM=$$(scripts/find-chromium) $(PY) -m pytest
 
 run: $(PY)
 	DEBUG=$${DEBUG:-1} $(PY) manage.py migrate --verbosity 0

@@ -1,5 +1,7 @@
 """People in each role and a draft waiting for review. Tests bring their own database marker."""
 
+import os
+
 import pytest
 from django.db import connections
 
@@ -36,6 +38,20 @@ CHROMIUM_ARGS = [
 ]
 
 
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """The Chromium `make test` found (scripts/find-chromium), or Debian's; missing, every browser
+    test fails with this one message rather than Playwright's."""
+    path = os.environ.get("BATCHDESK_CHROMIUM") or "/usr/bin/chromium"
+    if not os.access(path, os.X_OK):
+        pytest.fail(
+            f"No Chromium at {path}: run `make test` (it finds or installs Chromium), "
+            "or set BATCHDESK_CHROMIUM to a Chromium executable.",
+            pytrace=False,
+        )
+    return path
+
+
 @pytest.fixture(scope="module")
 def leave_migration_data_behind(django_db_blocker):
     """A live_server test ends with a flush that empties every table, the migrations' groups and prompt
@@ -50,7 +66,7 @@ def leave_migration_data_behind(django_db_blocker):
 
 
 @pytest.fixture
-def page(live_server):
+def page(chromium, live_server):
     """A fresh Chromium page, started once the test database is set up and stopped before it is flushed.
 
     While Playwright's sync API runs, asyncio reports a running loop in this thread, and Django (through
@@ -59,7 +75,7 @@ def page(live_server):
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         page = browser.new_page()
         page.set_default_timeout(5000)
         try:
