@@ -154,7 +154,8 @@ class Echo:
 
 
 def csv_lines(approvals: QuerySet[Approval]) -> Iterator[str]:
-    writer = csv.writer(Echo())
+    # Every cell quoted: no spreadsheet guesses that a hash or an id is a number or a date.
+    writer = csv.writer(Echo(), quoting=csv.QUOTE_ALL)
     yield writer.writerow([name for name, _ in CSV_COLUMNS])
     # A server-side cursor on PostgreSQL: rows arrive in chunks, never all at once.
     for row in approvals.values_list(*(field for _, field in CSV_COLUMNS)).iterator(chunk_size=500):

@@ -22,7 +22,7 @@ from ledger.models import (
     SubmissionItem,
 )
 from ledger.states import ItemState
-from review.audit import csv_cell, edit_of
+from review.audit import CSV_COLUMNS, csv_cell, edit_of
 from tests.factories import ItemFactory, JobFactory, UserFactory, add_version
 
 pytestmark = pytest.mark.django_db
@@ -249,6 +249,31 @@ def test_csv_cells_that_a_spreadsheet_would_run_are_defused(client, admin, owner
     [row] = exported(client.get(reverse("audit_csv")))
     assert row["final_content"] == "'" + formula
     assert row["note"] == f"'{start}1+1"
+
+
+def test_every_csv_cell_is_quoted(client, admin, owner):
+    """Numbers, hashes and empty cells too, so a spreadsheet takes each as the text it is."""
+    approval = approve(ItemFactory(product__sku="OAK-7"), owner, generated="A plain draft.", note="")
+    client.force_login(admin)
+    response = client.get(reverse("audit_csv"))
+    header, row, end = b"".join(response.streaming_content).decode("utf-8").split("\r\n")
+    assert header == ",".join('"' + name + '"' for name, _ in CSV_COLUMNS)
+    cells = [
+        approval.approved_at.isoformat(),
+        owner.username,
+        approval.item.job.reference,
+        "OAK-7",
+        str(approval.item_id),
+        "1",
+        str(approval.version_id),
+        approval.version_hash,
+        "no",
+        "",
+        "A plain draft.",
+        "A plain draft.",
+    ]
+    assert row == ",".join(f'"{cell}"' for cell in cells)
+    assert end == ""
 
 
 def test_csv_cell_leaves_everything_else_alone():
