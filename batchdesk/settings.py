@@ -1,6 +1,7 @@
 """BatchDesk settings. Everything that differs between machines comes from the environment (SPEC §4)."""
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -17,6 +18,8 @@ def env_bool(name: str, default: bool = False) -> bool:
 
 
 DEBUG = env_bool("DEBUG")
+# Behind a TLS-terminating proxy (SPEC §4); the HTTPS settings further down follow from it.
+BATCHDESK_HTTPS = env_bool("BATCHDESK_HTTPS")
 SECRET_KEY = os.environ.get("SECRET_KEY", "")
 if not SECRET_KEY:
     if not DEBUG:
@@ -35,6 +38,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "django_q",
+    "axes",
     "ledger",
     "review",
 ]
@@ -48,6 +52,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: it turns a refused login into the "too many attempts" page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "batchdesk.urls"
@@ -92,6 +98,18 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Login throttling (django-axes): after BATCHDESK_LOGIN_FAILURE_LIMIT failed logins within
+# BATCHDESK_LOGIN_LOCKOUT_MINUTES, that user name (from any address) and that address (for any
+# user name) are refused until the window has passed. `manage.py axes_reset` lifts every lock.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = int(os.environ.get("BATCHDESK_LOGIN_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("BATCHDESK_LOGIN_LOCKOUT_MINUTES", "15")))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_LOCKOUT_CALLABLE = "review.accounts.locked_out"
+AXES_CLIENT_IP_CALLABLE = "review.accounts.client_address"
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
@@ -157,6 +175,8 @@ LOGGING = {
     "loggers": {
         "httpx": {"level": "WARNING"},
         "httpcore": {"level": "WARNING"},
+        # Failed and locked-out logins are warnings; the bookkeeping around them is not news.
+        "axes": {"level": "WARNING"},
         # One line per emulated HTTP request drowns everything else; `run_emulator -v 2` shows them.
         "ledger.providers.emulator": {"level": "WARNING"},
     },

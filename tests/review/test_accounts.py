@@ -1,8 +1,13 @@
 """Signing in and passwords: the password rules and who reaches user management."""
 
+from datetime import timedelta
+
 import pytest
+from axes.models import AccessAttempt
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.urls import reverse
+from django.utils import timezone
 
 from tests.factories import UserFactory
 
@@ -50,3 +55,87 @@ def test_changing_ones_own_password_follows_the_same_rules(client):
     assert response.status_code == 200
     assert "entirely numeric" in response.content.decode()
     assert User.objects.get(pk=person.pk).check_password("pw")
+
+
+# --- login throttling ----------------------------------------------------------------------
+
+LIMIT = settings.AXES_FAILURE_LIMIT
+
+
+def log_in(client, username: str, password: str, address: str, forwarded_for: str | None = None):
+    extra = {"REMOTE_ADDR": address}
+    if forwarded_for:
+        extra["HTTP_X_FORWARDED_FOR"] = forwarded_for
+    return client.post(reverse("login"), {"username": username, "password": password}, **extra)
+
+
+def is_logged_in(client) -> bool:
+    return "_auth_user_id" in client.session
+
+
+def test_a_few_mistakes_do_not_lock_anyone_out(client):
+    UserFactory(username="alice")
+    for _ in range(LIMIT - 1):
+        assert log_in(client, "alice", "nope", "10.0.0.1").status_code == 200
+    assert log_in(client, "alice", "pw", "10.0.0.1").status_code == 302
+    assert is_logged_in(client)
+
+
+def test_failures_for_one_user_name_lock_it_from_every_address(client):
+    UserFactory(username="alice")
+    for n in range(LIMIT - 1):
+        assert log_in(client, "alice", "nope", f"10.0.0.{n + 1}").status_code == 200
+    assert log_in(client, "alice", "nope", "10.0.0.99").status_code == 429
+    refused = log_in(client, "alice", "pw", "10.0.9.9")
+    assert refused.status_code == 429
+    html = " ".join(refused.content.decode().split())
+    assert "Too many failed log-ins" in html
+    assert f"there were {LIMIT} failed log-ins for this user name or from this address" in html
+    assert "Try again in 15 minutes" in html
+    assert not is_logged_in(client)
+    # Someone else, from yet another address, is not affected.
+    UserFactory(username="bob")
+    assert log_in(client, "bob", "pw", "10.0.8.8").status_code == 302
+
+
+def test_failures_from_one_address_lock_it_for_every_user_name(client):
+    UserFactory(username="bob")
+    for n in range(LIMIT - 1):
+        assert log_in(client, f"guess{n}", "nope", "10.0.0.7").status_code == 200
+    assert log_in(client, "one-more-guess", "nope", "10.0.0.7").status_code == 429
+    assert log_in(client, "bob", "pw", "10.0.0.7").status_code == 429
+    assert not is_logged_in(client)
+    assert log_in(client, "bob", "pw", "10.0.0.8").status_code == 302
+
+
+def test_the_lock_lifts_when_the_window_has_passed(client):
+    UserFactory(username="alice")
+    for _ in range(LIMIT):
+        log_in(client, "alice", "nope", "10.0.0.1")
+    assert log_in(client, "alice", "pw", "10.0.0.1").status_code == 429
+    AccessAttempt.objects.update(
+        attempt_time=timezone.now() - settings.AXES_COOLOFF_TIME - timedelta(seconds=1)
+    )
+    assert log_in(client, "alice", "pw", "10.0.0.1").status_code == 302
+
+
+def test_the_admin_login_is_throttled_too(client):
+    UserFactory(username="root", is_staff=True, is_superuser=True)
+    for _ in range(LIMIT):
+        client.post(reverse("admin:login"), {"username": "root", "password": "nope"}, REMOTE_ADDR="10.0.0.1")
+    response = client.post(
+        reverse("admin:login"), {"username": "root", "password": "pw"}, REMOTE_ADDR="10.0.0.2"
+    )
+    assert response.status_code == 429
+    assert not is_logged_in(client)
+
+
+def test_behind_the_tls_proxy_the_address_is_the_one_the_proxy_saw(client, settings):
+    settings.BATCHDESK_HTTPS = True
+    UserFactory(username="bob")
+    for n in range(LIMIT):
+        # A client cannot choose its address by sending its own X-Forwarded-For: the proxy appends.
+        log_in(client, f"guess{n}", "nope", "10.9.9.9", forwarded_for=f"1.2.3.{n}, 203.0.113.5")
+    assert log_in(client, "bob", "pw", "10.9.9.9", forwarded_for="203.0.113.5").status_code == 429
+    # Everyone else behind the same proxy still logs in.
+    assert log_in(client, "bob", "pw", "10.9.9.9", forwarded_for="198.51.100.7").status_code == 302
