@@ -25,6 +25,12 @@ chromium:
 test: chromium $(PY)
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} BATCHDESK_CHROMIUM=$$(scripts/find-chromium) $(PY) -m pytest
 
+.PHONY: screenshots
+# The README's pictures: the test renders them on every run but writes docs/screenshots/ only here.
+screenshots: chromium $(PY)
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} BATCHDESK_CHROMIUM=$$(scripts/find-chromium) \
+		BATCHDESK_SCREENSHOTS=1 $(PY) -m pytest -q tests/review/test_screenshots.py
+
 run: $(PY)
 	DEBUG=$${DEBUG:-1} $(PY) manage.py migrate --verbosity 0
 	DEBUG=$${DEBUG:-1} $(PY) manage.py runserver 127.0.0.1:8000

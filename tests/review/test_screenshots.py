@@ -1,6 +1,8 @@
 """Screenshots for the README: the review queue, a job and the operations page, with a realistic job of
-40 items in mixed states. Run with the browser tests; the PNGs land in docs/screenshots/."""
+40 items in mixed states. Every run renders and checks them; only `make screenshots`
+(BATCHDESK_SCREENSHOTS=1) writes them to docs/screenshots/, so running the suite changes no tracked file."""
 
+import os
 from datetime import timedelta
 from itertools import cycle
 from pathlib import Path
@@ -31,7 +33,7 @@ pytestmark = [
     pytest.mark.usefixtures("leave_migration_data_behind"),
 ]
 
-SCREENSHOTS = Path(settings.BASE_DIR) / "docs" / "screenshots"
+README_SCREENSHOTS = Path(settings.BASE_DIR) / "docs" / "screenshots"
 VIEWPORT = {"width": 1366, "height": 900}
 S = ItemState
 
@@ -137,28 +139,42 @@ def realistic_job() -> Job:
     return job
 
 
-def shoot(browser_page, name: str) -> Path:
-    path = SCREENSHOTS / name
+def shoot(browser_page, path: Path) -> Path:
     browser_page.screenshot(path=str(path))
     return path
 
 
-def test_screenshots_of_the_review_queue_a_job_and_operations(page, live_server):
+def written_at() -> dict[Path, int]:
+    return {path: path.stat().st_mtime_ns for path in README_SCREENSHOTS.glob("*")}
+
+
+@pytest.fixture
+def screenshots(tmp_path):
+    """docs/screenshots/ when asked for (`make screenshots`), otherwise a directory of this test's own."""
+    if os.environ.get("BATCHDESK_SCREENSHOTS") == "1":
+        README_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        yield README_SCREENSHOTS
+        return
+    before = written_at()
+    yield tmp_path
+    assert written_at() == before, "a test run must not rewrite the README's screenshots"
+
+
+def test_screenshots_of_the_review_queue_a_job_and_operations(page, live_server, screenshots):
     job = realistic_job()
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     page.set_viewport_size(VIEWPORT)
     log_in(page, live_server, job.owner, then=reverse("review_queue"))
     page.wait_for_load_state("networkidle")
-    written = [shoot(page, "review-queue.png")]
+    written = [shoot(page, screenshots / "review-queue.png")]
 
     page.goto(live_server.url + reverse("job_detail", args=[job.pk]))
     page.wait_for_load_state("networkidle")
-    written.append(shoot(page, "job.png"))
+    written.append(shoot(page, screenshots / "job.png"))
 
     failed = next(g for g in attention_groups() if g.state == S.INFERENCE_FAILED)
     page.goto(f"{live_server.url}{reverse('operations')}?group={failed.key}")
     page.wait_for_load_state("networkidle")
-    written.append(shoot(page, "operations.png"))
+    written.append(shoot(page, screenshots / "operations.png"))
 
     for path in written:
         assert path.exists(), path
