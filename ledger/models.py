@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+from datetime import datetime
 
 from django.conf import settings
 from django.db import models
@@ -353,6 +354,12 @@ class CollectorHeartbeat(models.Model):
     lease_holder = models.CharField(max_length=120, blank=True)
 
 
+class ApiTokenQuerySet(models.QuerySet):
+    def usable(self, now: datetime) -> "ApiTokenQuerySet":
+        """Tokens that open `/api/` at `now`: not revoked and not expired."""
+        return self.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now), revoked_at__isnull=True)
+
+
 class ApiToken(models.Model):
     """A bearer token for `/api/`. Only its sha256 is stored; the token is shown once, at creation."""
 
@@ -361,6 +368,10 @@ class ApiToken(models.Model):
     prefix = models.CharField(max_length=12, help_text="The first characters, to tell tokens apart")
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True, help_text="Empty: never expires")
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiTokenQuerySet.as_manager()
 
     def __str__(self) -> str:
         return f"{self.prefix}… ({self.user})"

@@ -198,7 +198,13 @@ class CollectorHeartbeatAdmin(LedgerAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(LedgerAdmin):
-    list_display = ("prefix", "user", "created_at", "last_used_at")
+    """The one ledger row an admin may delete: a token is a key, not evidence, and deleting it locks its
+    holder out at once (`manage.py revoke_api_token` keeps the row and records when)."""
+
+    list_display = ("prefix", "user", "created_at", "last_used_at", "expires_at", "revoked_at")
     list_select_related = ("user",)
     # Only a hash is stored, but it has no use to anyone reading this page.
     exclude = ("token_hash",)
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return has_role(request.user, ADMIN) or request.user.has_perm("ledger.delete_apitoken")

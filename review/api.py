@@ -121,15 +121,16 @@ def server_error_response() -> JsonResponse:
 
 
 def token_user(request: HttpRequest):
-    """The active user whose token the request carries, or None. Cookies are never looked at."""
+    """The active user whose unexpired, unrevoked token the request carries, or None. Cookies are never
+    looked at."""
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token or len(token) > 256:
         return None
-    found = ApiToken.objects.select_related("user").filter(token_hash=ApiToken.hash(token)).first()
+    now = timezone.now()
+    found = ApiToken.objects.usable(now).select_related("user").filter(token_hash=ApiToken.hash(token)).first()
     if found is None or not found.user.is_active:
         return None
-    now = timezone.now()
     if found.last_used_at is None or now - found.last_used_at > LAST_USED_PRECISION:
         ApiToken.objects.filter(pk=found.pk).update(last_used_at=now)
     return found.user

@@ -1,8 +1,19 @@
-# Placeholder in the chain; filled by the change named in its file name.
-from django.db import migrations
+# API tokens may expire and be revoked (issue 7, SPEC §5).
+from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
     dependencies = [("ledger", "0006_publication")]
 
-    operations = []
+    operations = [
+        migrations.AddField(
+            model_name="apitoken",
+            name="expires_at",
+            field=models.DateTimeField(blank=True, help_text="Empty: never expires", null=True),
+        ),
+        migrations.AddField(
+            model_name="apitoken",
+            name="revoked_at",
+            field=models.DateTimeField(blank=True, null=True),
+        ),
+    ]

@@ -1,9 +1,21 @@
 import secrets
+from datetime import timedelta
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
 
 from ledger.models import ApiToken
+
+
+def positive_days(text: str) -> int:
+    try:
+        days = int(text)
+    except ValueError:
+        days = 0
+    if days < 1:
+        raise CommandError(f"--expires-days must be a whole number of days, 1 or more (not {text!r})")
+    return days
 
 
 class Command(BaseCommand):
@@ -11,6 +23,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("username")
+        parser.add_argument(
+            "--expires-days", type=positive_days, help="The token stops working after this many days"
+        )
 
     def handle(self, *args, **options):
         user = get_user_model().objects.filter(username=options["username"]).first()
@@ -18,6 +33,10 @@ class Command(BaseCommand):
             raise CommandError(f"No user called {options['username']!r}")
         if not user.is_active:
             raise CommandError(f"{user.get_username()} is not active; a token would not work")
+        days = options["expires_days"]
+        expires_at = timezone.now() + timedelta(days=days) if days else None
         token = secrets.token_urlsafe(32)
-        ApiToken.objects.create(user=user, token_hash=ApiToken.hash(token), prefix=token[:8])
+        ApiToken.objects.create(
+            user=user, token_hash=ApiToken.hash(token), prefix=token[:8], expires_at=expires_at
+        )
         self.stdout.write(token)
