@@ -7,12 +7,14 @@ each attempt, records it and moves the item.
 """
 
 import json
+from collections.abc import Iterable
 
 import httpx
 from django.conf import settings
 
 from ..models import AttemptOutcome
 from ..retrying import is_transient_status, retry_after_seconds
+from ..scrubbing import scrub_credentials
 from .base import Destination, DestinationResult
 
 # The receiver is told what to do with the text; BatchDesk only ever publishes approved drafts.
@@ -35,8 +37,9 @@ def payload(*, item, version, approval) -> dict:
     }
 
 
-def destination_message(response: httpx.Response) -> str:
-    """The receiver's own words: `error.message`, `message` or `detail` from JSON, else its text."""
+def destination_message(response: httpx.Response, *, secrets: Iterable[str] = ()) -> str:
+    """The receiver's own words: `error.message`, `message` or `detail` from JSON, else its text;
+    scrubbed of credentials before it is cut short, when half a token would no longer be found."""
     try:
         body = response.json()
     except ValueError:
@@ -50,8 +53,8 @@ def destination_message(response: httpx.Response) -> str:
         ):
             if said:
                 text = said if isinstance(said, str) else json.dumps(said, ensure_ascii=False)
-                return text[:MESSAGE_LIMIT]
-    return response.text.strip()[:MESSAGE_LIMIT] or response.reason_phrase
+                return scrub_credentials(text, secrets)[:MESSAGE_LIMIT]
+    return scrub_credentials(response.text.strip(), secrets)[:MESSAGE_LIMIT] or response.reason_phrase
 
 
 class WebhookDestination(Destination):
@@ -86,7 +89,7 @@ class WebhookDestination(Destination):
         status = response.status_code
         if 200 <= status < 300:
             return self._result(AttemptOutcome.APPLIED, f"Accepted by {self.name}: {status}")
-        said = destination_message(response)
+        said = destination_message(response, secrets=[self.token])
         if is_transient_status(status):
             return self._result(
                 AttemptOutcome.RETRYABLE,
@@ -98,6 +101,4 @@ class WebhookDestination(Destination):
 
     def _result(self, outcome: str, message: str, *, retry_after: float | None = None) -> DestinationResult:
         # A receiver may echo the Authorization header back; the token is never stored.
-        if self.token:
-            message = message.replace(self.token, "[token]")
-        return DestinationResult(outcome, message, retry_after=retry_after)
+        return DestinationResult(outcome, scrub_credentials(message, [self.token]), retry_after=retry_after)

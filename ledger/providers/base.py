@@ -6,10 +6,11 @@ read `results_url`; Cloudflare would queue with `queueRequest` and poll its `req
 self-hosted synchronous server would answer each request at once and report the unit ended.
 """
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from ..retrying import is_transient_status
+from ..scrubbing import scrub_credentials
 
 
 @dataclass(frozen=True)
@@ -60,10 +61,18 @@ class UnreadableLine:
 
 
 class ProviderError(Exception):
-    """A provider call failed. `transient` failures may be retried; others may not."""
+    """A provider call failed. `transient` failures may be retried; others may not. Its message is
+    stored and shown, so it is scrubbed of credentials: `secrets` are the ones the adapter sent."""
 
-    def __init__(self, message: str, *, status: int | None = None, retry_after: float | None = None):
-        super().__init__(message)
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+        secrets: Iterable[str] = (),
+    ):
+        super().__init__(scrub_credentials(message, secrets))
         self.status = status
         self.retry_after = retry_after
 

@@ -2,11 +2,12 @@
 
 import io
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import httpx
 
 from ..retrying import retry_after_seconds
+from ..scrubbing import header_credentials, scrub_credentials
 from .base import (
     AnswerLost,
     BatchProvider,
@@ -41,13 +42,17 @@ def request_line(request: InferenceRequest) -> dict:
     return {"custom_id": request.custom_id, "method": "POST", "url": ENDPOINT, "body": body}
 
 
-def parse_result_line(line_number: int, text: str) -> ResultLine | UnreadableLine:
+def parse_result_line(
+    line_number: int, text: str, *, secrets: Iterable[str] = ()
+) -> ResultLine | UnreadableLine:
+    """One line of a results file. What is kept of a line that failed (its error, or the text of
+    an unreadable line) is scrubbed of credentials; a draft is the model's text and kept whole."""
     try:
         line = json.loads(text)
     except ValueError as exc:
-        return UnreadableLine(line_number, text[:500], f"not JSON: {exc}")
+        return UnreadableLine(line_number, scrub_credentials(text, secrets)[:500], f"not JSON: {exc}")
     if not isinstance(line, dict) or not isinstance(line.get("custom_id"), str):
-        return UnreadableLine(line_number, text[:500], "no custom_id")
+        return UnreadableLine(line_number, scrub_credentials(text, secrets)[:500], "no custom_id")
     custom_id = line["custom_id"]
     response = line.get("response") or {}
     error = line.get("error")
@@ -80,7 +85,7 @@ def parse_result_line(line_number: int, text: str) -> ResultLine | UnreadableLin
             custom_id=custom_id,
             succeeded=False,
             error_code=str(error.get("code") or "error"),
-            error_message=str(error.get("message") or ""),
+            error_message=scrub_credentials(str(error.get("message") or ""), secrets),
         )
     envelope = body.get("error") if isinstance(body, dict) else None
     envelope = envelope if isinstance(envelope, dict) else {}
@@ -89,7 +94,7 @@ def parse_result_line(line_number: int, text: str) -> ResultLine | UnreadableLin
         succeeded=False,
         http_status=status_code,
         error_code=str(envelope.get("code") or envelope.get("type") or f"http_{status_code}"),
-        error_message=str(envelope.get("message") or error or ""),
+        error_message=scrub_credentials(str(envelope.get("message") or error or ""), secrets),
     )
 
 
@@ -98,6 +103,8 @@ class OpenAIBatchProvider(BatchProvider):
 
     def __init__(self, *, client: httpx.Client):
         self.client = client
+        # What a provider echoes of these in an error is never kept.
+        self.secrets = header_credentials(client.headers)
 
     def _call(self, method: str, path: str, *, answer_may_be_lost: bool = False, **kwargs) -> httpx.Response:
         """One call. With `answer_may_be_lost`, a failure after the request may have reached the
@@ -105,14 +112,18 @@ class OpenAIBatchProvider(BatchProvider):
         try:
             response = self.client.request(method, path, **kwargs)
         except NEVER_SENT as exc:
-            raise ProviderError(f"{method} {path} could not be sent: {exc}") from exc
+            raise ProviderError(f"{method} {path} could not be sent: {exc}", secrets=self.secrets) from exc
         except httpx.TransportError as exc:
             if answer_may_be_lost:
-                raise AnswerLost(f"{method} {path} was sent but no answer arrived: {exc}") from exc
-            raise ProviderError(f"{method} {path} failed: {exc}") from exc
+                raise AnswerLost(
+                    f"{method} {path} was sent but no answer arrived: {exc}", secrets=self.secrets
+                ) from exc
+            raise ProviderError(f"{method} {path} failed: {exc}", secrets=self.secrets) from exc
         if response.status_code >= 400:
+            # Scrubbed before it is cut short: half a key would no longer look like one.
+            said = scrub_credentials(response.text, self.secrets)[:300]
             raise ProviderError(
-                f"{method} {path} answered {response.status_code}: {response.text[:300]}",
+                f"{method} {path} answered {response.status_code}: {said}",
                 status=response.status_code,
                 retry_after=retry_after_seconds(response.headers.get("retry-after")),
             )
@@ -160,7 +171,9 @@ class OpenAIBatchProvider(BatchProvider):
             counts=batch.get("request_counts") or {},
             output_ref=batch.get("output_file_id") or "",
             error_ref=batch.get("error_file_id") or "",
-            problem="; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors)[:2000],
+            problem=scrub_credentials(
+                "; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors), self.secrets
+            )[:2000],
         )
 
     def results(self, status: UnitStatus) -> Iterator[ResultLine | UnreadableLine]:
@@ -180,10 +193,12 @@ class OpenAIBatchProvider(BatchProvider):
                     )
                 for number, text in enumerate(response.iter_lines(), start=1):
                     if text.strip():
-                        yield parse_result_line(number, text)
+                        yield parse_result_line(number, text, secrets=self.secrets)
         except httpx.TransportError as exc:
             # A download cut short: what was read is recorded, the rest comes with the next try.
-            raise ProviderError(f"download of {file_ref} was interrupted: {exc}") from exc
+            raise ProviderError(
+                f"download of {file_ref} was interrupted: {exc}", secrets=self.secrets
+            ) from exc
 
     def cancel(self, provider_ref: str) -> None:
         self._call("POST", f"/batches/{provider_ref}/cancel")

@@ -299,7 +299,7 @@ def test_the_token_is_never_stored_even_when_the_receiver_echoes_it(shop):
     assert actions.apply_item(item.pk) == ItemState.DESTINATION_REJECTED
 
     item.refresh_from_db()
-    assert item.reason == "401 from shop: Token Bearer [token] expired"
+    assert item.reason == "401 from shop: Token Bearer [redacted] expired"
     stored = [item.reason, *DestinationAttempt.objects.values_list("response", flat=True)]
     stored += [str(e.data) + e.reason for e in Event.objects.filter(item=item)]
     assert not [text for text in stored if TOKEN in text]
