@@ -30,8 +30,14 @@ _READ_LIMIT = MAX_RECORD_BYTES + 3
 _BOM = b"\xef\xbb\xbf"
 # Existing products are locked in batches to keep each query's list of SKUs short.
 _LOCK_BATCH = 1000
+# How deep lists and objects may nest in a field's value: `"features": ["LED"]` is 1 deep,
+# `"sizes": [{"w_cm": 30}]` 2. Real catalogues need 2 or 3; the limit keeps every reader of a
+# value (hashing, prompts, screens) far from Python's recursion limit.
+MAX_FIELD_DEPTH = 8
 
-type FieldValue = str | int | float | bool
+type JsonValue = str | int | float | bool | None | list[JsonValue] | dict[str, JsonValue]
+# A product field: text, a number, true/false, or a list or object of JSON values (SPEC §7).
+type FieldValue = str | int | float | bool | list[JsonValue] | dict[str, JsonValue]
 
 
 class BinaryLines(Protocol):
@@ -241,6 +247,12 @@ def _read_jsonl(lines: Iterable[_Line], collector: "_Collector") -> None:
         except json.JSONDecodeError as error:
             collector.reject(line.number, f"not valid JSON ({error.msg} at column {error.colno})")
             continue
+        except RecursionError:
+            collector.reject(line.number, "not valid JSON here (lists or objects nested thousands deep)")
+            continue
+        except ValueError as error:  # an integer of more than 4300 digits, say
+            collector.reject(line.number, f"not valid JSON here ({error})")
+            continue
         if not isinstance(data, dict):
             kind = "a list" if isinstance(data, list) else "a single value"
             collector.reject(
@@ -445,21 +457,48 @@ def _status(value: object, problems: list[str]) -> str | None:
 
 
 def check_fields(values: dict[str, object], problems: list[str]) -> dict[str, FieldValue]:
-    """Every other key is a product field. Blank values (empty cells, null) are left out."""
+    """Every other key is a product field. Blank values (empty cells, "", null) are left out and
+    text is stripped; inside a list or an object every value is kept as given."""
     fields: dict[str, FieldValue] = {}
     for name, value in values.items():
         if value is None:
             continue
         if isinstance(value, str):
-            text = value.strip()
-            if (problem := text_problem(text)) is not None:
-                problems.append(f'field "{name}" {problem}')
-            elif text:
-                fields[name] = text
-        elif isinstance(value, float) and not math.isfinite(value):
-            problems.append(f'field "{name}" is not a finite number')
-        elif isinstance(value, bool | int | float):
-            fields[name] = value
+            value = value.strip()
+            if not value:
+                continue
+        if (problem := json_value_problem(value, f'field "{name}"')) is not None:
+            problems.append(problem)
         else:
-            problems.append(f'field "{name}" must be text, a number or true/false, not a nested value')
+            fields[name] = value
     return fields
+
+
+def json_value_problem(value: object, field: str) -> str | None:
+    """Why `value` cannot be stored as `field` (jsonb holds no NUL, JSON no NaN), or None."""
+    return _value_problem(value, field, where=field, depth=0)
+
+
+def _value_problem(value: object, field: str, *, where: str, depth: int) -> str | None:
+    if isinstance(value, str):
+        problem = text_problem(value)
+        return f"{where} {problem}" if problem else None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{where} is not a finite number"
+    if value is None or isinstance(value, bool | int):
+        return None
+    if not isinstance(value, list | dict):
+        return f"{where} is not a JSON value"
+    if depth == MAX_FIELD_DEPTH:
+        return f"{field} nests lists and objects more than {MAX_FIELD_DEPTH} deep"
+    if isinstance(value, list):
+        for position, inner in enumerate(value, start=1):
+            if problem := _value_problem(inner, field, where=f"{where}, item {position}", depth=depth + 1):
+                return problem
+        return None
+    for key, inner in value.items():
+        if not isinstance(key, str) or (problem := text_problem(key)) is not None:
+            return f"{where} has a key that {problem or 'is not text'}"
+        if problem := _value_problem(inner, field, where=f"{where}, key {_shown(key)}", depth=depth + 1):
+            return problem
+    return None

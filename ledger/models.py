@@ -11,10 +11,15 @@ from django.db.models import Q
 from .states import ItemState, JobState, SubmissionState
 
 
+def canonical_json(value) -> str:
+    """One rendering per JSON value: keys sorted at every depth, no spaces. Two values are the same
+    content exactly when their renderings are equal (Python's `True == 1` does not hold here)."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
 def content_hash(value) -> str:
-    """sha256 of a canonical JSON rendering: equal content, equal hash."""
-    canonical = json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    """sha256 of the canonical JSON rendering: equal content, equal hash."""
+    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
 
 
 class ProductStatus(models.TextChoices):

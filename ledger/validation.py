@@ -2,19 +2,43 @@
 
 import json
 import re
+from collections.abc import Iterator
 
 import jsonschema
 
-from .models import PromptVersion, SourceRevision
+from .models import PromptVersion, SourceRevision, canonical_json
 
 
 def source_text(revision: SourceRevision) -> str:
-    parts = [revision.title, *(f"{key} {value}" for key, value in revision.fields.items())]
-    return " ".join(str(part) for part in parts).lower()
+    """Every word the source states: the title, field names, and every name and value inside a
+    field's lists and objects. One piece a line, so a claim of two words never spans two pieces."""
+    parts = [revision.title]
+    for name, value in revision.fields.items():
+        parts.append(name)
+        parts.extend(_pieces(value))
+    return "\n".join(parts).lower()
+
+
+def _pieces(value: object) -> Iterator[str]:
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield key
+            yield from _pieces(inner)
+    elif isinstance(value, list):
+        for inner in value:
+            yield from _pieces(inner)
+    elif value is not None:
+        yield str(value)
+
+
+def fact_text(value: object) -> str:
+    """A field's value in a prompt: a list or an object as compact canonical JSON (the same text
+    whichever database stored it), anything else as it reads."""
+    return canonical_json(value) if isinstance(value, list | dict) else str(value)
 
 
 def render_user_message(prompt: PromptVersion, revision: SourceRevision) -> str:
-    facts = "\n".join(f"- {key}: {value}" for key, value in sorted(revision.fields.items()))
+    facts = "\n".join(f"- {key}: {fact_text(value)}" for key, value in sorted(revision.fields.items()))
     return prompt.template.format(title=revision.title, facts=facts or "- (none)")
 
 

@@ -12,9 +12,9 @@ from django.shortcuts import get_object_or_404, render
 from django.views.decorators.http import require_GET, require_http_methods
 
 from ledger.catalogue import import_catalogue
-from ledger.models import GeneratedVersion, Item, Product, SourceRevision
+from ledger.models import GeneratedVersion, Item, Product, SourceRevision, canonical_json
 
-from .common import HtmxHttpRequest, fields_of
+from .common import HtmxHttpRequest, ShownValue, fields_of, shown_value
 from .permissions import APPROVERS, VIEWERS, has_role, role_required
 from .screen_forms import CatalogueImportForm, ProductFilterForm
 
@@ -47,8 +47,8 @@ def catalogue(request: HtmxHttpRequest) -> HttpResponse:
 class FieldChange:
     name: str
     change: str  # added, removed or changed
-    old: object = None
-    new: object = None
+    old: ShownValue | None = None
+    new: ShownValue | None = None
 
 
 @dataclass(frozen=True)
@@ -65,16 +65,18 @@ class RevisionChanges:
 
 
 def revision_changes(previous: SourceRevision | None, revision: SourceRevision) -> RevisionChanges:
+    """Fields compare as JSON values: key order inside an object is no change, 1 and true differ."""
     before = previous.fields if previous is not None else {}
     after = revision.fields
     changes = []
     for name in sorted(before.keys() | after.keys()):
         if name not in before:
-            changes.append(FieldChange(name, "added", new=after[name]))
+            changes.append(FieldChange(name, "added", new=shown_value(after[name])))
         elif name not in after:
-            changes.append(FieldChange(name, "removed", old=before[name]))
-        elif before[name] != after[name]:
-            changes.append(FieldChange(name, "changed", old=before[name], new=after[name]))
+            changes.append(FieldChange(name, "removed", old=shown_value(before[name])))
+        elif canonical_json(before[name]) != canonical_json(after[name]):
+            old, new = shown_value(before[name]), shown_value(after[name])
+            changes.append(FieldChange(name, "changed", old=old, new=new))
     return RevisionChanges(revision, previous, changes)
 
 

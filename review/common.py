@@ -1,5 +1,6 @@
 """What several screens share: htmx rendering choice and item counts by state."""
 
+import json
 import re
 from collections import defaultdict
 from dataclasses import dataclass
@@ -64,9 +65,29 @@ def progress_of(jobs: list[Job]) -> list[JobProgress]:
     return [JobProgress(job, state_counts(counts[job.pk])) for job in jobs]
 
 
-def fields_of(revision: SourceRevision) -> list[tuple[str, object]]:
+@dataclass(frozen=True)
+class ShownValue:
+    """A field's value as `_field_value.html` shows it: `text`, or a list of values (`entries`), or
+    an object (`pairs` of name and value, by name). Plain text throughout: the template escapes it."""
+
+    text: str = ""
+    entries: tuple["ShownValue", ...] | None = None
+    pairs: tuple[tuple[str, "ShownValue"], ...] | None = None
+
+
+def shown_value(value: object) -> ShownValue:
+    if isinstance(value, list):
+        return ShownValue(entries=tuple(shown_value(inner) for inner in value))
+    if isinstance(value, dict):
+        return ShownValue(pairs=tuple((key, shown_value(value[key])) for key in sorted(value)))
+    if isinstance(value, str):
+        return ShownValue(text=value)
+    return ShownValue(text=json.dumps(value))  # a number, true, false or null as JSON writes it
+
+
+def fields_of(revision: SourceRevision) -> list[tuple[str, ShownValue]]:
     """A revision's fields as pairs: a template looking up `fields.items` would find a field named "items"."""
-    return list(revision.fields.items())
+    return [(name, shown_value(value)) for name, value in revision.fields.items()]
 
 
 # A word with the whitespace around it; whitespace alone is not a word, so it never makes a change.

@@ -27,7 +27,7 @@ from ledger.models import GeneratedVersion, Item, Job
 from ledger.pricing import version_cost
 from ledger.states import ItemState
 
-from .common import HtmxHttpRequest, fields_of, wants_partial, word_diff
+from .common import HtmxHttpRequest, ShownValue, fields_of, wants_partial, word_diff
 from .forms import LIST_PAGE_SIZE, ApproveForm, ApproveSelectedForm, RejectForm, ReviewPlaceForm
 from .permissions import APPROVERS, VIEWERS, has_role, role_required
 
@@ -121,7 +121,7 @@ class ReviewCard:
     currency: str | None = None
 
     @property
-    def source_fields(self) -> list[tuple[str, object]]:
+    def source_fields(self) -> list[tuple[str, ShownValue]]:
         return fields_of(self.item.source_revision)
 
     @property

@@ -74,6 +74,21 @@ def test_revising_makes_drafts_for_the_old_revision_obsolete_and_queues_the_new_
     assert replacement.state == ItemState.PREPARED
 
 
+def test_put_takes_lists_and_objects_and_reads_them_back(as_owner):
+    nested = {"features": ["LED", "dimmable", ""], "dimensions": {"w_cm": 30, "base": {"round": True}}}
+    created = as_owner.put_json("/api/products/LMP-1", {"title": "Lamp", **nested, "note": None})
+    assert created.status_code == 201
+    assert created.json()["fields"] == nested
+    assert as_owner.get("/api/products/LMP-1").json()["fields"] == nested
+
+    reordered = {"dimensions": {"base": {"round": True}, "w_cm": 30}, "features": ["LED", "dimmable", ""]}
+    same = as_owner.put_json("/api/products/LMP-1", {**reordered, "title": "Lamp"})
+    assert same.status_code == 200 and same.json()["revision"] == 1
+
+    changed = as_owner.put_json("/api/products/LMP-1", {"title": "Lamp", **nested, "features": ["LED"]})
+    assert changed.json()["revision"] == 2 and changed.json()["fields"]["features"] == ["LED"]
+
+
 @pytest.mark.parametrize(
     "sku, body, fields",
     [
@@ -81,8 +96,9 @@ def test_revising_makes_drafts_for_the_old_revision_obsolete_and_queues_the_new_
         ("OAK-1", {"title": ""}, {"title"}),
         ("OAK-1", {"title": "x" * 301}, {"title"}),
         ("OAK-1", {"title": 3}, {"title"}),
-        ("OAK-1", {"title": "Board", "size": {"w": 1}}, {"size"}),
-        ("OAK-1", {"title": "Board", "tags": ["a"], "note": "ok\x00"}, {"tags", "note"}),
+        ("OAK-1", {"title": "Board", "size": {"w\x00": 1}}, {"size"}),
+        ("OAK-1", {"title": "Board", "tags": ["a", {"b": "\x00"}], "note": "ok\x00"}, {"tags", "note"}),
+        ("OAK-1", {"title": "Board", "tags": [[[[[[[[["too deep"]]]]]]]]]}, {"tags"}),
         ("OAK-1", {"title": "Board", "sku": "OTHER-1"}, {"sku"}),
         ("OAK-1", {"title": "Board", "status": "withdrawn"}, {"status"}),
         ("OAK-1", {"title": "Board", "": "nameless"}, {"body"}),

@@ -171,13 +171,6 @@ BAD_FILES = [
         "bad.jsonl", jsonl(MUG) + b'["KIT-9", "Jar"]\n', 2, "expected a JSON object", id="not-an-object"
     ),
     pytest.param(
-        "bad.jsonl",
-        jsonl(MUG, {"sku": "KIT-9", "title": "Jar", "sizes": ["S", "M"]}),
-        2,
-        'field "sizes" must be text, a number or true/false',
-        id="nested-value",
-    ),
-    pytest.param(
         "bad.jsonl", jsonl(MUG, {"sku": "KIT-9", "title": "Jar\u0000"}), 2, "NUL character", id="nul-in-title"
     ),
     pytest.param(

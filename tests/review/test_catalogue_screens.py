@@ -8,6 +8,7 @@ from django.utils import timezone
 from ledger.actions import revise_product, withdraw_product
 from ledger.models import Product, SourceRevision
 from ledger.states import ItemState
+from review.common import shown_value
 from tests.factories import ItemFactory, JobFactory, ProductFactory, UserFactory, add_version
 
 pytestmark = pytest.mark.django_db
@@ -157,13 +158,13 @@ def test_the_product_page_shows_the_diff_between_revisions(client, owner, produc
     assert [entry.revision.number for entry in history] == [3, 2, 1]
     third, second, first = history
     assert [(c.name, c.change, c.old, c.new) for c in third.fields] == [
-        ("material", "removed", "oiled oak", None)
+        ("material", "removed", shown_value("oiled oak"), None)
     ]
     assert not third.title_changed
     assert second.title_changed
     assert [(c.name, c.change, c.old, c.new) for c in second.fields] == [
-        ("material", "changed", "oak", "oiled oak"),
-        ("size", "added", None, "40 x 25 cm"),
+        ("material", "changed", shown_value("oak"), shown_value("oiled oak")),
+        ("size", "added", None, shown_value("40 x 25 cm")),
     ]
     assert first.previous is None
     html = response.content.decode()
@@ -181,6 +182,28 @@ def test_the_product_page_escapes_product_text(client, owner, product):
     assert html.count("&lt;script&gt;") >= 5
     listing = client.get(reverse("catalogue")).content.decode()
     assert "<script>alert" not in listing and "&lt;script&gt;" in listing
+
+
+def test_the_product_page_shows_list_and_object_fields_escaped_and_diffs_them_as_values(
+    client, owner, product
+):
+    first = {"features": ["LED", XSS], "dimensions": {"w_cm": 30, "h_cm": 42}, "lit": 1}
+    revise_product(sku="OAK-1", title="Oak board", fields=first)
+    # Key order is no change, a list's order is, and true is not 1 (though Python says True == 1).
+    second = {"features": [XSS, "LED"], "dimensions": {"h_cm": 42, "w_cm": 30}, "lit": True}
+    revise_product(sku="OAK-1", title="Oak board", fields=second)
+    client.force_login(owner)
+    response = client.get(reverse("catalogue_product", args=["OAK-1"]))
+
+    latest = response.context["history"][0]
+    assert [(c.name, c.change) for c in latest.fields] == [("features", "changed"), ("lit", "changed")]
+    html = response.content.decode()
+    assert "<script>alert" not in html
+    escaped = "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;"
+    assert f'<ul class="field-list"><li>{escaped}</li><li>LED</li></ul>' in html
+    assert '<dl class="field-object"><dt>h_cm</dt><dd>42</dd><dt>w_cm</dt><dd>30</dd></dl>' in html
+    assert f'<del><ul class="field-list"><li>LED</li><li>{escaped}</li></ul></del>' in html
+    assert "<del>1</del>" in html and "<ins>true</ins>" in html
 
 
 def test_the_product_page_lists_every_draft_and_the_published_text(client, owner, product):

@@ -351,6 +351,19 @@ def test_product_fields_and_published_text_are_escaped(client, owner, item):
         assert html.count("&lt;script&gt;") >= 3, url
 
 
+def test_list_and_object_fields_are_shown_readably_and_escaped_beside_the_draft(client, owner, item):
+    fields = {"features": ["LED", XSS], "dimensions": {"w_cm": 30, XSS: {"deep": [True, None]}}}
+    SourceRevision.objects.filter(pk=item.source_revision_id).update(fields=fields)
+    client.force_login(owner)
+    for url in (reverse("review_queue"), reverse("item_detail", args=[item.pk])):
+        html = client.get(url).content.decode()
+        assert "<script>alert" not in html and "<img src=x" not in html, url
+        assert '<ul class="field-list"><li>LED</li><li>&lt;script&gt;alert(' in html, url
+        assert '<dl class="field-object"><dt>&lt;script&gt;' in html, url
+        deep = '<dt>deep</dt><dd><ul class="field-list"><li>true</li><li>null</li></ul></dd></dl></dd>'
+        assert deep + "<dt>w_cm</dt><dd>30</dd></dl>" in html, url
+
+
 # --- dashboard -----------------------------------------------------------------------------
 
 
