@@ -30,7 +30,7 @@ if DEBUG and not ALLOWED_HOSTS:
     ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "batchdesk.apps.BatchDeskAdminConfig",  # Django's admin, open to the `admin` group
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

@@ -1,7 +1,10 @@
 """The ledger in Django's admin, read-only: it is changed only through the ledger's verbs, which keep
-states, events and invariants together. Users and groups keep Django's own admin."""
+states, events and invariants together. Users and groups keep Django's own admin, which people in the
+`admin` group may use in full (the site itself lets them in: review/admin_site.py)."""
 
 from django.contrib import admin
+from django.contrib.auth.admin import GroupAdmin, UserAdmin
+from django.contrib.auth.models import Group, User
 
 from ledger.models import (
     ApiToken,
@@ -208,3 +211,36 @@ class ApiTokenAdmin(LedgerAdmin):
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return has_role(request.user, ADMIN) or request.user.has_perm("ledger.delete_apitoken")
+
+
+class AdminRoleManagesPeople:
+    """User management is the `admin` group's (SPEC §8), without per-model permissions granted by hand."""
+
+    def has_module_permission(self, request) -> bool:
+        return has_role(request.user, ADMIN) or super().has_module_permission(request)
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        return has_role(request.user, ADMIN) or super().has_view_permission(request, obj)
+
+    def has_add_permission(self, request) -> bool:
+        return has_role(request.user, ADMIN) or super().has_add_permission(request)
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return has_role(request.user, ADMIN) or super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return has_role(request.user, ADMIN) or super().has_delete_permission(request, obj)
+
+
+class PeopleAdmin(AdminRoleManagesPeople, UserAdmin):
+    pass
+
+
+class RoleAdmin(AdminRoleManagesPeople, GroupAdmin):
+    pass
+
+
+# django.contrib.auth registered Django's own; these are the same, for the `admin` group too.
+admin.site.unregister([User, Group])
+admin.site.register(User, PeopleAdmin)
+admin.site.register(Group, RoleAdmin)

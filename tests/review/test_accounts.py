@@ -139,3 +139,49 @@ def test_behind_the_tls_proxy_the_address_is_the_one_the_proxy_saw(client, setti
     assert log_in(client, "bob", "pw", "10.9.9.9", forwarded_for="203.0.113.5").status_code == 429
     # Everyone else behind the same proxy still logs in.
     assert log_in(client, "bob", "pw", "10.9.9.9", forwarded_for="198.51.100.7").status_code == 302
+
+
+# --- user management in the admin ----------------------------------------------------------
+
+
+def test_an_admin_manages_people_without_a_staff_flag(client):
+    admin = UserFactory(roles=["admin"], is_staff=False)
+    client.force_login(admin)
+    assert client.get(reverse("admin:index")).status_code == 200
+    assert client.get(reverse("admin:auth_user_changelist")).status_code == 200
+    assert client.get(reverse("admin:auth_group_changelist")).status_code == 200
+    response = client.post(
+        reverse("admin:auth_user_add"),
+        {
+            "username": "newcomer",
+            "usable_password": "true",
+            "password1": "lantern-orchard-47",
+            "password2": "lantern-orchard-47",
+        },
+    )
+    assert response.status_code == 302
+    assert User.objects.get(username="newcomer").check_password("lantern-orchard-47")
+    admin.refresh_from_db()
+    assert not admin.is_staff
+
+
+@pytest.mark.parametrize("role", ["catalogue_owner", "operator"])
+def test_other_roles_do_not_reach_user_management(client, role):
+    client.force_login(UserFactory(roles=[role]))
+    response = client.get(reverse("admin:auth_user_changelist"))
+    assert response.status_code == 302 and response.url.startswith(reverse("admin:login"))
+    # A staff flag set by hand lets them into the admin, but not to people.
+    client.force_login(UserFactory(roles=[role], is_staff=True))
+    assert client.get(reverse("admin:auth_user_changelist")).status_code == 403
+    assert client.post(reverse("admin:auth_user_add"), {"username": "x"}).status_code == 403
+    assert not User.objects.filter(username="x").exists()
+
+
+def test_an_admin_may_log_in_through_the_admins_own_login_page(client):
+    UserFactory(username="chief", roles=["admin"], is_staff=False)
+    UserFactory(username="worker", roles=["operator"], is_staff=False)
+    refused = client.post(reverse("admin:login"), {"username": "worker", "password": "pw"})
+    assert refused.status_code == 200 and "for a staff account" in refused.content.decode()
+    response = client.post(reverse("admin:login"), {"username": "chief", "password": "pw"})
+    assert response.status_code == 302
+    assert client.get(reverse("admin:auth_user_changelist")).status_code == 200

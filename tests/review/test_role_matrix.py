@@ -68,8 +68,11 @@ EXPECTED: dict[str, dict[str, dict]] = {
     "logout": {"GET": NOT_ALLOWED, "POST": everyone(302)},
     "password_change": {"GET": logged_in(200), "POST": logged_in(200)},
     "password_change_done": {"GET": logged_in(200), "POST": logged_in(405)},
-    # Django's admin is for staff; none of these people is staff.
-    "admin:index": {"GET": everyone(ADMIN_LOGIN), "POST": everyone(ADMIN_LOGIN)},
+    # Django's admin is for staff and the `admin` group; none of these people is staff.
+    "admin:index": {
+        "GET": {**everyone(ADMIN_LOGIN), ADMIN: 200},
+        "POST": {**everyone(ADMIN_LOGIN), ADMIN: 200},
+    },
     # screens
     "dashboard": {"GET": viewers(), "POST": NOT_ALLOWED},
     "job_list": {"GET": viewers(), "POST": NOT_ALLOWED},
