@@ -33,8 +33,9 @@ from .models import (
 from .retrying import is_transient_status
 from .states import (
     ALLOWED_TRANSITIONS,
-    FINAL_STATES,
     OUTSTANDING_STATES,
+    REVIEW_STATES,
+    SUBMISSION_TRANSITIONS,
     ItemState,
     JobState,
     SubmissionState,
@@ -149,13 +150,14 @@ def refresh_job_state(job_id: int) -> str:
         job = Job.objects.select_for_update().get(pk=job_id)
         if job.state == JobState.CANCELLED:
             return job.state
-        counts = job.items.counts_by_state()
-        if not counts or set(counts) <= FINAL_STATES:
-            new = JobState.COMPLETED
-        elif set(counts) & OUTSTANDING_STATES:
+        states = set(job.items.counts_by_state())
+        if states & OUTSTANDING_STATES:
             new = JobState.PREPARING if not job.submissions.exists() else JobState.RUNNING
-        else:
+        elif states & REVIEW_STATES:
             new = JobState.IN_REVIEW
+        else:
+            # Every item at rest: final, or waiting for an operator ("needs attention", counted).
+            new = JobState.COMPLETED
         if new != job.state:
             Job.objects.filter(pk=job.pk).update(state=new, updated_at=timezone.now())
             Event.objects.create(job=job, from_state=job.state, to_state=new, reason="item states changed")
@@ -201,23 +203,38 @@ def record_product(
 
 
 def stop_withdrawn_items(product: Product, *, actor=None) -> None:
-    """Items of a withdrawn product that can stop now do; those at the provider stop when judged."""
-    stopping = product.items.filter(state__in=sources_for(ItemState.WITHDRAWN))
-    for item_id, job_id in stopping.values_list("pk", "job_id"):
-        change_state(item_id, to=ItemState.WITHDRAWN, actor=actor, reason="The product was withdrawn")
-        refresh_job_state(job_id)
+    """Every unapplied item of a withdrawn product stops now (rule 5), except those at the provider
+    (judged when their result returns) and those being applied (judged before their next attempt)."""
+    stop_unapplied_items(product.items.all(), to=ItemState.WITHDRAWN, actor=actor)
 
 
 def retire_stale_items(product: Product, *, actor=None) -> None:
-    """Items of an older revision that are not at the provider become obsolete now and the
-    current revision is queued in their job; the others when their result is judged."""
-    stale = product.items.exclude(source_revision_id=product.current_revision_id).filter(
-        Q(state=ItemState.PREPARED, submission__isnull=True)
-        | Q(state__in=[ItemState.AWAITING_REVIEW, ItemState.APPROVED])
+    """Every unapplied item of an older revision becomes obsolete now and the current revision is
+    queued in its job; those at the provider or being applied when they are next judged."""
+    stale = product.items.exclude(source_revision_id=product.current_revision_id)
+    stop_unapplied_items(stale, to=ItemState.OBSOLETE, actor=actor)
+
+
+def stop_unapplied_items(items, *, to: str, actor=None) -> None:
+    # A prepared item in an intent not sent yet stops too: the intent sends only prepared items.
+    stopping = items.filter(state__in=sources_for(to) - {ItemState.APPLYING})
+    jobs = set()
+    for item in stopping:
+        try:
+            judge_currency(item, actor=actor)
+        except NotAllowed:
+            continue  # it moved on meanwhile (say, to the provider); it is judged where it is now
+        jobs.add(item.job_id)
+    # Applications waiting for a retry are judged now rather than after their backoff; one whose
+    # attempt is in flight keeps its lease and is judged before its next attempt.
+    waiting = items.filter(state=ItemState.APPLYING).exclude(
+        destination_attempts__outcome=AttemptOutcome.STARTED
     )
-    for item in stale:
-        judge_currency(item, actor=actor)
-        refresh_job_state(item.job_id)
+    for item_id in waiting.values_list("pk", flat=True):
+        Item.objects.filter(pk=item_id, state=ItemState.APPLYING).update(next_attempt_at=None)
+        enqueue("ledger.tasks.apply_item", item_id)
+    for job_id in jobs:
+        refresh_job_state(job_id)
 
 
 # --- jobs ----------------------------------------------------------------------------------
@@ -417,6 +434,8 @@ def release_submission(submission_id: int) -> None:
 
 def set_submission_state(submission: Submission, to: str, *, reason: str = "", **fields) -> None:
     """Compare-and-set from the state this worker read; raises LostClaim if it moved meanwhile."""
+    if to not in SUBMISSION_TRANSITIONS[submission.state]:
+        raise NotAllowed(f"Submission {submission.pk} is {submission.state}; it cannot become {to}")
     moved = Submission.objects.filter(pk=submission.pk, state=submission.state).update(
         state=to, updated_at=timezone.now(), **fields
     )
@@ -966,6 +985,10 @@ def apply_item(item_id: int) -> str:
     )
     if not claimed:
         return "not due or taken by another worker"
+    # The draft is re-checked against the product just before each attempt.
+    if problem := currency_problem(item):
+        stop_application(item, problem)
+        return problem
     version = GeneratedVersion.objects.get(pk=item.approved_version_id)
     approval = Approval.objects.select_related("approved_by").get(version=version)
     destination_name = item.job.destination
@@ -973,31 +996,45 @@ def apply_item(item_id: int) -> str:
     attempt = DestinationAttempt.objects.create(
         item=item, version=version, destination=destination_name, operation_key=key
     )
-    # The draft is re-checked against the product just before each attempt.
-    problem = currency_problem(item)
-    if problem:
-        result = DestinationResult(AttemptOutcome.REFUSED_BY_GUARD, NOT_PUBLISHED[problem])
+    try:
+        destination = get_destination(destination_name)
+    except KeyError as exc:
+        result = DestinationResult(AttemptOutcome.REJECTED, f"Destination not configured: {exc}")
     else:
         try:
-            destination = get_destination(destination_name)
-        except KeyError as exc:
-            result = DestinationResult(AttemptOutcome.REJECTED, f"Destination not configured: {exc}")
-        else:
-            try:
-                result = destination.apply(item=item, version=version, approval=approval, operation_key=key)
-            except Exception as exc:  # a bug or an outage must count towards dead_letter, not loop for ever
-                log.exception("applying item %s through %s failed", item.pk, destination_name)
-                result = DestinationResult(
-                    AttemptOutcome.RETRYABLE, f"Unexpected error: {type(exc).__name__}"
-                )
-    with transaction.atomic():
-        outcome = record_attempt(item, attempt, result)
-        if problem == ItemState.OBSOLETE:
-            # The transition table has no way from applying to obsolete: the item stays refused,
-            # and the product's current revision is drafted anew in the same job.
-            queue_current_revision(item)
+            result = destination.apply(item=item, version=version, approval=approval, operation_key=key)
+        except Exception as exc:  # a bug or an outage must count towards dead_letter, not loop for ever
+            log.exception("applying item %s through %s failed", item.pk, destination_name)
+            result = DestinationResult(AttemptOutcome.RETRYABLE, f"Unexpected error: {type(exc).__name__}")
+    outcome = record_attempt(item, attempt, result)
     refresh_job_state(item.job_id)
     return outcome
+
+
+MAY_HAVE_BEEN_APPLIED = (
+    "; an earlier attempt's answer was lost, so the destination may have applied that draft"
+)
+
+
+def stop_application(item: Item, problem: str) -> None:
+    """The product was withdrawn or revised while its draft was being applied: the item stops here
+    (and an obsolete one's current revision is queued). An earlier attempt that was sent but never
+    answered may still have landed: that is said, not hidden."""
+    with transaction.atomic():
+        lost = item.destination_attempts.filter(
+            outcome__in=[AttemptOutcome.STARTED, AttemptOutcome.RETRYABLE]
+        ).exists()
+        change_state(
+            item.pk,
+            to=problem,
+            reason=NOT_PUBLISHED[problem] + (MAY_HAVE_BEEN_APPLIED if lost else ""),
+            expect=[ItemState.APPLYING],
+            data={"may_have_been_applied": lost},
+            next_attempt_at=None,
+        )
+        if problem == ItemState.OBSOLETE:
+            queue_current_revision(item)
+    refresh_job_state(item.job_id)
 
 
 def record_attempt(item: Item, attempt: DestinationAttempt, result: "DestinationResult") -> str:
@@ -1008,7 +1045,11 @@ def record_attempt(item: Item, attempt: DestinationAttempt, result: "Destination
         if result.outcome == AttemptOutcome.APPLIED:
             change_state(item.pk, to=ItemState.APPLIED, reason=result.message, expect=[ItemState.APPLYING])
             return ItemState.APPLIED
-        if result.outcome in (AttemptOutcome.REJECTED, AttemptOutcome.REFUSED_BY_GUARD):
+        if result.outcome == AttemptOutcome.REFUSED_BY_GUARD:
+            # The destination's own guard saw the product change after our check: same as the check.
+            stop_application(item, currency_problem(item) or ItemState.OBSOLETE)
+            return "refused_by_guard"
+        if result.outcome == AttemptOutcome.REJECTED:
             change_state(
                 item.pk,
                 to=ItemState.DESTINATION_REJECTED,
@@ -1091,26 +1132,29 @@ def redrive_dead_letter(item_id: int, *, actor=None) -> Item:
 
 # --- cancelling ---------------------------------------------------------------------------
 
-# Items whose request has not produced a result yet: prepared, submitted, submission_uncertain.
+# Everything not used yet: waiting for the model, a reviewer, an operator or the destination. An
+# item being applied is not: its attempt may be landing right now, so it finishes.
 CANCELLABLE_ITEM_STATES = sorted(sources_for(ItemState.CANCELLED))
-OVER = (JobState.COMPLETED, JobState.CANCELLED)
+
+
+def cancellable_items(job: Job):
+    """The items `cancel_job` would cancel now: what the cancel button says it affects."""
+    return job.items.filter(state__in=CANCELLABLE_ITEM_STATES)
 
 
 def cancel_job(*, job_id: int, actor=None) -> dict:
-    """Cancel what has not been used yet: every item still waiting for the model is cancelled, and
-    the job is marked cancelled so nothing more of it is sent. Drafts that already came back are
-    kept for review and may still be decided on. Raises NotAllowed when the job is already over."""
+    """Cancel what has not been used yet: every item not applied or being applied is cancelled, the
+    job is marked cancelled so nothing more of it is sent, and each of its batches still running at
+    the provider is asked to stop (the provider's answer is recorded on the submission). Raises
+    NotAllowed when the job is already cancelled."""
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job_id)
-        if job.state in OVER:
-            raise NotAllowed(f"The job is {job.state}; there is nothing left to cancel")
+        if job.state == JobState.CANCELLED:
+            raise NotAllowed("The job is cancelled already; there is nothing left to cancel")
         # Locked first, so none of them moves on between being read and being cancelled.
-        waiting = list(
-            job.items.select_for_update()
-            .filter(state__in=CANCELLABLE_ITEM_STATES)
-            .order_by("id")
-            .values_list("pk", "state")
-        )
+        waiting = list(cancellable_items(job).select_for_update().order_by("id").values_list("pk", "state"))
+        if job.state == JobState.COMPLETED and not waiting:
+            raise NotAllowed("The job is completed; there is nothing left to cancel")
         reason = f"Job cancelled by {actor_name(actor)}"
         cancelled: list[int] = []
         for state in CANCELLABLE_ITEM_STATES:
@@ -1125,6 +1169,7 @@ def cancel_job(*, job_id: int, actor=None) -> dict:
                     next_attempt_at=None,
                 )
         Job.objects.filter(pk=job.pk).update(state=JobState.CANCELLED, updated_at=timezone.now())
+        running = list(job.submissions.filter(state=SubmissionState.OPEN).values_list("pk", flat=True))
         Event.objects.create(
             job=job,
             from_state=job.state,
@@ -1132,14 +1177,59 @@ def cancel_job(*, job_id: int, actor=None) -> dict:
             actor=actor,
             actor_name=actor_name(actor),
             reason=reason,
-            data={"items_cancelled": len(cancelled)},
+            data={"items_cancelled": len(cancelled), "batches_to_stop": len(running)},
         )
+        for submission_id in running:
+            enqueue("ledger.tasks.cancel_at_provider", submission_id)
     return {
         "job": job.pk,
         "from_state": job.state,
         "state": JobState.CANCELLED.value,
         "items_cancelled": len(cancelled),
+        "batches_to_stop": len(running),
     }
+
+
+def cancel_at_provider(submission_id: int, *, provider=None) -> str:
+    """Ask the provider to stop a batch of a cancelled job, once, and record what it said. The batch
+    stays `open`: its end, and whatever it produced before stopping, is still polled and collected.
+    A provider that cannot be reached is asked again by the next collector round."""
+    from .providers import get_provider
+    from .providers.base import ProviderError
+
+    submission = Submission.objects.select_related("job").get(pk=submission_id)
+    if (
+        submission.state != SubmissionState.OPEN
+        or submission.job.state != JobState.CANCELLED
+        or submission.cancel_answered_at is not None
+    ):
+        return "nothing to stop"
+    provider = provider or get_provider(submission.provider)
+    try:
+        answer = provider.cancel(submission.provider_ref)
+    except ProviderError as exc:
+        if exc.transient:
+            Submission.objects.filter(pk=submission_id).update(error=str(exc)[:2000])
+            return "retry later"
+        # A permanent refusal (say, the batch had finished already) is an answer too.
+        answer, said = "", f"The provider refused to cancel it: {exc}"
+    else:
+        said = f"Asked to cancel; the provider says {answer or 'nothing'}"
+    with transaction.atomic():
+        answered = Submission.objects.filter(pk=submission_id, cancel_answered_at__isnull=True).update(
+            cancel_answered_at=timezone.now(),
+            **({"last_observed_status": answer, "last_observed_at": timezone.now()} if answer else {}),
+        )
+        if answered:
+            Event.objects.create(
+                submission=submission,
+                job_id=submission.job_id,
+                from_state=submission.state,
+                to_state=submission.state,
+                reason=said[:2000],
+                data={"provider_answer": answer},
+            )
+    return said
 
 
 # --- products ------------------------------------------------------------------------------

@@ -207,6 +207,8 @@ class Submission(models.Model):
     claimed_until = models.DateTimeField(null=True, blank=True)
     # Which claim holds it: a worker whose lease ran out finds out before it acts.
     claimed_by = models.CharField(max_length=32, blank=True)
+    # Its job was cancelled while it ran: when the provider answered our request to cancel it.
+    cancel_answered_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -33,30 +33,44 @@ class ItemState(models.TextChoices):
 
 S = ItemState
 
+# Every unapplied item can leave for `obsolete` or `withdrawn` (rule 5), except while it is at the
+# provider (submitted, submission_uncertain: judged when its result returns). `applying` leaves for
+# them only when the check before an attempt finds the product changed.
 ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     S.PREPARED: frozenset({S.SUBMITTED, S.SUBMISSION_UNCERTAIN, S.CANCELLED, S.WITHDRAWN, S.OBSOLETE}),
     S.SUBMITTED: frozenset({S.RETURNED, S.INFERENCE_FAILED, S.SUBMISSION_UNCERTAIN, S.CANCELLED}),
     S.SUBMISSION_UNCERTAIN: frozenset({S.SUBMITTED, S.PREPARED, S.DEAD_LETTER, S.CANCELLED}),
-    S.RETURNED: frozenset({S.AWAITING_REVIEW, S.VALIDATION_FAILED, S.OBSOLETE, S.WITHDRAWN}),
-    S.INFERENCE_FAILED: frozenset({S.PREPARED, S.DEAD_LETTER}),
-    S.VALIDATION_FAILED: frozenset({S.PREPARED, S.DEAD_LETTER}),
+    S.RETURNED: frozenset({S.AWAITING_REVIEW, S.VALIDATION_FAILED, S.OBSOLETE, S.WITHDRAWN, S.CANCELLED}),
+    S.INFERENCE_FAILED: frozenset({S.PREPARED, S.DEAD_LETTER, S.OBSOLETE, S.WITHDRAWN, S.CANCELLED}),
+    S.VALIDATION_FAILED: frozenset({S.PREPARED, S.DEAD_LETTER, S.OBSOLETE, S.WITHDRAWN, S.CANCELLED}),
     S.OBSOLETE: frozenset(),
     S.WITHDRAWN: frozenset(),
-    S.AWAITING_REVIEW: frozenset({S.APPROVED, S.REJECTED, S.OBSOLETE, S.WITHDRAWN}),
-    S.REJECTED: frozenset({S.PREPARED}),
-    S.APPROVED: frozenset({S.APPLYING, S.OBSOLETE, S.WITHDRAWN}),
-    S.APPLYING: frozenset({S.APPLIED, S.DESTINATION_REJECTED, S.DEAD_LETTER}),
+    S.AWAITING_REVIEW: frozenset({S.APPROVED, S.REJECTED, S.OBSOLETE, S.WITHDRAWN, S.CANCELLED}),
+    S.REJECTED: frozenset({S.PREPARED, S.OBSOLETE, S.WITHDRAWN, S.CANCELLED}),
+    S.APPROVED: frozenset({S.APPLYING, S.OBSOLETE, S.WITHDRAWN, S.CANCELLED}),
+    S.APPLYING: frozenset({S.APPLIED, S.DESTINATION_REJECTED, S.DEAD_LETTER, S.OBSOLETE, S.WITHDRAWN}),
     S.APPLIED: frozenset(),
-    S.DESTINATION_REJECTED: frozenset({S.APPLYING, S.DEAD_LETTER}),
-    S.DEAD_LETTER: frozenset({S.PREPARED, S.APPLYING}),
+    S.DESTINATION_REJECTED: frozenset({S.APPLYING, S.DEAD_LETTER, S.OBSOLETE, S.WITHDRAWN, S.CANCELLED}),
+    S.DEAD_LETTER: frozenset({S.PREPARED, S.APPLYING, S.OBSOLETE, S.WITHDRAWN, S.CANCELLED}),
     S.CANCELLED: frozenset(),
 }
 
-# States from which an item can never move: the job is complete when all items are here.
+# States from which an item can never move.
 FINAL_STATES = frozenset(state for state, nxt in ALLOWED_TRANSITIONS.items() if not nxt)
 
 # States in which the provider still owes us a result.
 OUTSTANDING_STATES = frozenset({S.PREPARED, S.SUBMITTED, S.SUBMISSION_UNCERTAIN, S.RETURNED})
+
+# A person decides next: a reviewer on a draft, or an approved draft on its way to the destination.
+REVIEW_STATES = frozenset({S.AWAITING_REVIEW, S.APPROVED, S.APPLYING})
+
+# At rest but not final: nothing moves until an operator (or a reviewer's regeneration) acts.
+NEEDS_ATTENTION_STATES = frozenset(
+    {S.INFERENCE_FAILED, S.VALIDATION_FAILED, S.REJECTED, S.DESTINATION_REJECTED, S.DEAD_LETTER}
+)
+
+# Items at the provider: a product change reaches them when their result returns (rule 5).
+AT_PROVIDER_STATES = frozenset({S.SUBMITTED, S.SUBMISSION_UNCERTAIN})
 
 
 def sources_for(target: str) -> frozenset[str]:
@@ -78,4 +92,19 @@ class SubmissionState(models.TextChoices):
     OPEN = "open", "Accepted by the provider; waiting for results"
     ENDED = "ended", "Provider finished; results being collected"
     COLLECTED = "collected", "All results collected"
-    FAILED = "failed", "The provider refused the whole batch"
+    FAILED = "failed", "Not run: refused by the provider, never received, or nothing left to send"
+
+
+U = SubmissionState
+
+# The submissions' own transition table, enforced by `actions.set_submission_state` like items'.
+# A job cancelled while its batch runs keeps the batch `open`: the provider is asked to cancel it
+# and its end (and whatever it already produced) is still polled and collected.
+SUBMISSION_TRANSITIONS: dict[str, frozenset[str]] = {
+    U.INTENT: frozenset({U.UNCERTAIN, U.OPEN, U.FAILED}),
+    U.UNCERTAIN: frozenset({U.OPEN, U.FAILED}),
+    U.OPEN: frozenset({U.ENDED}),
+    U.ENDED: frozenset({U.COLLECTED}),
+    U.COLLECTED: frozenset(),
+    U.FAILED: frozenset(),
+}

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from . import actions
 from .models import CollectorHeartbeat, Item, Submission
-from .states import ItemState, SubmissionState
+from .states import ItemState, JobState, SubmissionState
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,10 @@ def send_submission(submission_id: int) -> str:
 
 def apply_item(item_id: int) -> str:
     return actions.apply_item(item_id)
+
+
+def cancel_at_provider(submission_id: int) -> str:
+    return actions.cancel_at_provider(submission_id)
 
 
 def collect_round(duration: float | None = None) -> int:
@@ -78,6 +82,12 @@ def poll_everything() -> None:
     }
     for submission_id, state in submissions.filter(state__in=list(work)).values_list("pk", "state"):
         attempt(work[state], submission_id)
+    # Batches of cancelled jobs whose provider has not yet answered our request to stop them.
+    unstopped = Submission.objects.filter(
+        state=SubmissionState.OPEN, job__state=JobState.CANCELLED, cancel_answered_at__isnull=True
+    )
+    for submission_id in unstopped.values_list("pk", flat=True):
+        attempt(actions.cancel_at_provider, submission_id)
     due_jobs = (
         Item.objects.filter(state=ItemState.PREPARED, submission__isnull=True)
         .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))

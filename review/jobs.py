@@ -17,14 +17,15 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
-from ledger.actions import NotAllowed, create_job
+from ledger.actions import NotAllowed, cancel_job, cancellable_items, create_job
 from ledger.models import Job, Submission
 from ledger.pricing import PLACES, Price, job_cost, price_for
+from ledger.states import NEEDS_ATTENTION_STATES, JobState, SubmissionState
 from ledger.validation import render_user_message
 
 from .common import WORKING_JOB_STATES, HtmxHttpRequest, progress_of, state_counts, wants_partial
 from .forms import ItemFilterForm
-from .permissions import APPROVERS, VIEWERS, has_role, role_required
+from .permissions import APPROVERS, OPERATOR, VIEWERS, has_role, may_cancel, role_required
 from .screen_forms import JobFilterForm, JobStartForm
 
 JOBS_PER_PAGE = 25
@@ -228,8 +229,10 @@ class SubmissionRow:
 
 def job_progress(job: Job) -> dict:
     """What moves while a job works: item counts by state (one GROUP BY) and submissions."""
+    by_state = job.items.counts_by_state()
     return {
-        "counts": state_counts(job.items.counts_by_state()),
+        "counts": state_counts(by_state),
+        "needs_attention": sum(by_state.get(state, 0) for state in NEEDS_ATTENTION_STATES),
         "submissions": [SubmissionRow(s) for s in job.submissions.order_by("id")],
     }
 
@@ -263,4 +266,31 @@ def job_detail(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
         "filters": filters,
         "page": Paginator(items, ITEMS_PER_PAGE).get_page(request.GET.get("page")),
     }
+    if job.state != JobState.CANCELLED and may_cancel(request.user, job):
+        context["cancel"] = {
+            "items": cancellable_items(job).count(),
+            "batches": job.submissions.filter(state=SubmissionState.OPEN).count(),
+        }
     return render(request, "job_detail.html", context)
+
+
+@require_POST
+@login_required
+@role_required(OPERATOR, *APPROVERS)
+def job_cancel(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
+    """Cancel what of the job has not been used yet; its batches at the provider are asked to stop."""
+    job = get_object_or_404(Job, pk=job_id)
+    if not may_cancel(request.user, job):
+        raise PermissionDenied
+    try:
+        outcome = cancel_job(job_id=job.pk, actor=request.user)
+    except NotAllowed as refusal:
+        messages.error(request, str(refusal))
+    else:
+        stopping = outcome["batches_to_stop"]
+        messages.success(
+            request,
+            f"Job {job.reference} cancelled: {outcome['items_cancelled']} items cancelled"
+            + (f"; {stopping} batches at the provider are being asked to stop." if stopping else "."),
+        )
+    return redirect("job_detail", job.pk)

@@ -35,6 +35,11 @@ def has_role(user, *groups: str) -> bool:
     return ADMIN in roles or not roles.isdisjoint(groups)
 
 
+def may_cancel(user, job) -> bool:
+    """Operators may cancel any job; the person who started a job may cancel it too."""
+    return has_role(user, OPERATOR) or (job.owner_id == user.pk and has_role(user, *APPROVERS))
+
+
 def role_required(*groups: str) -> Callable:
     """403 unless the (logged-in) user is in one of `groups`. Put `login_required` outside it."""
 

@@ -104,5 +104,6 @@ class BatchProvider:
         """Every result line of an ended unit, streamed, in the provider's order."""
         raise NotImplementedError
 
-    def cancel(self, provider_ref: str) -> None:
+    def cancel(self, provider_ref: str) -> str:
+        """Ask the provider to stop a unit; returns what it says the unit's status now is."""
         raise NotImplementedError

@@ -200,5 +200,5 @@ class OpenAIBatchProvider(BatchProvider):
                 f"download of {file_ref} was interrupted: {exc}", secrets=self.secrets
             ) from exc
 
-    def cancel(self, provider_ref: str) -> None:
-        self._call("POST", f"/batches/{provider_ref}/cancel")
+    def cancel(self, provider_ref: str) -> str:
+        return str(self._call("POST", f"/batches/{provider_ref}/cancel").json().get("status", ""))

@@ -93,10 +93,13 @@ def test_an_application_refused_because_the_product_changed_queues_the_current_r
     actions.change_state(item.pk, to=ItemState.APPLYING)
     actions.record_product(sku=item.product.sku, title="A new title", fields={"material": "ash"})
 
-    assert actions.apply_item(item.pk) == ItemState.DESTINATION_REJECTED
+    # SPEC §2: the check before an attempt moves an item being applied to obsolete, never sending it.
+    assert actions.apply_item(item.pk) == ItemState.OBSOLETE
+    assert not item.destination_attempts.exists()
+    assert Item.objects.get(pk=item.pk).reason == "Not published: the product changed since approval"
 
     assert Item.objects.get(job=item.job, source_revision__number=2).state == ItemState.PREPARED
-    with pytest.raises(actions.NotAllowed, match="changed"):
+    with pytest.raises(actions.NotAllowed):
         actions.retry_item(item.pk, unit="destination")
 
 
@@ -203,6 +206,7 @@ def test_polling_records_what_the_provider_said_and_when_and_the_job_state_follo
         actions.reject_version(
             item_id=item.pk, version_id=version.pk, reviewer=UserFactory(), reason="too plain"
         )
-    assert Job.objects.get(pk=job.pk).state == "in_review"  # rejected drafts still await a decision
+    # A rejected draft is at rest: the job is completed, the rejection counted as needing attention.
+    assert Job.objects.get(pk=job.pk).state == "completed"
     actions.cancel_job(job_id=job.pk, actor=None)
     assert Job.objects.get(pk=job.pk).state == "cancelled"

@@ -79,6 +79,8 @@ EXPECTED: dict[str, dict[str, dict]] = {
     "job_start": {"GET": viewers(), "POST": approvers(400)},
     "job_estimate": {"GET": NOT_ALLOWED, "POST": approvers(200)},
     "job_detail": {"GET": viewers(), "POST": NOT_ALLOWED},
+    # Operators cancel any job; a catalogue owner only their own (this one is someone else's).
+    "job_cancel": {"GET": NOT_ALLOWED, "POST": operators(302)},
     "item_detail": {"GET": viewers(), "POST": NOT_ALLOWED},
     "approve_item": {"GET": NOT_ALLOWED, "POST": approvers(400)},
     "reject_item": {"GET": NOT_ALLOWED, "POST": approvers(400)},
