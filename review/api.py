@@ -15,7 +15,6 @@ traceback is logged and never sent.
 
 import json
 import logging
-import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from datetime import timedelta
@@ -74,6 +73,7 @@ from ledger.models import (
 from ledger.providers import provider_names
 from ledger.states import ItemState, JobState, SubmissionState
 
+from .ids import parse_id
 from .permissions import APPROVERS, OPERATOR, VIEWERS, has_role
 
 log = logging.getLogger(__name__)
@@ -245,12 +245,12 @@ def whole_number(data: dict, name: str, problems: dict[str, str], *, low: int, h
 
 def page_of(request: HttpRequest, rows: QuerySet, per_page: int, render: Callable[[list], list]) -> dict:
     """One page of a list: `{results, count, next, previous}` with absolute links."""
-    number = request.GET.get("page", "1")
-    if not re.fullmatch(r"[1-9][0-9]{0,8}", number):
-        raise invalid({"page": "must be a whole number from 1"})
+    number = parse_id(request.GET.get("page", "1"))
+    if number is None:
+        raise invalid({"page": "must be a whole number from 1, in the digits 0 to 9"})
     paginator = Paginator(rows, per_page)
     try:
-        page = paginator.page(int(number))
+        page = paginator.page(number)
     except EmptyPage:
         raise ApiError(404, "not_found", f"There is no page {number}") from None
 

@@ -3,18 +3,21 @@
 from django.urls import path, re_path
 
 from . import api
+from .ids import register_id_converter
+
+register_id_converter()
 
 app_name = "api"
 
 urlpatterns = [
     path("jobs", api.job_list, name="jobs"),
-    path("jobs/<int:job_id>", api.job_detail, name="job"),
-    path("jobs/<int:job_id>/cancel", api.cancel, name="cancel_job"),
-    path("jobs/<int:job_id>/items", api.job_items, name="job_items"),
-    path("items/<int:item_id>", api.item_detail, name="item"),
-    path("items/<int:item_id>/versions/<int:version_id>/approve", api.approve, name="approve"),
-    path("items/<int:item_id>/versions/<int:version_id>/reject", api.reject, name="reject"),
-    path("items/<int:item_id>/retry", api.retry, name="retry"),
+    path("jobs/<id:job_id>", api.job_detail, name="job"),
+    path("jobs/<id:job_id>/cancel", api.cancel, name="cancel_job"),
+    path("jobs/<id:job_id>/items", api.job_items, name="job_items"),
+    path("items/<id:item_id>", api.item_detail, name="item"),
+    path("items/<id:item_id>/versions/<id:version_id>/approve", api.approve, name="approve"),
+    path("items/<id:item_id>/versions/<id:version_id>/reject", api.reject, name="reject"),
+    path("items/<id:item_id>/retry", api.retry, name="retry"),
     path("products/<str:sku>", api.product_detail, name="product"),
     path("products/<str:sku>/withdraw", api.withdraw, name="withdraw"),
     path("health", api.health, name="health"),

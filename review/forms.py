@@ -5,11 +5,13 @@ from django.core.validators import RegexValidator
 
 from ledger.states import ItemState
 
+from .ids import INVALID_ID, IdField, parse_id
+
 sha256_hex = RegexValidator(r"^[0-9a-f]{64}$", "The draft's content hash must be 64 hexadecimal characters.")
 
 
 class ApproveForm(forms.Form):
-    version_id = forms.IntegerField(min_value=1, error_messages={"required": "Say which draft is approved."})
+    version_id = IdField(error_messages={"required": "Say which draft is approved."})
     version_hash = forms.CharField(
         validators=[sha256_hex], error_messages={"required": "The draft's hash is missing."}
     )
@@ -23,7 +25,7 @@ class ApproveForm(forms.Form):
 
 
 class RejectForm(forms.Form):
-    version_id = forms.IntegerField(min_value=1, error_messages={"required": "Say which draft is rejected."})
+    version_id = IdField(error_messages={"required": "Say which draft is rejected."})
     reason = forms.CharField(max_length=2000, error_messages={"required": "Say why the draft is rejected."})
 
 
@@ -43,9 +45,9 @@ class ReviewPlaceForm(forms.Form):
     Read from the address (GET) and from the hidden fields of a decision (POST); bad values are ignored."""
 
     mode = forms.ChoiceField(required=False, choices=[("focus", "One draft at a time"), ("list", "List")])
-    job = forms.IntegerField(required=False, min_value=1)
-    pos = forms.IntegerField(required=False, min_value=1)
-    item = forms.IntegerField(required=False, min_value=1)
+    job = IdField(required=False)
+    pos = IdField(required=False)
+    item = IdField(required=False)
 
 
 class ItemIdsField(forms.Field):
@@ -54,12 +56,9 @@ class ItemIdsField(forms.Field):
     widget = forms.MultipleHiddenInput
 
     def to_python(self, value) -> list[int]:
-        try:
-            ids = [int(v) for v in value or []]
-        except (TypeError, ValueError):
-            raise forms.ValidationError("Drafts are named by item id, a whole number.") from None
-        if any(i < 1 for i in ids):
-            raise forms.ValidationError("Drafts are named by item id, a whole number.")
+        ids = [parse_id(v) for v in value or []]
+        if None in ids:
+            raise forms.ValidationError(f"Drafts are named by their item ids. {INVALID_ID}")
         return list(dict.fromkeys(ids))
 
     def validate(self, value: list[int]) -> None:

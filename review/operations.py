@@ -26,6 +26,7 @@ from ledger.providers.base import ProviderError
 from ledger.states import ItemState, JobState, SubmissionState
 
 from .common import HtmxHttpRequest, wants_partial
+from .ids import parse_id
 from .permissions import OPERATOR, VIEWERS, has_role, role_required
 
 S = ItemState
@@ -354,9 +355,9 @@ def retry(request: HtmxHttpRequest) -> HttpResponse:
     raw = request.POST.getlist("item")
     if not raw:
         return refused(request, "Say which item to retry.", status=400)
-    if not all(value.isdigit() for value in raw) or len(raw) > BULK_LIMIT:
+    ids = list(dict.fromkeys(parse_id(value) for value in raw))
+    if None in ids or len(raw) > BULK_LIMIT:
         return refused(request, f"Items are named by their ids, at most {BULK_LIMIT} at once.", status=400)
-    ids = list(dict.fromkeys(int(value) for value in raw))
     found = Item.objects.select_related("product", "job").in_bulk(ids)
     if len(found) != len(ids):
         return refused(

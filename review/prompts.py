@@ -19,6 +19,7 @@ from ledger.providers.openai import request_line
 from ledger.validation import render_user_message
 
 from .common import HtmxHttpRequest, wants_partial
+from .ids import parse_id
 from .permissions import APPROVERS, VIEWERS, has_role, role_required
 from .screen_forms import PromptPreviewForm, PromptVersionForm
 
@@ -94,9 +95,9 @@ def source_version(request: HtmxHttpRequest) -> PromptVersion | None:
     wanted = request.GET.get("from", "")
     if not wanted:
         return None
-    if not wanted.isdigit():
+    if (prompt_id := parse_id(wanted)) is None:
         raise Http404("No such prompt version")
-    return get_object_or_404(PromptVersion, pk=int(wanted))
+    return get_object_or_404(PromptVersion, pk=prompt_id)
 
 
 @require_http_methods(["GET", "POST"])

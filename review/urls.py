@@ -1,16 +1,19 @@
 from django.urls import path
 
 from . import audit, catalogue, jobs, operations, prompts, views
+from .ids import register_id_converter
+
+register_id_converter()
 
 urlpatterns = [
     path("", jobs.dashboard, name="dashboard"),
     path("jobs/", jobs.job_list, name="job_list"),
     path("jobs/new", jobs.job_start, name="job_start"),
     path("jobs/new/estimate", jobs.job_estimate, name="job_estimate"),
-    path("jobs/<int:job_id>/", jobs.job_detail, name="job_detail"),
-    path("items/<int:item_id>/", views.item_detail, name="item_detail"),
-    path("items/<int:item_id>/approve", views.approve, name="approve_item"),
-    path("items/<int:item_id>/reject", views.reject, name="reject_item"),
+    path("jobs/<id:job_id>/", jobs.job_detail, name="job_detail"),
+    path("items/<id:item_id>/", views.item_detail, name="item_detail"),
+    path("items/<id:item_id>/approve", views.approve, name="approve_item"),
+    path("items/<id:item_id>/reject", views.reject, name="reject_item"),
     path("review/", views.review_queue, name="review_queue"),
     path("review/approve-selected", views.approve_selected, name="approve_selected"),
     path("catalogue/", catalogue.catalogue, name="catalogue"),
@@ -18,12 +21,12 @@ urlpatterns = [
     path("catalogue/<str:sku>/", catalogue.catalogue_product, name="catalogue_product"),
     path("prompts/", prompts.prompts, name="prompts"),
     path("prompts/new", prompts.prompt_new, name="prompt_new"),
-    path("prompts/<int:prompt_id>/", prompts.prompt_detail, name="prompt_detail"),
+    path("prompts/<id:prompt_id>/", prompts.prompt_detail, name="prompt_detail"),
     path("operations/", operations.operations, name="operations"),
     path("operations/retry", operations.retry, name="operations_retry"),
     path("operations/retry-group", operations.retry_group, name="operations_retry_group"),
-    path("operations/submissions/<int:submission_id>/resolve", operations.resolve, name="resolve_submission"),
+    path("operations/submissions/<id:submission_id>/resolve", operations.resolve, name="resolve_submission"),
     path("audit/", audit.audit, name="audit"),
     path("audit/approvals.csv", audit.approvals_csv, name="audit_csv"),
-    path("audit/items/<int:item_id>/events", audit.item_events, name="audit_events"),
+    path("audit/items/<id:item_id>/events", audit.item_events, name="audit_events"),
 ]

@@ -434,7 +434,7 @@ def test_approving_selected_names_only_the_latest_draft(client, owner, item, dra
     "data, message",
     [
         ({}, "Tick the drafts to approve."),
-        ({"item": ["x"]}, "Drafts are named by item id, a whole number."),
+        ({"item": ["x"]}, "Drafts are named by their item ids. Ids are whole numbers from 1"),
         ({"item": ["1"]}, "The content hash of the draft of item 1 is missing or malformed."),
         (
             {"item": ["1"], "hash_1": "nope"},

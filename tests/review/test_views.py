@@ -182,7 +182,7 @@ def test_approving_with_a_stale_hash_is_refused_and_changes_nothing(client, item
     "data, message",
     [
         ({"version_hash": "0" * 64}, "Say which draft is approved."),
-        ({"version_id": "x", "version_hash": "0" * 64}, "Enter a whole number."),
+        ({"version_id": "x", "version_hash": "0" * 64}, "Ids are whole numbers from 1"),
         ({"version_id": 1}, "The draft&#x27;s hash is missing."),
         ({"version_id": 1, "version_hash": "nope"}, "64 hexadecimal characters"),
     ],
