@@ -126,6 +126,20 @@ STATIC_ROOT = VAR_DIR / "static"
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False
 X_FRAME_OPTIONS = "DENY"
+if BATCHDESK_HTTPS:
+    # TLS ends at the proxy, which says so in X-Forwarded-Proto (and must overwrite what a client sent).
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    # The load balancer's health check comes straight to the server, over plain HTTP.
+    SECURE_REDIRECT_EXEMPT = [r"^api/health$"]
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = 365 * 24 * 3600
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    # Preloading binds every host of the whole domain to HTTPS in browsers for months: a decision for
+    # the domain's owner, not for one internal application, so it is not asked for here.
+    SECURE_HSTS_PRELOAD = False
+    SILENCED_SYSTEM_CHECKS = ["security.W021"]
 
 # How often open submissions are polled; a collector silent for 3 intervals is "stalled".
 BATCHDESK_POLL_SECONDS = int(os.environ.get("BATCHDESK_POLL_SECONDS", "30"))

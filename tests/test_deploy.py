@@ -1,0 +1,89 @@
+"""Running as deployed (SPEC §4): behind TLS with BATCHDESK_HTTPS=1."""
+
+import os
+import runpy
+import secrets
+import subprocess
+import sys
+
+import pytest
+
+from tests.processes import ROOT
+
+# A real-looking key: long and random, as `check --deploy` wants.
+PRODUCTION_KEY = secrets.token_urlsafe(50)
+
+# What the test process has that a production server would not.
+NOT_IN_PRODUCTION = {"DEBUG", "BATCHDESK_HTTPS", "DJANGO_SETTINGS_MODULE", "DJANGO_ALLOW_ASYNC_UNSAFE"}
+
+HTTPS_SETTINGS = [
+    "SECURE_PROXY_SSL_HEADER",
+    "SECURE_SSL_REDIRECT",
+    "SECURE_REDIRECT_EXEMPT",
+    "SESSION_COOKIE_SECURE",
+    "CSRF_COOKIE_SECURE",
+    "SECURE_HSTS_SECONDS",
+    "SECURE_HSTS_INCLUDE_SUBDOMAINS",
+    "SECURE_HSTS_PRELOAD",
+]
+
+
+def production_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in NOT_IN_PRODUCTION}
+    return {
+        **env,
+        "DJANGO_SETTINGS_MODULE": "batchdesk.settings",
+        "DEBUG": "0",
+        "SECRET_KEY": PRODUCTION_KEY,
+        "ALLOWED_HOSTS": "batchdesk.example.com",
+        **extra,
+    }
+
+
+def check_deploy(env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_check_deploy_is_clean_behind_tls():
+    result = check_deploy(production_env(BATCHDESK_HTTPS="1"))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_check_deploy_fails_without_tls_settings():
+    result = check_deploy(production_env())
+    assert result.returncode != 0
+    for warning in ("security.W004", "security.W008", "security.W012", "security.W016"):
+        assert warning in result.stderr
+
+
+@pytest.fixture
+def behind_tls(settings, monkeypatch):
+    """The HTTPS settings exactly as settings.py makes them when BATCHDESK_HTTPS=1."""
+    monkeypatch.setenv("BATCHDESK_HTTPS", "1")
+    computed = runpy.run_path(str(ROOT / "batchdesk" / "settings.py"))
+    for name in HTTPS_SETTINGS:
+        setattr(settings, name, computed[name])
+    settings.BATCHDESK_HTTPS = True
+
+
+@pytest.mark.django_db
+def test_plain_http_is_redirected_to_https_but_the_health_check_is_answered(client, behind_tls):
+    response = client.get("/accounts/login/")
+    assert response.status_code == 301
+    assert response["Location"] == "https://testserver/accounts/login/"
+    assert client.get("/api/health").status_code == 200
+
+
+@pytest.mark.django_db
+def test_through_the_proxy_pages_carry_hsts_and_secure_cookies(client, behind_tls):
+    response = client.get("/accounts/login/", headers={"X-Forwarded-Proto": "https"})
+    assert response.status_code == 200
+    assert response["Strict-Transport-Security"] == "max-age=31536000; includeSubDomains"
+    assert response.cookies["csrftoken"]["secure"] is True
