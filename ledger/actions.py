@@ -1258,32 +1258,86 @@ PROMPT_TASK_PATTERN = r"[a-z][a-z0-9_]{0,63}"
 PROMPT_TEMPLATE_FIELDS = ("title", "facts")
 PROMPT_RULE_KEYS = ("min_length", "max_length", "text_field", "claim_words")
 MAX_PROMPT_OUTPUT_TOKENS = 100_000
+MAX_PROMPT_JSON_DEPTH = 32
 
 
 def prompt_template_problems(template: str) -> list[str]:
-    """A template is filled by `str.format(title=…, facts=…)`: it must use both, and nothing else."""
+    """A template is filled by `str.format(title=…, facts=…)`: it must use both, written plainly as
+    {title} and {facts}, and nothing else. A format spec, conversion, index or attribute is refused:
+    `{title:>999999999}` would pad every request to a gigabyte, `{title.upper}` reaches into Python
+    objects, and none of them says anything a plain placeholder cannot."""
+    import re
     import string
 
+    from .catalogue import text_problem
+
+    if problem := text_problem(template):
+        return [f"The template {problem}"]
     try:
-        names = [name for _, name, _, _ in string.Formatter().parse(template) if name is not None]
+        placeholders = [
+            (name, spec, conversion)
+            for _, name, spec, conversion in string.Formatter().parse(template)
+            if name is not None
+        ]
     except ValueError as exc:
         return [f"The template does not format ({exc}); write {{{{ and }}}} for a literal brace"]
-    problems = [
-        f"The template must contain {{{field}}}" for field in PROMPT_TEMPLATE_FIELDS if field not in names
+    # As written, and by the name they start with: `{title.upper}` and `{facts[0]}` are about title and facts.
+    written = [
+        "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+        for name, spec, conversion in placeholders
     ]
-    others = sorted({name for name in names if name not in PROMPT_TEMPLATE_FIELDS})
-    if others:
-        used = ", ".join(f"{{{name}}}" for name in others)
+    bases = [re.match(r"[^.\[]*", name).group() for name, _, _ in placeholders]
+    problems = [
+        f"The template must contain {{{field}}}" for field in PROMPT_TEMPLATE_FIELDS if field not in bases
+    ]
+    decorated = sorted(
+        {text for text, base in zip(written, bases, strict=True) if base in PROMPT_TEMPLATE_FIELDS}
+        - {f"{{{field}}}" for field in PROMPT_TEMPLATE_FIELDS}
+    )
+    if decorated:
         problems.append(
-            f"The template uses {used}, which nothing fills in; only {{title}} and {{facts}} are filled in "
-            "(write {{ and }} for a literal brace)"
+            f"The template writes {', '.join(decorated)}: write {{title}} and {{facts}} plainly, without a "
+            "format (:…), conversion (!r), index ([0]) or attribute (.name)"
         )
-    if not problems:
-        try:
-            template.format(title="Title", facts="- fact: value")
-        except (KeyError, IndexError, ValueError, AttributeError) as exc:
-            problems.append(f"The template does not format: {exc}")
+    unknown = sorted(
+        {text for text, base in zip(written, bases, strict=True) if base not in PROMPT_TEMPLATE_FIELDS}
+    )
+    if unknown:
+        problems.append(
+            f"The template uses {', '.join(unknown)}, which nothing fills in; only {{title}} and {{facts}} are "
+            "filled in (write {{ and }} for a literal brace)"
+        )
     return problems
+
+
+def prompt_json_problem(value: object) -> str | None:
+    """Why a JSON value (a schema, the rules) cannot be stored and sent as it is, or None. PostgreSQL
+    refuses NUL in text, JSON has no NaN or Infinity (Python writes them, and reads 1e999 as one),
+    and a schema nested past all reason would exhaust the stack of whatever walks it."""
+    import math
+
+    from .catalogue import text_problem
+
+    pending = [(value, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if depth > MAX_PROMPT_JSON_DEPTH:
+            return f"is nested more than {MAX_PROMPT_JSON_DEPTH} levels deep"
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                if not isinstance(key, str) or (problem := text_problem(key)):
+                    return f"has a key that {problem or 'is not text'}"
+                pending.append((inner, depth + 1))
+        elif isinstance(value, list):
+            pending += [(inner, depth + 1) for inner in value]
+        elif isinstance(value, str):
+            if problem := text_problem(value):
+                return problem
+        elif isinstance(value, float) and not math.isfinite(value):
+            return "contains NaN or Infinity, which are not JSON numbers"
+        elif value is not None and not isinstance(value, bool | int | float):
+            return f"contains a value of type {type(value).__name__}, which JSON cannot hold"
+    return None
 
 
 def output_schema_problems(schema: object) -> list[str]:
@@ -1292,6 +1346,8 @@ def output_schema_problems(schema: object) -> list[str]:
 
     if not isinstance(schema, dict):
         return ["The output schema must be a JSON object"]
+    if problem := prompt_json_problem(schema):
+        return [f"The output schema {problem}"]
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as exc:
@@ -1305,6 +1361,8 @@ def prompt_rules_problems(rules: object, schema: object) -> list[str]:
     """The validation rules `validation.check_draft` reads, and nothing it would silently ignore."""
     if not isinstance(rules, dict):
         return ["The rules must be a JSON object"]
+    if problem := prompt_json_problem(rules):
+        return [f"The rule set {problem}"]
     problems = []
     unknown = sorted(set(rules) - set(PROMPT_RULE_KEYS))
     if unknown:
@@ -1343,13 +1401,21 @@ def create_prompt_version(
     """Add the next version of a task's prompt. Versions are never edited: a change is a new one."""
     import re
 
+    from .catalogue import text_problem
+
     problems = []
     if not re.fullmatch(PROMPT_TASK_PATTERN, task):
         problems.append("The task name must be lower-case letters, digits and _, starting with a letter")
     if not system_message.strip():
         problems.append("The system message is empty")
-    if not 1 <= max_output_tokens <= MAX_PROMPT_OUTPUT_TOKENS:
-        problems.append(f"max_output_tokens must be between 1 and {MAX_PROMPT_OUTPUT_TOKENS}")
+    elif problem := text_problem(system_message):
+        problems.append(f"The system message {problem}")
+    if (
+        isinstance(max_output_tokens, bool)
+        or not isinstance(max_output_tokens, int)
+        or not 1 <= max_output_tokens <= MAX_PROMPT_OUTPUT_TOKENS
+    ):
+        problems.append(f"max_output_tokens must be a whole number from 1 to {MAX_PROMPT_OUTPUT_TOKENS}")
     problems += prompt_template_problems(template)
     problems += output_schema_problems(output_schema)
     problems += prompt_rules_problems(rules, output_schema)

@@ -195,7 +195,8 @@ class PromptPreviewForm(forms.Form):
 
 
 class JSONObjectField(forms.CharField):
-    """A JSON text area whose value is the parsed JSON (any JSON value; the verbs check its shape)."""
+    """A JSON text area whose value is the parsed JSON (any JSON value; the verbs check its shape and
+    what it holds: no NaN, no NUL)."""
 
     widget = forms.Textarea
 
@@ -212,6 +213,8 @@ class JSONObjectField(forms.CharField):
             return json.loads(text)
         except ValueError as exc:
             raise forms.ValidationError(f"Not valid JSON: {exc}") from exc
+        except RecursionError:
+            raise forms.ValidationError("Not usable JSON: it is nested too deeply") from None
 
 
 class PromptVersionForm(forms.Form):

@@ -231,6 +231,45 @@ def test_an_unchanged_copy_is_refused(client, owner, v1):
         ({"task": "Product Description"}, "task", "Lower-case letters"),
         ({"max_output_tokens": "0"}, "max_output_tokens", "greater than or equal to 1"),
         ({"system_message": "  "}, "system_message", "This field is required."),
+        # Placeholders are written plainly: no format spec, conversion, index or attribute.
+        ({"template": "{title:>10} {facts}"}, "template", "The template writes {title:>10}: write {title}"),
+        ({"template": "{title!r} {facts}"}, "template", "The template writes {title!r}"),
+        ({"template": "{title} {facts[0]}"}, "template", "The template writes {facts[0]}"),
+        ({"template": "{title.upper} {facts}"}, "template", "The template writes {title.upper}"),
+        ({"template": "{title:{facts}} {facts}"}, "template", "The template writes {title:{facts}}"),
+        ({"template": "{title} {facts} {price:.2f}"}, "template", "The template uses {price:.2f}"),
+        # NUL, typed or escaped in JSON: PostgreSQL cannot store it.
+        ({"template": "{title}\x00{facts}"}, "template", "Null characters are not allowed"),
+        ({"system_message": "Write.\x00"}, "system_message", "Null characters are not allowed"),
+        (
+            {"output_schema": '{"type": "object", "description": "a\\u0000b"}'},
+            "output_schema",
+            "The output schema contains a NUL character",
+        ),
+        (
+            {"output_schema": '{"type": "object", "properties": {"a\\u0000": {"type": "string"}}}'},
+            "output_schema",
+            "The output schema has a key that contains a NUL character",
+        ),
+        ({"rules": '{"claim_words": ["vegan\\u0000"]}'}, "rules", "The rule set contains a NUL character"),
+        # Numbers JSON does not have.
+        ({"output_schema": '{"type": "object", "maxProperties": NaN}'}, "output_schema", "NaN or Infinity"),
+        (
+            {"output_schema": '{"type": "object", "maxProperties": -Infinity}'},
+            "output_schema",
+            "NaN or Infinity",
+        ),
+        ({"output_schema": '{"type": "object", "maxProperties": 1e999}'}, "output_schema", "NaN or Infinity"),
+        ({"rules": '{"min_length": NaN}'}, "rules", "The rule set contains NaN or Infinity"),
+        ({"max_output_tokens": "NaN"}, "max_output_tokens", "Enter a whole number."),
+        ({"max_output_tokens": "9" * 30}, "max_output_tokens", "less than or equal to 100000"),
+        # Nesting that would exhaust a stack.
+        ({"output_schema": "[" * 5000 + "]" * 5000}, "output_schema", "nested too deeply"),
+        (
+            {"output_schema": '{"type": "object", "not": ' * 40 + "{}" + "}" * 40},
+            "output_schema",
+            "nested more than 32 levels deep",
+        ),
     ],
 )
 def test_invalid_versions_are_refused_and_nothing_is_created(client, owner, v1, changes, field, message):
@@ -259,3 +298,26 @@ def test_the_verb_refuses_bad_input_on_its_own(v1):
         create_prompt_version(task="", **good)
     assert PromptVersion.objects.count() == 1
     assert create_prompt_version(task="product_description", **good).version == 2
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"template": "{title!r} {facts}"}, r"writes \{title!r\}"),
+        ({"template": "{title} {facts:>999999999}"}, r"writes \{facts:>999999999\}"),
+        ({"system_message": "Write.\x00"}, "The system message contains a NUL character"),
+        ({"template": "{title}\x00{facts}"}, "The template contains a NUL character"),
+        ({"output_schema": {"type": "object", "description": "\x00"}}, "The output schema contains a NUL"),
+        ({"output_schema": {"type": "object", "maxProperties": float("nan")}}, "NaN or Infinity"),
+        ({"rules": {"min_length": float("inf")}}, "The rule set contains NaN or Infinity"),
+        ({"rules": {"claim_words": [object()]}}, "The rule set contains a value of type object"),
+        ({"max_output_tokens": float("nan")}, "max_output_tokens must be a whole number"),
+        ({"max_output_tokens": 10**30}, "max_output_tokens must be a whole number"),
+        ({"max_output_tokens": 5.5}, "max_output_tokens must be a whole number"),
+        ({"max_output_tokens": True}, "max_output_tokens must be a whole number"),
+    ],
+)
+def test_the_verb_refuses_format_specs_nul_and_nan(v1, changes, message):
+    with pytest.raises(NotAllowed, match=message):
+        create_prompt_version(task="product_description", **{**as_dict(v1), **changes})
+    assert PromptVersion.objects.count() == 1
