@@ -1310,44 +1310,17 @@ def prompt_template_problems(template: str) -> list[str]:
     return problems
 
 
-def prompt_json_problem(value: object) -> str | None:
-    """Why a JSON value (a schema, the rules) cannot be stored and sent as it is, or None. PostgreSQL
-    refuses NUL in text, JSON has no NaN or Infinity (Python writes them, and reads 1e999 as one),
-    and a schema nested past all reason would exhaust the stack of whatever walks it."""
-    import math
-
-    from .catalogue import text_problem
-
-    pending = [(value, 1)]
-    while pending:
-        value, depth = pending.pop()
-        if depth > MAX_PROMPT_JSON_DEPTH:
-            return f"is nested more than {MAX_PROMPT_JSON_DEPTH} levels deep"
-        if isinstance(value, dict):
-            for key, inner in value.items():
-                if not isinstance(key, str) or (problem := text_problem(key)):
-                    return f"has a key that {problem or 'is not text'}"
-                pending.append((inner, depth + 1))
-        elif isinstance(value, list):
-            pending += [(inner, depth + 1) for inner in value]
-        elif isinstance(value, str):
-            if problem := text_problem(value):
-                return problem
-        elif isinstance(value, float) and not math.isfinite(value):
-            return "contains NaN or Infinity, which are not JSON numbers"
-        elif value is not None and not isinstance(value, bool | int | float):
-            return f"contains a value of type {type(value).__name__}, which JSON cannot hold"
-    return None
-
-
 def output_schema_problems(schema: object) -> list[str]:
     """The output schema must be a JSON Schema for an object: providers return structured output as one."""
     import jsonschema
 
+    from .catalogue import json_value_problem
+
     if not isinstance(schema, dict):
         return ["The output schema must be a JSON object"]
-    if problem := prompt_json_problem(schema):
-        return [f"The output schema {problem}"]
+    # Stored as jsonb and sent as JSON: no NUL, no NaN, and nesting that a schema walker survives.
+    if problem := json_value_problem(schema, "The output schema", max_depth=MAX_PROMPT_JSON_DEPTH):
+        return [problem]
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as exc:
@@ -1359,10 +1332,12 @@ def output_schema_problems(schema: object) -> list[str]:
 
 def prompt_rules_problems(rules: object, schema: object) -> list[str]:
     """The validation rules `validation.check_draft` reads, and nothing it would silently ignore."""
+    from .catalogue import json_value_problem
+
     if not isinstance(rules, dict):
         return ["The rules must be a JSON object"]
-    if problem := prompt_json_problem(rules):
-        return [f"The rule set {problem}"]
+    if problem := json_value_problem(rules, "The rules", max_depth=MAX_PROMPT_JSON_DEPTH):
+        return [problem]
     problems = []
     unknown = sorted(set(rules) - set(PROMPT_RULE_KEYS))
     if unknown:
