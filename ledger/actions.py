@@ -38,6 +38,7 @@ from .states import (
     SUBMISSION_TRANSITIONS,
     ItemState,
     JobState,
+    ReasonCode,
     SubmissionState,
     sources_for,
 )
@@ -48,6 +49,27 @@ log = logging.getLogger(__name__)
 MAX_INFERENCE_ATTEMPTS = 3
 MAX_APPLY_ATTEMPTS = 5
 TRANSIENT_ERROR_CODES = {"batch_expired", "server_error", "rate_limit_exceeded", "timeout", "missing_result"}
+# A result line's error code, as the provider words it, and the ledger's code for it.
+INFERENCE_REASONS = {
+    "server_error": ReasonCode.MODEL_SERVER_ERROR,
+    "batch_expired": ReasonCode.BATCH_EXPIRED,
+    "rate_limit_exceeded": ReasonCode.RATE_LIMITED,
+    "timeout": ReasonCode.TIMED_OUT,
+    "missing_result": ReasonCode.MISSING_RESULT,
+    "invalid_request_error": ReasonCode.REQUEST_INVALID,
+    "batch_failed": ReasonCode.BATCH_REFUSED,
+    "unreadable_result": ReasonCode.UNREADABLE_RESULT,
+}
+
+
+def inference_reason(line) -> str:
+    if line.error_code in INFERENCE_REASONS:
+        return INFERENCE_REASONS[line.error_code]
+    if line.http_status is not None and line.http_status >= 500:
+        return ReasonCode.MODEL_SERVER_ERROR
+    if line.http_status == 429:
+        return ReasonCode.RATE_LIMITED
+    return ReasonCode.MODEL_FAILED
 
 
 class NotAllowed(Exception):
@@ -74,6 +96,7 @@ def change_state(
     to: str,
     actor=None,
     reason: str = "",
+    code: str = "",
     data: dict | None = None,
     expect: Iterable[str] | None = None,
     **fields,
@@ -96,7 +119,7 @@ def change_state(
         from_state = item.state
         now = timezone.now()
         Item.objects.filter(pk=item.pk, state=from_state).update(
-            state=to, reason=reason, updated_at=now, **fields
+            state=to, reason=reason, reason_code=code, updated_at=now, **fields
         )
         Event.objects.create(
             item=item,
@@ -113,7 +136,15 @@ def change_state(
 
 
 def move_items(
-    item_ids: Iterable[int], *, from_state: str, to: str, reason: str = "", actor=None, data=None, **fields
+    item_ids: Iterable[int],
+    *,
+    from_state: str,
+    to: str,
+    reason: str = "",
+    code: str = "",
+    actor=None,
+    data=None,
+    **fields,
 ) -> list[int]:
     """Move many items that are all in `from_state`; those that are not are left alone."""
     if to not in ALLOWED_TRANSITIONS[from_state]:
@@ -127,7 +158,9 @@ def move_items(
         if not locked:
             return []
         ids = [pk for pk, _ in locked]
-        Item.objects.filter(pk__in=ids).update(state=to, reason=reason, updated_at=timezone.now(), **fields)
+        Item.objects.filter(pk__in=ids).update(
+            state=to, reason=reason, reason_code=code, updated_at=timezone.now(), **fields
+        )
         Event.objects.bulk_create(
             Event(
                 item_id=pk,
@@ -344,13 +377,20 @@ def judge_currency(item: Item, *, actor=None) -> str | None:
     with transaction.atomic():
         problem = currency_problem(item)
         if problem == ItemState.WITHDRAWN:
-            change_state(item.pk, to=ItemState.WITHDRAWN, actor=actor, reason="The product was withdrawn")
+            change_state(
+                item.pk,
+                to=ItemState.WITHDRAWN,
+                actor=actor,
+                reason="The product was withdrawn",
+                code=ReasonCode.PRODUCT_WITHDRAWN,
+            )
         elif problem == ItemState.OBSOLETE:
             change_state(
                 item.pk,
                 to=ItemState.OBSOLETE,
                 actor=actor,
                 reason="The product changed after this draft was requested",
+                code=ReasonCode.PRODUCT_CHANGED,
             )
             queue_current_revision(item)
     return problem
@@ -522,6 +562,7 @@ def send_submission(submission_id: int, *, provider=None) -> str:
                 from_state=ItemState.PREPARED,
                 to=ItemState.SUBMISSION_UNCERTAIN,
                 reason="The provider's answer to the submission was lost; checking with the provider",
+                code=ReasonCode.ANSWER_LOST,
             )
         return "uncertain"
     except ProviderError as exc:
@@ -539,6 +580,7 @@ def send_submission(submission_id: int, *, provider=None) -> str:
                 from_state=ItemState.SUBMITTED,
                 to=ItemState.INFERENCE_FAILED,
                 reason=f"The provider refused the batch: {exc}",
+                code=ReasonCode.BATCH_REFUSED,
             )
         refresh_job_state(submission.job_id)
         return "failed"
@@ -811,7 +853,7 @@ def record_version(item: Item, submission: Submission, line) -> str:
     if judge_currency(item):
         return "not current"
     if reasons:
-        change_state(item.pk, to=ItemState.VALIDATION_FAILED, reason="; ".join(reasons))
+        change_state(item.pk, to=ItemState.VALIDATION_FAILED, reason="; ".join(reasons), code=reasons[0].code)
         return ItemState.VALIDATION_FAILED
     change_state(item.pk, to=ItemState.AWAITING_REVIEW, data={"version": version.pk})
     return ItemState.AWAITING_REVIEW
@@ -824,18 +866,25 @@ def record_failure(item: Item, line) -> str:
         line.http_status is not None and is_transient_status(line.http_status)
     )
     reason = f"{line.error_code}: {line.error_message}".strip(": ")
+    code = inference_reason(line)
     failures = item.inference_failures + 1
     change_state(
         item.pk,
         to=ItemState.INFERENCE_FAILED,
         reason=reason,
+        code=code,
         data={"custom_id": line.custom_id, "transient": transient},
         inference_failures=failures,
     )
     if not transient:
         return "failed permanently"
     if failures >= MAX_INFERENCE_ATTEMPTS:
-        change_state(item.pk, to=ItemState.DEAD_LETTER, reason=f"Gave up after {failures} attempts: {reason}")
+        change_state(
+            item.pk,
+            to=ItemState.DEAD_LETTER,
+            reason=f"Gave up after {failures} attempts: {reason}",
+            code=code,
+        )
         return ItemState.DEAD_LETTER
     retry_inference(
         item.pk, reason=f"Automatic retry after {reason}", delay=backoff(failures, line.retry_after)
@@ -943,6 +992,7 @@ def reject_version(*, item_id: int, version_id: int, reviewer, reason: str) -> I
             to=ItemState.REJECTED,
             actor=reviewer,
             reason=reason.strip(),
+            code=ReasonCode.REJECTED_BY_REVIEWER,
             expect=[ItemState.AWAITING_REVIEW],
             data={"version": version_id},
         )
@@ -999,7 +1049,11 @@ def apply_item(item_id: int) -> str:
     try:
         destination = get_destination(destination_name)
     except KeyError as exc:
-        result = DestinationResult(AttemptOutcome.REJECTED, f"Destination not configured: {exc}")
+        result = DestinationResult(
+            AttemptOutcome.REJECTED,
+            f"Destination not configured: {exc}",
+            code=ReasonCode.DESTINATION_UNCONFIGURED,
+        )
     else:
         try:
             result = destination.apply(item=item, version=version, approval=approval, operation_key=key)
@@ -1028,6 +1082,9 @@ def stop_application(item: Item, problem: str) -> None:
             item.pk,
             to=problem,
             reason=NOT_PUBLISHED[problem] + (MAY_HAVE_BEEN_APPLIED if lost else ""),
+            code=ReasonCode.PRODUCT_WITHDRAWN
+            if problem == ItemState.WITHDRAWN
+            else ReasonCode.PRODUCT_CHANGED,
             expect=[ItemState.APPLYING],
             data={"may_have_been_applied": lost},
             next_attempt_at=None,
@@ -1054,6 +1111,7 @@ def record_attempt(item: Item, attempt: DestinationAttempt, result: "Destination
                 item.pk,
                 to=ItemState.DESTINATION_REJECTED,
                 reason=result.message,
+                code=result.code or ReasonCode.DESTINATION_REFUSED,
                 expect=[ItemState.APPLYING],
                 next_attempt_at=None,
             )
@@ -1064,6 +1122,7 @@ def record_attempt(item: Item, attempt: DestinationAttempt, result: "Destination
                 item.pk,
                 to=ItemState.DEAD_LETTER,
                 reason=f"Gave up after {failures} attempts: {result.message}",
+                code=ReasonCode.DESTINATION_FAILING,
                 expect=[ItemState.APPLYING],
                 apply_failures=failures,
                 next_attempt_at=None,
@@ -1090,9 +1149,11 @@ def backoff(failures: int, retry_after: float | None = None) -> timedelta:
 def retry_item(item_id: int, *, unit: str, actor=None) -> Item:
     """An operator retries the smallest failed unit of one item: its inference or its application."""
     item = Item.objects.select_related("job").get(pk=item_id)
+    if unit not in ("inference", "destination"):
+        raise NotAllowed(f"Unknown unit {unit!r}: use inference or destination")
+    if item.job.state == JobState.CANCELLED:
+        raise NotAllowed("The job was cancelled; nothing of it is retried any more")
     if unit == "inference":
-        if item.job.state == JobState.CANCELLED:
-            raise NotAllowed("The job was cancelled; nothing of it is sent to the model any more")
         if item.state == ItemState.DEAD_LETTER and item.approved_version_id:
             raise NotAllowed("This item failed while being applied; retry its destination instead")
         retried = retry_inference(item_id, actor=actor, reason="Retried by an operator", inference_failures=0)
@@ -1119,7 +1180,6 @@ def retry_item(item_id: int, *, unit: str, actor=None) -> Item:
             )
             enqueue("ledger.tasks.apply_item", item_id)
         return changed
-    raise NotAllowed(f"Unknown unit {unit!r}: use inference or destination")
 
 
 def redrive_dead_letter(item_id: int, *, actor=None) -> Item:
@@ -1165,6 +1225,7 @@ def cancel_job(*, job_id: int, actor=None) -> dict:
                     from_state=state,
                     to=ItemState.CANCELLED,
                     reason=reason,
+                    code=ReasonCode.JOB_CANCELLED,
                     actor=actor,
                     next_attempt_at=None,
                 )

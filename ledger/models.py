@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from .states import ItemState, JobState, SubmissionState
+from .states import ItemState, JobState, ReasonCode, SubmissionState
 
 
 def canonical_json(value) -> str:
@@ -138,6 +138,8 @@ class Item(models.Model):
     source_revision = models.ForeignKey(SourceRevision, on_delete=models.PROTECT, related_name="items")
     state = models.CharField(max_length=24, choices=ItemState.choices, default=ItemState.PREPARED)
     reason = models.TextField(blank=True)
+    # What kind of reason it is: screens group by this, never by the reason's words.
+    reason_code = models.CharField(max_length=32, choices=ReasonCode.choices, blank=True)
     # Which inference this is; a retry bumps it, so the next request gets a new custom_id.
     inference_attempt = models.PositiveIntegerField(default=1)
     # Transient failures seen by this item's inferences, and by its applications.

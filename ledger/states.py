@@ -78,6 +78,34 @@ def sources_for(target: str) -> frozenset[str]:
     return frozenset(state for state, nxt in ALLOWED_TRANSITIONS.items() if target in nxt)
 
 
+class ReasonCode(models.TextChoices):
+    """Why an item stopped where it is, as a code beside the reason's text: screens group by the
+    code and show its words, never by parsing the text."""
+
+    MODEL_SERVER_ERROR = "model_server_error", "The model produced no draft: server error"
+    BATCH_EXPIRED = "batch_expired", "The model produced no draft: the batch expired before it ran"
+    RATE_LIMITED = "rate_limited", "The model produced no draft: rate limited"
+    TIMED_OUT = "timed_out", "The model produced no draft: timed out"
+    MISSING_RESULT = "missing_result", "The provider returned no result for this request"
+    REQUEST_INVALID = "request_invalid", "The provider refused the request as invalid"
+    BATCH_REFUSED = "batch_refused", "The provider refused the whole batch"
+    UNREADABLE_RESULT = "unreadable_result", "The provider's result for this request could not be read"
+    MODEL_FAILED = "model_failed", "The model produced no draft"
+    NOT_JSON = "not_json", "Not the JSON the prompt asked for"
+    SCHEMA_MISMATCH = "schema_mismatch", "Does not match the output schema"
+    TOO_SHORT = "too_short", "Too short"
+    TOO_LONG = "too_long", "Too long"
+    UNSTATED_CLAIM = "unstated_claim", "Claims a word the source does not state"
+    REJECTED_BY_REVIEWER = "rejected_by_reviewer", "Rejected by a reviewer"
+    DESTINATION_REFUSED = "destination_refused", "The destination refused the draft"
+    DESTINATION_UNCONFIGURED = "destination_unconfigured", "The destination is not configured"
+    DESTINATION_FAILING = "destination_failing", "The destination kept failing"
+    PRODUCT_CHANGED = "product_changed", "The product changed"
+    PRODUCT_WITHDRAWN = "product_withdrawn", "The product was withdrawn"
+    ANSWER_LOST = "answer_lost", "Unclear whether the provider received the batch"
+    JOB_CANCELLED = "job_cancelled", "The job was cancelled"
+
+
 class JobState(models.TextChoices):
     PREPARING = "preparing", "Preparing"
     RUNNING = "running", "Running: results still outstanding"

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 import jsonschema
 
 from .models import PromptVersion, SourceRevision, canonical_json
+from .states import ReasonCode
 
 
 def source_text(revision: SourceRevision) -> str:
@@ -42,7 +43,18 @@ def render_user_message(prompt: PromptVersion, revision: SourceRevision) -> str:
     return prompt.template.format(title=revision.title, facts=facts or "- (none)")
 
 
-def check_draft(*, prompt: PromptVersion, revision: SourceRevision, output: str) -> tuple[str, list[str]]:
+class Reason(str):
+    """One reason a draft is unusable: its text, and its `ReasonCode` in `.code`."""
+
+    code: str
+
+    def __new__(cls, code: str, text: str) -> "Reason":
+        reason = super().__new__(cls, text)
+        reason.code = code
+        return reason
+
+
+def check_draft(*, prompt: PromptVersion, revision: SourceRevision, output: str) -> tuple[str, list[Reason]]:
     """Return (publishable text, reasons it is unusable). No reasons means valid."""
     rules = prompt.rules
     text = output
@@ -50,24 +62,36 @@ def check_draft(*, prompt: PromptVersion, revision: SourceRevision, output: str)
         try:
             data = json.loads(output)
         except ValueError:
-            return output, ["The draft is not the JSON the prompt asked for"]
+            return output, [Reason(ReasonCode.NOT_JSON, "The draft is not the JSON the prompt asked for")]
         try:
             jsonschema.validate(data, prompt.output_schema)
         except jsonschema.ValidationError as exc:
             where = "/".join(str(p) for p in exc.absolute_path) or "the draft"
-            return output, [f"Does not match the output schema at {where}: {exc.message}"]
+            return output, [
+                Reason(
+                    ReasonCode.SCHEMA_MISMATCH, f"Does not match the output schema at {where}: {exc.message}"
+                )
+            ]
         text_field = rules.get("text_field")
         text = str(data.get(text_field, "")) if text_field else output
     reasons = []
     min_length, max_length = rules.get("min_length"), rules.get("max_length")
     if min_length and len(text) < min_length:
-        reasons.append(f"Too short: {len(text)} characters, at least {min_length} needed")
+        reasons.append(
+            Reason(ReasonCode.TOO_SHORT, f"Too short: {len(text)} characters, at least {min_length} needed")
+        )
     if max_length and len(text) > max_length:
-        reasons.append(f"Too long: {len(text)} characters, at most {max_length} allowed")
+        reasons.append(
+            Reason(ReasonCode.TOO_LONG, f"Too long: {len(text)} characters, at most {max_length} allowed")
+        )
     source = source_text(revision)
     lowered = text.lower()
     for word in rules.get("claim_words", []):
         pattern = rf"(?<![\w-]){re.escape(word.lower())}(?![\w-])"
         if re.search(pattern, lowered) and not re.search(pattern, source):
-            reasons.append(f"Claims “{word}”, which the product's source does not state")
+            reasons.append(
+                Reason(
+                    ReasonCode.UNSTATED_CLAIM, f"Claims “{word}”, which the product's source does not state"
+                )
+            )
     return text, reasons

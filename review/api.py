@@ -71,10 +71,10 @@ from ledger.models import (
     Submission,
 )
 from ledger.providers import provider_names
-from ledger.states import ItemState, JobState, SubmissionState
+from ledger.states import NEEDS_ATTENTION_STATES, ItemState, JobState, SubmissionState
 
 from .ids import parse_id
-from .permissions import APPROVERS, OPERATOR, VIEWERS, has_role
+from .permissions import APPROVERS, OPERATOR, VIEWERS, has_role, may_cancel
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,9 @@ def token_user(request: HttpRequest):
     if scheme.lower() != "bearer" or not token or len(token) > 256:
         return None
     now = timezone.now()
-    found = ApiToken.objects.usable(now).select_related("user").filter(token_hash=ApiToken.hash(token)).first()
+    found = (
+        ApiToken.objects.usable(now).select_related("user").filter(token_hash=ApiToken.hash(token)).first()
+    )
     if found is None or not found.user.is_active:
         return None
     if found.last_used_at is None or now - found.last_used_at > LAST_USED_PRECISION:
@@ -318,6 +320,7 @@ def jobs_json(request: HttpRequest, jobs: list[Job]) -> list[dict]:
             "items_url": request.build_absolute_uri(reverse("api:job_items", args=[job.pk])),
             "item_count": sum(counts[job.pk].values()),
             "counts": {state: counts[job.pk].get(state, 0) for state in ItemState.values},
+            "needs_attention": sum(counts[job.pk].get(state, 0) for state in NEEDS_ATTENTION_STATES),
             "submissions": submissions[job.pk],
             "cost": costs[job.pk],
         }
@@ -512,11 +515,17 @@ def cancel(request: HttpRequest, job_id: int) -> HttpResponse:
     found = Job.objects.filter(pk=job_id).first()
     if found is None:
         return not_found(request, "No job")
-    if not has_role(request.user, *OPERATORS) and found.owner_id != request.user.pk:
+    if not may_cancel(request.user, found):
         raise ApiError(403, "forbidden", "Only operators, or the person who started the job, may cancel it")
     outcome = cancel_job(job_id=found.pk, actor=request.user)
     found.refresh_from_db()
-    return JsonResponse({**jobs_json(request, [found])[0], "items_cancelled": outcome["items_cancelled"]})
+    return JsonResponse(
+        {
+            **jobs_json(request, [found])[0],
+            "items_cancelled": outcome["items_cancelled"],
+            "batches_to_stop": outcome["batches_to_stop"],
+        }
+    )
 
 
 @endpoint(GET=VIEWERS)
@@ -663,9 +672,7 @@ def retry(request: HttpRequest, item_id: int) -> HttpResponse:
     data = read_json(request, allowed=("unit",))
     if data.get("unit") not in RETRY_UNITS:
         raise invalid({"unit": "required: inference or destination"})
-    found = item_or_404(item_id)
-    if found.job.state == JobState.CANCELLED:
-        raise NotAllowed("The job was cancelled; nothing of it is sent any more")
+    item_or_404(item_id)
     retry_item(item_id, unit=data["unit"], actor=request.user)
     return JsonResponse(item_json(request, item_or_404(item_id)))
 

@@ -5,14 +5,13 @@ Everyone sees the page; only operators (and admins) act. Every action goes throu
 which checks the state again under a row lock, and reports per item what happened."""
 
 import hashlib
-import re
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.db.models import BooleanField, Count, ExpressionWrapper, Min, Q, QuerySet
+from django.db.models import BooleanField, Count, ExpressionWrapper, F, Min, Q, QuerySet
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -23,7 +22,7 @@ from django.views.decorators.http import require_GET, require_POST
 from ledger.actions import NotAllowed, reconcile_uncertain, redrive_dead_letter, retry_item
 from ledger.models import Item, Submission
 from ledger.providers.base import ProviderError
-from ledger.states import ItemState, JobState, SubmissionState
+from ledger.states import ItemState, JobState, ReasonCode, SubmissionState
 
 from .common import HtmxHttpRequest, wants_partial
 from .ids import parse_id
@@ -66,72 +65,7 @@ def ago(moment: datetime | None, *, depth: int = 2) -> str:
     return f"{timesince(moment, depth=depth)} ago"
 
 
-# --- reasons in business words -------------------------------------------------------------
-
-
-def head(reason: str) -> str:
-    """The reason up to its first ':', which is where providers and destinations put the kind."""
-    return reason.split(":", 1)[0].strip()[:80] or "No reason given"
-
-
-MODEL_FAILURES = {
-    "server_error": "The model produced no draft: server error",
-    "batch_expired": "The model produced no draft: the batch expired before it ran",
-    "rate_limit_exceeded": "The model produced no draft: rate limited",
-    "timeout": "The model produced no draft: timed out",
-    "missing_result": "The provider returned no result for this request",
-    "invalid_request_error": "The provider refused the request as invalid",
-}
-
-
-def model_failure(reason: str) -> str:
-    if reason.startswith("The provider refused the batch"):
-        return "The provider refused the whole batch"
-    code = head(reason)
-    if code in MODEL_FAILURES:
-        return MODEL_FAILURES[code]
-    if re.fullmatch(r"[a-z0-9_]+", code):
-        return f"The model produced no draft: {code.replace('_', ' ')}"
-    return f"The model produced no draft: {code}"
-
-
-VALIDATION_FAILURES = (
-    ("Claims ", "Claims a word the source does not state"),
-    ("Too short", "Too short"),
-    ("Too long", "Too long"),
-    ("The draft is not the JSON", "Not the JSON the prompt asked for"),
-    ("Does not match the output schema", "Does not match the output schema"),
-)
-
-
-def validation_failure(reason: str) -> str:
-    """Validation joins its reasons with '; ': each is named by its kind, not its particulars."""
-    kinds: list[str] = []
-    for part in filter(None, (p.strip() for p in reason.split("; "))):
-        kind = next((label for start, label in VALIDATION_FAILURES if part.startswith(start)), head(part))
-        if kind not in kinds:
-            kinds.append(kind)
-    return "; ".join(kinds) or "No reason given"
-
-
-def destination_refusal(reason: str) -> str:
-    if reason.endswith("the product was withdrawn"):
-        return "Not published: the product was withdrawn"
-    if reason.endswith("the product changed since approval"):
-        return "Not published: the product changed since approval"
-    if reason.startswith("Destination not configured"):
-        return "The destination is not configured"
-    return f"Destination refused: {head(reason)}"
-
-
-def dead_letter(reason: str, *, applying: bool) -> str:
-    given_up = re.match(r"Gave up after (\d+) attempts?: (.*)", reason, re.DOTALL)
-    if not given_up:
-        return head(reason)
-    attempts, cause = given_up.groups()
-    cause = f"the destination kept failing: {head(cause)}" if applying else model_failure(cause)
-    return f"Gave up after {attempts} attempts — {cause[0].lower()}{cause[1:]}"
-
+# --- reasons in business words ---------------------------------------------------------------
 
 # Groups whose reason adds nothing to the state (or is a reviewer's own words, shown per item).
 ONE_GROUP_PER_STATE = {
@@ -141,16 +75,15 @@ ONE_GROUP_PER_STATE = {
 }
 
 
-def business_reason(state: str, reason: str, *, applying: bool) -> str:
+def business_reason(state: str, code: str, *, applying: bool) -> str:
+    """A group's words, from the item's state and its reason code; never from the reason's text."""
     if state in ONE_GROUP_PER_STATE:
         return ONE_GROUP_PER_STATE[state]
-    if state == S.INFERENCE_FAILED:
-        return model_failure(reason)
-    if state == S.VALIDATION_FAILED:
-        return validation_failure(reason)
-    if state == S.DESTINATION_REJECTED:
-        return destination_refusal(reason)
-    return dead_letter(reason, applying=applying)
+    words = ReasonCode(code).label if code in ReasonCode.values else "Other reasons (see each item)"
+    if state == S.DEAD_LETTER:
+        cause = "the destination kept failing" if applying else f"{words[0].lower()}{words[1:]}"
+        return f"Gave up after the allowed attempts — {cause}"
+    return words
 
 
 def unit_for(state: str, *, applying: bool) -> str | None:
@@ -175,12 +108,12 @@ class Group:
     applying: bool
     count: int
     oldest: datetime
-    # The stored reasons it gathers, to find its items again; None when the state alone decides.
-    reasons: set[str] | None
+    # The reason code it gathers (items of one state are found again by it).
+    code: str
 
     @property
     def key(self) -> str:
-        return hashlib.sha256(f"{self.state}|{self.applying}|{self.label}".encode()).hexdigest()[:12]
+        return hashlib.sha256(f"{self.state}|{self.applying}|{self.code}".encode()).hexdigest()[:12]
 
     @property
     def oldest_ago(self) -> str:
@@ -204,8 +137,8 @@ class Group:
 
     def items(self) -> QuerySet[Item]:
         items = attention_items().filter(state=self.state)
-        if self.reasons is not None:
-            items = items.filter(reason__in=self.reasons)
+        if self.state not in ONE_GROUP_PER_STATE:
+            items = items.filter(reason_code=self.code)
         if self.is_dead_letter:
             items = items.filter(approved_version__isnull=not self.applying)
         return items.select_related("product", "job", "submission").order_by("updated_at", "id")
@@ -217,32 +150,28 @@ def attention_items() -> QuerySet[Item]:
 
 
 def attention_groups() -> list[Group]:
-    """One aggregate query by (state, stored reason), then grouped again by the reason in business words."""
+    """One aggregate query by (state, reason code, applying): each row is a group, named in business words."""
     rows = (
         attention_items()
         .order_by()
         .values(
             "state",
-            "reason",
+            "reason_code",
             applying=ExpressionWrapper(Q(approved_version__isnull=False), output_field=BooleanField()),
         )
         .annotate(count=Count("id"), oldest=Min("updated_at"))
     )
     groups: dict[tuple[str, bool, str], Group] = {}
     for row in rows:
-        state, reason = row["state"], row["reason"]
+        state = row["state"]
         applying = state == S.DEAD_LETTER and row["applying"]
-        label = business_reason(state, reason, applying=applying)
-        group = groups.get((state, applying, label))
+        code = "" if state in ONE_GROUP_PER_STATE else row["reason_code"]
+        group = groups.get((state, applying, code))
         if group is None:
-            reasons = None if state in ONE_GROUP_PER_STATE else set()
-            group = groups[(state, applying, label)] = Group(
-                state, label, applying, 0, row["oldest"], reasons
-            )
+            label = business_reason(state, code, applying=applying)
+            group = groups[(state, applying, code)] = Group(state, label, applying, 0, row["oldest"], code)
         group.count += row["count"]
         group.oldest = min(group.oldest, row["oldest"])
-        if group.reasons is not None:
-            group.reasons.add(reason)
     order = {state: n for n, state in enumerate(NEEDS_ATTENTION)}
     return sorted(groups.values(), key=lambda g: (order[g.state], -g.count, g.label))
 
@@ -282,7 +211,8 @@ def operations(request: HtmxHttpRequest) -> HttpResponse:
     unfinished = (
         Submission.objects.filter(state__in=UNFINISHED_SUBMISSIONS)
         .select_related("job")
-        .order_by("last_observed_at", "id")
+        # Never observed last on every database (SQLite puts nulls first by default).
+        .order_by(F("last_observed_at").asc(nulls_last=True), "id")
     )
     submissions = Paginator(unfinished, SUBMISSIONS_PER_PAGE).get_page(request.GET.get("submissions_page"))
     context["submissions"] = submissions

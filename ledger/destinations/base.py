@@ -11,6 +11,8 @@ class DestinationResult:
     outcome: str  # an AttemptOutcome: applied, retryable, rejected or refused_by_guard
     message: str
     retry_after: float | None = None
+    # A ReasonCode when the ledger should group this refusal apart from "the destination refused".
+    code: str = ""
 
 
 # Why an approved draft was not published, by the currency problem found just before (SPEC §3 rule 5).
