@@ -474,12 +474,12 @@ def check_fields(values: dict[str, object], problems: list[str]) -> dict[str, Fi
     return fields
 
 
-def json_value_problem(value: object, field: str) -> str | None:
+def json_value_problem(value: object, field: str, *, max_depth: int = MAX_FIELD_DEPTH) -> str | None:
     """Why `value` cannot be stored as `field` (jsonb holds no NUL, JSON no NaN), or None."""
-    return _value_problem(value, field, where=field, depth=0)
+    return _value_problem(value, field, where=field, depth=0, max_depth=max_depth)
 
 
-def _value_problem(value: object, field: str, *, where: str, depth: int) -> str | None:
+def _value_problem(value: object, field: str, *, where: str, depth: int, max_depth: int) -> str | None:
     if isinstance(value, str):
         problem = text_problem(value)
         return f"{where} {problem}" if problem else None
@@ -489,16 +489,20 @@ def _value_problem(value: object, field: str, *, where: str, depth: int) -> str 
         return None
     if not isinstance(value, list | dict):
         return f"{where} is not a JSON value"
-    if depth == MAX_FIELD_DEPTH:
-        return f"{field} nests lists and objects more than {MAX_FIELD_DEPTH} deep"
+    if depth == max_depth:
+        return f"{field} nests lists and objects more than {max_depth} deep"
     if isinstance(value, list):
         for position, inner in enumerate(value, start=1):
-            if problem := _value_problem(inner, field, where=f"{where}, item {position}", depth=depth + 1):
+            if problem := _value_problem(
+                inner, field, where=f"{where}, item {position}", depth=depth + 1, max_depth=max_depth
+            ):
                 return problem
         return None
     for key, inner in value.items():
         if not isinstance(key, str) or (problem := text_problem(key)) is not None:
             return f"{where} has a key that {problem or 'is not text'}"
-        if problem := _value_problem(inner, field, where=f"{where}, key {_shown(key)}", depth=depth + 1):
+        if problem := _value_problem(
+            inner, field, where=f"{where}, key {_shown(key)}", depth=depth + 1, max_depth=max_depth
+        ):
             return problem
     return None

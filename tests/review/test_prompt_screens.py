@@ -244,23 +244,35 @@ def test_an_unchanged_copy_is_refused(client, owner, v1):
         (
             {"output_schema": '{"type": "object", "description": "a\\u0000b"}'},
             "output_schema",
-            "The output schema contains a NUL character",
+            'The output schema, key "description" contains a NUL character',
         ),
         (
             {"output_schema": '{"type": "object", "properties": {"a\\u0000": {"type": "string"}}}'},
             "output_schema",
-            "The output schema has a key that contains a NUL character",
+            'The output schema, key "properties" has a key that contains a NUL character',
         ),
-        ({"rules": '{"claim_words": ["vegan\\u0000"]}'}, "rules", "The rule set contains a NUL character"),
+        (
+            {"rules": '{"claim_words": ["vegan\\u0000"]}'},
+            "rules",
+            'The rules, key "claim_words", item 1 contains a NUL character',
+        ),
         # Numbers JSON does not have.
-        ({"output_schema": '{"type": "object", "maxProperties": NaN}'}, "output_schema", "NaN or Infinity"),
+        (
+            {"output_schema": '{"type": "object", "maxProperties": NaN}'},
+            "output_schema",
+            "is not a finite number",
+        ),
         (
             {"output_schema": '{"type": "object", "maxProperties": -Infinity}'},
             "output_schema",
-            "NaN or Infinity",
+            "is not a finite number",
         ),
-        ({"output_schema": '{"type": "object", "maxProperties": 1e999}'}, "output_schema", "NaN or Infinity"),
-        ({"rules": '{"min_length": NaN}'}, "rules", "The rule set contains NaN or Infinity"),
+        (
+            {"output_schema": '{"type": "object", "maxProperties": 1e999}'},
+            "output_schema",
+            "is not a finite number",
+        ),
+        ({"rules": '{"min_length": NaN}'}, "rules", 'The rules, key "min_length" is not a finite number'),
         ({"max_output_tokens": "NaN"}, "max_output_tokens", "Enter a whole number."),
         ({"max_output_tokens": "9" * 30}, "max_output_tokens", "less than or equal to 100000"),
         # Nesting that would exhaust a stack.
@@ -268,7 +280,7 @@ def test_an_unchanged_copy_is_refused(client, owner, v1):
         (
             {"output_schema": '{"type": "object", "not": ' * 40 + "{}" + "}" * 40},
             "output_schema",
-            "nested more than 32 levels deep",
+            "The output schema nests lists and objects more than 32 deep",
         ),
     ],
 )
@@ -307,10 +319,13 @@ def test_the_verb_refuses_bad_input_on_its_own(v1):
         ({"template": "{title} {facts:>999999999}"}, r"writes \{facts:>999999999\}"),
         ({"system_message": "Write.\x00"}, "The system message contains a NUL character"),
         ({"template": "{title}\x00{facts}"}, "The template contains a NUL character"),
-        ({"output_schema": {"type": "object", "description": "\x00"}}, "The output schema contains a NUL"),
-        ({"output_schema": {"type": "object", "maxProperties": float("nan")}}, "NaN or Infinity"),
-        ({"rules": {"min_length": float("inf")}}, "The rule set contains NaN or Infinity"),
-        ({"rules": {"claim_words": [object()]}}, "The rule set contains a value of type object"),
+        (
+            {"output_schema": {"type": "object", "description": "\x00"}},
+            "The output schema, key .description. contains a NUL",
+        ),
+        ({"output_schema": {"type": "object", "maxProperties": float("nan")}}, "is not a finite number"),
+        ({"rules": {"min_length": float("inf")}}, 'The rules, key "min_length" is not a finite number'),
+        ({"rules": {"claim_words": [object()]}}, "The rules, key .claim_words., item 1 is not a JSON value"),
         ({"max_output_tokens": float("nan")}, "max_output_tokens must be a whole number"),
         ({"max_output_tokens": 10**30}, "max_output_tokens must be a whole number"),
         ({"max_output_tokens": 5.5}, "max_output_tokens must be a whole number"),
