@@ -24,6 +24,8 @@ chromium:
 
 test: chromium $(PY)
 	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} BATCHDESK_CHROMIUM=$$(scripts/find-chromium) $(PY) -m pytest
+	@echo "Once more on SQLite, the embedded default: the screens and the role matrix"
+	DATABASE_URL=sqlite:///:memory: $(PY) -m pytest -q -m "not browser and not pipeline" tests/review
 
 .PHONY: screenshots
 # The README's pictures: the test renders them on every run but writes docs/screenshots/ only here.

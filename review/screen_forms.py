@@ -5,8 +5,9 @@ import json
 import re
 
 from django import forms
-from django.db.models import QuerySet
+from django.db.models import QuerySet, TextField
 from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast
 
 from ledger.actions import (
     MAX_PROMPT_OUTPUT_TOKENS,
@@ -31,14 +32,19 @@ def active_products() -> QuerySet[Product]:
 
 
 def with_category(products: QuerySet[Product]) -> QuerySet[Product]:
-    """Annotated with `category`: the current revision's `category` field as text (5 and "5" alike)."""
-    return products.annotate(category=KeyTextTransform("category", "current_revision__fields"))
+    """Annotated with `category`: the current revision's `category` field as text (5 and "5" alike).
+    Cast, because on SQLite the key's value keeps its JSON type (a number stays a number)."""
+    return products.annotate(
+        category=Cast(KeyTextTransform("category", "current_revision__fields"), output_field=TextField())
+    )
 
 
 def categories() -> list[str]:
-    """The distinct `category` fields of active products' current revisions, as text."""
+    """The distinct `category` fields of active products' current revisions, as text; products
+    without one, or with null, have none."""
     values = (
         with_category(active_products())
+        .exclude(current_revision__fields__category=None)
         .exclude(category__isnull=True)
         .exclude(category="")
         .order_by("category")

@@ -88,6 +88,7 @@ def test_the_database_refuses_a_state_that_does_not_exist():
     assert Item.objects.get(pk=item.pk).state == ItemState.PREPARED
 
 
+@pytest.mark.postgresql_only  # the guard is a PostgreSQL trigger
 def test_events_cannot_be_updated_or_deleted_even_with_raw_sql():
     item = ItemFactory()
     change_state(item.pk, to=ItemState.SUBMITTED)

@@ -198,6 +198,19 @@ def test_the_categories_offered_are_those_of_active_products(client, owner, prod
     assert [c for c in choices if c] == ["garden", "kitchen", "winter"]
 
 
+def test_a_category_is_text_whatever_its_json_type_and_offered_once(client, owner):
+    for sku, category in [("N-1", 5), ("N-2", "5"), ("N-3", True), ("N-4", ""), ("N-5", None)]:
+        kitchen(sku, category)
+    ProductFactory(sku="N-6", revision__fields={"material": "oak"})
+    client.force_login(owner)
+    choices = dict(client.get(reverse("job_start")).context["form"].fields["category"].choices)
+    assert [c for c in choices if c] == ["5", "true"]
+    response = client.post(reverse("job_start"), start(step="start", scope="category", category="5"))
+    job = Job.objects.get()
+    assert response.status_code == 302
+    assert sorted(job.items.values_list("product__sku", flat=True)) == ["N-1", "N-2"]
+
+
 @pytest.mark.parametrize(
     "changes, field, message",
     [

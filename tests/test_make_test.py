@@ -1,5 +1,6 @@
-"""`make test` on a fresh machine: scripts/find-chromium finds Chromium, installs it as root with
-apt-get, or stops with one line naming the package. Run with a PATH holding only stand-ins."""
+"""`make test` on a fresh machine. scripts/find-chromium finds Chromium, installs it as root with
+apt-get, or stops with one line naming the package (run here with a PATH holding only stand-ins);
+the suite runs on PostgreSQL, then the screens and the role matrix once more on SQLite."""
 
 import os
 import subprocess
@@ -122,3 +123,13 @@ def test_without_chromium_a_browser_test_fails_with_one_clear_message():
     message = "No Chromium at /no/such/chromium: run `make test` (it finds or installs Chromium)"
     assert message in done.stdout
     assert "Traceback" not in done.stdout and "playwright" not in done.stdout.lower()
+
+
+def test_make_test_runs_the_screens_and_the_role_matrix_once_more_on_sqlite():
+    done = subprocess.run(
+        ["make", "-n", "--no-print-directory", "test"], cwd=ROOT, capture_output=True, text=True, timeout=30
+    )
+    pytest_lines = [line for line in done.stdout.splitlines() if "-m pytest" in line]
+    assert len(pytest_lines) == 2
+    assert pytest_lines[1].startswith("DATABASE_URL=sqlite:///")
+    assert "tests/review" in pytest_lines[1].split() and '"not browser and not pipeline"' in pytest_lines[1]
