@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from .destinations.base import NOT_PUBLISHED, DestinationResult
 from .models import (
+    MAX_UNIT_SIZE,
     Approval,
     AttemptOutcome,
     DestinationAttempt,
@@ -293,8 +294,8 @@ def create_job(
         raise NotAllowed(f"Unknown provider {provider!r}; known: {', '.join(provider_names())}")
     if destination not in destination_names():
         raise NotAllowed(f"Unknown destination {destination!r}; known: {', '.join(destination_names())}")
-    if not 1 <= unit_size <= 50_000:
-        raise NotAllowed("unit_size must be between 1 and 50000")
+    if not 1 <= unit_size <= MAX_UNIT_SIZE:
+        raise NotAllowed(f"unit_size must be between 1 and {MAX_UNIT_SIZE}")
     prompts = PromptVersion.objects.filter(task=task)
     prompt = prompts.filter(version=prompt_version).first() if prompt_version else prompts.first()
     if prompt is None:

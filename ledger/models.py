@@ -100,6 +100,13 @@ class PromptVersion(models.Model):
         return f"{self.task} v{self.version}"
 
 
+# What a job is when its starter does not say, and the largest unit any provider is sent.
+DEFAULT_MODEL = "gpt-4o-mini"
+DEFAULT_DESTINATION = "catalogue"
+DEFAULT_UNIT_SIZE = 500
+MAX_UNIT_SIZE = 50_000
+
+
 class Job(models.Model):
     reference = models.CharField(max_length=200, unique=True)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
@@ -107,8 +114,8 @@ class Job(models.Model):
     prompt_version = models.ForeignKey(PromptVersion, on_delete=models.PROTECT, related_name="jobs")
     provider = models.CharField(max_length=32)
     model = models.CharField(max_length=128)
-    destination = models.CharField(max_length=64, default="catalogue")
-    unit_size = models.PositiveIntegerField(default=500)
+    destination = models.CharField(max_length=64, default=DEFAULT_DESTINATION)
+    unit_size = models.PositiveIntegerField(default=DEFAULT_UNIT_SIZE)
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PREPARING)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

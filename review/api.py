@@ -55,7 +55,6 @@ from ledger.catalogue import (
     text_problem,
     unique_json_keys,
 )
-from ledger.destinations import destination_names
 from ledger.health import collector_stalled, last_poll_at
 from ledger.models import (
     ApiToken,
@@ -67,23 +66,18 @@ from ledger.models import (
     Job,
     Product,
     ProductStatus,
-    PromptVersion,
     Submission,
 )
-from ledger.providers import provider_names
 from ledger.states import NEEDS_ATTENTION_STATES, ItemState, JobState, SubmissionState
 
 from .ids import parse_id
+from .job_forms import ApiJobForm
 from .permissions import APPROVERS, OPERATOR, VIEWERS, has_role, may_cancel
 
 log = logging.getLogger(__name__)
 
 JOBS_PER_PAGE = 25
 ITEMS_PER_PAGE = 50
-DEFAULT_MODEL = "gpt-4o-mini"
-DEFAULT_DESTINATION = "catalogue"
-DEFAULT_UNIT_SIZE = Job._meta.get_field("unit_size").default
-MAX_UNIT_SIZE = 50_000
 # The limits of the review screens' forms.
 MAX_CONTENT_LENGTH = 65536
 MAX_NOTE_LENGTH = 2000
@@ -235,16 +229,6 @@ def text(
     return None
 
 
-def whole_number(data: dict, name: str, problems: dict[str, str], *, low: int, high: int) -> int | None:
-    value = data.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        problems[name] = f"must be a whole number from {low} to {high}"
-        return None
-    return value
-
-
 def page_of(request: HttpRequest, rows: QuerySet, per_page: int, render: Callable[[list], list]) -> dict:
     """One page of a list: `{results, count, next, previous}` with absolute links."""
     number = parse_id(request.GET.get("page", "1"))
@@ -386,41 +370,13 @@ def job_list(request: HttpRequest) -> HttpResponse:
     return JsonResponse(page_of(request, rows, JOBS_PER_PAGE, lambda page: jobs_json(request, page)))
 
 
-def job_request(data: dict) -> dict:
-    """The body of `POST /api/jobs`, checked for shape, with the defaults filled in."""
-    problems: dict[str, str] = {}
-    wanted = {
-        "reference": text(data, "reference", problems, required=True, max_length=200),
-        "task": text(data, "task", problems, required=True, max_length=64),
-        "provider": text(data, "provider", problems, required=True, max_length=32),
-        "model": text(data, "model", problems, max_length=128) or DEFAULT_MODEL,
-        "prompt_version": whole_number(data, "prompt_version", problems, low=1, high=2**31 - 1),
-        "destination": text(data, "destination", problems, max_length=64) or DEFAULT_DESTINATION,
-        "unit_size": whole_number(data, "unit_size", problems, low=1, high=MAX_UNIT_SIZE)
-        or DEFAULT_UNIT_SIZE,
-        "skus": None,
-    }
-    skus = data.get("skus")
-    if skus is not None:
-        if not isinstance(skus, list) or not all(isinstance(sku, str) for sku in skus):
-            problems["skus"] = "must be a list of SKUs"
-        elif not skus:
-            problems["skus"] = "name at least one SKU, or leave skus out for every active product"
-        elif bad := [sku for sku in skus if not SKU_PATTERN.fullmatch(sku)]:
-            problems["skus"] = "not valid SKUs: " + ", ".join(json.dumps(sku) for sku in bad[:10])
-        else:
-            wanted["skus"] = sorted(set(skus))
-    if problems:
-        raise invalid(problems)
-    return wanted
-
-
 def same_work(job: Job, wanted: dict, owner) -> str | None:
     """Why an existing job is not the one asked for, or None when it is.
 
     Nothing about the request is stored, so it is compared with the job itself. A request that
     leaves out `skus` (every active product) or `prompt_version` (the latest) is compared on the
     other fields only: the catalogue and the prompts may have changed since the job was made."""
+    wanted = {**ApiJobForm.DEFAULTS, "prompt_version": None, "skus": None, **wanted}
     if job.owner_id != owner.pk:
         return f"The reference {job.reference!r} is already used by another person's job"
     differences = [
@@ -438,7 +394,7 @@ def same_work(job: Job, wanted: dict, owner) -> str | None:
         differences.append("prompt_version")
     if wanted["skus"] is not None:
         skus = set(job.items.values_list("product__sku", flat=True).distinct())
-        if skus != set(wanted["skus"]):
+        if not isinstance(wanted["skus"], list) or skus != set(wanted["skus"]):
             differences.append("skus")
     if differences:
         return f"The reference {job.reference!r} is already used by a job with a different {', '.join(differences)}"
@@ -464,38 +420,20 @@ def job_created_json(request: HttpRequest, job: Job) -> dict:
     }
 
 
-def check_references(wanted: dict) -> None:
-    """400 for names that point at nothing; `create_job` checks them again, in its transaction."""
-    problems = {}
-    if wanted["provider"] not in provider_names():
-        problems["provider"] = "unknown provider; known: " + ", ".join(provider_names())
-    if wanted["destination"] not in destination_names():
-        problems["destination"] = "unknown destination; known: " + ", ".join(destination_names())
-    prompts = PromptVersion.objects.filter(task=wanted["task"])
-    if not prompts.exists():
-        problems["task"] = "no prompt versions for this task"
-    elif (
-        wanted["prompt_version"] is not None and not prompts.filter(version=wanted["prompt_version"]).exists()
-    ):
-        problems["prompt_version"] = "no such version of this task's prompt"
-    if wanted["skus"] is not None:
-        known = set(Product.objects.filter(sku__in=wanted["skus"]).values_list("sku", flat=True))
-        if unknown := [sku for sku in wanted["skus"] if sku not in known]:
-            problems["skus"] = "unknown SKUs: " + ", ".join(unknown[:20])
-    if problems:
-        raise invalid(problems)
-
-
 def start_job(request: HttpRequest) -> HttpResponse:
-    wanted = job_request(read_json(request, allowed=JOB_FIELDS))
-    if repeated := replay(request, wanted["reference"], wanted):
+    data = read_json(request, allowed=JOB_FIELDS)
+    form = ApiJobForm(data)
+    valid = form.is_valid()
+    # A repeated request is answered from the job it made, whatever the catalogue says now.
+    if (reference := form.cleaned_data.get("reference")) and (repeated := replay(request, reference, data)):
         return repeated
-    check_references(wanted)
+    if not valid:
+        raise invalid(form.problems())
     try:
-        job = create_job(owner=request.user, **wanted)
+        job = create_job(owner=request.user, skus=form.cleaned_data["skus"], **form.job_fields())
     except (IntegrityError, NotAllowed):
         # Another request with this reference won the race: answer as its repeat.
-        if repeated := replay(request, wanted["reference"], wanted):
+        if repeated := replay(request, form.cleaned_data["reference"], data):
             return repeated
         raise
     return JsonResponse(job_created_json(request, job), status=202)

@@ -167,18 +167,12 @@ def job_start(request: HtmxHttpRequest) -> HttpResponse:
     context["estimate"] = estimate_job(form)
     if request.POST.get("step") != "start":
         return render(request, "job_start.html", {**context, "confirm": True})
-    data = form.cleaned_data
+    fields = form.job_fields()
     try:
         job = create_job(
-            reference=data["reference"] or new_reference(data["task"]),
+            **{**fields, "reference": fields["reference"] or new_reference(fields["task"])},
             owner=request.user,
-            task=data["task"],
-            provider=data["provider"],
-            model=data["model"],
-            prompt_version=form.prompt.version,
-            destination=data["destination"],
             skus=form.job_skus(),
-            unit_size=data["unit_size"],
         )
     except NotAllowed as exc:
         form.add_error(None, str(exc))

@@ -16,19 +16,11 @@ from ledger.actions import (
     prompt_rules_problems,
     prompt_template_problems,
 )
-from ledger.destinations import destination_names
 from ledger.models import Job, Product, ProductStatus, PromptVersion
 from ledger.pricing import PRICES
-from ledger.providers import provider_names
 from ledger.states import JobState
 
-MAX_UNIT_SIZE = 50_000
-# Unknown SKUs are listed in the error up to this many; the rest are counted.
-SHOWN_SKUS = 20
-
-
-def active_products() -> QuerySet[Product]:
-    return Product.objects.filter(status=ProductStatus.ACTIVE)
+from .job_forms import JobForm, active_products, unknown_skus_message
 
 
 def with_category(products: QuerySet[Product]) -> QuerySet[Product]:
@@ -63,7 +55,10 @@ def priced_models() -> list[str]:
     return sorted({model for table in PRICES.values() for model in table})
 
 
-class JobStartForm(forms.Form):
+class JobStartForm(JobForm):
+    """The start screen: `JobForm`'s checks, a reference that may be left empty, the prompt
+    version picked from a list, and the products chosen by category or as a pasted list."""
+
     ALL, CATEGORY, SKUS = "all", "category", "skus"
 
     reference = forms.CharField(
@@ -72,18 +67,9 @@ class JobStartForm(forms.Form):
         help_text="Unique. Leave empty to use the task and the time, e.g. product_description-20250101-120000.",
     )
     task = forms.ChoiceField()
+    # One list of every task's versions, so the screen names a version by its id.
     prompt_version = forms.TypedChoiceField(
         required=False, coerce=int, empty_value=None, label="Prompt version"
-    )
-    provider = forms.ChoiceField()
-    model = forms.CharField(max_length=128, initial="gpt-4o-mini")
-    destination = forms.ChoiceField(initial="catalogue")
-    unit_size = forms.IntegerField(
-        min_value=1,
-        max_value=MAX_UNIT_SIZE,
-        initial=500,
-        label="Unit size",
-        help_text="Requests per provider batch.",
     )
     scope = forms.ChoiceField(
         label="Products",
@@ -113,13 +99,15 @@ class JobStartForm(forms.Form):
             ("", "The latest version of the task"),
             *((str(p.pk), str(p)) for p in PromptVersion.objects.order_by("task", "-version")),
         ]
-        self.fields["provider"].choices = [(name, name) for name in provider_names()]
-        self.fields["destination"].choices = [(name, name) for name in destination_names()]
         self.fields["category"].choices = [("", "Choose a category"), *((c, c) for c in categories())]
         self.fields["model"].widget.attrs["list"] = "priced-models"
         self.priced_models = priced_models()
         self.products: QuerySet[Product] = active_products().none()
-        self.prompt: PromptVersion | None = None
+
+    def find_prompt(self, task: str, version_id) -> PromptVersion | None:
+        """The screen picks a prompt version by its id, from one list of every task's versions."""
+        versions = PromptVersion.objects.filter(task=task)
+        return versions.filter(pk=version_id).first() if version_id else versions.first()
 
     def clean_reference(self) -> str:
         reference = self.cleaned_data["reference"].strip()
@@ -129,13 +117,6 @@ class JobStartForm(forms.Form):
 
     def clean(self) -> dict:
         data = super().clean()
-        task = data.get("task")
-        version_id = data.get("prompt_version")
-        if task:
-            versions = PromptVersion.objects.filter(task=task)
-            self.prompt = versions.filter(pk=version_id).first() if version_id else versions.first()
-            if self.prompt is None:
-                self.add_error("prompt_version", f"That prompt version is not one of the task {task}.")
         scope = data.get("scope")
         if scope == self.ALL:
             self.products = active_products()
@@ -155,9 +136,7 @@ class JobStartForm(forms.Form):
                 found = set(self.products.values_list("sku", flat=True))
                 missing = [sku for sku in skus if sku not in found]
                 if missing:
-                    shown = ", ".join(missing[:SHOWN_SKUS])
-                    more = f" and {len(missing) - SHOWN_SKUS} more" if len(missing) > SHOWN_SKUS else ""
-                    self.add_error("skus", f"Unknown SKUs, or products not active: {shown}{more}.")
+                    self.add_error("skus", unknown_skus_message(missing))
         return data
 
     def job_skus(self) -> list[str] | None:

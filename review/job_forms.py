@@ -1,0 +1,145 @@
+"""Starting a job: one set of checks for the start screen and for `POST /api/jobs`.
+
+`JobForm` holds every rule about what a job may be (a known provider and destination, a task with a
+prompt, a unit size within the limit). The screen's `JobStartForm` adds how people pick products;
+the API's `ApiJobForm` adds the JSON list of SKUs and requires a reference. `create_job` checks
+again in its transaction: a form is here for clear, per-field messages."""
+
+from django import forms
+from django.db.models import QuerySet
+
+from ledger.catalogue import SKU_PATTERN
+from ledger.destinations import destination_names
+from ledger.models import (
+    DEFAULT_DESTINATION,
+    DEFAULT_MODEL,
+    DEFAULT_UNIT_SIZE,
+    MAX_UNIT_SIZE,
+    Product,
+    ProductStatus,
+    PromptVersion,
+)
+from ledger.providers import provider_names
+
+# Unknown SKUs are listed in an error up to this many; the rest are counted.
+SHOWN_SKUS = 20
+
+
+def active_products() -> QuerySet[Product]:
+    return Product.objects.filter(status=ProductStatus.ACTIVE)
+
+
+def unknown_skus_message(missing: list[str]) -> str:
+    shown = ", ".join(missing[:SHOWN_SKUS])
+    more = f" and {len(missing) - SHOWN_SKUS} more" if len(missing) > SHOWN_SKUS else ""
+    return f"Unknown SKUs, or products not active: {shown}{more}."
+
+
+class JobForm(forms.Form):
+    reference = forms.CharField(max_length=200)
+    task = forms.CharField(max_length=64)
+    # The version number within the task; empty means the latest.
+    prompt_version = forms.IntegerField(required=False, min_value=1, max_value=2**31 - 1)
+    provider = forms.ChoiceField()
+    model = forms.CharField(max_length=128, initial=DEFAULT_MODEL)
+    destination = forms.ChoiceField(initial=DEFAULT_DESTINATION)
+    unit_size = forms.IntegerField(
+        min_value=1,
+        max_value=MAX_UNIT_SIZE,
+        initial=DEFAULT_UNIT_SIZE,
+        label="Unit size",
+        help_text="Requests per provider batch.",
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["provider"].choices = [(name, name) for name in provider_names()]
+        self.fields["destination"].choices = [(name, name) for name in destination_names()]
+        self.prompt: PromptVersion | None = None
+
+    def find_prompt(self, task: str, version) -> PromptVersion | None:
+        versions = PromptVersion.objects.filter(task=task)
+        return versions.filter(version=version).first() if version else versions.first()
+
+    def clean(self) -> dict:
+        data = super().clean()
+        task = data.get("task")
+        if task:
+            if not PromptVersion.objects.filter(task=task).exists():
+                self.add_error("task", f"There is no prompt for the task “{task}”.")
+            else:
+                self.prompt = self.find_prompt(task, data.get("prompt_version"))
+                if self.prompt is None:
+                    self.add_error("prompt_version", f"That prompt version is not one of the task {task}.")
+        return data
+
+    def job_fields(self) -> dict:
+        """What `create_job` is given, besides the owner and the products."""
+        data = self.cleaned_data
+        return {
+            "reference": data["reference"],
+            "task": data["task"],
+            "provider": data["provider"],
+            "model": data["model"],
+            "prompt_version": self.prompt.version,
+            "destination": data["destination"],
+            "unit_size": data["unit_size"],
+        }
+
+
+class SkuListField(forms.Field):
+    """A JSON list of SKUs: at least one, each valid; returned sorted without repeats."""
+
+    def to_python(self, value):
+        if value in (None, ""):
+            return None
+        if not isinstance(value, list) or not all(isinstance(sku, str) for sku in value):
+            raise forms.ValidationError("must be a list of SKUs")
+        if not value:
+            raise forms.ValidationError("name at least one SKU, or leave skus out for every active product")
+        if bad := [sku for sku in value if not SKU_PATTERN.fullmatch(sku)]:
+            raise forms.ValidationError("not valid SKUs: " + ", ".join(bad[:10]))
+        return sorted(set(value))
+
+
+class ApiJobForm(JobForm):
+    """The body of `POST /api/jobs`, decoded from JSON. Omitted optional fields take their defaults."""
+
+    skus = SkuListField(required=False)
+
+    # JSON types each field must arrive as; "1" is not a version number, true is not a size.
+    JSON_TYPES = {"prompt_version": int, "unit_size": int, "skus": list}
+
+    DEFAULTS = {"model": DEFAULT_MODEL, "destination": DEFAULT_DESTINATION, "unit_size": DEFAULT_UNIT_SIZE}
+
+    def __init__(self, data: dict, **kwargs):
+        given = {name: value for name, value in data.items() if value is not None}
+        super().__init__(data={**self.DEFAULTS, **given}, **kwargs)
+        self.wrong_types = {
+            name: "must be a whole number" if kind is int else "must be a list of SKUs"
+            for name, kind in self.JSON_TYPES.items()
+            if name in given and (isinstance(given[name], bool) or not isinstance(given[name], kind))
+        }
+        self.wrong_types.update(
+            (name, "must be text")
+            for name, field in self.fields.items()
+            if name in given and name not in self.JSON_TYPES and not isinstance(given[name], str)
+        )
+
+    def full_clean(self) -> None:
+        super().full_clean()
+        for name, message in self.wrong_types.items():
+            self.cleaned_data.pop(name, None)
+            self._errors[name] = self.error_class([message])
+
+    def clean(self) -> dict:
+        data = super().clean()
+        # Unknown SKUs are bad input; a withdrawn product is refused by `create_job` (409).
+        if skus := data.get("skus"):
+            found = set(Product.objects.filter(sku__in=skus).values_list("sku", flat=True))
+            if missing := [sku for sku in skus if sku not in found]:
+                self.add_error("skus", "unknown SKUs: " + ", ".join(missing[:SHOWN_SKUS]))
+        return data
+
+    def problems(self) -> dict[str, str]:
+        return {name: " ".join(errors) for name, errors in self.errors.items()}
