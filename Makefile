@@ -37,6 +37,16 @@ run: $(PY)
 	DEBUG=$${DEBUG:-1} $(PY) manage.py migrate --verbosity 0
 	DEBUG=$${DEBUG:-1} $(PY) manage.py runserver 127.0.0.1:8000
 
+.PHONY: serve
+# Production: gunicorn, static files served by the application (WhiteNoise). The environment gives
+# SECRET_KEY, ALLOWED_HOSTS, DATABASE_URL… (README, "Production set-up"); DEBUG stays off.
+serve: $(PY)
+	$(PY) manage.py migrate --verbosity 0
+	$(PY) manage.py collectstatic --noinput --verbosity 0
+	exec $(VENV)/bin/gunicorn batchdesk.wsgi --bind $${BIND_ADDRESS:-0.0.0.0}:$${PORT:-8000} \
+		--workers $${WEB_CONCURRENCY:-2} --access-logfile -
+
+# The background workers (qcluster), in development and in production (with DEBUG=0 there).
 worker: $(PY)
 	DEBUG=$${DEBUG:-1} $(PY) manage.py qcluster
 

@@ -14,3 +14,6 @@ from .settings import *  # noqa: E402, F403
 
 # Hashing test passwords the production way would dominate the suite's run time.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+# Static files by their plain names: the suite does not run collectstatic (tests/test_deploy.py does,
+# for the production set-up).
+STORAGES = {**STORAGES, "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"}}  # noqa: F405

@@ -1,14 +1,17 @@
-"""Running as deployed (SPEC §4): behind TLS with BATCHDESK_HTTPS=1."""
+"""Running as deployed (SPEC §4): behind TLS with BATCHDESK_HTTPS=1, and `make serve`."""
 
 import os
+import re
 import runpy
 import secrets
+import signal
 import subprocess
 import sys
 
+import httpx
 import pytest
 
-from tests.processes import ROOT
+from tests.processes import ROOT, free_port, wait_until
 
 # A real-looking key: long and random, as `check --deploy` wants.
 PRODUCTION_KEY = secrets.token_urlsafe(50)
@@ -87,3 +90,54 @@ def test_through_the_proxy_pages_carry_hsts_and_secure_cookies(client, behind_tl
     assert response.status_code == 200
     assert response["Strict-Transport-Security"] == "max-age=31536000; includeSubDomains"
     assert response.cookies["csrftoken"]["secure"] is True
+
+
+# --- make serve ----------------------------------------------------------------------------
+
+
+def test_make_serve_runs_gunicorn_and_serves_the_static_files_itself(tmp_path):
+    port = free_port()
+    env = production_env(
+        # A database of its own: `make serve` migrates it, as on a fresh machine.
+        DATABASE_URL=f"sqlite:///{tmp_path / 'serve.sqlite3'}",
+        ALLOWED_HOSTS="127.0.0.1",
+        BIND_ADDRESS="127.0.0.1",
+        PORT=str(port),
+        WEB_CONCURRENCY="1",
+    )
+    log = tmp_path / "serve.log"
+    with log.open("w") as output:
+        # `-o`: the virtualenv this test runs in is the one to use; make does not reinstall it.
+        server = subprocess.Popen(
+            ["make", "--no-print-directory", "-o", ".venv/bin/python", "serve"],
+            cwd=ROOT,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+
+        def login_page() -> httpx.Response | None:
+            assert server.poll() is None, log.read_text()
+            try:
+                return httpx.get(f"{base}/accounts/login/", timeout=5)
+            except httpx.TransportError:
+                return None
+
+        page = wait_until(login_page, timeout=120, what="make serve to answer")
+        assert page.status_code == 200
+        assert page.headers["server"].startswith("gunicorn")
+        assert "Log in" in page.text
+        # Collected, with a content hash in the name, served by WhiteNoise and cacheable for ever.
+        script = re.search(r'<script src="(/static/vendor/htmx-2\.0\.8\.min\.[0-9a-f]{12}\.js)"', page.text)
+        assert script, page.text
+        static = httpx.get(base + script.group(1), headers={"Accept-Encoding": "gzip"}, timeout=5)
+        assert static.status_code == 200
+        assert "immutable" in static.headers["cache-control"]
+        assert static.headers["content-encoding"] == "gzip"
+        assert "htmx" in static.text
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
