@@ -175,6 +175,8 @@ BATCHDESK_UNCERTAIN_GRACE_SECONDS = float(os.environ.get("BATCHDESK_UNCERTAIN_GR
 BATCHDESK_LEASE_SECONDS = float(os.environ.get("BATCHDESK_LEASE_SECONDS", "300"))
 # First wait before a transient failure is retried; it doubles with each further attempt.
 BATCHDESK_RETRY_BASE_SECONDS = float(os.environ.get("BATCHDESK_RETRY_BASE_SECONDS", "30"))
+# The largest catalogue file the import screen takes (the command reads files of any size).
+BATCHDESK_IMPORT_MAX_BYTES = int(os.environ.get("BATCHDESK_IMPORT_MAX_BYTES", str(200 * 1024 * 1024)))
 
 PROVIDERS = {
     "openai": {

@@ -3,33 +3,57 @@
 A file is read in binary and decoded line by line, so a record that is not UTF-8, too large or
 malformed is reported with the physical line it starts on. Importing is all or nothing unless
 the caller asks to skip invalid rows: a rejected file leaves the ledger exactly as it was.
+
+Memory stays bounded whatever the file's size. The file is read twice, a record at a time: the
+first pass checks every row and writes nothing; the second writes the valid rows in one
+transaction, a chunk at a time. A report keeps the first 100 problems and counts the others.
+The one thing that grows with the file is finding a SKU repeated anywhere in it: at most 32
+bytes a SKU (`_SeenSkus`).
 """
 
 import csv
+import hashlib
 import json
+import logging
 import math
 import os
 import re
-from collections.abc import Iterable, Iterator
+import secrets
+import threading
+from array import array
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import chain
+from datetime import timedelta
+from itertools import batched, chain
 from typing import NamedTuple, NoReturn, Protocol
 
-from django.db import transaction
+from django.core.files.uploadedfile import UploadedFile
+from django.db import connection, connections, transaction
+from django.db.models import Q
+from django.utils import timezone
 
 from .actions import record_product
-from .models import Product, ProductStatus
+from .models import CatalogueImport, CatalogueImportChunk, ImportState, Product, ProductStatus
+
+log = logging.getLogger(__name__)
 
 MAX_RECORD_BYTES = 65536
 MAX_TITLE_LENGTH = 300
 SKU_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 SKU_RULE = "letters, digits, . _ - ; at most 64"
+# A report (on the screen, from the command) lists this many problems and counts the rest.
+MAX_REPORTED_ERRORS = 100
 
 # Enough to tell a line that is exactly at the limit (plus CR LF) from one that is over it.
 _READ_LIMIT = MAX_RECORD_BYTES + 3
 _BOM = b"\xef\xbb\xbf"
-# Existing products are locked in batches to keep each query's list of SKUs short.
-_LOCK_BATCH = 1000
+# Records written per chunk of the second pass: at most 200 x 64 KB in memory at once.
+_WRITE_CHUNK = 200
+# The first pass reports its progress after this many rows.
+_PROGRESS_ROWS = 1000
+# The key of PostgreSQL's advisory lock that lets one import write at a time.
+_IMPORT_LOCK = 7_420_001
 # How deep lists and objects may nest in a field's value: `"features": ["LED"]` is 1 deep,
 # `"sizes": [{"w_cm": 30}]` 2. Real catalogues need 2 or 3; the limit keeps every reader of a
 # value (hashing, prompts, screens) far from Python's recursion limit.
@@ -41,9 +65,12 @@ type FieldValue = str | int | float | bool | list[JsonValue] | dict[str, JsonVal
 
 
 class BinaryLines(Protocol):
-    """Anything read in binary a line at a time: an open file, BytesIO, a Django UploadedFile."""
+    """Anything read in binary a line at a time and rewound: an open file, BytesIO, a Django
+    UploadedFile, a stored upload."""
 
     def readline(self, size: int = -1, /) -> bytes: ...
+
+    def seek(self, offset: int, whence: int = 0, /) -> int: ...
 
 
 type CatalogueSource = str | os.PathLike[str] | BinaryLines
@@ -65,12 +92,8 @@ class Rejection(NamedTuple):
         return f"line {self.line}: {self.message}"
 
 
-@dataclass
-class ParseResult:
-    records: list[Record] = field(default_factory=list)
-    errors: list[Rejection] = field(default_factory=list)
-    # Set when the file as a whole cannot be read (a CSV header without sku/title, say).
-    file_error: Rejection | None = None
+class Unreadable(Rejection):
+    """The file as a whole cannot be read (a CSV header without sku or title, say)."""
 
 
 @dataclass
@@ -89,8 +112,14 @@ class ImportReport:
     withdrawn: int = 0
     reactivated: int = 0
     rejected: int = 0
+    # The first MAX_REPORTED_ERRORS problems, and how many there are in all.
     errors: list[Rejection] = field(default_factory=list)
+    error_count: int = 0
     imported: bool = False
+    # Progress: rows (and bytes) the first pass has checked, rows the second has written.
+    rows_read: int = 0
+    checked_bytes: int = 0
+    rows_written: int = 0
 
     @property
     def summary(self) -> str:
@@ -98,6 +127,25 @@ class ImportReport:
             f"created {self.created}, revised {self.revised}, unchanged {self.unchanged}, "
             f"withdrawn {self.withdrawn}, rejected {self.rejected}"
         )
+
+    @property
+    def unlisted_errors(self) -> int:
+        return self.error_count - len(self.errors)
+
+    @property
+    def unlisted_note(self) -> str:
+        count = self.unlisted_errors
+        return f"… and {count} more rejected row{'s' if count != 1 else ''} (only the first {MAX_REPORTED_ERRORS} are listed)"
+
+    @property
+    def unreadable(self) -> bool:
+        return bool(self.errors) and isinstance(self.errors[0], Unreadable)
+
+    def add_error(self, error: Rejection) -> None:
+        self.error_count += 1
+        self.rejected += not isinstance(error, Unreadable)
+        if len(self.errors) < MAX_REPORTED_ERRORS:
+            self.errors.append(error)
 
 
 class _Invalid(ValueError):
@@ -112,67 +160,296 @@ class _Line(NamedTuple):
     problem: str | None
 
 
-def parse_catalogue(source: CatalogueSource) -> ParseResult:
-    """Read and check a catalogue file; nothing is written.
-
-    `source` is a path or a binary file-like object (left open). The format comes from the
-    name (`.jsonl`/`.json`, `.csv`); otherwise a first non-blank character `{` means JSONL.
-    """
-    if isinstance(source, str | os.PathLike):
-        with open(source, "rb") as stream:
-            return _parse(stream, name=os.fspath(source))
-    return _parse(source, name=str(getattr(source, "name", "") or ""))
-
-
-def import_catalogue(source: CatalogueSource, *, skip_invalid: bool = False) -> ImportReport:
+def import_catalogue(
+    source: CatalogueSource,
+    *,
+    skip_invalid: bool = False,
+    on_progress: Callable[[ImportReport], None] | None = None,
+    before_commit: Callable[[ImportReport], None] | None = None,
+) -> ImportReport:
     """Create and revise products from a catalogue file, in one transaction.
 
     Any rejected row stops the whole import unless `skip_invalid`, in which case the valid
     rows are imported and the others counted as rejected. Products missing from the file are
     left alone; a row without a status leaves an existing product's status alone.
+
+    `source` is a path or a binary file-like object (left open). `on_progress` is told how far
+    the import has come now and then; `before_commit` is called inside the transaction once
+    every row is written, and may raise to undo the whole import.
     """
-    parsed = parse_catalogue(source)
-    report = ImportReport(rejected=len(parsed.errors), errors=list(parsed.errors))
-    if parsed.file_error is not None:
-        report.errors.insert(0, parsed.file_error)
-        return report
-    if parsed.errors and not skip_invalid:
-        return report
-    # Rows are taken in SKU order so that two imports running at once lock products in the same
-    # order and cannot deadlock.
-    records = sorted(parsed.records, key=lambda record: record.sku)
-    with transaction.atomic():
-        before = _lock_existing([record.sku for record in records])
-        for record in records:
-            change = record_product(
-                sku=record.sku, title=record.title, fields=record.fields, status=record.status
-            )
-            reactivated = before.get(record.sku) == ProductStatus.WITHDRAWN and (
-                record.status == ProductStatus.ACTIVE
-            )
-            report.created += change.created
-            report.revised += change.revised
-            report.withdrawn += change.withdrawn and not change.created
-            report.reactivated += reactivated
-            report.unchanged += not (change.created or change.revised or change.withdrawn or reactivated)
-    report.imported = True
+    report = ImportReport()
+    with _opened(source) as (stream, name):
+        counted = _CountingReader(stream)
+        for row in _read(counted, name=name):
+            report.rows_read += not isinstance(row, Unreadable)
+            if isinstance(row, Rejection):
+                report.add_error(row)
+            if on_progress and report.rows_read and report.rows_read % _PROGRESS_ROWS == 0:
+                report.checked_bytes = counted.bytes_read
+                on_progress(report)
+        report.checked_bytes = counted.bytes_read
+        if report.unreadable or (report.rejected and not skip_invalid):
+            return report
+        with transaction.atomic():
+            _one_import_at_a_time()
+            stream.seek(0)
+            records = (row for row in _read(stream, name=name) if isinstance(row, Record))
+            for chunk in batched(records, _WRITE_CHUNK):
+                _write(chunk, report)
+                if on_progress:
+                    on_progress(report)
+            report.imported = True
+            if before_commit:
+                before_commit(report)
     return report
 
 
-def _lock_existing(sorted_skus: list[str]) -> dict[str, str]:
-    """Lock the file's existing products and return their status before the import."""
-    statuses: dict[str, str] = {}
-    for start in range(0, len(sorted_skus), _LOCK_BATCH):
-        batch = sorted_skus[start : start + _LOCK_BATCH]
-        rows = Product.objects.select_for_update().filter(sku__in=batch).order_by("sku")
-        statuses.update(rows.values_list("sku", "status"))
-    return statuses
+def read_catalogue(source: CatalogueSource) -> Iterator[Record | Rejection]:
+    """Read and check a catalogue file, row by row in file order; nothing is written.
+
+    The format comes from the name (`.jsonl`/`.json`, `.csv`); otherwise a first non-blank
+    character `{` means JSONL. An `Unreadable` ends the rows.
+    """
+    with _opened(source) as (stream, name):
+        yield from _read(stream, name=name)
+
+
+@contextmanager
+def _opened(source: CatalogueSource) -> Iterator[tuple[BinaryLines, str]]:
+    if isinstance(source, str | os.PathLike):
+        with open(source, "rb") as stream:
+            yield stream, os.fspath(source)
+    else:
+        source.seek(0)
+        yield source, str(getattr(source, "name", "") or "")
+
+
+class _CountingReader:
+    def __init__(self, stream: BinaryLines) -> None:
+        self.stream = stream
+        self.bytes_read = 0
+
+    def readline(self, size: int = -1, /) -> bytes:
+        line = self.stream.readline(size)
+        self.bytes_read += len(line)
+        return line
+
+
+def _one_import_at_a_time() -> None:
+    """Imports lock products chunk by chunk in file order, so two at once could each wait for a
+    product the other holds. The second waits for the first to commit instead (SQLite lets one
+    transaction write at a time anyway)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_IMPORT_LOCK])
+
+
+def _write(chunk: tuple[Record, ...], report: ImportReport) -> None:
+    # The chunk's products are locked in SKU order, as any other writer of several products does.
+    records = sorted(chunk, key=lambda record: record.sku)
+    rows = Product.objects.select_for_update().filter(sku__in=[record.sku for record in records])
+    before = dict(rows.order_by("sku").values_list("sku", "status"))
+    for record in records:
+        change = record_product(
+            sku=record.sku, title=record.title, fields=record.fields, status=record.status
+        )
+        reactivated = before.get(record.sku) == ProductStatus.WITHDRAWN and (
+            record.status == ProductStatus.ACTIVE
+        )
+        report.created += change.created
+        report.revised += change.revised
+        report.withdrawn += change.withdrawn and not change.created
+        report.reactivated += reactivated
+        report.unchanged += not (change.created or change.revised or change.withdrawn or reactivated)
+    report.rows_written += len(records)
+
+
+# --- uploads, imported by a worker ---------------------------------------------------------
+
+# An upload is kept in rows of this size; a worker reads one at a time.
+UPLOAD_CHUNK_BYTES = 1024 * 1024
+# A worker's claim silent this long is taken to be dead, and another worker may take it over.
+IMPORT_STALE_AFTER = timedelta(minutes=10)
+# How long a worker may spend on one import before django-q stops it (the cluster's default is
+# for short tasks).
+IMPORT_TIMEOUT_SECONDS = 6 * 3600
+# Progress is written at most this often.
+_PROGRESS_EVERY = timedelta(seconds=1)
+
+
+def store_upload(upload: UploadedFile, *, uploaded_by, skip_invalid: bool) -> CatalogueImport:
+    """Keep an uploaded file in the database, where a worker on any machine can read it."""
+    with transaction.atomic():
+        stored = CatalogueImport.objects.create(
+            file_name=(upload.name or "")[:255],
+            size=upload.size,
+            skip_invalid=skip_invalid,
+            uploaded_by=uploaded_by,
+        )
+        for number, data in enumerate(upload.chunks(UPLOAD_CHUNK_BYTES)):
+            CatalogueImportChunk.objects.create(catalogue_import=stored, number=number, data=data)
+    return stored
+
+
+def queue_import(stored: CatalogueImport) -> None:
+    from django_q.tasks import async_task
+
+    transaction.on_commit(
+        lambda: async_task("ledger.tasks.import_catalogue_file", stored.pk, timeout=IMPORT_TIMEOUT_SECONDS)
+    )
+
+
+def run_stored_import(import_id: int) -> str:
+    """Import an uploaded file. Safe to run twice: only the worker whose compare-and-set moved the
+    import to `running` acts, and it commits only while its claim stands. Returns what happened."""
+    claim, now = secrets.token_hex(8), timezone.now()
+    claimable = Q(state=ImportState.QUEUED) | Q(
+        state=ImportState.RUNNING, progress_at__lt=now - IMPORT_STALE_AFTER
+    )
+    claimed = CatalogueImport.objects.filter(claimable, pk=import_id).update(
+        state=ImportState.RUNNING, claimed_by=claim, started_at=now, progress_at=now
+    )
+    if not claimed:
+        return "not claimed"
+    mine = CatalogueImport.objects.filter(pk=import_id, claimed_by=claim)
+    stored = mine.get()
+    last_progress = now
+
+    def on_progress(report: ImportReport) -> None:
+        nonlocal last_progress
+        if timezone.now() - last_progress >= _PROGRESS_EVERY:
+            last_progress = timezone.now()
+            _save_progress(mine, report)
+
+    def finish(report: ImportReport) -> None:
+        if not mine.update(state=ImportState.DONE, finished_at=timezone.now(), **_report_values(report)):
+            raise _ClaimLost
+        CatalogueImportChunk.objects.filter(catalogue_import_id=import_id).delete()
+
+    try:
+        report = import_catalogue(
+            StoredFile(stored),
+            skip_invalid=stored.skip_invalid,
+            on_progress=on_progress,
+            before_commit=finish,
+        )
+        if not report.imported:  # refused: nothing was written, and `finish` was not called
+            with transaction.atomic():
+                finish(report)
+    except _ClaimLost:
+        return "taken over"
+    except Exception:
+        log.exception("catalogue import %s failed", import_id)
+        failure = "The import stopped on an unexpected error; nothing was imported. The error is in the worker's log."
+        if mine.update(state=ImportState.FAILED, failure=failure, finished_at=timezone.now()):
+            CatalogueImportChunk.objects.filter(catalogue_import_id=import_id).delete()
+        return ImportState.FAILED
+    return ImportState.DONE
+
+
+class _ClaimLost(Exception):
+    """Another worker took the import over: this one's writes are rolled back."""
+
+
+def _report_values(report: ImportReport) -> dict:
+    counts = ("created", "revised", "unchanged", "withdrawn", "reactivated", "rejected")
+    return {
+        "counts": {name: getattr(report, name) for name in counts},
+        "errors": [[error.line, error.message, isinstance(error, Unreadable)] for error in report.errors],
+        "error_count": report.error_count,
+        "imported": report.imported,
+        "rows_read": report.rows_read,
+        "checked_bytes": report.checked_bytes,
+        "rows_written": report.rows_written,
+    }
+
+
+def report_of(stored: CatalogueImport) -> ImportReport:
+    """The report of a finished import, as `import_catalogue` returned it."""
+    errors = [
+        (Unreadable if unreadable else Rejection)(line, message)
+        for line, message, unreadable in stored.errors
+    ]
+    return ImportReport(
+        **stored.counts,
+        errors=errors,
+        error_count=stored.error_count,
+        imported=stored.imported,
+        rows_read=stored.rows_read,
+        checked_bytes=stored.checked_bytes,
+        rows_written=stored.rows_written,
+    )
+
+
+def _save_progress(mine, report: ImportReport) -> None:
+    values = {
+        "rows_read": report.rows_read,
+        "checked_bytes": report.checked_bytes,
+        "rows_written": report.rows_written,
+        "progress_at": timezone.now(),
+    }
+    if not connection.in_atomic_block:
+        mine.update(**values)
+    elif connection.vendor == "postgresql":
+        # The writing pass is one transaction nobody sees until it commits: its progress goes
+        # through a connection of its own (a thread has one). SQLite allows one writer at a time,
+        # so there the page shows the writing pass without its count.
+        def save() -> None:
+            try:
+                mine.update(**values)
+            finally:
+                connections.close_all()
+
+        thread = threading.Thread(target=save)
+        thread.start()
+        thread.join()
+
+
+class StoredFile:
+    """An upload read back from its chunks, one chunk in memory at a time: lines, and a rewind."""
+
+    def __init__(self, stored: CatalogueImport) -> None:
+        self.name = stored.file_name
+        self._import_id = stored.pk
+        self.seek(0)
+
+    def seek(self, offset: int, whence: int = 0, /) -> int:
+        if (offset, whence) != (0, 0):
+            raise ValueError("a stored upload can only be rewound")
+        self._next, self._chunk, self._offset = 0, b"", 0
+        return 0
+
+    def readline(self, size: int = -1, /) -> bytes:
+        wanted = size if size >= 0 else math.inf
+        parts = []
+        while wanted > 0:
+            if self._offset == len(self._chunk) and not self._load_next_chunk():
+                break
+            limit = (
+                len(self._chunk) if wanted == math.inf else min(len(self._chunk), self._offset + int(wanted))
+            )
+            end = self._chunk.find(b"\n", self._offset, limit)
+            stop = end + 1 if end >= 0 else limit
+            parts.append(self._chunk[self._offset : stop])
+            wanted -= stop - self._offset
+            self._offset = stop
+            if end >= 0:
+                break
+        return b"".join(parts)
+
+    def _load_next_chunk(self) -> bool:
+        chunks = CatalogueImportChunk.objects.filter(catalogue_import_id=self._import_id, number=self._next)
+        data = chunks.values_list("data", flat=True).first()
+        if data is None:
+            return False
+        self._next, self._chunk, self._offset = self._next + 1, bytes(data), 0
+        return True
 
 
 # --- reading -------------------------------------------------------------------------------
 
 
-def _parse(stream: BinaryLines, *, name: str) -> ParseResult:
+def _read(stream: BinaryLines, *, name: str) -> Iterator[Record | Rejection]:
     lines: Iterator[_Line] = _physical_lines(stream)
     extension = os.path.splitext(name)[1].lower()
     if extension in (".jsonl", ".json"):
@@ -187,12 +464,9 @@ def _parse(stream: BinaryLines, *, name: str) -> ParseResult:
                 break
         is_jsonl = bool(leading) and leading[-1].text.lstrip().startswith("{")
         lines = chain(leading, lines)
-    collector = _Collector()
-    if is_jsonl:
-        _read_jsonl(lines, collector)
-    else:
-        _read_csv(lines, collector)
-    return collector.result
+    seen = _SeenSkus()
+    for row in _read_jsonl(lines) if is_jsonl else _read_csv(lines):
+        yield row if isinstance(row, Rejection) else _check(*row, seen)
 
 
 def _physical_lines(stream: BinaryLines) -> Iterator[_Line]:
@@ -230,10 +504,10 @@ def _too_large(size: int) -> str:
     return f"the record is {size:,} bytes; at most {MAX_RECORD_BYTES:,} (64 KB) are allowed"
 
 
-def _read_jsonl(lines: Iterable[_Line], collector: "_Collector") -> None:
+def _read_jsonl(lines: Iterable[_Line]) -> Iterator[tuple[int, dict] | Rejection]:
     for line in lines:
         if line.problem:
-            collector.reject(line.number, line.problem)
+            yield Rejection(line.number, line.problem)
             continue
         if not line.text.strip():
             continue
@@ -242,24 +516,24 @@ def _read_jsonl(lines: Iterable[_Line], collector: "_Collector") -> None:
                 line.text, object_pairs_hook=unique_json_keys, parse_constant=refuse_json_constant
             )
         except _Invalid as error:
-            collector.reject(line.number, str(error))
+            yield Rejection(line.number, str(error))
             continue
         except json.JSONDecodeError as error:
-            collector.reject(line.number, f"not valid JSON ({error.msg} at column {error.colno})")
+            yield Rejection(line.number, f"not valid JSON ({error.msg} at column {error.colno})")
             continue
         except RecursionError:
-            collector.reject(line.number, "not valid JSON here (lists or objects nested thousands deep)")
+            yield Rejection(line.number, "not valid JSON here (lists or objects nested thousands deep)")
             continue
         except ValueError as error:  # an integer of more than 4300 digits, say
-            collector.reject(line.number, f"not valid JSON here ({error})")
+            yield Rejection(line.number, f"not valid JSON here ({error})")
             continue
         if not isinstance(data, dict):
             kind = "a list" if isinstance(data, list) else "a single value"
-            collector.reject(
+            yield Rejection(
                 line.number, f'expected a JSON object like {{"sku": …, "title": …}}, found {kind}'
             )
             continue
-        collector.add(line.number, data)
+        yield line.number, data
 
 
 def unique_json_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
@@ -275,7 +549,7 @@ def refuse_json_constant(name: str) -> NoReturn:
     raise _Invalid(f"not valid JSON ({name} is not a number)")
 
 
-def _read_csv(lines: Iterable[_Line], collector: "_Collector") -> None:
+def _read_csv(lines: Iterable[_Line]) -> Iterator[tuple[int, dict] | Rejection]:
     consumed: list[_Line] = []
 
     def texts() -> Iterator[str]:
@@ -303,23 +577,23 @@ def _read_csv(lines: Iterable[_Line], collector: "_Collector") -> None:
         first = consumed[0].number
         if header is None:
             if problem:
-                collector.result.file_error = Rejection(first, problem)
+                yield Unreadable(first, problem)
                 return
             if row is not None and any(cell.strip() for cell in row):
                 try:
                     header = _header(row)
                 except _Invalid as error:
-                    collector.result.file_error = Rejection(first, str(error))
+                    yield Unreadable(first, str(error))
                     return
             continue
         if problem:
-            collector.reject(first, problem)
+            yield Rejection(first, problem)
         elif row is None or not any(cell.strip() for cell in row):
             continue
         elif len(row) > len(header):
-            collector.reject(first, f"{len(row)} cells, but the header names {len(header)} columns")
+            yield Rejection(first, f"{len(row)} cells, but the header names {len(header)} columns")
         else:
-            collector.add(first, dict(zip(header, row, strict=False)))
+            yield first, dict(zip(header, row, strict=False))
 
 
 def _span_problem(lines: list[_Line]) -> str | None:
@@ -351,30 +625,58 @@ def _header(row: list[str]) -> list[str]:
 # --- checking one record -------------------------------------------------------------------
 
 
-class _Collector:
+def _check(line: int, data: dict[str, object], seen: "_SeenSkus") -> Record | Rejection:
+    problems: list[str] = []
+    values = normalise_keys(data, problems)
+    sku = check_sku(values.pop("sku", None), problems)
+    if sku is not None and (first := seen.first_line(sku, line)) is not None:
+        problems.append(f'sku "{sku}" appears again (first on line {first})')
+    title = check_title(values.pop("title", None), problems)
+    status = _status(values.pop("status", None), problems)
+    fields = check_fields(values, problems)
+    if problems or sku is None or title is None:
+        return Rejection(line, "; ".join(problems))
+    return Record(line, sku, title, status, fields)
+
+
+class _SeenSkus:
+    """The line each SKU of a file was first seen on, in at most 32 bytes a SKU (48 for a moment
+    while the table doubles), whatever the number of SKUs: an open-addressing table of 64-bit
+    BLAKE2b digests of the SKUs beside their lines, in two arrays. Two different SKUs sharing a
+    digest would be reported as a repeat; in a file of a million SKUs the odds are about 1 in 37 million."""
+
     def __init__(self) -> None:
-        self.result = ParseResult()
-        self.first_seen: dict[str, int] = {}
+        self._digests = array("Q", bytes(8 * 1024))  # 0: an empty slot
+        self._lines = array("Q", bytes(8 * 1024))
+        self._count = 0
 
-    def reject(self, line: int, message: str) -> None:
-        self.result.errors.append(Rejection(line, message))
+    def first_line(self, sku: str, line: int) -> int | None:
+        """The line `sku` was first seen on; None (and `line` is remembered) the first time."""
+        digest = int.from_bytes(hashlib.blake2b(sku.encode(), digest_size=8).digest()) or 1
+        slot = self._slot(digest)
+        if self._digests[slot]:
+            return self._lines[slot]
+        self._digests[slot], self._lines[slot] = digest, line
+        self._count += 1
+        if 2 * self._count > len(self._digests):
+            self._double()
+        return None
 
-    def add(self, line: int, data: dict[str, object]) -> None:
-        problems: list[str] = []
-        values = normalise_keys(data, problems)
-        sku = check_sku(values.pop("sku", None), problems)
-        if sku is not None:
-            if sku in self.first_seen:
-                problems.append(f'sku "{sku}" appears again (first on line {self.first_seen[sku]})')
-            else:
-                self.first_seen[sku] = line
-        title = check_title(values.pop("title", None), problems)
-        status = _status(values.pop("status", None), problems)
-        fields = check_fields(values, problems)
-        if problems or sku is None or title is None:
-            self.reject(line, "; ".join(problems))
-        else:
-            self.result.records.append(Record(line, sku, title, status, fields))
+    def _slot(self, digest: int) -> int:
+        mask = len(self._digests) - 1
+        slot = digest & mask
+        while self._digests[slot] not in (0, digest):
+            slot = (slot + 1) & mask
+        return slot
+
+    def _double(self) -> None:
+        digests, lines = self._digests, self._lines
+        self._digests = array("Q", bytes(16 * len(digests)))
+        self._lines = array("Q", bytes(16 * len(lines)))
+        for digest, line in zip(digests, lines, strict=True):
+            if digest:
+                slot = self._slot(digest)
+                self._digests[slot], self._lines[slot] = digest, line
 
 
 def normalise_keys(data: dict[str, object], problems: list[str]) -> dict[str, object]:

@@ -376,6 +376,81 @@ class ApiTokenQuerySet(models.QuerySet):
         return self.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now), revoked_at__isnull=True)
 
 
+class ImportState(models.TextChoices):
+    QUEUED = "queued", "Waiting for a worker"
+    RUNNING = "running", "Importing"
+    DONE = "done", "Finished"  # imported, or refused with its report
+    FAILED = "failed", "Failed"  # stopped by an error of its own; nothing was imported
+
+
+class CatalogueImport(models.Model):
+    """A catalogue file uploaded on the import screen, imported by a worker, and what came of it.
+    The file's bytes are kept in `chunks` (in the database, so a worker on any machine reads them)
+    until the import finishes."""
+
+    file_name = models.CharField(max_length=255)
+    size = models.PositiveBigIntegerField()
+    skip_invalid = models.BooleanField(default=False)
+    uploaded_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    state = models.CharField(max_length=16, choices=ImportState.choices, default=ImportState.QUEUED)
+    # Which worker's claim runs it: a worker whose claim was taken over cannot commit.
+    claimed_by = models.CharField(max_length=32, blank=True)
+    # Progress: rows and bytes the checking pass has read, rows the writing pass has written.
+    rows_read = models.PositiveBigIntegerField(default=0)
+    checked_bytes = models.PositiveBigIntegerField(default=0)
+    rows_written = models.PositiveBigIntegerField(default=0)
+    # The report: {"created": n, "revised": n, "unchanged": n, "withdrawn": n, "reactivated": n,
+    # "rejected": n}, the first 100 problems as [line, message, whether the whole file is unreadable]
+    # and how many there are in all.
+    counts = models.JSONField(default=dict, blank=True)
+    errors = models.JSONField(default=list, blank=True)
+    error_count = models.PositiveBigIntegerField(default=0)
+    imported = models.BooleanField(default=False)
+    failure = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    # Last sign of life of the worker running it; a claim silent for long is taken over.
+    progress_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(state__in=ImportState.values), name="catalogue_import_state_valid"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.file_name} ({self.get_state_display()})"
+
+    @property
+    def finished(self) -> bool:
+        return self.state in (ImportState.DONE, ImportState.FAILED)
+
+    @property
+    def percent(self) -> int:
+        """How far it has come: checking the file is the first half, writing its rows the second."""
+        if self.finished:
+            return 100
+        checked = self.checked_bytes / self.size if self.size else 0
+        written = self.rows_written / self.rows_read if self.rows_read else 0
+        return int(50 * checked + 50 * written)
+
+
+class CatalogueImportChunk(models.Model):
+    """One piece of an uploaded file, in order; read one at a time so no process holds the file."""
+
+    catalogue_import = models.ForeignKey(CatalogueImport, on_delete=models.CASCADE, related_name="chunks")
+    number = models.PositiveIntegerField()
+    data = models.BinaryField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["catalogue_import", "number"], name="import_chunk_number_unique")
+        ]
+
+
 class ApiToken(models.Model):
     """A bearer token for `/api/`. Only its sha256 is stored; the token is shown once, at creation."""
 

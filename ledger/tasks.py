@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from . import actions
+from . import actions, catalogue
 from .models import CollectorHeartbeat, Item, Submission
 from .states import ItemState, JobState, SubmissionState
 
@@ -37,6 +37,11 @@ def apply_item(item_id: int) -> str:
 
 def cancel_at_provider(submission_id: int) -> str:
     return actions.cancel_at_provider(submission_id)
+
+
+def import_catalogue_file(import_id: int) -> str:
+    """An uploaded catalogue file (queued with a long timeout: a big file takes a while)."""
+    return catalogue.run_stored_import(import_id)
 
 
 def collect_round(duration: float | None = None) -> int:

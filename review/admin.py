@@ -5,10 +5,13 @@ states, events and invariants together. Users and groups keep Django's own admin
 from django.contrib import admin
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group, User
+from django.db.models.functions import Length
 
 from ledger.models import (
     ApiToken,
     Approval,
+    CatalogueImport,
+    CatalogueImportChunk,
     CollectorHeartbeat,
     DestinationAttempt,
     Event,
@@ -197,6 +200,38 @@ class EventAdmin(LedgerAdmin):
 @admin.register(CollectorHeartbeat)
 class CollectorHeartbeatAdmin(LedgerAdmin):
     list_display = ("name", "last_poll_at", "lease_until", "lease_holder")
+
+
+@admin.register(CatalogueImport)
+class CatalogueImportAdmin(LedgerAdmin):
+    list_display = (
+        "id",
+        "file_name",
+        "state",
+        "imported",
+        "uploaded_by",
+        "size",
+        "error_count",
+        "created_at",
+    )
+    list_filter = ("state",)
+    list_select_related = ("uploaded_by",)
+    search_fields = ("file_name",)
+
+
+@admin.register(CatalogueImportChunk)
+class CatalogueImportChunkAdmin(LedgerAdmin):
+    """A piece of an upload waiting for its worker: how big, never the bytes (a megabyte each)."""
+
+    list_display = ("id", "catalogue_import", "number", "byte_count")
+    exclude = ("data",)
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).defer("data").annotate(byte_count=Length("data"))
+
+    @admin.display(description="bytes")
+    def byte_count(self, chunk: CatalogueImportChunk) -> int:
+        return chunk.byte_count
 
 
 @admin.register(ApiToken)

@@ -3,18 +3,31 @@
 from collections import defaultdict
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.core.files.uploadhandler import FileUploadHandler, StopUpload
 from django.core.paginator import Paginator
 from django.db.models import Q
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
+from django.template.defaultfilters import filesizeformat
+from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_http_methods
 
-from ledger.catalogue import import_catalogue
-from ledger.models import GeneratedVersion, Item, Product, SourceRevision, canonical_json
+from ledger.catalogue import queue_import, report_of, run_stored_import, store_upload
+from ledger.models import (
+    CatalogueImport,
+    GeneratedVersion,
+    ImportState,
+    Item,
+    Product,
+    SourceRevision,
+    canonical_json,
+)
 
-from .common import HtmxHttpRequest, ShownValue, fields_of, shown_value
+from .common import HtmxHttpRequest, ShownValue, fields_of, shown_value, wants_partial
+from .jobs import polled
 from .permissions import APPROVERS, VIEWERS, has_role, role_required
 from .screen_forms import CatalogueImportForm, ProductFilterForm
 
@@ -122,13 +135,47 @@ def catalogue_product(request: HtmxHttpRequest, sku: str) -> HttpResponse:
 
 # --- importing -----------------------------------------------------------------------------
 
+# A file up to this size is imported while the person waits (a second or two); a bigger one by a
+# worker, while the page shows its progress.
+IMPORT_AT_ONCE_BYTES = 256 * 1024
 
+
+class UploadSizeCap(FileUploadHandler):
+    """Stops keeping an upload once it passes BATCHDESK_IMPORT_MAX_BYTES. The rest of the request is
+    read and dropped (not cut off), so the browser gets the page that says why."""
+
+    def __init__(self, request: HttpRequest, limit: int) -> None:
+        super().__init__(request)
+        self.limit = limit
+        self.received = 0
+        self.too_large = False
+
+    def receive_data_chunk(self, raw_data: bytes, start: int) -> bytes:
+        self.received += len(raw_data)
+        if self.received > self.limit:
+            self.too_large = True
+            raise StopUpload(connection_reset=False)
+        return raw_data
+
+    def file_complete(self, file_size: int) -> None:
+        return None
+
+
+def too_large_message(limit: int) -> str:
+    return (
+        f"The file is larger than {filesizeformat(limit)}, the most the import screen takes. Split it, "
+        "or import it with manage.py import_catalogue, which reads files of any size."
+    )
+
+
+@csrf_exempt  # checked below, once the upload handlers are in place
 @require_http_methods(["GET", "POST"])
 @login_required
 @role_required(*VIEWERS)
 def catalogue_import(request: HtmxHttpRequest) -> HttpResponse:
     """Upload a JSONL or CSV file: the same all-or-nothing import, summary and line-numbered report
-    as `manage.py import_catalogue`."""
+    as `manage.py import_catalogue`. A big file is imported by a worker while the page shows how far
+    it has come."""
     can_import = has_role(request.user, *APPROVERS)
     if request.method == "GET":
         return render(
@@ -136,15 +183,53 @@ def catalogue_import(request: HtmxHttpRequest) -> HttpResponse:
         )
     if not can_import:
         raise PermissionDenied
+    # Before anything reads the body: CSRF's check reads the form, and with it the whole file.
+    cap = UploadSizeCap(request, settings.BATCHDESK_IMPORT_MAX_BYTES)
+    request.upload_handlers.insert(0, cap)
+    return receive_upload(request, cap)
+
+
+@csrf_protect
+def receive_upload(request: HtmxHttpRequest, cap: UploadSizeCap) -> HttpResponse:
     form = CatalogueImportForm(request.POST, request.FILES)
+    if not form.is_valid() and cap.too_large:  # the file was dropped: say why, not "required"
+        form.errors["file"] = form.error_class([too_large_message(cap.limit)])
+        return render(request, "catalogue_import.html", {"form": form, "can_import": True}, status=413)
     if not form.is_valid():
         return render(request, "catalogue_import.html", {"form": form, "can_import": True}, status=400)
-    upload = form.cleaned_data["file"]
-    report = import_catalogue(upload, skip_invalid=form.cleaned_data["skip_invalid"])
+    stored = store_upload(
+        form.cleaned_data["file"], uploaded_by=request.user, skip_invalid=form.cleaned_data["skip_invalid"]
+    )
+    if stored.size <= IMPORT_AT_ONCE_BYTES:
+        run_stored_import(stored.pk)
+    else:
+        queue_import(stored)
+    stored.refresh_from_db()
     context = {
-        "form": CatalogueImportForm(initial={"skip_invalid": form.cleaned_data["skip_invalid"]}),
+        "form": CatalogueImportForm(initial={"skip_invalid": stored.skip_invalid}),
         "can_import": True,
-        "report": report,
-        "file_name": upload.name,
+        **import_context(stored),
     }
-    return render(request, "catalogue_import.html", context, status=200 if report.imported else 400)
+    status = 202 if not stored.finished else 200 if stored.imported else 400
+    return render(request, "catalogue_import.html", context, status=status)
+
+
+def import_context(stored: CatalogueImport) -> dict:
+    return {
+        "stored": stored,
+        "report": report_of(stored) if stored.state == ImportState.DONE else None,
+        "polling": not stored.finished,
+    }
+
+
+@require_GET
+@login_required
+@role_required(*VIEWERS)
+def catalogue_import_detail(request: HtmxHttpRequest, import_id: int) -> HttpResponse:
+    """One upload: its progress while a worker imports it (polled every 2 s), then its report."""
+    stored = get_object_or_404(CatalogueImport.objects.select_related("uploaded_by"), pk=import_id)
+    context = import_context(stored)
+    if wants_partial(request):
+        return polled(render(request, "catalogue_import.html#outcome", context), context["polling"])
+    context.update(form=CatalogueImportForm(), can_import=has_role(request.user, *APPROVERS))
+    return render(request, "catalogue_import.html", context)

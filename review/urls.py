@@ -18,6 +18,7 @@ urlpatterns = [
     path("review/approve-selected", views.approve_selected, name="approve_selected"),
     path("catalogue/", catalogue.catalogue, name="catalogue"),
     path("catalogue/import", catalogue.catalogue_import, name="catalogue_import"),
+    path("catalogue/imports/<id:import_id>/", catalogue.catalogue_import_detail, name="import_detail"),
     path("catalogue/<str:sku>/", catalogue.catalogue_product, name="catalogue_product"),
     path("prompts/", prompts.prompts, name="prompts"),
     path("prompts/new", prompts.prompt_new, name="prompt_new"),

@@ -13,6 +13,8 @@ from django.utils import timezone
 from ledger.models import (
     ApiToken,
     Approval,
+    CatalogueImport,
+    CatalogueImportChunk,
     CollectorHeartbeat,
     DestinationAttempt,
     Event,
@@ -344,6 +346,8 @@ def one_of_each(owner, item, draft) -> None:
     CollectorHeartbeat.objects.create(name="collector", last_poll_at=timezone.now())
     ApiToken.objects.create(user=owner, token_hash="f" * 64, prefix="bd_abc")
     Publication.objects.create(product=item.product, version=draft, operation_key="k", content=draft.content)
+    upload = CatalogueImport.objects.create(file_name="a.csv", size=10, uploaded_by=owner)
+    CatalogueImportChunk.objects.create(catalogue_import=upload, number=0, data=b"sku,title\n")
 
 
 def admin_url(model, view: str, *args) -> str:

@@ -6,8 +6,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from ledger.actions import revise_product, withdraw_product
-from ledger.models import Product, SourceRevision
+from ledger.models import CatalogueImport, ImportState, Product, SourceRevision
 from ledger.states import ItemState
+from ledger.tasks import import_catalogue_file
+from review import catalogue as catalogue_screens
 from review.common import shown_value
 from tests.factories import ItemFactory, JobFactory, ProductFactory, UserFactory, add_version
 
@@ -327,3 +329,79 @@ def test_rejection_messages_are_escaped(client, owner):
     content = b'sku,title\n"<b>x</b>",Board\n'
     html = client.post(reverse("catalogue_import"), {"file": upload(content)}).content.decode()
     assert "<b>x</b>" not in html and "&lt;b&gt;x&lt;/b&gt;" in html
+
+
+def test_a_file_over_the_size_limit_is_refused_with_a_clear_message(client, owner, settings):
+    settings.BATCHDESK_IMPORT_MAX_BYTES = 1000
+    client.force_login(owner)
+    too_big = b"sku,title\n" + b"NEW-1,Linen tea towel\n" * 60
+
+    response = client.post(reverse("catalogue_import"), {"file": upload(too_big), "skip_invalid": "on"})
+
+    assert response.status_code == 413
+    html = response.content.decode()
+    assert "The file is larger than 1000\xa0bytes, the most the import screen takes." in html
+    assert not CatalogueImport.objects.exists() and not Product.objects.exists()
+    exactly_the_limit = b"sku,title,notes\nNEW-1,Linen tea towel," + b"x" * 961 + b"\n"
+    assert len(exactly_the_limit) == 1000
+    assert client.post(reverse("catalogue_import"), {"file": upload(exactly_the_limit)}).status_code == 200
+
+
+def test_a_big_file_is_imported_by_a_worker_while_the_page_shows_its_progress(
+    client, owner, monkeypatch, django_capture_on_commit_callbacks
+):
+    monkeypatch.setattr(catalogue_screens, "IMPORT_AT_ONCE_BYTES", 10)
+    client.force_login(owner)
+    content = b"sku,title,colour\n" + b"".join(f"NEW-{n},Tea towel {n},blue\n".encode() for n in range(5))
+
+    with django_capture_on_commit_callbacks() as queued:
+        response = client.post(reverse("catalogue_import"), {"file": upload(content)})
+
+    assert response.status_code == 202 and len(queued) == 1
+    stored = CatalogueImport.objects.get()
+    assert (stored.state, stored.uploaded_by, stored.size) == (ImportState.QUEUED, owner, len(content))
+    detail = reverse("import_detail", args=[stored.pk])
+    html = response.content.decode()
+    assert f'hx-get="{detail}" hx-trigger="every 2s"' in html
+    assert "Waiting for a worker" in html and 'data-testid="import-progress"' in html
+    assert not Product.objects.exists()
+
+    poll = client.get(detail, headers={"HX-Request": "true"})
+    assert poll.status_code == 200 and 'hx-trigger="every 2s"' in poll.content.decode()
+    assert "<html" not in poll.content.decode()  # the partial only
+
+    CatalogueImport.objects.filter(pk=stored.pk).update(
+        state=ImportState.RUNNING, rows_read=5, checked_bytes=len(content), rows_written=2
+    )
+    running = client.get(detail, headers={"HX-Request": "true"}).content.decode()
+    assert "Importing: 2 of 5 rows written" in running and 'value="70"' in running
+
+    CatalogueImport.objects.filter(pk=stored.pk).update(state=ImportState.QUEUED)
+    assert import_catalogue_file(stored.pk) == ImportState.DONE
+
+    done = client.get(detail, headers={"HX-Request": "true"})
+    assert done.status_code == 286  # htmx: stop polling
+    html = done.content.decode()
+    assert "created 5, revised 0, unchanged 0, withdrawn 0, rejected 0" in html and "hx-trigger" not in html
+    page = client.get(detail).content.decode()
+    assert "Imported." in page and "<html" in page
+    assert Product.objects.count() == 5
+
+
+def test_the_screen_lists_the_first_100_problems_and_counts_the_rest(client, owner):
+    client.force_login(owner)
+    content = b"sku,title\n" + b"bad sku!,Board\n" * 130
+
+    html = client.post(reverse("catalogue_import"), {"file": upload(content)}).content.decode()
+
+    assert "Nothing was imported: 130 rejected rows." in html
+    assert html.count('<span class="line-number">') == 100
+    assert "… and 30 more rejected rows (only the first 100 are listed)" in html
+
+
+def test_only_people_who_see_the_catalogue_see_an_import(client, owner, outsider):
+    stored = CatalogueImport.objects.create(file_name="a.csv", size=1, uploaded_by=owner)
+    client.force_login(outsider)
+    assert client.get(reverse("import_detail", args=[stored.pk])).status_code == 403
+    client.force_login(owner)
+    assert client.get(reverse("import_detail", args=[stored.pk + 1])).status_code == 404

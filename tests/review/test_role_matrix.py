@@ -13,7 +13,7 @@ import pytest
 from django.db import transaction
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from ledger.models import Submission
+from ledger.models import CatalogueImport, Submission
 from review.permissions import ADMIN, CATALOGUE_OWNER, OPERATOR
 from tests.factories import UserFactory
 
@@ -88,6 +88,7 @@ EXPECTED: dict[str, dict[str, dict]] = {
     "approve_selected": {"GET": NOT_ALLOWED, "POST": approvers(400)},
     "catalogue": {"GET": viewers(), "POST": NOT_ALLOWED},
     "catalogue_import": {"GET": viewers(), "POST": approvers(400)},
+    "import_detail": {"GET": viewers(), "POST": NOT_ALLOWED},
     "catalogue_product": {"GET": viewers(), "POST": NOT_ALLOWED},
     "prompts": {"GET": viewers(), "POST": NOT_ALLOWED},
     "prompt_new": {"GET": viewers(), "POST": approvers(400)},
@@ -154,7 +155,9 @@ def parameters(item, draft) -> dict:
     submission = Submission.objects.create(
         job=item.job, provider="emulator", model="m", intent_key="bd_matrix"
     )
+    upload = CatalogueImport.objects.create(file_name="a.csv", size=1, uploaded_by=item.job.owner)
     return {
+        "import_id": upload.pk,
         "job_id": item.job_id,
         "item_id": item.pk,
         "version_id": draft.pk,

@@ -6,7 +6,10 @@ from ledger.catalogue import import_catalogue
 
 
 class Command(BaseCommand):
-    help = "Import a catalogue file (JSONL or CSV): create and revise products, withdraw some."
+    help = (
+        "Import a catalogue file (JSONL or CSV): create and revise products, withdraw some. "
+        "The file is streamed: memory stays bounded whatever its size."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("path", help="a .jsonl or .csv file")
@@ -23,6 +26,8 @@ class Command(BaseCommand):
             raise CommandError(f"Cannot read {options['path']}: {error.strerror or error}") from None
         self.stdout.write(report.summary)
         problems = "\n".join(str(error) for error in report.errors)
+        if report.unlisted_errors:
+            problems += f"\n{report.unlisted_note}"
         if not report.imported and report.rejected:
             raise CommandError(
                 f"Nothing was imported: {report.rejected} rejected row(s). "
