@@ -11,6 +11,7 @@ urlpatterns = [
     path("jobs/new", jobs.job_start, name="job_start"),
     path("jobs/new/estimate", jobs.job_estimate, name="job_estimate"),
     path("jobs/<id:job_id>/", jobs.job_detail, name="job_detail"),
+    path("jobs/<id:job_id>/cancel", jobs.job_cancel, name="job_cancel"),
     path("items/<id:item_id>/", views.item_detail, name="item_detail"),
     path("items/<id:item_id>/approve", views.approve, name="approve_item"),
     path("items/<id:item_id>/reject", views.reject, name="reject_item"),
