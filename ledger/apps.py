@@ -7,8 +7,6 @@ class LedgerConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # `migrate` then `qcluster` is all a deployment does (SPEC rule 14): the collector's
-        # schedule is put in place by every migrate, so no other setup command exists to forget.
-        from .tasks import install_schedules
+        from .bootstrap import after_migrate
 
-        post_migrate.connect(install_schedules, sender=self, dispatch_uid="ledger.install_schedules")
+        post_migrate.connect(after_migrate, sender=self, dispatch_uid="ledger.after_migrate")

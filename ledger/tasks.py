@@ -119,30 +119,3 @@ def attempt(work, *args) -> None:
         work(*args)
     except Exception:
         log.exception("%s%s failed", work.__name__, args)
-
-
-def install_schedules(*, using: str = "default", apps=None, **signal_kwargs) -> None:
-    """The collector's schedule, once, whatever the number of migrates. Connected to `post_migrate`."""
-    from django_q.models import Schedule
-
-    if apps is not None:
-        try:
-            apps.get_model("django_q", "Schedule")
-        except LookupError:
-            return  # django_q's tables are not migrated yet (e.g. `migrate ledger`)
-    Schedule.objects.using(using).update_or_create(
-        name="collector",
-        defaults={
-            "func": "ledger.tasks.collect_round",
-            "schedule_type": Schedule.MINUTES,
-            "minutes": 1,
-            "repeats": -1,
-        },
-        create_defaults={
-            "func": "ledger.tasks.collect_round",
-            "schedule_type": Schedule.MINUTES,
-            "minutes": 1,
-            "repeats": -1,
-            "next_run": timezone.now(),
-        },
-    )

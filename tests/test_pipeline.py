@@ -9,7 +9,7 @@ from ledger.states import FINAL_STATES, ItemState, JobState
 from tests.factories import UserFactory
 from tests.processes import emulator_stats, make_catalogue, wait_until
 
-pytestmark = [pytest.mark.pipeline, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
+pytestmark = [pytest.mark.pipeline, pytest.mark.django_db(transaction=True)]
 
 SETTLED = {
     ItemState.AWAITING_REVIEW,

@@ -24,7 +24,7 @@ from ledger.states import ItemState, SubmissionState
 from tests.factories import UserFactory
 from tests.processes import emulator_stats, make_catalogue, wait_until
 
-pytestmark = [pytest.mark.pipeline, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
+pytestmark = [pytest.mark.pipeline, pytest.mark.django_db(transaction=True)]
 
 UNDISTURBED_STORY = ["prepared", "submitted", "returned", "awaiting_review"]
 

@@ -285,10 +285,10 @@ def test_a_product_withdrawn_while_retrying_is_not_sent_again(shop):
     assert len(shop.requests) == 1
     assert shop.applied == {}
     item.refresh_from_db()
-    assert item.state != ItemState.APPLIED
-    assert DestinationAttempt.objects.filter(item=item).order_by("pk").last().outcome == (
-        AttemptOutcome.REFUSED_BY_GUARD
-    )
+    # Stopped before a new attempt (none is made), saying the timed-out one may have landed.
+    assert item.state == ItemState.WITHDRAWN
+    assert DestinationAttempt.objects.filter(item=item).count() == 1
+    assert "may have applied" in item.reason
 
 
 def test_the_token_is_never_stored_even_when_the_receiver_echoes_it(shop):

@@ -1,5 +1,4 @@
-"""Helpers for the browser tests (the fixtures `page`, `apply_inline` and
-`leave_migration_data_behind` are in conftest.py)."""
+"""Helpers for the browser tests (the fixtures `page` and `apply_inline` are in conftest.py)."""
 
 
 def log_in(page, live_server, user, *, then: str) -> None:

@@ -52,19 +52,6 @@ def chromium() -> str:
     return path
 
 
-@pytest.fixture(scope="module")
-def leave_migration_data_behind(django_db_blocker):
-    """A live_server test ends with a flush that empties every table, the migrations' groups and prompt
-    included; Django puts them back only when the next serialized_rollback test starts. Put them back
-    now, for any later transactional test that expects them."""
-    yield
-    connection = connections["default"]
-    serialized = getattr(connection, "_test_serialized_contents", None)
-    if serialized:
-        with django_db_blocker.unblock():
-            connection.creation.deserialize_db_from_string(serialized)
-
-
 @pytest.fixture
 def page(chromium, live_server):
     """A fresh Chromium page, started once the test database is set up and stopped before it is flushed.

@@ -8,15 +8,14 @@ from django.urls import reverse
 from django.utils import timezone
 
 from ledger.models import Approval, CollectorHeartbeat, Item, Submission
-from ledger.states import ItemState, SubmissionState
+from ledger.states import ItemState, ReasonCode, SubmissionState
 from review.operations import attention_groups
 from tests.factories import ItemFactory, UserFactory, add_version
 from tests.review.browser import log_in
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.django_db(transaction=True, serialized_rollback=True),
-    pytest.mark.usefixtures("leave_migration_data_behind"),
+    pytest.mark.django_db(transaction=True),
 ]
 
 SERVER_ERROR = "server_error: The server had an error while processing your request. Sorry about that!"
@@ -25,8 +24,21 @@ SERVER_ERROR = "server_error: The server had an error while processing your requ
 def test_an_operator_retries_a_whole_group_once_the_count_is_confirmed(page, live_server, operator, job):
     from playwright.sync_api import expect
 
-    failing = [ItemFactory(job=job, state=ItemState.INFERENCE_FAILED, reason=SERVER_ERROR) for _ in range(14)]
-    other = ItemFactory(job=job, state=ItemState.VALIDATION_FAILED, reason="Too short: 12 characters")
+    failing = [
+        ItemFactory(
+            job=job,
+            state=ItemState.INFERENCE_FAILED,
+            reason=SERVER_ERROR,
+            reason_code=ReasonCode.MODEL_SERVER_ERROR,
+        )
+        for _ in range(14)
+    ]
+    other = ItemFactory(
+        job=job,
+        state=ItemState.VALIDATION_FAILED,
+        reason="Too short: 12 characters",
+        reason_code=ReasonCode.TOO_SHORT,
+    )
     [group] = [g for g in attention_groups() if g.state == ItemState.INFERENCE_FAILED]
     log_in(page, live_server, operator, then=reverse("operations"))
 

@@ -12,11 +12,10 @@ from ledger.states import ItemState
 from tests.factories import ItemFactory, add_version
 from tests.review.browser import log_in
 
-# live_server needs committed data; serialized_rollback restores the migrations' groups and prompt first.
+# live_server needs committed data; each test ends with a flush, after which migrate's post_migrate step puts the roles, prompt and schedule back, as in a deployment.
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.django_db(transaction=True, serialized_rollback=True),
-    pytest.mark.usefixtures("leave_migration_data_behind"),
+    pytest.mark.django_db(transaction=True),
 ]
 
 XSS = '<script>window.__xss=1</script><img src=x onerror="window.__xss=2">'

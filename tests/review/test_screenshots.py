@@ -29,8 +29,7 @@ from tests.review.browser import log_in
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.django_db(transaction=True, serialized_rollback=True),
-    pytest.mark.usefixtures("leave_migration_data_behind"),
+    pytest.mark.django_db(transaction=True),
 ]
 
 README_SCREENSHOTS = Path(settings.BASE_DIR) / "docs" / "screenshots"

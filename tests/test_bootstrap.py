@@ -1,0 +1,36 @@
+"""`migrate` puts in place everything the background side and the screens need (SPEC rule 14):
+roles, the default prompt and the collector's schedule, once, however often it runs."""
+
+import pytest
+from django.contrib.auth.models import Group
+from django.core.management import call_command
+from django_q.models import Schedule
+
+from ledger.models import PromptVersion
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_migrated_database_has_roles_prompt_and_schedule():
+    assert set(Group.objects.values_list("name", flat=True)) >= {"catalogue_owner", "operator", "admin"}
+    assert PromptVersion.objects.filter(task="product_description").exists()
+    schedule = Schedule.objects.get(name="collector")
+    assert (schedule.func, schedule.schedule_type, schedule.repeats) == (
+        "ledger.tasks.collect_round",
+        Schedule.MINUTES,
+        -1,
+    )
+
+
+def test_migrate_again_restores_what_is_missing_and_duplicates_nothing():
+    Schedule.objects.filter(name="collector").delete()
+    Group.objects.filter(name="operator").delete()
+    kept = PromptVersion.objects.get(task="product_description")
+
+    call_command("migrate", verbosity=0)
+    call_command("migrate", verbosity=0)
+
+    assert Schedule.objects.filter(name="collector").count() == 1
+    assert Group.objects.filter(name="operator").count() == 1
+    # The default prompt is made only for a task that has none: people's versions are left alone.
+    assert list(PromptVersion.objects.filter(task="product_description")) == [kept]
