@@ -70,6 +70,7 @@ from ledger.models import (
 )
 from ledger.states import NEEDS_ATTENTION_STATES, ItemState, JobState, SubmissionState
 
+from .forms import MAX_CONTENT_LENGTH, MAX_NOTE_LENGTH
 from .ids import parse_id
 from .job_forms import ApiJobForm
 from .permissions import APPROVERS, OPERATOR, VIEWERS, has_role, may_cancel
@@ -78,9 +79,6 @@ log = logging.getLogger(__name__)
 
 JOBS_PER_PAGE = 25
 ITEMS_PER_PAGE = 50
-# The limits of the review screens' forms.
-MAX_CONTENT_LENGTH = 65536
-MAX_NOTE_LENGTH = 2000
 OPERATORS = (OPERATOR,)
 # A token used again within this time is not written again: reading stays free of writes.
 LAST_USED_PRECISION = timedelta(minutes=1)

@@ -7,6 +7,10 @@ from ledger.states import ItemState
 
 from .ids import INVALID_ID, IdField, parse_id
 
+# The limits of a decision, for the review screens and the API alike.
+MAX_CONTENT_LENGTH = 65536
+MAX_NOTE_LENGTH = 2000
+
 sha256_hex = RegexValidator(r"^[0-9a-f]{64}$", "The draft's content hash must be 64 hexadecimal characters.")
 
 
@@ -16,8 +20,10 @@ class ApproveForm(forms.Form):
         validators=[sha256_hex], error_messages={"required": "The draft's hash is missing."}
     )
     # The edited final text; empty means "publish the draft as it is". Not stripped: whitespace is text.
-    content = forms.CharField(required=False, strip=False, max_length=65536, widget=forms.Textarea)
-    note = forms.CharField(required=False, max_length=2000)
+    content = forms.CharField(
+        required=False, strip=False, max_length=MAX_CONTENT_LENGTH, widget=forms.Textarea
+    )
+    note = forms.CharField(required=False, max_length=MAX_NOTE_LENGTH)
 
     def clean_content(self) -> str | None:
         content = self.cleaned_data["content"].replace("\r\n", "\n")  # browsers send CRLF
@@ -26,7 +32,9 @@ class ApproveForm(forms.Form):
 
 class RejectForm(forms.Form):
     version_id = IdField(error_messages={"required": "Say which draft is rejected."})
-    reason = forms.CharField(max_length=2000, error_messages={"required": "Say why the draft is rejected."})
+    reason = forms.CharField(
+        max_length=MAX_NOTE_LENGTH, error_messages={"required": "Say why the draft is rejected."}
+    )
 
 
 class ItemFilterForm(forms.Form):
