@@ -92,6 +92,10 @@ class Rejection(NamedTuple):
         return f"line {self.line}: {self.message}"
 
 
+class FileChanged(Exception):
+    """The second pass did not read what the first one checked."""
+
+
 class Unreadable(Rejection):
     """The file as a whole cannot be read (a CSV header without sku or title, say)."""
 
@@ -198,6 +202,8 @@ def import_catalogue(
                 _write(chunk, report)
                 if on_progress:
                     on_progress(report)
+            if report.rows_written != report.rows_read - report.rejected:
+                raise FileChanged("The file changed while it was imported; nothing was imported")
             report.imported = True
             if before_commit:
                 before_commit(report)

@@ -68,6 +68,20 @@ def test_rows_are_written_in_chunks_inside_one_transaction(tmp_path, monkeypatch
     assert Product.objects.count() == 5
 
 
+def test_a_file_that_changes_between_the_passes_imports_nothing(tmp_path):
+    class EditedMeanwhile(io.BytesIO):
+        """Checked with three good rows; by the time they are written, the third is broken."""
+
+        def seek(self, offset: int, whence: int = 0, /) -> int:
+            if self.tell():
+                self.__init__(rows(2) + b"{oops\n")
+            return super().seek(offset, whence)
+
+    with pytest.raises(catalogue.FileChanged):
+        import_catalogue(EditedMeanwhile(rows(3)))
+    assert not Product.objects.exists()
+
+
 def test_a_report_lists_the_first_100_problems_and_counts_the_rest(tmp_path, capsys):
     path = tmp_path / "bad.jsonl"
     path.write_bytes(rows(2) + b"{oops\n" * 150)
