@@ -15,6 +15,8 @@ from django.utils import timezone
 
 from .destinations.base import NOT_PUBLISHED, DestinationResult
 from .models import (
+    DEFAULT_DESTINATION,
+    DEFAULT_UNIT_SIZE,
     MAX_UNIT_SIZE,
     Approval,
     AttemptOutcome,
@@ -282,9 +284,9 @@ def create_job(
     provider: str,
     model: str,
     prompt_version: int | None = None,
-    destination: str = "catalogue",
+    destination: str = DEFAULT_DESTINATION,
     skus: list[str] | None = None,
-    unit_size: int = 500,
+    unit_size: int = DEFAULT_UNIT_SIZE,
 ) -> Job:
     """Freeze the set of items (each product's current revision) and queue their submission."""
     from .destinations import destination_names
@@ -681,7 +683,11 @@ def reconcile_uncertain(submission_id: int, *, provider=None) -> str:
         )
         # A new attempt number gives the re-sent request a new custom_id.
         Item.objects.filter(pk__in=moved).update(inference_attempt=F("inference_attempt") + 1)
+        # Back from the provider: a product revised or withdrawn meanwhile stops its item now.
+        for item in Item.objects.filter(pk__in=moved):
+            judge_currency(item)
         enqueue("ledger.tasks.submit_job", submission.job_id)
+    refresh_job_state(submission.job_id)
     return "released"
 
 
@@ -829,7 +835,10 @@ def record_result(submission: Submission, line, *, seen: set[str] | None = None)
 def record_version(item: Item, submission: Submission, line) -> str:
     from .validation import check_draft
 
-    if item.state != ItemState.SUBMITTED:
+    # An item stopped while its request was out (its product changed, its job was cancelled) still
+    # had its answer paid for: the draft is kept as evidence, and its cost counts as wasted.
+    stopped = item.state in (ItemState.OBSOLETE, ItemState.WITHDRAWN, ItemState.CANCELLED)
+    if item.state != ItemState.SUBMITTED and not stopped:
         return f"item is {item.state}"
     number = (item.versions.aggregate(n=Max("number"))["n"] or 0) + 1
     prompt = item.job.prompt_version
@@ -850,6 +859,8 @@ def record_version(item: Item, submission: Submission, line) -> str:
         valid=not reasons,
         validation_reasons=reasons,
     )
+    if stopped:
+        return f"kept as evidence: item is {item.state}"
     change_state(item.pk, to=ItemState.RETURNED, data={"version": version.pk})
     if judge_currency(item):
         return "not current"
@@ -1100,6 +1111,11 @@ def record_attempt(item: Item, attempt: DestinationAttempt, result: "Destination
         DestinationAttempt.objects.filter(pk=attempt.pk).update(
             outcome=result.outcome, response=result.message[:4000], finished_at=timezone.now()
         )
+        now_in = Item.objects.select_for_update().values_list("state", flat=True).get(pk=item.pk)
+        if now_in != ItemState.APPLYING:
+            # A product change stopped the item while this attempt was under way: the attempt's
+            # outcome is kept as evidence, the item stays where the change put it.
+            return f"item is {now_in}"
         if result.outcome == AttemptOutcome.APPLIED:
             change_state(item.pk, to=ItemState.APPLIED, reason=result.message, expect=[ItemState.APPLYING])
             return ItemState.APPLIED

@@ -5,7 +5,8 @@ people have made of them since."""
 
 from django.utils import timezone
 
-ROLES = ["catalogue_owner", "operator", "admin"]
+# The groups of SPEC §8, by the names `review.permissions` checks.
+ROLES = ("catalogue_owner", "operator", "admin")
 
 CLAIM_WORDS = [
     "waterproof",

@@ -64,10 +64,21 @@ OUTSTANDING_STATES = frozenset({S.PREPARED, S.SUBMITTED, S.SUBMISSION_UNCERTAIN,
 # A person decides next: a reviewer on a draft, or an approved draft on its way to the destination.
 REVIEW_STATES = frozenset({S.AWAITING_REVIEW, S.APPROVED, S.APPLYING})
 
-# At rest but not final: nothing moves until an operator (or a reviewer's regeneration) acts.
-NEEDS_ATTENTION_STATES = frozenset(
-    {S.INFERENCE_FAILED, S.VALIDATION_FAILED, S.REJECTED, S.DESTINATION_REJECTED, S.DEAD_LETTER}
+# At rest but not final: nothing moves until an operator (or a reviewer's regeneration) acts. In the
+# order the operations page lists them.
+NEEDS_ATTENTION_STATES = (
+    S.INFERENCE_FAILED,
+    S.VALIDATION_FAILED,
+    S.DESTINATION_REJECTED,
+    S.DEAD_LETTER,
+    S.REJECTED,
 )
+
+
+def needs_attention(counts: dict[str, int]) -> int:
+    """How many of a job's items wait for an operator, from its counts by state."""
+    return sum(counts.get(state, 0) for state in NEEDS_ATTENTION_STATES)
+
 
 # Items at the provider: a product change reaches them when their result returns (rule 5).
 AT_PROVIDER_STATES = frozenset({S.SUBMITTED, S.SUBMISSION_UNCERTAIN})

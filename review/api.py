@@ -68,11 +68,11 @@ from ledger.models import (
     ProductStatus,
     Submission,
 )
-from ledger.states import NEEDS_ATTENTION_STATES, ItemState, JobState, SubmissionState
+from ledger.states import ItemState, JobState, SubmissionState, needs_attention
 
 from .forms import MAX_CONTENT_LENGTH, MAX_NOTE_LENGTH
 from .ids import parse_id
-from .job_forms import ApiJobForm
+from .job_forms import UNREADABLE, ApiJobForm
 from .permissions import APPROVERS, OPERATOR, VIEWERS, has_role, may_cancel
 
 log = logging.getLogger(__name__)
@@ -302,7 +302,7 @@ def jobs_json(request: HttpRequest, jobs: list[Job]) -> list[dict]:
             "items_url": request.build_absolute_uri(reverse("api:job_items", args=[job.pk])),
             "item_count": sum(counts[job.pk].values()),
             "counts": {state: counts[job.pk].get(state, 0) for state in ItemState.values},
-            "needs_attention": sum(counts[job.pk].get(state, 0) for state in NEEDS_ATTENTION_STATES),
+            "needs_attention": needs_attention(counts[job.pk]),
             "submissions": submissions[job.pk],
             "cost": costs[job.pk],
         }
@@ -374,7 +374,6 @@ def same_work(job: Job, wanted: dict, owner) -> str | None:
     Nothing about the request is stored, so it is compared with the job itself. A request that
     leaves out `skus` (every active product) or `prompt_version` (the latest) is compared on the
     other fields only: the catalogue and the prompts may have changed since the job was made."""
-    wanted = {**ApiJobForm.DEFAULTS, "prompt_version": None, "skus": None, **wanted}
     if job.owner_id != owner.pk:
         return f"The reference {job.reference!r} is already used by another person's job"
     differences = [
@@ -392,7 +391,7 @@ def same_work(job: Job, wanted: dict, owner) -> str | None:
         differences.append("prompt_version")
     if wanted["skus"] is not None:
         skus = set(job.items.values_list("product__sku", flat=True).distinct())
-        if not isinstance(wanted["skus"], list) or skus != set(wanted["skus"]):
+        if wanted["skus"] is UNREADABLE or skus != set(wanted["skus"]):
             differences.append("skus")
     if differences:
         return f"The reference {job.reference!r} is already used by a job with a different {', '.join(differences)}"
@@ -423,7 +422,8 @@ def start_job(request: HttpRequest) -> HttpResponse:
     form = ApiJobForm(data)
     valid = form.is_valid()
     # A repeated request is answered from the job it made, whatever the catalogue says now.
-    if (reference := form.cleaned_data.get("reference")) and (repeated := replay(request, reference, data)):
+    wanted = form.wanted()
+    if (reference := form.cleaned_data.get("reference")) and (repeated := replay(request, reference, wanted)):
         return repeated
     if not valid:
         raise invalid(form.problems())
@@ -431,7 +431,7 @@ def start_job(request: HttpRequest) -> HttpResponse:
         job = create_job(owner=request.user, skus=form.cleaned_data["skus"], **form.job_fields())
     except (IntegrityError, NotAllowed):
         # Another request with this reference won the race: answer as its repeat.
-        if repeated := replay(request, form.cleaned_data["reference"], data):
+        if repeated := replay(request, form.cleaned_data["reference"], wanted):
             return repeated
         raise
     return JsonResponse(job_created_json(request, job), status=202)

@@ -23,6 +23,8 @@ from ledger.providers import provider_names
 
 # Unknown SKUs are listed in an error up to this many; the rest are counted.
 SHOWN_SKUS = 20
+# A field of a request that could not be read, in `ApiJobForm.wanted()`.
+UNREADABLE = object()
 
 
 def active_products() -> QuerySet[Product]:
@@ -140,6 +142,11 @@ class ApiJobForm(JobForm):
             if missing := [sku for sku in skus if sku not in found]:
                 self.add_error("skus", "unknown SKUs: " + ", ".join(missing[:SHOWN_SKUS]))
         return data
+
+    def wanted(self) -> dict:
+        """What the request asks for, as this form read it (defaults filled in, text stripped);
+        a field it could not read is UNREADABLE, which differs from anything a job holds."""
+        return {name: self.cleaned_data.get(name, UNREADABLE) for name in self.fields}
 
     def problems(self) -> dict[str, str]:
         return {name: " ".join(errors) for name, errors in self.errors.items()}

@@ -20,7 +20,7 @@ from django_htmx.http import HttpResponseStopPolling
 from ledger.actions import NotAllowed, cancel_job, cancellable_items, create_job
 from ledger.models import Job, Submission
 from ledger.pricing import PLACES, Price, job_cost, price_for
-from ledger.states import NEEDS_ATTENTION_STATES, JobState, SubmissionState
+from ledger.states import JobState, SubmissionState, needs_attention
 from ledger.validation import render_user_message
 
 from .common import WORKING_JOB_STATES, HtmxHttpRequest, progress_of, state_counts, wants_partial
@@ -226,7 +226,7 @@ def job_progress(job: Job) -> dict:
     by_state = job.items.counts_by_state()
     return {
         "counts": state_counts(by_state),
-        "needs_attention": sum(by_state.get(state, 0) for state in NEEDS_ATTENTION_STATES),
+        "needs_attention": needs_attention(by_state),
         "submissions": [SubmissionRow(s) for s in job.submissions.order_by("id")],
     }
 
@@ -261,10 +261,11 @@ def job_detail(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
         "page": Paginator(items, ITEMS_PER_PAGE).get_page(request.GET.get("page")),
     }
     if job.state != JobState.CANCELLED and may_cancel(request.user, job):
-        context["cancel"] = {
+        cancel = {
             "items": cancellable_items(job).count(),
             "batches": job.submissions.filter(state=SubmissionState.OPEN).count(),
         }
+        context["cancel"] = cancel if cancel["items"] or cancel["batches"] else None
     return render(request, "job_detail.html", context)
 
 

@@ -22,7 +22,7 @@ from django.views.decorators.http import require_GET, require_POST
 from ledger.actions import NotAllowed, reconcile_uncertain, redrive_dead_letter, retry_item
 from ledger.models import Item, Submission
 from ledger.providers.base import ProviderError
-from ledger.states import ItemState, JobState, ReasonCode, SubmissionState
+from ledger.states import NEEDS_ATTENTION_STATES, ItemState, JobState, ReasonCode, SubmissionState
 
 from .common import HtmxHttpRequest, wants_partial
 from .ids import parse_id
@@ -30,17 +30,10 @@ from .permissions import OPERATOR, VIEWERS, has_role, role_required
 
 S = ItemState
 
-# The states an item can stop in that need, or once needed, a person. `obsolete` needs no action
-# (the current revision was queued as a new item) but is shown so nobody wonders where it went.
-NEEDS_ATTENTION = (
-    S.INFERENCE_FAILED,
-    S.VALIDATION_FAILED,
-    S.DESTINATION_REJECTED,
-    S.DEAD_LETTER,
-    S.SUBMISSION_UNCERTAIN,
-    S.REJECTED,
-    S.OBSOLETE,
-)
+# What the page lists: the items at rest waiting for an operator, and those whose submission's
+# create answer was lost (an operator may have to resolve it). Obsolete and withdrawn items are
+# final and need nobody: the job and the item pages show them.
+NEEDS_ATTENTION = (*NEEDS_ATTENTION_STATES, S.SUBMISSION_UNCERTAIN)
 INFERENCE, DESTINATION = "inference", "destination"
 # Submissions that have not finished: to be sent, being reconciled, at the provider, or to be collected.
 UNFINISHED_SUBMISSIONS = (
@@ -71,7 +64,6 @@ def ago(moment: datetime | None, *, depth: int = 2) -> str:
 ONE_GROUP_PER_STATE = {
     S.SUBMISSION_UNCERTAIN: "Unclear whether the provider received the batch",
     S.REJECTED: "Rejected by a reviewer",
-    S.OBSOLETE: "Draft generated for an obsolete revision",
 }
 
 

@@ -1,13 +1,13 @@
-"""Who may do what on the screens (SPEC §8). Roles are Django groups made by a ledger migration."""
+"""Who may do what on the screens (SPEC §8). Roles are Django groups that every migrate puts in place (ledger.bootstrap)."""
 
 from collections.abc import Callable
 from functools import wraps
 
 from django.core.exceptions import PermissionDenied
 
-CATALOGUE_OWNER = "catalogue_owner"
-OPERATOR = "operator"
-ADMIN = "admin"
+from ledger.bootstrap import ROLES
+
+CATALOGUE_OWNER, OPERATOR, ADMIN = ROLES
 
 # Everything is visible to every role; approving is a catalogue owner's decision, never an operator's.
 VIEWERS = (CATALOGUE_OWNER, OPERATOR, ADMIN)

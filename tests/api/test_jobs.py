@@ -59,6 +59,24 @@ def test_the_same_request_again_returns_the_same_job(as_owner):
     assert snapshot() == before
 
 
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"model": None},
+        {"destination": None, "unit_size": None, "prompt_version": None},
+        {"task": " product_description "},
+    ],
+)
+def test_a_repeat_is_compared_as_the_form_reads_it(as_owner, extra):
+    """Null means "the default" and text is stripped, on the first request and on its repeat alike."""
+    ProductFactory()
+    first = as_owner.post_json("/api/jobs", {**BODY, **extra})
+    assert first.status_code == 202, first.content
+    again = as_owner.post_json("/api/jobs", {**BODY, **extra})
+    assert again.status_code == 200, again.content
+    assert again.json()["id"] == first.json()["id"]
+
+
 def test_a_repeat_without_skus_compares_the_other_fields_only(as_owner):
     ProductFactory()
     first = as_owner.post_json("/api/jobs", BODY).json()

@@ -182,3 +182,72 @@ def test_the_job_page_offers_cancel_with_its_count_to_operators_and_the_owner_on
     assert Job.objects.get(pk=job.pk).state == JobState.CANCELLED
     assert job.items.filter(state=S.CANCELLED).count() == 2
     assert "Cancel 2 items" not in client.get(f"/jobs/{job.pk}/").content.decode()
+
+
+def test_a_job_with_nothing_left_to_cancel_offers_no_cancel_button(client):
+    owner = UserFactory(roles=["catalogue_owner"])
+    job = JobFactory(owner=owner, state=JobState.COMPLETED)
+    ItemFactory(job=job, state=S.APPLIED)
+    client.force_login(owner)
+    assert 'data-testid="cancel-job"' not in client.get(f"/jobs/{job.pk}/").content.decode()
+
+
+def test_an_uncertain_item_released_after_its_product_was_withdrawn_stops_instead_of_being_sent(emulator):  # noqa: F811
+    job = JobFactory(unit_size=5)
+    products = [ProductFactory() for _ in range(2)]
+    for product in products:
+        Item.objects.create(job=job, product=product, source_revision=product.current_revision)
+    (submission_id,) = actions.plan_submissions(job.pk)
+    Submission.objects.filter(pk=submission_id).update(state=SubmissionState.UNCERTAIN)
+    Item.objects.filter(job=job).update(state=S.SUBMISSION_UNCERTAIN)
+    actions.withdraw_product(sku=products[0].sku)  # at the provider, perhaps: judged on its return
+    assert Item.objects.get(product=products[0]).state == S.SUBMISSION_UNCERTAIN
+    Submission.objects.filter(pk=submission_id).update(updated_at="2000-01-01T00:00:00Z")
+
+    assert actions.reconcile_uncertain(submission_id) == "released"
+
+    assert Item.objects.get(product=products[0]).state == S.WITHDRAWN
+    assert Item.objects.get(product=products[1]).state == S.PREPARED
+
+
+def test_a_result_for_an_item_stopped_while_at_the_provider_is_kept_as_evidence():
+    from ledger.models import SubmissionItem
+    from ledger.providers.base import ResultLine
+
+    item = ItemFactory(submitted=True)
+    submission = Submission.objects.create(
+        job=item.job, provider="emulator", model="m", intent_key="bd_evidence", state=SubmissionState.ENDED
+    )
+    SubmissionItem.objects.create(submission=submission, item=item, custom_id=item.custom_id)
+    actions.cancel_job(job_id=item.job_id)
+    draft = (
+        '{"headline": "A board", "description": "A sturdy oak board that suits daily use in any kitchen."}'
+    )
+    line = ResultLine(
+        custom_id=item.custom_id, succeeded=True, content=draft, input_tokens=100, output_tokens=50
+    )
+
+    assert actions.record_result(submission, line).startswith("kept as evidence")
+
+    item.refresh_from_db()
+    assert item.state == S.CANCELLED
+    version = item.versions.get()
+    assert (version.input_tokens, version.output_tokens) == (100, 50)  # its cost counts as wasted
+
+
+def test_an_attempt_that_ends_after_a_product_change_stopped_its_item_is_recorded_not_lost():
+    from ledger.destinations.base import DestinationResult
+
+    item = applying_item_with_a_lost_answer()
+    item.refresh_from_db()
+    attempt = DestinationAttempt.objects.create(
+        item=item, version_id=item.approved_version_id, destination="catalogue", operation_key="k2"
+    )
+    actions.change_state(item.pk, to=S.WITHDRAWN, reason="The product was withdrawn")
+
+    outcome = actions.record_attempt(item, attempt, DestinationResult(AttemptOutcome.APPLIED, "200 OK"))
+
+    assert outcome == "item is withdrawn"
+    attempt.refresh_from_db()
+    assert attempt.outcome == AttemptOutcome.APPLIED and attempt.response == "200 OK"
+    assert Item.objects.get(pk=item.pk).state == S.WITHDRAWN

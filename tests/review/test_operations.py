@@ -101,7 +101,6 @@ def admin():
             "Gave up after the allowed attempts — the destination kept failing",
         ),
         (S.REJECTED, ReasonCode.REJECTED_BY_REVIEWER, False, "Rejected by a reviewer"),
-        (S.OBSOLETE, ReasonCode.PRODUCT_CHANGED, False, "Draft generated for an obsolete revision"),
         (
             S.SUBMISSION_UNCERTAIN,
             ReasonCode.ANSWER_LOST,
@@ -194,12 +193,13 @@ def test_nothing_needs_attention(client, operator, item):
     assert "Nothing needs attention." in html and "No submission is open." in html
 
 
-def test_obsolete_drafts_are_shown_with_nothing_to_do(client, operator, job):
+def test_obsolete_and_withdrawn_items_need_nobody_and_are_not_listed(client, operator, job):
     failed(job, S.OBSOLETE, "The product changed after this draft was requested", 2)
+    failed(job, S.WITHDRAWN, "The product was withdrawn")
+    assert attention_groups() == []
     client.force_login(operator)
     html = client.get(reverse("operations")).content.decode()
-    assert "Draft generated for an obsolete revision" in html
-    assert "Nothing to do: the current revision was queued as a new item." in html
+    assert "obsolete revision" not in html
 
 
 def test_reasons_are_escaped(client, operator, job):

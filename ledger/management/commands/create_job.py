@@ -2,6 +2,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from ledger.actions import NotAllowed, create_job
+from ledger.models import DEFAULT_DESTINATION, DEFAULT_MODEL, DEFAULT_UNIT_SIZE
 
 
 class Command(BaseCommand):
@@ -11,11 +12,11 @@ class Command(BaseCommand):
         parser.add_argument("--reference", required=True)
         parser.add_argument("--task", required=True)
         parser.add_argument("--provider", required=True)
-        parser.add_argument("--model", default="gpt-4o-mini")
+        parser.add_argument("--model", default=DEFAULT_MODEL)
         parser.add_argument("--prompt-version", type=int)
-        parser.add_argument("--destination", default="catalogue")
+        parser.add_argument("--destination", default=DEFAULT_DESTINATION)
         parser.add_argument("--skus", help="comma-separated; default every active product")
-        parser.add_argument("--unit-size", type=int, default=500)
+        parser.add_argument("--unit-size", type=int, default=DEFAULT_UNIT_SIZE)
         parser.add_argument("--owner", default="", help="username; default the first superuser")
 
     def handle(self, *args, **options):
