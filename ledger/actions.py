@@ -374,28 +374,23 @@ def currency_problem(item: Item, *, product: Product | None = None) -> str | Non
     return None
 
 
+# Why an item stops when its product is withdrawn or revised: the words and the code.
+CURRENCY_STOPS = {
+    ItemState.WITHDRAWN: ("The product was withdrawn", ReasonCode.PRODUCT_WITHDRAWN),
+    ItemState.OBSOLETE: ("The product changed after this draft was requested", ReasonCode.PRODUCT_CHANGED),
+}
+
+
 def judge_currency(item: Item, *, actor=None) -> str | None:
     """Withdrawn or revised product? Move the item out of the way and say why; else None."""
     # One transaction: an obsolete item and its replacement are recorded together or not at all.
     with transaction.atomic():
         problem = currency_problem(item)
-        if problem == ItemState.WITHDRAWN:
-            change_state(
-                item.pk,
-                to=ItemState.WITHDRAWN,
-                actor=actor,
-                reason="The product was withdrawn",
-                code=ReasonCode.PRODUCT_WITHDRAWN,
-            )
-        elif problem == ItemState.OBSOLETE:
-            change_state(
-                item.pk,
-                to=ItemState.OBSOLETE,
-                actor=actor,
-                reason="The product changed after this draft was requested",
-                code=ReasonCode.PRODUCT_CHANGED,
-            )
-            queue_current_revision(item)
+        if problem:
+            reason, code = CURRENCY_STOPS[problem]
+            change_state(item.pk, to=problem, actor=actor, reason=reason, code=code)
+            if problem == ItemState.OBSOLETE:
+                queue_current_revision(item)
     return problem
 
 
@@ -1094,9 +1089,7 @@ def stop_application(item: Item, problem: str) -> None:
             item.pk,
             to=problem,
             reason=NOT_PUBLISHED[problem] + (MAY_HAVE_BEEN_APPLIED if lost else ""),
-            code=ReasonCode.PRODUCT_WITHDRAWN
-            if problem == ItemState.WITHDRAWN
-            else ReasonCode.PRODUCT_CHANGED,
+            code=CURRENCY_STOPS[problem][1],
             expect=[ItemState.APPLYING],
             data={"may_have_been_applied": lost},
             next_attempt_at=None,
