@@ -679,7 +679,10 @@ def reconcile_uncertain(submission_id: int, *, provider=None) -> str:
         # A new attempt number gives the re-sent request a new custom_id.
         Item.objects.filter(pk__in=moved).update(inference_attempt=F("inference_attempt") + 1)
         # Back from the provider: a product revised or withdrawn meanwhile stops its item now.
-        for item in Item.objects.filter(pk__in=moved):
+        changed = Item.objects.filter(pk__in=moved).filter(
+            Q(product__status=ProductStatus.WITHDRAWN) | ~Q(product__current_revision=F("source_revision"))
+        )
+        for item in changed:
             judge_currency(item)
         enqueue("ledger.tasks.submit_job", submission.job_id)
     refresh_job_state(submission.job_id)
