@@ -1,0 +1,87 @@
+"""The verbs of the ledger, one module per topic. Each verb is a transaction that changes state
+through the transition table, writes its events in the same transaction and enqueues follow-up
+work on commit. Importing from `ledger.actions` reaches every one of them."""
+
+from .applying import (  # noqa: F401
+    MAX_APPLY_ATTEMPTS,
+    MAY_HAVE_BEEN_APPLIED,
+    apply_item,
+    operation_key,
+    record_attempt,
+    stop_application,
+)
+from .collecting import (  # noqa: F401
+    INFERENCE_REASONS,
+    MAX_INFERENCE_ATTEMPTS,
+    TRANSIENT_ERROR_CODES,
+    collect_submission,
+    inference_reason,
+    poll_submission,
+    record_failure,
+    record_result,
+    record_version,
+    retry_inference,
+)
+from .core import (  # noqa: F401
+    NotAllowed,
+    actor_name,
+    backoff,
+    change_state,
+    enqueue,
+    move_items,
+    refresh_job_state,
+)
+from .jobs import (  # noqa: F401
+    CURRENCY_STOPS,
+    create_job,
+    currency_problem,
+    judge_currency,
+    queue_current_revision,
+)
+from .operating import (  # noqa: F401
+    CANCELLABLE_ITEM_STATES,
+    cancel_at_provider,
+    cancel_job,
+    cancellable_items,
+    redrive_dead_letter,
+    retry_item,
+)
+from .products import (  # noqa: F401
+    ProductChange,
+    record_product,
+    retire_stale_items,
+    revise_product,
+    stop_unapplied_items,
+    stop_withdrawn_items,
+    withdraw_product,
+)
+from .prompts import (  # noqa: F401
+    MAX_PROMPT_JSON_DEPTH,
+    MAX_PROMPT_OUTPUT_TOKENS,
+    PROMPT_RULE_KEYS,
+    PROMPT_TASK_PATTERN,
+    PROMPT_TEMPLATE_FIELDS,
+    create_prompt_version,
+    output_schema_problems,
+    prompt_rules_problems,
+    prompt_template_problems,
+)
+from .reviewing import (  # noqa: F401
+    APPROVAL_REFUSALS,
+    approve_version,
+    reject_version,
+)
+from .submitting import (  # noqa: F401
+    LostClaim,
+    adopt,
+    build_requests,
+    claim_submission,
+    lease_end,
+    note_anomaly,
+    plan_submissions,
+    reconcile_uncertain,
+    release_submission,
+    renew_claim,
+    send_submission,
+    set_submission_state,
+)

@@ -1,0 +1,276 @@
+"""Collecting: polling open submissions and recording every result line by custom_id, once
+(rules 2 and 4), with failures classified and retried by themselves when transient (rule 8)."""
+
+from datetime import timedelta
+
+from django.db import transaction
+from django.db.models import F, Max
+from django.utils import timezone
+
+from ..models import GeneratedVersion, Item, Submission, SubmissionItem, content_hash
+from ..retrying import is_transient_status
+from ..states import ItemState, ReasonCode, SubmissionState
+from .core import backoff, change_state, enqueue, refresh_job_state
+from .jobs import judge_currency
+from .submitting import claim_submission, lease_end, note_anomaly, set_submission_state
+
+# Transient inference failures are retried this many times in all before the item is given up.
+MAX_INFERENCE_ATTEMPTS = 3
+
+
+TRANSIENT_ERROR_CODES = {"batch_expired", "server_error", "rate_limit_exceeded", "timeout", "missing_result"}
+
+
+# A result line's error code, as the provider words it, and the ledger's code for it.
+INFERENCE_REASONS = {
+    "server_error": ReasonCode.MODEL_SERVER_ERROR,
+    "batch_expired": ReasonCode.BATCH_EXPIRED,
+    "rate_limit_exceeded": ReasonCode.RATE_LIMITED,
+    "timeout": ReasonCode.TIMED_OUT,
+    "missing_result": ReasonCode.MISSING_RESULT,
+    "invalid_request_error": ReasonCode.REQUEST_INVALID,
+    "batch_failed": ReasonCode.BATCH_REFUSED,
+    "unreadable_result": ReasonCode.UNREADABLE_RESULT,
+}
+
+
+def inference_reason(line) -> str:
+    if line.error_code in INFERENCE_REASONS:
+        return INFERENCE_REASONS[line.error_code]
+    if line.http_status is not None and line.http_status >= 500:
+        return ReasonCode.MODEL_SERVER_ERROR
+    if line.http_status == 429:
+        return ReasonCode.RATE_LIMITED
+    return ReasonCode.MODEL_FAILED
+
+
+def poll_submission(submission_id: int, *, provider=None) -> str:
+    """Ask the provider how an open submission is doing; collect it when it has ended."""
+    from ..providers import get_provider
+    from ..providers.base import ProviderError
+
+    submission = Submission.objects.get(pk=submission_id)
+    if submission.state != SubmissionState.OPEN:
+        return submission.state
+    provider = provider or get_provider(submission.provider)
+    try:
+        status = provider.status(submission.provider_ref)
+    except ProviderError as exc:
+        # Not an observation: last_observed_* keep what the provider last actually said.
+        Submission.objects.filter(pk=submission.pk).update(error=str(exc)[:2000])
+        return "provider error"
+    fields = {
+        "last_observed_at": timezone.now(),
+        "last_observed_status": status.provider_status,
+        "request_counts": status.counts,
+        "output_file_ref": status.output_ref,
+        "error_file_ref": status.error_ref,
+        "error": status.problem,
+    }
+    if status.ended:
+        with transaction.atomic():
+            updated = Submission.objects.filter(pk=submission.pk, state=SubmissionState.OPEN).update(**fields)
+            if updated:
+                set_submission_state(
+                    submission, SubmissionState.ENDED, reason=f"Provider says {status.provider_status}"
+                )
+        return collect_submission(submission_id, provider=provider)
+    Submission.objects.filter(pk=submission.pk).update(**fields)
+    return status.provider_status
+
+
+def collect_submission(submission_id: int, *, provider=None) -> str:
+    """Record every result line of an ended submission. Running it twice, or again after an
+    interrupted download, changes nothing that was already recorded."""
+    from ..providers import get_provider
+    from ..providers.base import ProviderError, ResultLine, UnitStatus
+
+    if not claim_submission(submission_id, states=[SubmissionState.ENDED]):
+        return "not claimable"
+    submission = Submission.objects.get(pk=submission_id)
+    provider = provider or get_provider(submission.provider)
+    status = UnitStatus(
+        provider_status=submission.last_observed_status,
+        ended=True,
+        output_ref=submission.output_file_ref,
+        error_ref=submission.error_file_ref,
+    )
+    seen: set[str] = set()
+    lines = {"succeeded": 0, "failed": 0}
+    try:
+        for number, line in enumerate(provider.results(status), start=1):
+            if isinstance(line, ResultLine):
+                if record_result(submission, line, seen=seen) != "repeated":
+                    lines["succeeded" if line.succeeded else "failed"] += 1
+            else:
+                note_anomaly(
+                    submission, "unreadable_line", line=line.line_number, problem=line.problem, text=line.text
+                )
+            if number % 100 == 0:  # keep the lease while a long file streams in
+                Submission.objects.filter(pk=submission_id).update(claimed_until=lease_end())
+    except ProviderError as exc:
+        # Lines recorded so far stay recorded; the next round downloads again and skips them.
+        Submission.objects.filter(pk=submission_id).update(
+            error=str(exc)[:2000], claimed_until=timezone.now() + backoff(1, exc.retry_after)
+        )
+        return "interrupted"
+    refused_whole = submission.last_observed_status == "failed" and not (
+        status.output_ref or status.error_ref
+    )
+    for entry in submission.entries.filter(outcome=""):
+        if refused_whole:
+            # The provider refused the batch itself (e.g. its input): permanent, with its reason.
+            line = ResultLine(
+                custom_id=entry.custom_id,
+                succeeded=False,
+                error_code="batch_failed",
+                error_message=submission.error or "The provider refused the batch",
+            )
+        else:
+            note_anomaly(submission, "missing_result", custom_id=entry.custom_id)
+            line = ResultLine(
+                custom_id=entry.custom_id,
+                succeeded=False,
+                error_code="missing_result",
+                error_message="The provider returned no line for this request",
+            )
+        record_result(submission, line, seen=seen)
+    counts = submission.request_counts or {}
+    if counts and (counts.get("completed"), counts.get("failed")) != (lines["succeeded"], lines["failed"]):
+        note_anomaly(submission, "counts_disagree", provider_counts=counts, lines_in_files=lines)
+    with transaction.atomic():
+        set_submission_state(submission, SubmissionState.COLLECTED, claimed_until=None, error="")
+    refresh_job_state(submission.job_id)
+    return "collected"
+
+
+def record_result(submission: Submission, line, *, seen: set[str] | None = None) -> str:
+    """Match one result line by custom_id and record it. A repeated line makes no second version."""
+    seen = seen if seen is not None else set()
+    if line.custom_id in seen:
+        note_anomaly(submission, "repeated_line", custom_id=line.custom_id)
+        return "repeated"
+    seen.add(line.custom_id)
+    with transaction.atomic():
+        entry = (
+            SubmissionItem.objects.select_for_update()
+            .filter(submission=submission, custom_id=line.custom_id)
+            .select_related("item")
+            .first()
+        )
+        if entry is None:
+            note_anomaly(submission, "unknown_custom_id", custom_id=line.custom_id[:100])
+            return "unknown"
+        if entry.outcome:
+            return "already recorded"
+        item = entry.item
+        if line.succeeded:
+            entry.outcome = "returned"
+            entry.save(update_fields=["outcome"])
+            return record_version(item, submission, line)
+        entry.outcome = "failed"
+        entry.save(update_fields=["outcome"])
+        return record_failure(item, line)
+
+
+def record_version(item: Item, submission: Submission, line) -> str:
+    from ..validation import check_draft
+
+    # An item stopped while its request was out (its product changed, its job was cancelled) still
+    # had its answer paid for: the draft is kept as evidence, and its cost counts as wasted.
+    stopped = item.state in (ItemState.OBSOLETE, ItemState.WITHDRAWN, ItemState.CANCELLED)
+    if item.state != ItemState.SUBMITTED and not stopped:
+        return f"item is {item.state}"
+    number = (item.versions.aggregate(n=Max("number"))["n"] or 0) + 1
+    prompt = item.job.prompt_version
+    text, reasons = check_draft(prompt=prompt, revision=item.source_revision, output=line.content)
+    # The entry row is locked and had no outcome, so this custom_id has no version yet; a unique
+    # violation here would be a bug, and rolls the whole line back rather than hide it.
+    version = GeneratedVersion.objects.create(
+        item=item,
+        number=number,
+        custom_id=line.custom_id,
+        submission=submission,
+        content=text,
+        raw_output=line.content,
+        content_hash=content_hash(text),
+        input_tokens=line.input_tokens,
+        output_tokens=line.output_tokens,
+        usage=line.usage,
+        valid=not reasons,
+        validation_reasons=reasons,
+    )
+    if stopped:
+        return f"kept as evidence: item is {item.state}"
+    change_state(item.pk, to=ItemState.RETURNED, data={"version": version.pk})
+    if judge_currency(item):
+        return "not current"
+    if reasons:
+        change_state(item.pk, to=ItemState.VALIDATION_FAILED, reason="; ".join(reasons), code=reasons[0].code)
+        return ItemState.VALIDATION_FAILED
+    change_state(item.pk, to=ItemState.AWAITING_REVIEW, data={"version": version.pk})
+    return ItemState.AWAITING_REVIEW
+
+
+def record_failure(item: Item, line) -> str:
+    if item.state != ItemState.SUBMITTED:
+        return f"item is {item.state}"
+    transient = line.error_code in TRANSIENT_ERROR_CODES or (
+        line.http_status is not None and is_transient_status(line.http_status)
+    )
+    reason = f"{line.error_code}: {line.error_message}".strip(": ")
+    code = inference_reason(line)
+    failures = item.inference_failures + 1
+    change_state(
+        item.pk,
+        to=ItemState.INFERENCE_FAILED,
+        reason=reason,
+        code=code,
+        data={"custom_id": line.custom_id, "transient": transient},
+        inference_failures=failures,
+    )
+    if not transient:
+        return "failed permanently"
+    if failures >= MAX_INFERENCE_ATTEMPTS:
+        change_state(
+            item.pk,
+            to=ItemState.DEAD_LETTER,
+            reason=f"Gave up after {failures} attempts: {reason}",
+            code=code,
+        )
+        return ItemState.DEAD_LETTER
+    retry_inference(
+        item.pk, reason=f"Automatic retry after {reason}", delay=backoff(failures, line.retry_after)
+    )
+    return "retrying"
+
+
+def retry_inference(
+    item_id: int, *, actor=None, reason: str, delay: timedelta = timedelta(), **fields
+) -> Item:
+    """Send this item's inference again, alone, in a new unit, unless its product was withdrawn
+    or revised meanwhile (then it stops here and the current revision is queued instead)."""
+    with transaction.atomic():
+        item = Item.objects.get(pk=item_id)
+        changed = change_state(
+            item.pk,
+            to=ItemState.PREPARED,
+            actor=actor,
+            reason=reason,
+            expect=[
+                ItemState.INFERENCE_FAILED,
+                ItemState.VALIDATION_FAILED,
+                ItemState.REJECTED,
+                ItemState.DEAD_LETTER,
+            ],
+            inference_attempt=F("inference_attempt") + 1,
+            submission=None,
+            approved_version=None,
+            next_attempt_at=timezone.now() + delay if delay else None,
+            **fields,
+        )
+        if judge_currency(changed, actor=actor):
+            changed.refresh_from_db()
+        else:
+            enqueue("ledger.tasks.submit_job", item.job_id)
+    return changed

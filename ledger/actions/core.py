@@ -1,0 +1,142 @@
+"""How an item's state changes: one row at a time or many, always through the transition table,
+with an event in the same transaction; and the job's state, derived from its items'."""
+
+from collections.abc import Iterable
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from ..models import Event, Item, Job
+from ..states import ALLOWED_TRANSITIONS, OUTSTANDING_STATES, REVIEW_STATES, ItemState, JobState
+
+
+class NotAllowed(Exception):
+    """The change asked for is not allowed in the current state. Nothing was changed."""
+
+
+def enqueue(func: str, *args) -> None:
+    """Queue background work once the current transaction has committed."""
+    from django_q.tasks import async_task
+
+    transaction.on_commit(lambda: async_task(func, *args))
+
+
+def actor_name(actor) -> str:
+    return actor.get_username() if actor is not None else "system"
+
+
+def change_state(
+    item_id: int,
+    *,
+    to: str,
+    actor=None,
+    reason: str = "",
+    code: str = "",
+    data: dict | None = None,
+    expect: Iterable[str] | None = None,
+    **fields,
+) -> Item:
+    """Move one item to `to`, if the transition table allows it from the state it is in now.
+
+    The row is locked for the change, so two workers cannot both make it. `expect` narrows
+    the states the caller is prepared to move from. Raises NotAllowed and changes nothing
+    otherwise.
+    """
+    with transaction.atomic():
+        item = Item.objects.select_for_update().get(pk=item_id)
+        if (expect is not None and item.state not in set(expect)) or to not in ALLOWED_TRANSITIONS[
+            item.state
+        ]:
+            raise NotAllowed(
+                f"Item {item_id} is {ItemState(item.state).label.lower()} ({item.state}); "
+                f"it cannot become {to}"
+            )
+        from_state = item.state
+        now = timezone.now()
+        Item.objects.filter(pk=item.pk, state=from_state).update(
+            state=to, reason=reason, reason_code=code, updated_at=now, **fields
+        )
+        Event.objects.create(
+            item=item,
+            job_id=item.job_id,
+            from_state=from_state,
+            to_state=to,
+            actor=actor,
+            actor_name=actor_name(actor),
+            reason=reason,
+            data=data or {},
+        )
+        item.refresh_from_db()
+    return item
+
+
+def move_items(
+    item_ids: Iterable[int],
+    *,
+    from_state: str,
+    to: str,
+    reason: str = "",
+    code: str = "",
+    actor=None,
+    data=None,
+    **fields,
+) -> list[int]:
+    """Move many items that are all in `from_state`; those that are not are left alone."""
+    if to not in ALLOWED_TRANSITIONS[from_state]:
+        raise NotAllowed(f"{from_state} cannot become {to}")
+    with transaction.atomic():
+        locked = list(
+            Item.objects.select_for_update()
+            .filter(pk__in=list(item_ids), state=from_state)
+            .values_list("pk", "job_id")
+        )
+        if not locked:
+            return []
+        ids = [pk for pk, _ in locked]
+        Item.objects.filter(pk__in=ids).update(
+            state=to, reason=reason, reason_code=code, updated_at=timezone.now(), **fields
+        )
+        Event.objects.bulk_create(
+            Event(
+                item_id=pk,
+                job_id=job_id,
+                from_state=from_state,
+                to_state=to,
+                reason=reason,
+                actor=actor,
+                actor_name=actor_name(actor),
+                data=data or {},
+            )
+            for pk, job_id in locked
+        )
+    return ids
+
+
+def refresh_job_state(job_id: int) -> str:
+    """Derive the job's state from its items' states."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job_id)
+        if job.state == JobState.CANCELLED:
+            return job.state
+        states = set(job.items.counts_by_state())
+        if states & OUTSTANDING_STATES:
+            new = JobState.PREPARING if not job.submissions.exists() else JobState.RUNNING
+        elif states & REVIEW_STATES:
+            new = JobState.IN_REVIEW
+        else:
+            # Every item at rest: final, or waiting for an operator ("needs attention", counted).
+            new = JobState.COMPLETED
+        if new != job.state:
+            Job.objects.filter(pk=job.pk).update(state=new, updated_at=timezone.now())
+            Event.objects.create(job=job, from_state=job.state, to_state=new, reason="item states changed")
+    return new
+
+
+def backoff(failures: int, retry_after: float | None = None) -> timedelta:
+    """Doubling wait from BATCHDESK_RETRY_BASE_SECONDS, at most an hour, never less than Retry-After."""
+    delay = timedelta(seconds=min(settings.BATCHDESK_RETRY_BASE_SECONDS * 2 ** (failures - 1), 3600))
+    if retry_after:
+        delay = max(delay, timedelta(seconds=retry_after))
+    return delay

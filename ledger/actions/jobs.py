@@ -1,0 +1,136 @@
+"""Jobs: freezing a set of items, and whether an item's draft is still for its product's current
+revision (withdrawn or obsolete items move out of the way; the current revision is queued)."""
+
+from django.db import transaction
+
+from ..models import (
+    DEFAULT_DESTINATION,
+    DEFAULT_UNIT_SIZE,
+    MAX_UNIT_SIZE,
+    Event,
+    Item,
+    Job,
+    Product,
+    ProductStatus,
+    PromptVersion,
+)
+from ..states import ItemState, JobState, ReasonCode
+from .core import NotAllowed, actor_name, change_state, enqueue
+
+
+def create_job(
+    *,
+    reference: str,
+    owner,
+    task: str,
+    provider: str,
+    model: str,
+    prompt_version: int | None = None,
+    destination: str = DEFAULT_DESTINATION,
+    skus: list[str] | None = None,
+    unit_size: int = DEFAULT_UNIT_SIZE,
+) -> Job:
+    """Freeze the set of items (each product's current revision) and queue their submission."""
+    from ..destinations import destination_names
+    from ..providers import provider_names
+
+    if provider not in provider_names():
+        raise NotAllowed(f"Unknown provider {provider!r}; known: {', '.join(provider_names())}")
+    if destination not in destination_names():
+        raise NotAllowed(f"Unknown destination {destination!r}; known: {', '.join(destination_names())}")
+    if not 1 <= unit_size <= MAX_UNIT_SIZE:
+        raise NotAllowed(f"unit_size must be between 1 and {MAX_UNIT_SIZE}")
+    prompts = PromptVersion.objects.filter(task=task)
+    prompt = prompts.filter(version=prompt_version).first() if prompt_version else prompts.first()
+    if prompt is None:
+        raise NotAllowed(f"No prompt version {prompt_version or ''} for task {task!r}".replace("  ", " "))
+    products = Product.objects.filter(status=ProductStatus.ACTIVE).select_related("current_revision")
+    if skus is not None:
+        wanted = set(skus)
+        products = products.filter(sku__in=wanted)
+        missing = wanted - set(products.values_list("sku", flat=True))
+        if missing:
+            raise NotAllowed(f"Not active products or unknown SKUs: {', '.join(sorted(missing))}")
+    with transaction.atomic():
+        if Job.objects.filter(reference=reference).exists():
+            raise NotAllowed(f"A job with reference {reference!r} exists already")
+        job = Job.objects.create(
+            reference=reference,
+            owner=owner,
+            task=task,
+            prompt_version=prompt,
+            provider=provider,
+            model=model,
+            destination=destination,
+            unit_size=unit_size,
+        )
+        items = Item.objects.bulk_create(
+            (Item(job=job, product=p, source_revision=p.current_revision) for p in products), batch_size=2000
+        )
+        if not items:
+            raise NotAllowed("No active products to work on")
+        Event.objects.bulk_create(
+            (
+                Event(
+                    item=item, job=job, to_state=ItemState.PREPARED, actor=owner, actor_name=actor_name(owner)
+                )
+                for item in items
+            ),
+            batch_size=2000,
+        )
+        Event.objects.create(job=job, to_state=JobState.PREPARING, actor=owner, actor_name=actor_name(owner))
+        enqueue("ledger.tasks.submit_job", job.pk)
+    return job
+
+
+def queue_current_revision(item: Item) -> Item | None:
+    """The item's draft is for an old revision: add the product's current revision to the job
+    (unless the job was cancelled: then nothing more of it is sent)."""
+    product = Product.objects.get(pk=item.product_id)
+    if product.status != ProductStatus.ACTIVE or product.current_revision_id == item.source_revision_id:
+        return None
+    if Job.objects.filter(pk=item.job_id, state=JobState.CANCELLED).exists():
+        return None
+    new_item, created = Item.objects.get_or_create(
+        job_id=item.job_id, source_revision_id=product.current_revision_id, defaults={"product": product}
+    )
+    if created:
+        Event.objects.create(
+            item=new_item,
+            job_id=item.job_id,
+            to_state=ItemState.PREPARED,
+            reason=f"Product revised; replaces item {item.pk}",
+        )
+        enqueue("ledger.tasks.submit_job", item.job_id)
+    return new_item
+
+
+def currency_problem(item: Item, *, product: Product | None = None) -> str | None:
+    """`withdrawn` or `obsolete` when the item's draft may no longer be published; else None.
+    A screen listing many items passes each one's product, loaded with it, to save a query each."""
+    product = product or Product.objects.get(pk=item.product_id)
+    if product.status == ProductStatus.WITHDRAWN:
+        return ItemState.WITHDRAWN
+    if product.current_revision_id != item.source_revision_id:
+        return ItemState.OBSOLETE
+    return None
+
+
+# Why an item stops when its product is withdrawn or revised: the words and the code.
+CURRENCY_STOPS = {
+    ItemState.WITHDRAWN: ("The product was withdrawn", ReasonCode.PRODUCT_WITHDRAWN),
+    ItemState.OBSOLETE: ("The product changed after this draft was requested", ReasonCode.PRODUCT_CHANGED),
+}
+
+
+def judge_currency(item: Item, *, actor=None) -> str | None:
+    """Withdrawn or revised product? Move the item out of the way and say why; else None."""
+    # One transaction: an obsolete item and its replacement are recorded together or not at all.
+    with transaction.atomic():
+        problem = currency_problem(item)
+        if problem:
+            reason, code = CURRENCY_STOPS[problem]
+            change_state(item.pk, to=problem, actor=actor, reason=reason, code=code)
+            if problem == ItemState.OBSOLETE:
+                queue_current_revision(item)
+    return problem

@@ -1,0 +1,156 @@
+"""What operators do: retry the smallest failed unit, re-drive dead letters, cancel jobs (and
+their batches at the provider)."""
+
+from django.db import transaction
+from django.utils import timezone
+
+from ..models import Event, Item, Job, Submission
+from ..states import ItemState, JobState, ReasonCode, SubmissionState, sources_for
+from .collecting import retry_inference
+from .core import NotAllowed, actor_name, change_state, enqueue, move_items, refresh_job_state
+from .jobs import currency_problem
+
+
+def retry_item(item_id: int, *, unit: str, actor=None) -> Item:
+    """An operator retries the smallest failed unit of one item: its inference or its application."""
+    item = Item.objects.select_related("job").get(pk=item_id)
+    if unit not in ("inference", "destination"):
+        raise NotAllowed(f"Unknown unit {unit!r}: use inference or destination")
+    if item.job.state == JobState.CANCELLED:
+        raise NotAllowed("The job was cancelled; nothing of it is retried any more")
+    if unit == "inference":
+        if item.state == ItemState.DEAD_LETTER and item.approved_version_id:
+            raise NotAllowed("This item failed while being applied; retry its destination instead")
+        retried = retry_inference(item_id, actor=actor, reason="Retried by an operator", inference_failures=0)
+        refresh_job_state(item.job_id)
+        return retried
+    if unit == "destination":
+        if not item.approved_version_id:
+            raise NotAllowed("Nothing was approved for this item, so there is nothing to apply")
+        if problem := currency_problem(item):
+            raise NotAllowed(
+                "The product was withdrawn; nothing will be published for it"
+                if problem == ItemState.WITHDRAWN
+                else "The product changed since approval; its current revision is drafted anew"
+            )
+        with transaction.atomic():
+            changed = change_state(
+                item_id,
+                to=ItemState.APPLYING,
+                actor=actor,
+                reason="Application retried by an operator (same approved draft, same operation key)",
+                expect=[ItemState.DESTINATION_REJECTED, ItemState.DEAD_LETTER],
+                apply_failures=0,
+                next_attempt_at=None,
+            )
+            enqueue("ledger.tasks.apply_item", item_id)
+        return changed
+
+
+def redrive_dead_letter(item_id: int, *, actor=None) -> Item:
+    """Send a dead letter back to where it gave up: applying if a version was approved, else the model."""
+    item = Item.objects.get(pk=item_id)
+    if item.state != ItemState.DEAD_LETTER:
+        raise NotAllowed("Only dead letters can be re-driven")
+    return retry_item(item_id, unit="destination" if item.approved_version_id else "inference", actor=actor)
+
+
+# Everything not used yet: waiting for the model, a reviewer, an operator or the destination. An
+# item being applied is not: its attempt may be landing right now, so it finishes.
+CANCELLABLE_ITEM_STATES = sorted(sources_for(ItemState.CANCELLED))
+
+
+def cancellable_items(job: Job):
+    """The items `cancel_job` would cancel now: what the cancel button says it affects."""
+    return job.items.filter(state__in=CANCELLABLE_ITEM_STATES)
+
+
+def cancel_job(*, job_id: int, actor=None) -> dict:
+    """Cancel what has not been used yet: every item not applied or being applied is cancelled, the
+    job is marked cancelled so nothing more of it is sent, and each of its batches still running at
+    the provider is asked to stop (the provider's answer is recorded on the submission). Raises
+    NotAllowed when the job is already cancelled."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job_id)
+        if job.state == JobState.CANCELLED:
+            raise NotAllowed("The job is cancelled already; there is nothing left to cancel")
+        # Locked first, so none of them moves on between being read and being cancelled.
+        waiting = list(cancellable_items(job).select_for_update().order_by("id").values_list("pk", "state"))
+        if job.state == JobState.COMPLETED and not waiting:
+            raise NotAllowed("The job is completed; there is nothing left to cancel")
+        reason = f"Job cancelled by {actor_name(actor)}"
+        cancelled: list[int] = []
+        for state in CANCELLABLE_ITEM_STATES:
+            ids = [pk for pk, item_state in waiting if item_state == state]
+            if ids:
+                cancelled += move_items(
+                    ids,
+                    from_state=state,
+                    to=ItemState.CANCELLED,
+                    reason=reason,
+                    code=ReasonCode.JOB_CANCELLED,
+                    actor=actor,
+                    next_attempt_at=None,
+                )
+        Job.objects.filter(pk=job.pk).update(state=JobState.CANCELLED, updated_at=timezone.now())
+        running = list(job.submissions.filter(state=SubmissionState.OPEN).values_list("pk", flat=True))
+        Event.objects.create(
+            job=job,
+            from_state=job.state,
+            to_state=JobState.CANCELLED,
+            actor=actor,
+            actor_name=actor_name(actor),
+            reason=reason,
+            data={"items_cancelled": len(cancelled), "batches_to_stop": len(running)},
+        )
+        for submission_id in running:
+            enqueue("ledger.tasks.cancel_at_provider", submission_id)
+    return {
+        "job": job.pk,
+        "from_state": job.state,
+        "state": JobState.CANCELLED.value,
+        "items_cancelled": len(cancelled),
+        "batches_to_stop": len(running),
+    }
+
+
+def cancel_at_provider(submission_id: int, *, provider=None) -> str:
+    """Ask the provider to stop a batch of a cancelled job, once, and record what it said. The batch
+    stays `open`: its end, and whatever it produced before stopping, is still polled and collected.
+    A provider that cannot be reached is asked again by the next collector round."""
+    from ..providers import get_provider
+    from ..providers.base import ProviderError
+
+    submission = Submission.objects.select_related("job").get(pk=submission_id)
+    if (
+        submission.state != SubmissionState.OPEN
+        or submission.job.state != JobState.CANCELLED
+        or submission.cancel_answered_at is not None
+    ):
+        return "nothing to stop"
+    provider = provider or get_provider(submission.provider)
+    try:
+        answer = provider.cancel(submission.provider_ref)
+    except ProviderError as exc:
+        if exc.transient:
+            Submission.objects.filter(pk=submission_id).update(error=str(exc)[:2000])
+            return "retry later"
+        # A permanent refusal (say, the batch had finished already) is an answer too.
+        answer, said = "", f"The provider refused to cancel it: {exc}"
+    else:
+        said = f"Asked to cancel; the provider says {answer or 'nothing'}"
+    with transaction.atomic():
+        answered = Submission.objects.filter(pk=submission_id, cancel_answered_at__isnull=True).update(
+            cancel_answered_at=timezone.now(),
+            **({"last_observed_status": answer, "last_observed_at": timezone.now()} if answer else {}),
+        )
+        if answered:
+            Event.objects.create(
+                submission=submission,
+                job_id=submission.job_id,
+                from_state=submission.state,
+                to_state=submission.state,
+                reason=said[:2000],
+                data={"provider_answer": answer},
+            )
+    return said

@@ -1,0 +1,175 @@
+"""Prompt versions: checked, then added as the next version of their task; never edited."""
+
+from django.db import IntegrityError, transaction
+from django.db.models import Max
+
+from ..models import PromptVersion
+from .core import NotAllowed
+
+PROMPT_TASK_PATTERN = r"[a-z][a-z0-9_]{0,63}"
+
+
+# What `validation.render_user_message` fills a template with.
+PROMPT_TEMPLATE_FIELDS = ("title", "facts")
+
+
+PROMPT_RULE_KEYS = ("min_length", "max_length", "text_field", "claim_words")
+
+
+MAX_PROMPT_OUTPUT_TOKENS = 100_000
+
+
+MAX_PROMPT_JSON_DEPTH = 32
+
+
+def prompt_template_problems(template: str) -> list[str]:
+    """A template is filled by `str.format(title=…, facts=…)`: it must use both, written plainly as
+    {title} and {facts}, and nothing else. A format spec, conversion, index or attribute is refused:
+    `{title:>999999999}` would pad every request to a gigabyte, `{title.upper}` reaches into Python
+    objects, and none of them says anything a plain placeholder cannot."""
+    import re
+    import string
+
+    from ..catalogue import text_problem
+
+    if problem := text_problem(template):
+        return [f"The template {problem}"]
+    try:
+        placeholders = [
+            (name, spec, conversion)
+            for _, name, spec, conversion in string.Formatter().parse(template)
+            if name is not None
+        ]
+    except ValueError as exc:
+        return [f"The template does not format ({exc}); write {{{{ and }}}} for a literal brace"]
+    # As written, and by the name they start with: `{title.upper}` and `{facts[0]}` are about title and facts.
+    written = [
+        "{" + name + (f"!{conversion}" if conversion else "") + (f":{spec}" if spec else "") + "}"
+        for name, spec, conversion in placeholders
+    ]
+    bases = [re.match(r"[^.\[]*", name).group() for name, _, _ in placeholders]
+    problems = [
+        f"The template must contain {{{field}}}" for field in PROMPT_TEMPLATE_FIELDS if field not in bases
+    ]
+    decorated = sorted(
+        {text for text, base in zip(written, bases, strict=True) if base in PROMPT_TEMPLATE_FIELDS}
+        - {f"{{{field}}}" for field in PROMPT_TEMPLATE_FIELDS}
+    )
+    if decorated:
+        problems.append(
+            f"The template writes {', '.join(decorated)}: write {{title}} and {{facts}} plainly, without a "
+            "format (:…), conversion (!r), index ([0]) or attribute (.name)"
+        )
+    unknown = sorted(
+        {text for text, base in zip(written, bases, strict=True) if base not in PROMPT_TEMPLATE_FIELDS}
+    )
+    if unknown:
+        problems.append(
+            f"The template uses {', '.join(unknown)}, which nothing fills in; only {{title}} and {{facts}} are "
+            "filled in (write {{ and }} for a literal brace)"
+        )
+    return problems
+
+
+def output_schema_problems(schema: object) -> list[str]:
+    """The output schema must be a JSON Schema for an object: providers return structured output as one."""
+    import jsonschema
+
+    from ..catalogue import json_value_problem
+
+    if not isinstance(schema, dict):
+        return ["The output schema must be a JSON object"]
+    # Stored as jsonb and sent as JSON: no NUL, no NaN, and nesting that a schema walker survives.
+    if problem := json_value_problem(schema, "The output schema", max_depth=MAX_PROMPT_JSON_DEPTH):
+        return [problem]
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        return [f"The output schema is not a valid JSON Schema: {exc.message}"]
+    if schema.get("type") != "object":
+        return ['The output schema must describe a JSON object ("type": "object")']
+    return []
+
+
+def prompt_rules_problems(rules: object, schema: object) -> list[str]:
+    """The validation rules `validation.check_draft` reads, and nothing it would silently ignore."""
+    from ..catalogue import json_value_problem
+
+    if not isinstance(rules, dict):
+        return ["The rules must be a JSON object"]
+    if problem := json_value_problem(rules, "The rules", max_depth=MAX_PROMPT_JSON_DEPTH):
+        return [problem]
+    problems = []
+    unknown = sorted(set(rules) - set(PROMPT_RULE_KEYS))
+    if unknown:
+        problems.append(f"Unknown rules: {', '.join(unknown)}; known: {', '.join(PROMPT_RULE_KEYS)}")
+    for key in ("min_length", "max_length"):
+        value = rules.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            problems.append(f"{key} must be a whole number, 0 or more")
+    low, high = rules.get("min_length"), rules.get("max_length")
+    if isinstance(low, int) and isinstance(high, int) and high and low > high:
+        problems.append("min_length is greater than max_length")
+    text_field = rules.get("text_field")
+    if text_field is not None:
+        properties = schema.get("properties") if isinstance(schema, dict) else None
+        if not isinstance(text_field, str) or not text_field:
+            problems.append("text_field must be the name of a property of the output schema")
+        elif isinstance(properties, dict) and text_field not in properties:
+            problems.append(f'text_field "{text_field}" is not a property of the output schema')
+    words = rules.get("claim_words")
+    if words is not None and (
+        not isinstance(words, list) or not all(isinstance(w, str) and w.strip() for w in words)
+    ):
+        problems.append("claim_words must be a list of words or phrases")
+    return problems
+
+
+def create_prompt_version(
+    *,
+    task: str,
+    system_message: str,
+    template: str,
+    output_schema: dict,
+    rules: dict,
+    max_output_tokens: int,
+) -> PromptVersion:
+    """Add the next version of a task's prompt. Versions are never edited: a change is a new one."""
+    import re
+
+    from ..catalogue import text_problem
+
+    problems = []
+    if not re.fullmatch(PROMPT_TASK_PATTERN, task):
+        problems.append("The task name must be lower-case letters, digits and _, starting with a letter")
+    if not system_message.strip():
+        problems.append("The system message is empty")
+    elif problem := text_problem(system_message):
+        problems.append(f"The system message {problem}")
+    if (
+        isinstance(max_output_tokens, bool)
+        or not isinstance(max_output_tokens, int)
+        or not 1 <= max_output_tokens <= MAX_PROMPT_OUTPUT_TOKENS
+    ):
+        problems.append(f"max_output_tokens must be a whole number from 1 to {MAX_PROMPT_OUTPUT_TOKENS}")
+    problems += prompt_template_problems(template)
+    problems += output_schema_problems(output_schema)
+    problems += prompt_rules_problems(rules, output_schema)
+    if problems:
+        raise NotAllowed("; ".join(problems))
+    for _ in range(3):
+        try:
+            with transaction.atomic():
+                latest = PromptVersion.objects.filter(task=task).aggregate(n=Max("version"))["n"] or 0
+                return PromptVersion.objects.create(
+                    task=task,
+                    version=latest + 1,
+                    system_message=system_message,
+                    template=template,
+                    output_schema=output_schema,
+                    rules=rules,
+                    max_output_tokens=max_output_tokens,
+                )
+        except IntegrityError:
+            continue  # another version of this task took the number at the same moment; take the next
+    raise NotAllowed(f"Versions of {task!r} are being created too fast; try again")
