@@ -2,11 +2,14 @@
 
 import hashlib
 import json
-from datetime import datetime
+import uuid
+from collections.abc import Iterable
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 from .states import ItemState, JobState, ReasonCode, SubmissionState
 
@@ -136,6 +139,19 @@ class ItemQuerySet(models.QuerySet):
         rows = self.order_by().values_list("state").annotate(n=models.Count("id"))
         return dict(rows)
 
+    def claim_application(self, item_id: int) -> bool:
+        """Take an item being applied for one attempt, if it is due and no live worker holds it.
+        The lease outlasts one destination call, so only a dead worker's claim runs out."""
+        now = timezone.now()
+        lease = timedelta(
+            seconds=settings.BATCHDESK_WEBHOOK_TIMEOUT + min(60, settings.BATCHDESK_LEASE_SECONDS)
+        )
+        return bool(
+            self.filter(pk=item_id, state=ItemState.APPLYING)
+            .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
+            .update(next_attempt_at=now + lease)
+        )
+
 
 class Item(models.Model):
     """(job, product, source revision at snapshot time): one unit of business work."""
@@ -190,6 +206,38 @@ class Item(models.Model):
         return f"bd-{self.pk}-{self.inference_attempt}"
 
 
+def lease_end() -> datetime:
+    """When a claim taken now runs out, unless renewed: a dead worker's claim simply expires."""
+    return timezone.now() + timedelta(seconds=settings.BATCHDESK_LEASE_SECONDS)
+
+
+class SubmissionQuerySet(models.QuerySet):
+    """Claims: one worker at a time acts on a submission, until its lease runs out."""
+
+    def claim(self, submission_id: int, *, states: Iterable[str]) -> str | None:
+        """Take the submission, if it is in one of `states` and nobody holds it. Returns the claim's
+        token, or None when another worker holds it or it is in another state."""
+        token = uuid.uuid4().hex
+        won = (
+            self.filter(pk=submission_id, state__in=list(states))
+            .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=timezone.now()))
+            .update(claimed_until=lease_end(), claimed_by=token)
+        )
+        return token if won == 1 else None
+
+    def renew_claim(self, submission_id: int, token: str) -> bool:
+        """Still ours? Then hold it for another lease. Asked just before a call that costs money."""
+        held = self.filter(pk=submission_id, claimed_by=token, claimed_until__gt=timezone.now())
+        return held.update(claimed_until=lease_end()) == 1
+
+    def extend_lease(self, submission_id: int) -> None:
+        """Keep holding it while long work (a big file streaming in) goes on."""
+        self.filter(pk=submission_id).update(claimed_until=lease_end())
+
+    def release(self, submission_id: int) -> None:
+        self.filter(pk=submission_id).update(claimed_until=None)
+
+
 class Submission(models.Model):
     """One provider batch. The intent row exists before any provider call is made."""
 
@@ -220,6 +268,8 @@ class Submission(models.Model):
     cancel_answered_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+
+    objects = SubmissionQuerySet.as_manager()
 
     class Meta:
         ordering = ["id"]

@@ -75,13 +75,9 @@ from .submitting import (  # noqa: F401
     LostClaim,
     adopt,
     build_requests,
-    claim_submission,
-    lease_end,
     note_anomaly,
     plan_submissions,
     reconcile_uncertain,
-    release_submission,
-    renew_claim,
     send_submission,
     set_submission_state,
 )

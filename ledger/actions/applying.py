@@ -3,11 +3,8 @@ checked against the product just before each attempt (rule 5)."""
 
 import hashlib
 import logging
-from datetime import timedelta
 
-from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from ..destinations.base import NOT_PUBLISHED, DestinationResult
@@ -43,15 +40,7 @@ def apply_item(item_id: int) -> str:
             return "taken by another worker"
     elif item.state != ItemState.APPLYING:
         return f"item is {item.state}"
-    now = timezone.now()
-    # Longer than one destination call may take, so only a dead worker's claim runs out.
-    lease = timedelta(seconds=settings.BATCHDESK_WEBHOOK_TIMEOUT + min(60, settings.BATCHDESK_LEASE_SECONDS))
-    claimed = (
-        Item.objects.filter(pk=item.pk, state=ItemState.APPLYING)
-        .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
-        .update(next_attempt_at=now + lease)
-    )
-    if not claimed:
+    if not Item.objects.claim_application(item.pk):
         return "not due or taken by another worker"
     # The draft is re-checked against the product just before each attempt.
     if problem := currency_problem(item):

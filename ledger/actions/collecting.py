@@ -12,7 +12,7 @@ from ..retrying import is_transient_status
 from ..states import ItemState, ReasonCode, SubmissionState
 from .core import backoff, change_state, enqueue, refresh_job_state
 from .jobs import judge_currency
-from .submitting import claim_submission, lease_end, note_anomaly, set_submission_state
+from .submitting import note_anomaly, set_submission_state
 
 # Transient inference failures are retried this many times in all before the item is given up.
 MAX_INFERENCE_ATTEMPTS = 3
@@ -85,7 +85,7 @@ def collect_submission(submission_id: int, *, provider=None) -> str:
     from ..providers import get_provider
     from ..providers.base import ProviderError, ResultLine, UnitStatus
 
-    if not claim_submission(submission_id, states=[SubmissionState.ENDED]):
+    if not Submission.objects.claim(submission_id, states=[SubmissionState.ENDED]):
         return "not claimable"
     submission = Submission.objects.get(pk=submission_id)
     provider = provider or get_provider(submission.provider)
@@ -107,7 +107,7 @@ def collect_submission(submission_id: int, *, provider=None) -> str:
                     submission, "unreadable_line", line=line.line_number, problem=line.problem, text=line.text
                 )
             if number % 100 == 0:  # keep the lease while a long file streams in
-                Submission.objects.filter(pk=submission_id).update(claimed_until=lease_end())
+                Submission.objects.extend_lease(submission_id)
     except ProviderError as exc:
         # Lines recorded so far stay recorded; the next round downloads again and skips them.
         Submission.objects.filter(pk=submission_id).update(

@@ -2,8 +2,7 @@
 batch whose create answer was lost, and reconciling uncertain submissions (rules 3 and 13)."""
 
 import uuid
-from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -54,39 +53,8 @@ def plan_submissions(job_id: int) -> list[int]:
             enqueue("ledger.tasks.send_submission", submission.pk)
 
 
-def lease_end() -> datetime:
-    return timezone.now() + timedelta(seconds=settings.BATCHDESK_LEASE_SECONDS)
-
-
 class LostClaim(Exception):
     """Another worker took the submission over (this one's lease ran out) or moved it on."""
-
-
-def claim_submission(submission_id: int, *, states: Iterable[str]) -> str | None:
-    """Take the submission for one worker until the lease runs out; a dead worker's lease expires.
-    Returns the claim's token, or None when another worker holds it or it is in another state."""
-    now = timezone.now()
-    token = uuid.uuid4().hex
-    won = (
-        Submission.objects.filter(pk=submission_id, state__in=list(states))
-        .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
-        .update(claimed_until=lease_end(), claimed_by=token)
-    )
-    return token if won == 1 else None
-
-
-def renew_claim(submission_id: int, token: str) -> bool:
-    """Still ours? Then hold it for another lease. Asked just before a call that costs money."""
-    return (
-        Submission.objects.filter(
-            pk=submission_id, claimed_by=token, claimed_until__gt=timezone.now()
-        ).update(claimed_until=lease_end())
-        == 1
-    )
-
-
-def release_submission(submission_id: int) -> None:
-    Submission.objects.filter(pk=submission_id).update(claimed_until=None)
 
 
 def set_submission_state(submission: Submission, to: str, *, reason: str = "", **fields) -> None:
@@ -138,7 +106,7 @@ def send_submission(submission_id: int, *, provider=None) -> str:
     from ..providers import get_provider
     from ..providers.base import AnswerLost, ProviderError
 
-    claim = claim_submission(submission_id, states=[SubmissionState.INTENT])
+    claim = Submission.objects.claim(submission_id, states=[SubmissionState.INTENT])
     if not claim:
         return "not claimable"
     Submission.objects.filter(pk=submission_id).update(send_attempts=F("send_attempts") + 1)
@@ -164,7 +132,7 @@ def send_submission(submission_id: int, *, provider=None) -> str:
                     submission, SubmissionState.FAILED, reason="Nothing left to send: every item moved on"
                 )
             return "nothing to send"
-        if not renew_claim(submission_id, claim):
+        if not Submission.objects.renew_claim(submission_id, claim):
             return "claim lost"
         provider_ref = provider.submit(
             requests=requests,
@@ -262,7 +230,7 @@ def reconcile_uncertain(submission_id: int, *, provider=None) -> str:
     from ..providers import get_provider
     from ..providers.base import ProviderError
 
-    if not claim_submission(submission_id, states=[SubmissionState.UNCERTAIN]):
+    if not Submission.objects.claim(submission_id, states=[SubmissionState.UNCERTAIN]):
         return "not claimable"
     submission = Submission.objects.get(pk=submission_id)
     provider = provider or get_provider(submission.provider)
@@ -277,7 +245,7 @@ def reconcile_uncertain(submission_id: int, *, provider=None) -> str:
         return "adopted"
     grace = timedelta(seconds=settings.BATCHDESK_UNCERTAIN_GRACE_SECONDS)
     if timezone.now() - submission.updated_at < grace:
-        release_submission(submission_id)
+        Submission.objects.release(submission_id)
         return "waiting"
     item_ids = list(submission.entries.values_list("item_id", flat=True))
     with transaction.atomic():

@@ -35,13 +35,13 @@ def test_a_worker_whose_submission_moved_on_cannot_overwrite_it():
 def test_a_claim_that_ran_out_is_not_renewed():
     job = job_with_items(1)
     [submission_id] = actions.plan_submissions(job.pk)
-    first = actions.claim_submission(submission_id, states=[SubmissionState.INTENT])
+    first = Submission.objects.claim(submission_id, states=[SubmissionState.INTENT])
     Submission.objects.filter(pk=submission_id).update(claimed_until=None)
-    second = actions.claim_submission(submission_id, states=[SubmissionState.INTENT])
+    second = Submission.objects.claim(submission_id, states=[SubmissionState.INTENT])
 
     assert first and second and first != second
-    assert not actions.renew_claim(submission_id, first)
-    assert actions.renew_claim(submission_id, second)
+    assert not Submission.objects.renew_claim(submission_id, first)
+    assert Submission.objects.renew_claim(submission_id, second)
 
 
 def test_an_item_withdrawn_between_planning_and_sending_is_not_paid_for(emulator, provider):
