@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
-from ledger.actions import NotAllowed, cancel_job, cancellable_items, create_job
+from ledger.actions import CANCELLABLE_ITEM_STATES, NotAllowed, cancel_job, create_job
 from ledger.models import Job, Submission
 from ledger.pricing import PLACES, Price, job_cost, price_for
 from ledger.states import JobState, SubmissionState, needs_attention
@@ -225,6 +225,7 @@ def job_progress(job: Job) -> dict:
     """What moves while a job works: item counts by state (one GROUP BY) and submissions."""
     by_state = job.items.counts_by_state()
     return {
+        "by_state": by_state,
         "counts": state_counts(by_state),
         "needs_attention": needs_attention(by_state),
         "submissions": [SubmissionRow(s) for s in job.submissions.order_by("id")],
@@ -261,9 +262,10 @@ def job_detail(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
         "page": Paginator(items, ITEMS_PER_PAGE).get_page(request.GET.get("page")),
     }
     if job.state != JobState.CANCELLED and may_cancel(request.user, job):
+        # What cancel_job would stop, from the counts and submissions already on the page.
         cancel = {
-            "items": cancellable_items(job).count(),
-            "batches": job.submissions.filter(state=SubmissionState.OPEN).count(),
+            "items": sum(context["by_state"].get(state, 0) for state in CANCELLABLE_ITEM_STATES),
+            "batches": sum(row.submission.state == SubmissionState.OPEN for row in context["submissions"]),
         }
         context["cancel"] = cancel if cancel["items"] or cancel["batches"] else None
     return render(request, "job_detail.html", context)

@@ -61,7 +61,7 @@ CANCELLABLE_ITEM_STATES = sorted(sources_for(ItemState.CANCELLED))
 
 
 def cancellable_items(job: Job):
-    """The items `cancel_job` would cancel now: what the cancel button says it affects."""
+    """The items `cancel_job` cancels: everything of the job not used yet."""
     return job.items.filter(state__in=CANCELLABLE_ITEM_STATES)
 
 
