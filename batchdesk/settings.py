@@ -178,14 +178,40 @@ BATCHDESK_RETRY_BASE_SECONDS = float(os.environ.get("BATCHDESK_RETRY_BASE_SECOND
 # The largest catalogue file the import screen takes (the command reads files of any size).
 BATCHDESK_IMPORT_MAX_BYTES = int(os.environ.get("BATCHDESK_IMPORT_MAX_BYTES", str(200 * 1024 * 1024)))
 
+# Each provider's address and the names of the environment variables its credentials are read
+# from at the moment of a call (SPEC §4); a provider is offered for jobs once those are set.
 PROVIDERS = {
     "openai": {
         "base_url": os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1"),
         "api_key_env": "OPENAI_API_KEY",
+        "required_env": ["OPENAI_API_KEY"],
+    },
+    "anthropic": {
+        "base_url": os.environ.get("ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
+        "api_key_env": "ANTHROPIC_API_KEY",
+        "required_env": ["ANTHROPIC_API_KEY"],
+    },
+    "cloudflare": {
+        "base_url": os.environ.get("CLOUDFLARE_API_BASE_URL", "https://api.cloudflare.com/client/v4"),
+        "api_key_env": "CLOUDFLARE_API_TOKEN",
+        "account_id_env": "CLOUDFLARE_ACCOUNT_ID",
+        "required_env": ["CLOUDFLARE_API_TOKEN", "CLOUDFLARE_ACCOUNT_ID"],
+    },
+    "gemini": {
+        "base_url": os.environ.get("GEMINI_BASE_URL", "https://generativelanguage.googleapis.com/v1beta"),
+        "api_key_env": "GEMINI_API_KEY",
+        "required_env": ["GEMINI_API_KEY"],
+    },
+    "openai_compatible": {
+        "base_url": os.environ.get("OPENAI_COMPATIBLE_BASE_URL", ""),
+        "api_key_env": "OPENAI_COMPATIBLE_API_KEY",
+        "concurrency": int(os.environ.get("OPENAI_COMPATIBLE_CONCURRENCY", "4")),
+        "required_env": ["OPENAI_COMPATIBLE_BASE_URL"],
     },
     "emulator": {
         "base_url": os.environ.get("BATCHDESK_EMULATOR_URL", "http://127.0.0.1:8001/v1"),
         "api_key_env": "BATCHDESK_EMULATOR_KEY",
+        "required_env": [],
     },
 }
 
@@ -218,6 +244,6 @@ LOGGING = {
         # Failed and locked-out logins are warnings; the bookkeeping around them is not news.
         "axes": {"level": "WARNING"},
         # One line per emulated HTTP request drowns everything else; `run_emulator -v 2` shows them.
-        "ledger.providers.emulator": {"level": "WARNING"},
+        "ledger.emulators.openai": {"level": "WARNING"},
     },
 }

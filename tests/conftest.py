@@ -57,7 +57,7 @@ def processes(settings):
 @pytest.fixture
 def emulator():
     """The OpenAI Batch emulator in this process, over real HTTP, fast."""
-    from ledger.providers.emulator import Emulator
+    from ledger.emulators.openai import Emulator
 
     with Emulator(per_request_ms=1, validating_ms=10, finalizing_ms=5, seed=3) as running:
         yield running

@@ -1,28 +1,48 @@
-"""Provider adapters by name. Keys come only from the environment (SPEC §4)."""
+"""Provider adapters by name. Each builds its own client from `settings.PROVIDERS[name]`; keys
+come only from the environment (SPEC §4)."""
 
 import os
 
-import httpx
 from django.conf import settings
+from django.utils.module_loading import import_string
 
-from .base import BatchProvider
-from .openai import OpenAIBatchProvider
+from .base import BatchProvider, Capabilities
 
-ADAPTERS = {"openai": OpenAIBatchProvider, "emulator": OpenAIBatchProvider}
+ADAPTERS = {
+    "openai": "ledger.providers.openai.OpenAIBatchProvider",
+    "emulator": "ledger.providers.openai.OpenAIBatchProvider",
+    "anthropic": "ledger.providers.anthropic.AnthropicBatchProvider",
+    "cloudflare": "ledger.providers.cloudflare.CloudflareBatchProvider",
+    "gemini": "ledger.providers.gemini.GeminiBatchProvider",
+    "openai_compatible": "ledger.providers.openai_compatible.CompatibleServerProvider",
+}
 
 
 def provider_names() -> list[str]:
+    """Every provider BatchDesk has an adapter for."""
     return sorted(ADAPTERS)
 
 
-def get_provider(name: str) -> BatchProvider:
+def configured_provider_names() -> list[str]:
+    """The providers a job may use here: those whose credentials are in the environment."""
+    return [
+        name
+        for name in provider_names()
+        if all(os.environ.get(variable) for variable in settings.PROVIDERS[name]["required_env"])
+    ]
+
+
+def adapter_class(name: str) -> type[BatchProvider]:
     if name not in ADAPTERS:
         raise KeyError(f"unknown provider {name!r}; known: {', '.join(provider_names())}")
-    config = settings.PROVIDERS[name]
-    api_key = os.environ.get(config["api_key_env"], "emulator-key" if name == "emulator" else "")
-    client = httpx.Client(
-        base_url=config["base_url"],
-        headers={"Authorization": f"Bearer {api_key}"},
-        timeout=httpx.Timeout(60.0, connect=10.0),
-    )
-    return ADAPTERS[name](client=client)
+    return import_string(ADAPTERS[name])
+
+
+def capabilities(name: str) -> Capabilities:
+    return adapter_class(name).capabilities
+
+
+def get_provider(name: str) -> BatchProvider:
+    adapter = adapter_class(name).from_settings(settings.PROVIDERS[name])
+    adapter.name = name
+    return adapter

@@ -1,16 +1,46 @@
 """The one interface every batch provider sits behind.
 
-The ledger speaks only these types. An adapter turns them into its provider's wire format:
-OpenAI uploads a JSONL file and creates a batch; Anthropic would send the requests inline and
-read `results_url`; Cloudflare would queue with `queueRequest` and poll its `request_id`; a
-self-hosted synchronous server would answer each request at once and report the unit ended.
+The ledger speaks only these types and never reads a provider's own words except to show them.
+An adapter turns them into its provider's wire format and translates back: statuses into
+`UnitStatus.ended` / `refused`, counts into `UnitCounts`, error codes into a ledger
+`ReasonCode` and a transient flag. What an adapter can and cannot do is in its `Capabilities`,
+which the ledger reads instead of asking which provider it is talking to.
 """
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
 
 from ..retrying import is_transient_status
 from ..scrubbing import scrub_credentials
+from ..states import ReasonCode
+
+
+class Finding(StrEnum):
+    """How a unit whose create answer was lost is found again (SPEC rules 3 and 13)."""
+
+    BY_KEY = "by_key"  # the provider keeps our intent key on the unit (metadata, display name)
+    BY_LISTING = "by_listing"  # only candidates: same time window, same request count
+    NOT_AT_ALL = "not_at_all"  # no listing: an operator decides, seeing the risk of paying twice
+
+
+class Delivery(StrEnum):
+    """How results arrive."""
+
+    FILE = "file"  # a results file is downloaded once the unit has ended
+    INLINE = "inline"  # the results come inside the provider's answer about the unit
+    PER_REQUEST = "per_request"  # a synchronous server answers each request as it is made
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    finding: Finding
+    can_cancel: bool
+    max_requests: int  # requests in one unit
+    max_bytes: int  # bytes of one unit's payload, as `request_bytes` counts them
+    delivery: Delivery
+    usage_per_request: bool = True  # False: usage comes only for the whole unit and is apportioned
 
 
 @dataclass(frozen=True)
@@ -24,20 +54,37 @@ class InferenceRequest:
 
 
 @dataclass(frozen=True)
+class UnitCounts:
+    """How many of a unit's requests the provider says succeeded, failed or are still pending."""
+
+    total: int = 0
+    succeeded: int = 0
+    failed: int = 0
+
+    def as_dict(self) -> dict:
+        return {"total": self.total, "succeeded": self.succeeded, "failed": self.failed}
+
+
+@dataclass(frozen=True)
 class UnitStatus:
-    """What the provider last said about a submitted unit."""
+    """What the provider last said about a submitted unit, in the ledger's words."""
 
     provider_status: str  # the provider's own word, shown to operators as is
     ended: bool  # no more results will arrive
-    counts: dict = field(default_factory=dict)
-    output_ref: str = ""
-    error_ref: str = ""
+    refused: bool = False  # the provider refused the whole unit (its input): no results at all
+    counts: UnitCounts | None = None  # None when the provider does not say
     problem: str = ""  # why the provider refused the whole unit, when it did
+    # Set when the provider says why requests with no result went unanswered (a unit that
+    # expired before running them): they are recorded with this `ReasonCode`, as transient.
+    # Otherwise a request without a result is the ledger's `missing_result`.
+    unanswered_reason: str = ""
 
 
 @dataclass(frozen=True)
 class ResultLine:
-    """One line of a provider's results, matched to a request by `custom_id` only."""
+    """One result, matched to a request by `custom_id` only. A failure carries the ledger's
+    `reason` (a `ReasonCode` value) and whether it is `transient`, decided by the adapter; the
+    provider's own `error_code` and `error_message` are kept to be shown."""
 
     custom_id: str
     succeeded: bool
@@ -45,9 +92,12 @@ class ResultLine:
     usage: dict = field(default_factory=dict)
     input_tokens: int = 0
     output_tokens: int = 0
+    apportioned: bool = False  # tokens are this request's share of a unit-wide total
     http_status: int | None = None
     error_code: str = ""
     error_message: str = ""
+    reason: str = ""
+    transient: bool = False
     retry_after: float | None = None
 
 
@@ -58,6 +108,20 @@ class UnreadableLine:
     line_number: int
     text: str
     problem: str
+
+
+def classify_http_status(status: int | None) -> tuple[str, bool]:
+    """The ledger's reason for one request answered with this HTTP status, and whether it is
+    transient (SPEC rule 8): 408, 429 and 5xx retry by themselves, any other 4xx never does."""
+    if status == 429:
+        return ReasonCode.RATE_LIMITED, True
+    if status == 408:
+        return ReasonCode.TIMED_OUT, True
+    if status is not None and status >= 500:
+        return ReasonCode.MODEL_SERVER_ERROR, True
+    if status is not None and 400 <= status < 500:
+        return ReasonCode.REQUEST_INVALID, False
+    return ReasonCode.MODEL_FAILED, False
 
 
 class ProviderError(Exception):
@@ -87,23 +151,46 @@ class AnswerLost(ProviderError):
 
 class BatchProvider:
     name: str = ""
+    capabilities: Capabilities
+
+    @classmethod
+    def from_settings(cls, config: dict) -> "BatchProvider":
+        """Build the adapter and its HTTP client from `settings.PROVIDERS[name]`; keys are read
+        from the environment variables that entry names, never stored."""
+        raise NotImplementedError
+
+    def request_bytes(self, request: InferenceRequest) -> int:
+        """What one request adds to a unit's payload, counted as `capabilities.max_bytes` is."""
+        raise NotImplementedError
 
     def submit(self, *, requests: list[InferenceRequest], intent_key: str, metadata: dict) -> str:
         """Send one unit; return the provider's reference. Raise AnswerLost if unsure."""
         raise NotImplementedError
 
-    def find_units(self, *, intent_key: str) -> list[str]:
-        """Every unit the provider holds that was sent with this intent key, oldest first
-        (reconciling a lost answer; more than one means a duplicate was created)."""
+    def find_units(self, *, intent_key: str, sent_at: datetime, request_count: int) -> list[str]:
+        """Units that may be the one sent under this intent key, oldest first. `Finding.BY_KEY`:
+        exactly those carrying the key (more than one is a duplicate). `Finding.BY_LISTING`:
+        candidates created from `sent_at` on with `request_count` requests, to be confirmed or
+        ruled out by the custom_ids of their results. `Finding.NOT_AT_ALL`: never called."""
         raise NotImplementedError
 
     def status(self, provider_ref: str) -> UnitStatus:
         raise NotImplementedError
 
-    def results(self, status: UnitStatus) -> Iterator[ResultLine | UnreadableLine]:
-        """Every result line of an ended unit, streamed, in the provider's order."""
+    def results(
+        self,
+        provider_ref: str,
+        *,
+        skip: Container[str] = (),
+        requests: Iterable[InferenceRequest] = (),
+    ) -> Iterator[ResultLine | UnreadableLine]:
+        """Every result of an ended unit, streamed, in the provider's order (or, per request, in
+        the order answers arrive). `skip` holds the custom_ids already recorded. A synchronous
+        server (`Delivery.PER_REQUEST`) is asked here, for each of `requests` not in `skip`, so
+        a killed worker loses only the requests in flight; the other deliveries ignore both."""
         raise NotImplementedError
 
     def cancel(self, provider_ref: str) -> str:
-        """Ask the provider to stop a unit; returns what it says the unit's status now is."""
+        """Ask the provider to stop a unit (only when `capabilities.can_cancel`); returns what it
+        says the unit's status now is."""
         raise NotImplementedError

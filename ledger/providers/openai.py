@@ -1,26 +1,47 @@
-"""OpenAI Files + Batch API over httpx. The emulator speaks the same protocol."""
+"""OpenAI Files + Batch API over httpx (reference/providers.md §1). The built-in emulator
+(provider `emulator`) speaks the same protocol."""
 
 import io
 import json
-from collections.abc import Iterable, Iterator
+import os
+from collections.abc import Container, Iterable, Iterator
+from datetime import datetime
 
 import httpx
 
 from ..retrying import retry_after_seconds
 from ..scrubbing import header_credentials, scrub_credentials
+from ..states import ReasonCode
 from .base import (
     AnswerLost,
     BatchProvider,
+    Capabilities,
+    Delivery,
+    Finding,
     InferenceRequest,
     ProviderError,
     ResultLine,
+    UnitCounts,
     UnitStatus,
     UnreadableLine,
+    classify_http_status,
 )
 
 ENDPOINT = "/v1/chat/completions"
 ENDED_STATUSES = {"completed", "failed", "expired", "cancelled"}
 INTENT_METADATA_KEY = "batchdesk_intent"
+METADATA_VALUE_LIMIT = 512
+# Error codes of a result line (its `error.code`, or the code of the envelope in its body), in
+# the ledger's words: (reason, transient). Anything else is classified by its HTTP status.
+LINE_ERRORS = {
+    "batch_expired": (ReasonCode.BATCH_EXPIRED, True),
+    "batch_cancelled": (ReasonCode.MODEL_FAILED, False),
+    "server_error": (ReasonCode.MODEL_SERVER_ERROR, True),
+    "rate_limit_exceeded": (ReasonCode.RATE_LIMITED, True),
+    "timeout": (ReasonCode.TIMED_OUT, True),
+    "insufficient_quota": (ReasonCode.RATE_LIMITED, False),
+    "invalid_request_error": (ReasonCode.REQUEST_INVALID, False),
+}
 # Failures that prove the request never left this machine.
 NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
 
@@ -69,6 +90,7 @@ def parse_result_line(
                 http_status=200,
                 error_code="unreadable_result",
                 error_message=f"line {line_number}: a success line without choices[0].message",
+                reason=ReasonCode.UNREADABLE_RESULT,
             )
         usage = body.get("usage") or {}
         return ResultLine(
@@ -81,30 +103,64 @@ def parse_result_line(
             http_status=200,
         )
     if isinstance(error, dict):
+        code = str(error.get("code") or "error")
+        reason, transient = LINE_ERRORS.get(code, (ReasonCode.MODEL_FAILED, False))
         return ResultLine(
             custom_id=custom_id,
             succeeded=False,
-            error_code=str(error.get("code") or "error"),
+            error_code=code,
             error_message=scrub_credentials(str(error.get("message") or ""), secrets),
+            reason=reason,
+            transient=transient,
         )
     envelope = body.get("error") if isinstance(body, dict) else None
     envelope = envelope if isinstance(envelope, dict) else {}
+    code = str(envelope.get("code") or envelope.get("type") or f"http_{status_code}")
+    status = status_code if isinstance(status_code, int) else None
+    reason, transient = classify_http_status(status)
+    if code in LINE_ERRORS and code != "invalid_request_error":
+        reason, transient = LINE_ERRORS[code]
     return ResultLine(
         custom_id=custom_id,
         succeeded=False,
-        http_status=status_code,
-        error_code=str(envelope.get("code") or envelope.get("type") or f"http_{status_code}"),
+        http_status=status,
+        error_code=code,
         error_message=scrub_credentials(str(envelope.get("message") or error or ""), secrets),
+        reason=reason,
+        transient=transient,
     )
 
 
 class OpenAIBatchProvider(BatchProvider):
     name = "openai"
+    capabilities = Capabilities(
+        finding=Finding.BY_KEY,  # `metadata.batchdesk_intent`
+        can_cancel=True,
+        max_requests=50_000,
+        max_bytes=200 * 1024 * 1024,
+        delivery=Delivery.FILE,
+    )
 
     def __init__(self, *, client: httpx.Client):
         self.client = client
         # What a provider echoes of these in an error is never kept.
         self.secrets = header_credentials(client.headers)
+
+    @classmethod
+    def from_settings(cls, config: dict) -> "OpenAIBatchProvider":
+        # The emulator takes any key; a real provider without one answers 401, shown as such.
+        api_key = os.environ.get(config["api_key_env"]) or (
+            "emulator-key" if not config["required_env"] else ""
+        )
+        client = httpx.Client(
+            base_url=config["base_url"],
+            headers={"Authorization": f"Bearer {api_key}"},
+            timeout=httpx.Timeout(60.0, connect=10.0),
+        )
+        return cls(client=client)
+
+    def request_bytes(self, request: InferenceRequest) -> int:
+        return len(json.dumps(request_line(request), ensure_ascii=False).encode("utf-8")) + 1
 
     def _call(self, method: str, path: str, *, answer_may_be_lost: bool = False, **kwargs) -> httpx.Response:
         """One call. With `answer_may_be_lost`, a failure after the request may have reached the
@@ -142,11 +198,16 @@ class OpenAIBatchProvider(BatchProvider):
             "input_file_id": upload["id"],
             "endpoint": ENDPOINT,
             "completion_window": "24h",
-            "metadata": {**metadata, INTENT_METADATA_KEY: intent_key},
+            "metadata": {
+                **{key: str(value)[:METADATA_VALUE_LIMIT] for key, value in metadata.items()},
+                INTENT_METADATA_KEY: intent_key,
+            },
         }
         return self._call("POST", "/batches", json=body, answer_may_be_lost=True).json()["id"]
 
-    def find_units(self, *, intent_key: str) -> list[str]:
+    def find_units(
+        self, *, intent_key: str, sent_at: datetime | None = None, request_count: int = 0
+    ) -> list[str]:
         found = []
         after = None
         while True:
@@ -165,19 +226,34 @@ class OpenAIBatchProvider(BatchProvider):
     def status(self, provider_ref: str) -> UnitStatus:
         batch = self._call("GET", f"/batches/{provider_ref}").json()
         errors = (batch.get("errors") or {}).get("data") or []
+        counts = batch.get("request_counts")
         return UnitStatus(
             provider_status=batch["status"],
             ended=batch["status"] in ENDED_STATUSES,
-            counts=batch.get("request_counts") or {},
-            output_ref=batch.get("output_file_id") or "",
-            error_ref=batch.get("error_file_id") or "",
+            # `failed` with no file at all: the batch itself was refused (its input, a limit).
+            refused=batch["status"] == "failed"
+            and not (batch.get("output_file_id") or batch.get("error_file_id")),
+            counts=UnitCounts(
+                total=int(counts.get("total") or 0),
+                succeeded=int(counts.get("completed") or 0),
+                failed=int(counts.get("failed") or 0),
+            )
+            if isinstance(counts, dict)
+            else None,
             problem=scrub_credentials(
                 "; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors), self.secrets
             )[:2000],
         )
 
-    def results(self, status: UnitStatus) -> Iterator[ResultLine | UnreadableLine]:
-        for file_ref in (status.output_ref, status.error_ref):
+    def results(
+        self,
+        provider_ref: str,
+        *,
+        skip: Container[str] = (),
+        requests: Iterable[InferenceRequest] = (),
+    ) -> Iterator[ResultLine | UnreadableLine]:
+        batch = self._call("GET", f"/batches/{provider_ref}").json()
+        for file_ref in (batch.get("output_file_id"), batch.get("error_file_id")):
             if file_ref:
                 yield from self._stream_file(file_ref)
 

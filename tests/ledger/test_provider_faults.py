@@ -8,7 +8,7 @@ import pytest
 from ledger import actions
 from ledger.models import GeneratedVersion, Item, Product, Submission, SubmissionItem
 from ledger.providers import get_provider
-from ledger.providers.emulator import Emulator
+from ledger.emulators.openai import Emulator
 from ledger.states import ItemState, SubmissionState
 from ledger.tasks import poll_everything
 from tests.factories import JobFactory, ProductFactory

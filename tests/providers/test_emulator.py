@@ -10,8 +10,8 @@ import openai
 import pytest
 from openai import OpenAI
 
-from ledger.providers import textgen
-from ledger.providers.emulator import Emulator
+from ledger.emulators import textgen
+from ledger.emulators.openai import Emulator
 
 ENDPOINT = "/v1/chat/completions"
 ENDED = {"completed", "failed", "expired", "cancelled"}

@@ -12,7 +12,7 @@ from openai import OpenAI
 
 from ledger.management.commands.run_emulator import Command as RunEmulator
 from ledger.management.commands.run_emulator import emulator_kwargs
-from ledger.providers.emulator import KNOB_NAMES, ApiError, Emulator, Knobs
+from ledger.emulators.openai import KNOB_NAMES, ApiError, Emulator, Knobs
 from tests.providers.test_emulator import (
     ENDPOINT,
     assert_error_envelope,

@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ledger.providers.emulator import ApiError, Emulator
+from ledger.emulators.openai import ApiError, Emulator
 
 
 def call_numbers(text: str) -> list[int]:
@@ -112,7 +112,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["verbosity"] >= 2:
-            logging.getLogger("ledger.providers.emulator").setLevel(logging.INFO)
+            logging.getLogger("ledger.emulators.openai").setLevel(logging.INFO)
         try:
             emulator = Emulator(**emulator_kwargs(options))
         except ApiError as error:

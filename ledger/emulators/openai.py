@@ -33,7 +33,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NamedTuple
 from urllib.parse import parse_qs, urlsplit
 
-from ledger.providers import textgen
+from ledger.emulators import textgen
 from ledger.providers.openai import INTENT_METADATA_KEY
 
 log = logging.getLogger(__name__)
