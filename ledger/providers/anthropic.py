@@ -1,0 +1,346 @@
+"""Anthropic Message Batches over httpx (reference/providers.md §2).
+
+A batch carries its requests inline and no metadata of ours, so a batch whose create answer was
+lost can only be looked for in the listing: batches created around the time it was sent with
+the same number of requests are candidates, owned or ruled out by the custom_ids of their
+results (SPEC rule 13). With an output schema the model is made to call one tool, `output`,
+whose input is the draft: its JSON is the content the ledger validates.
+"""
+
+import json
+import os
+from collections.abc import Container, Iterable, Iterator
+from datetime import UTC, datetime, timedelta
+
+import httpx
+
+from ..retrying import retry_after_seconds
+from ..scrubbing import header_credentials, scrub_credentials
+from ..states import ReasonCode
+from .base import (
+    AnswerLost,
+    BatchProvider,
+    Capabilities,
+    Delivery,
+    Finding,
+    InferenceRequest,
+    ProviderError,
+    ResultLine,
+    UnitCounts,
+    UnitStatus,
+    UnreadableLine,
+)
+from .openai import NEVER_SENT
+
+API_VERSION = "2023-06-01"
+BATCHES = "/v1/messages/batches"
+OUTPUT_TOOL = "output"
+LISTING_PAGE = 1000  # the most the listing gives in one page
+# A candidate may have been created a little before our clock said we sent it (clocks differ),
+# and well after (queues, retries inside the create call).
+CLOCK_SKEW = timedelta(seconds=60)
+CREATE_WINDOW = timedelta(minutes=15)
+# The error type inside an `errored` result, in the ledger's words: (reason, transient, HTTP
+# status the same error has as an answer to a call). Unknown types are permanent model failures.
+ERROR_TYPES = {
+    "invalid_request_error": (ReasonCode.REQUEST_INVALID, False, 400),
+    "authentication_error": (ReasonCode.REQUEST_INVALID, False, 401),
+    "billing_error": (ReasonCode.REQUEST_INVALID, False, 402),
+    "permission_error": (ReasonCode.REQUEST_INVALID, False, 403),
+    "not_found_error": (ReasonCode.REQUEST_INVALID, False, 404),
+    "request_too_large": (ReasonCode.REQUEST_INVALID, False, 413),
+    "rate_limit_error": (ReasonCode.RATE_LIMITED, True, 429),
+    "api_error": (ReasonCode.MODEL_SERVER_ERROR, True, 500),
+    "timeout_error": (ReasonCode.TIMED_OUT, True, 504),
+    "overloaded_error": (ReasonCode.MODEL_SERVER_ERROR, True, 529),
+}
+
+
+def batch_request(request: InferenceRequest) -> dict:
+    """One entry of a batch's `requests`: our custom_id and Messages API parameters."""
+    params = {
+        "model": request.model,
+        "max_tokens": request.max_output_tokens,
+        "system": request.system_message,
+        "messages": [{"role": "user", "content": request.user_message}],
+    }
+    if request.output_schema:
+        # Forcing the one tool is how Anthropic returns JSON that matches a schema.
+        params["tools"] = [
+            {
+                "name": OUTPUT_TOOL,
+                "description": "Record the answer, in the shape the schema gives.",
+                "input_schema": request.output_schema,
+            }
+        ]
+        params["tool_choice"] = {"type": "tool", "name": OUTPUT_TOOL}
+    return {"custom_id": request.custom_id, "params": params}
+
+
+def message_content(message: dict) -> str | None:
+    """The draft in a message: the input of the `output` tool as JSON when the model called it,
+    else its text blocks joined; None when the message has no content list at all."""
+    blocks = message.get("content")
+    if not isinstance(blocks, list):
+        return None
+    blocks = [block for block in blocks if isinstance(block, dict)]
+    for block in blocks:
+        if block.get("type") == "tool_use" and block.get("name") == OUTPUT_TOOL:
+            return json.dumps(block.get("input"), ensure_ascii=False)
+    return "".join(str(block.get("text") or "") for block in blocks if block.get("type") == "text")
+
+
+def parse_result_line(
+    line_number: int, text: str, *, secrets: Iterable[str] = ()
+) -> ResultLine | UnreadableLine:
+    """One line of a results file. What is kept of a failure (its error, or the text of an
+    unreadable line) is scrubbed of credentials; a draft is the model's text and kept whole."""
+    try:
+        line = json.loads(text)
+    except ValueError as exc:
+        return UnreadableLine(line_number, scrub_credentials(text, secrets)[:500], f"not JSON: {exc}")
+    if not isinstance(line, dict) or not isinstance(line.get("custom_id"), str):
+        return UnreadableLine(line_number, scrub_credentials(text, secrets)[:500], "no custom_id")
+    custom_id = line["custom_id"]
+    result = line.get("result") if isinstance(line.get("result"), dict) else {}
+    kind = result.get("type")
+    if kind == "succeeded":
+        message = result.get("message") if isinstance(result.get("message"), dict) else {}
+        content = message_content(message)
+        if content is None:
+            # Paid for but unusable: a permanent failure of that request, never an automatic re-send.
+            return ResultLine(
+                custom_id=custom_id,
+                succeeded=False,
+                error_code="unreadable_result",
+                error_message=f"line {line_number}: a succeeded result without message.content",
+                reason=ReasonCode.UNREADABLE_RESULT,
+            )
+        usage = message.get("usage") if isinstance(message.get("usage"), dict) else {}
+        return ResultLine(
+            custom_id=custom_id,
+            succeeded=True,
+            content=content,
+            usage=usage,
+            input_tokens=int(usage.get("input_tokens") or 0),
+            output_tokens=int(usage.get("output_tokens") or 0),
+            http_status=200,
+        )
+    if kind == "errored":
+        envelope = result.get("error") if isinstance(result.get("error"), dict) else {}
+        # `{"type": "error", "error": {"type": ..., "message": ...}, "request_id": ...}`
+        inner = envelope.get("error") if isinstance(envelope.get("error"), dict) else envelope
+        code = str(inner.get("type") or "error")
+        reason, transient, status = ERROR_TYPES.get(code, (ReasonCode.MODEL_FAILED, False, None))
+        return ResultLine(
+            custom_id=custom_id,
+            succeeded=False,
+            http_status=status,
+            error_code=code,
+            error_message=scrub_credentials(str(inner.get("message") or ""), secrets),
+            reason=reason,
+            transient=transient,
+        )
+    if kind == "expired":
+        return ResultLine(
+            custom_id=custom_id,
+            succeeded=False,
+            error_code="expired",
+            error_message="The batch reached its 24 hours before this request ran.",
+            reason=ReasonCode.BATCH_EXPIRED,
+            transient=True,
+        )
+    if kind == "canceled":
+        # Only our own cancel does this (a cancelled job, a duplicate unit): sending it again by
+        # itself would undo that decision, so it waits for a person, as OpenAI's `batch_cancelled`.
+        return ResultLine(
+            custom_id=custom_id,
+            succeeded=False,
+            error_code="canceled",
+            error_message="The batch was canceled before this request ran.",
+            reason=ReasonCode.MODEL_FAILED,
+        )
+    # A result type nobody promised: we cannot tell whether it was paid for, so no re-send.
+    return ResultLine(
+        custom_id=custom_id,
+        succeeded=False,
+        error_code="unreadable_result",
+        error_message=f"line {line_number}: unknown result type {str(kind)[:50]!r}",
+        reason=ReasonCode.UNREADABLE_RESULT,
+    )
+
+
+def parse_time(value: object) -> datetime | None:
+    """An RFC 3339 time of the API (`2024-08-20T18:37:24.100435Z`), None if unreadable."""
+    if not isinstance(value, str):
+        return None
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def request_total(batch: dict) -> int:
+    counts = batch.get("request_counts")
+    if not isinstance(counts, dict):
+        return 0
+    return sum(int(value or 0) for value in counts.values() if isinstance(value, int | float))
+
+
+class AnthropicBatchProvider(BatchProvider):
+    name = "anthropic"
+    capabilities = Capabilities(
+        finding=Finding.BY_LISTING,  # a batch carries no metadata of ours
+        can_cancel=True,
+        max_requests=100_000,
+        max_bytes=256 * 1024 * 1024,
+        delivery=Delivery.FILE,
+    )
+
+    def __init__(self, *, client: httpx.Client):
+        self.client = client
+        # What a provider echoes of these in an error is never kept.
+        self.secrets = header_credentials(client.headers)
+
+    @classmethod
+    def from_settings(cls, config: dict) -> "AnthropicBatchProvider":
+        # Without a key Anthropic answers 401, shown as such.
+        api_key = os.environ.get(config["api_key_env"]) or ""
+        client = httpx.Client(
+            base_url=config["base_url"],
+            headers={"x-api-key": api_key, "anthropic-version": API_VERSION},
+            timeout=httpx.Timeout(60.0, connect=10.0),
+        )
+        return cls(client=client)
+
+    def request_bytes(self, request: InferenceRequest) -> int:
+        # Its JSON inside the `requests` array, and the comma after it.
+        return len(json.dumps(batch_request(request), ensure_ascii=False).encode("utf-8")) + 1
+
+    def _call(self, method: str, path: str, *, answer_may_be_lost: bool = False, **kwargs) -> httpx.Response:
+        """One call. With `answer_may_be_lost`, a failure after the request may have reached
+        Anthropic is AnswerLost (the caller must reconcile), not an ordinary, retryable error."""
+        try:
+            response = self.client.request(method, path, **kwargs)
+        except NEVER_SENT as exc:
+            raise ProviderError(f"{method} {path} could not be sent: {exc}", secrets=self.secrets) from exc
+        except httpx.TransportError as exc:
+            if answer_may_be_lost:
+                raise AnswerLost(
+                    f"{method} {path} was sent but no answer arrived: {exc}", secrets=self.secrets
+                ) from exc
+            raise ProviderError(f"{method} {path} failed: {exc}", secrets=self.secrets) from exc
+        if response.status_code >= 400:
+            raise self._refusal(method, path, response)
+        return response
+
+    def _refusal(self, method: str, path: str, response: httpx.Response) -> ProviderError:
+        """A 4xx/5xx answer as a ProviderError: 429 and 529 (overloaded) are transient by status."""
+        # Scrubbed before it is cut short: half a key would no longer look like one.
+        said = scrub_credentials(response.text, self.secrets)[:300]
+        return ProviderError(
+            f"{method} {path} answered {response.status_code}: {said}",
+            status=response.status_code,
+            retry_after=retry_after_seconds(response.headers.get("retry-after")),
+        )
+
+    def _json(self, response: httpx.Response) -> dict:
+        try:
+            answer = response.json()
+        except ValueError as exc:
+            raise ProviderError(f"{response.request.url.path} answered unreadable JSON") from exc
+        if not isinstance(answer, dict):
+            raise ProviderError(f"{response.request.url.path} answered JSON that is not an object")
+        return answer
+
+    def submit(self, *, requests: list[InferenceRequest], intent_key: str, metadata: dict) -> str:
+        # Anthropic keeps no metadata on a batch: the intent key stays with us (find_units).
+        body = {"requests": [batch_request(request) for request in requests]}
+        response = self._call("POST", BATCHES, json=body, answer_may_be_lost=True)
+        try:
+            return str(response.json()["id"])
+        except (ValueError, KeyError, TypeError) as exc:
+            # Created or not, we cannot tell which batch: reconcile as if the answer were lost.
+            raise AnswerLost(f"POST {BATCHES} answered without a batch id", secrets=self.secrets) from exc
+
+    def find_units(self, *, intent_key: str, sent_at: datetime, request_count: int) -> list[str]:
+        """Candidates: batches created from `sent_at` (less clock skew) to 15 minutes after,
+        with `request_count` requests, oldest first. Only their results can tell which is ours."""
+        sent_at = sent_at if sent_at.tzinfo else sent_at.replace(tzinfo=UTC)
+        earliest, latest = sent_at - CLOCK_SKEW, sent_at + CREATE_WINDOW
+        found = []
+        after_id = None
+        while True:
+            params = {"limit": LISTING_PAGE, **({"after_id": after_id} if after_id else {})}
+            page = self._json(self._call("GET", BATCHES, params=params))
+            batches = [batch for batch in page.get("data") or [] if isinstance(batch, dict)]
+            for batch in batches:
+                created = parse_time(batch.get("created_at"))
+                if created is not None and earliest <= created <= latest:
+                    if request_total(batch) == request_count:
+                        found.append(str(batch["id"]))
+            # Newest first: once a page reaches before the window, the rest is older still.
+            oldest = parse_time(batches[-1].get("created_at")) if batches else None
+            if not page.get("has_more") or not batches or (oldest is not None and oldest < earliest):
+                return list(reversed(found))
+            after_id = page.get("last_id") or batches[-1]["id"]
+
+    def status(self, provider_ref: str) -> UnitStatus:
+        batch = self._json(self._call("GET", f"{BATCHES}/{provider_ref}"))
+        counts = batch.get("request_counts")
+        word = str(batch.get("processing_status") or "")
+        problem = ""
+        if batch.get("archived_at"):
+            problem = f"results archived at {batch['archived_at']}: no longer available"
+        return UnitStatus(
+            provider_status=word,
+            ended=word == "ended",
+            # A batch Anthropic refuses is refused at create (400); once it exists it runs.
+            refused=False,
+            counts=UnitCounts(
+                total=request_total(batch),
+                succeeded=int(counts.get("succeeded") or 0),
+                failed=sum(int(counts.get(name) or 0) for name in ("errored", "canceled", "expired")),
+            )
+            if isinstance(counts, dict)
+            else None,
+            problem=problem,
+        )
+
+    def results(
+        self,
+        provider_ref: str,
+        *,
+        skip: Container[str] = (),
+        requests: Iterable[InferenceRequest] = (),
+    ) -> Iterator[ResultLine | UnreadableLine]:
+        batch = self._json(self._call("GET", f"{BATCHES}/{provider_ref}"))
+        # Read from the batch, never built: the address is Anthropic's to change (and absolute).
+        results_url = batch.get("results_url")
+        if not results_url:
+            raise ProviderError(
+                f"batch {provider_ref} has no results_url yet ({batch.get('processing_status')})"
+            )
+        try:
+            with self.client.stream(
+                "GET", str(results_url), headers={"accept": "application/binary"}
+            ) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise self._refusal("GET", f"results of {provider_ref}", response)
+                for number, text in enumerate(response.iter_lines(), start=1):
+                    if text.strip():
+                        yield parse_result_line(number, text, secrets=self.secrets)
+        except httpx.TransportError as exc:
+            # A download cut short: what was read is recorded, the rest comes with the next try.
+            raise ProviderError(
+                f"download of the results of {provider_ref} was interrupted: {exc}", secrets=self.secrets
+            ) from exc
+
+    def cancel(self, provider_ref: str) -> str:
+        response = self._call("POST", f"{BATCHES}/{provider_ref}/cancel")
+        try:
+            return str(response.json().get("processing_status", ""))
+        except (ValueError, AttributeError):  # accepted, but the answer says nothing readable
+            return ""
