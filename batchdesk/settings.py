@@ -244,6 +244,6 @@ LOGGING = {
         # Failed and locked-out logins are warnings; the bookkeeping around them is not news.
         "axes": {"level": "WARNING"},
         # One line per emulated HTTP request drowns everything else; `run_emulator -v 2` shows them.
-        "ledger.emulators.openai": {"level": "WARNING"},
+        "ledger.emulators": {"level": "WARNING"},
     },
 }

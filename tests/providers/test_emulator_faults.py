@@ -3,16 +3,17 @@ batches that expire part-way, and the knobs set at run time and on the command l
 
 import json
 from collections import Counter
-from dataclasses import asdict
+from dataclasses import asdict, fields
 
 import httpx
 import pytest
 from django.core.management import CommandError, call_command
 from openai import OpenAI
 
+from ledger.emulators.openai import Emulator
+from ledger.emulators.server import ApiError, FaultKnobs
 from ledger.management.commands.run_emulator import Command as RunEmulator
 from ledger.management.commands.run_emulator import emulator_kwargs
-from ledger.emulators.openai import KNOB_NAMES, ApiError, Emulator, Knobs
 from tests.providers.test_emulator import (
     ENDPOINT,
     assert_error_envelope,
@@ -23,6 +24,7 @@ from tests.providers.test_emulator import (
     wait,
 )
 
+KNOB_NAMES = [knob.name for knob in fields(FaultKnobs)]
 TIMINGS = {"per_request_ms": 1, "validating_ms": 20, "finalizing_ms": 5}
 
 
@@ -215,7 +217,7 @@ def test_expire_after_ms_expires_a_batch_part_way(emulator, api):
 
 def test_the_knobs_are_shown_and_changed_over_http(emulator, api, control):
     shown = control.get("/config").json()
-    assert shown == asdict(Knobs()) | {"per_request_ms": 1}
+    assert shown == asdict(FaultKnobs()) | {"per_request_ms": 1}
     assert list(shown) == KNOB_NAMES
 
     changes = {
@@ -290,6 +292,7 @@ def test_the_command_line_flags_become_emulator_knobs():
         "retry_after": 5,
         "server_errors": 1,
         "server_error_path": "POST /v1/batches",
+        "server_error_status": 500,
         "duplicate_lines": 0.25,
         "unknown_lines": 2,
         "malformed_lines": 1,
@@ -299,7 +302,7 @@ def test_the_command_line_flags_become_emulator_knobs():
 
 
 def test_without_fault_flags_every_fault_is_off():
-    assert Emulator(**knobs_from_flags()).config() == asdict(Knobs())
+    assert Emulator(**knobs_from_flags()).config() == asdict(FaultKnobs())
 
 
 def test_bad_flags_stop_the_command_before_it_serves():

@@ -4,7 +4,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ledger.emulators.openai import ApiError, Emulator
+from ledger.emulators import PROTOCOLS, emulator_class
+from ledger.emulators.server import ApiError
 
 
 def call_numbers(text: str) -> list[int]:
@@ -19,7 +20,7 @@ def call_numbers(text: str) -> list[int]:
 
 
 def emulator_kwargs(options: dict[str, Any]) -> dict[str, Any]:
-    """The `Emulator` keyword arguments the command's options ask for (see `Knobs`)."""
+    """The emulator's keyword arguments the command's options ask for (see `server.FaultKnobs`)."""
     return {
         "host": options["host"],
         "port": options["port"],
@@ -34,6 +35,7 @@ def emulator_kwargs(options: dict[str, Any]) -> dict[str, Any]:
         "retry_after": options["retry_after"],
         "server_errors": options["server_errors"],
         "server_error_path": options["server_error_path"],
+        "server_error_status": options["server_error_status"],
         "duplicate_lines": options["duplicate_rate"],
         "unknown_lines": options["unknown_lines"],
         "malformed_lines": options["malformed_lines"],
@@ -44,11 +46,15 @@ def emulator_kwargs(options: dict[str, Any]) -> dict[str, Any]:
 
 class Command(BaseCommand):
     help = (
-        "Serve the OpenAI Files + Batch API emulator (provider `emulator`) until Ctrl-C. "
+        "Serve the emulator of one provider's wire protocol until Ctrl-C (default: the OpenAI Files + "
+        "Batch API, which provider `emulator` speaks). "
         "Fault knobs can also be changed while it runs: POST /_emulator/config."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--protocol", choices=sorted(PROTOCOLS), default="openai", help="which provider's wire protocol"
+        )
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8001, help="0 picks a free port")
         parser.add_argument("--per-request-ms", type=float, default=100, help="processing time per request")
@@ -91,6 +97,13 @@ class Command(BaseCommand):
             help="only calls under this path, e.g. 'POST /v1/batches'",
         )
         calls.add_argument(
+            "--server-error-status",
+            type=int,
+            default=500,
+            metavar="CODE",
+            help="the status of those errors, e.g. 529 (Anthropic overloaded) or 503",
+        )
+        calls.add_argument(
             "--cut-downloads", type=int, default=0, metavar="K", help="cut the first K downloads of each file"
         )
 
@@ -112,14 +125,14 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["verbosity"] >= 2:
-            logging.getLogger("ledger.emulators.openai").setLevel(logging.INFO)
+            logging.getLogger("ledger.emulators").setLevel(logging.INFO)
         try:
-            emulator = Emulator(**emulator_kwargs(options))
+            emulator = emulator_class(options["protocol"])(**emulator_kwargs(options))
         except ApiError as error:
             raise CommandError(str(error)) from None
 
         def announce(url: str) -> None:
-            self.stdout.write(f"Provider emulator serving {url} (Ctrl-C to stop)")
+            self.stdout.write(f"Provider emulator ({options['protocol']}) serving {url} (Ctrl-C to stop)")
             self.stdout.flush()
 
         try:
