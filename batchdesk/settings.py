@@ -177,6 +177,9 @@ BATCHDESK_LEASE_SECONDS = float(os.environ.get("BATCHDESK_LEASE_SECONDS", "300")
 BATCHDESK_RETRY_BASE_SECONDS = float(os.environ.get("BATCHDESK_RETRY_BASE_SECONDS", "30"))
 # The largest catalogue file the import screen takes (the command reads files of any size).
 BATCHDESK_IMPORT_MAX_BYTES = int(os.environ.get("BATCHDESK_IMPORT_MAX_BYTES", str(200 * 1024 * 1024)))
+# A JSON file of prices laid over the built-in table of ledger/pricing.py (format in the README);
+# a bad file stops the server and the workers at startup (system check batchdesk.E001).
+BATCHDESK_PRICE_FILE = os.environ.get("BATCHDESK_PRICE_FILE", "")
 
 # Each provider's address and the names of the environment variables its credentials are read
 # from at the moment of a call (SPEC §4); a provider is offered for jobs once those are set.
