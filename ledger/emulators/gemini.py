@@ -1,0 +1,483 @@
+"""A local emulator of the Gemini API's Batch Mode (reference/providers.md §4), at the real REST
+paths under `/v1beta`, with the shapes the `google-genai` SDK sends and reads (camelCase; proto
+JSON also accepts snake_case on input, so both are read).
+
+- `POST /v1beta/models/{model}:batchGenerateContent` with
+  `{"batch": {"displayName", "inputConfig": {"requests": {"requests": [{"request", "metadata": {"key"}}]}}}}`
+  answers a long-running Operation `{"name": "batches/…", "metadata": GenerateContentBatch}`.
+- `GET /v1beta/batches/{id}` the Operation; once ended `done: true`, and the responses inline,
+  both in `metadata.output` (where the SDK reads them) and in `response` (where the REST guide
+  reads them), each `{"response": GenerateContentResponse | "error": google.rpc.Status,
+  "metadata": {"key"}}`.
+- `GET /v1beta/batches?pageSize&pageToken` `{"operations": [...], "nextPageToken"}`, newest first.
+- `POST /v1beta/batches/{id}:cancel` `{}`; `DELETE /v1beta/batches/{id}` `{}`.
+- Errors in Google's envelope `{"error": {"code", "message", "status"}}`.
+
+Nothing runs in the background: a batch is brought up to date from timestamps whenever it is
+read. It is `BATCH_STATE_PENDING` for `pending_ms`, then `RUNNING`, one request per
+`per_request_ms` of simulated time, then `SUCCEEDED` with every response inline. A cancelled
+batch keeps the responses of the requests that ran before the cancel; an expired batch (48 h on
+the real service: here `expire_after_ms`, or `expire_rate` of batches) has none at all.
+
+Results are inline, so there is no download: `cut_downloads` does not apply. Per-request
+expiry does not exist on Gemini either: `expire_rate` picks whole batches that expire.
+"""
+
+import base64
+import hashlib
+import math
+import random
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from werkzeug.routing import Rule
+from werkzeug.wrappers import Request
+
+from . import textgen
+from .server import ApiError, EmulatorServer, LoseAnswer
+
+MAX_INLINE_BYTES = 20 * 1024 * 1024  # inline requests in one create call [GEM-GUIDE]
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 1000
+ENDED = {"BATCH_STATE_SUCCEEDED", "BATCH_STATE_FAILED", "BATCH_STATE_CANCELLED", "BATCH_STATE_EXPIRED"}
+BATCH_TYPE = "type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatch"
+OUTPUT_TYPE = "type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatchOutput"
+# HTTP status -> the canonical google.rpc.Code name Google puts in `error.status`.
+STATUS_NAMES = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    405: "INVALID_ARGUMENT",
+    409: "ABORTED",
+    429: "RESOURCE_EXHAUSTED",
+    499: "CANCELLED",
+    500: "INTERNAL",
+    501: "UNIMPLEMENTED",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+# google.rpc.Code numbers, as a per-request `error.code` carries them.
+INVALID_ARGUMENT, INTERNAL = 3, 13
+UNREGISTERED_CALLER = (
+    "Method doesn't allow unregistered callers (callers without established identity). "
+    "Please use API Key or other form of API consumer identity to call this API."
+)
+
+
+def _get(mapping: Any, camel: str) -> Any:
+    """A field of a proto JSON object, spelled camelCase or snake_case."""
+    if not isinstance(mapping, dict):
+        return None
+    snake = "".join(f"_{c.lower()}" if c.isupper() else c for c in camel)
+    return mapping.get(camel, mapping.get(snake))
+
+
+def _timestamp(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _texts(content: Any) -> str:
+    parts = _get(content, "parts")
+    if not isinstance(parts, list):
+        return ""
+    return "".join(
+        part["text"] for part in parts if isinstance(part, dict) and isinstance(part.get("text"), str)
+    )
+
+
+def _lower_types(schema: Any) -> Any:
+    """An OpenAPI-style `responseSchema` (types in capitals) as the JSON schema textgen reads."""
+    if isinstance(schema, dict):
+        return {
+            key: value.lower() if key == "type" and isinstance(value, str) else _lower_types(value)
+            for key, value in schema.items()
+        }
+    if isinstance(schema, list):
+        return [_lower_types(value) for value in schema]
+    return schema
+
+
+def chat_body(model: str, request: dict) -> dict:
+    """A GenerateContentRequest as the chat-completions body `textgen` answers."""
+    messages = []
+    system = _texts(_get(request, "systemInstruction"))
+    if system:
+        messages.append({"role": "system", "content": system})
+    for content in _get(request, "contents") or []:
+        role = "assistant" if _get(content, "role") == "model" else "user"
+        messages.append({"role": role, "content": _texts(content)})
+    body: dict = {"model": model, "messages": messages}
+    config = _get(request, "generationConfig") or {}
+    if isinstance(_get(config, "maxOutputTokens"), int):
+        body["max_completion_tokens"] = _get(config, "maxOutputTokens")
+    schema = _get(config, "responseJsonSchema")
+    if schema is None and _get(config, "responseSchema") is not None:
+        schema = _lower_types(_get(config, "responseSchema"))
+    if isinstance(schema, dict) and _get(config, "responseMimeType") == "application/json":
+        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
+    return body
+
+
+@dataclass
+class _Request:
+    key: Any  # metadata.key as sent (a string from any well-behaved client)
+    request: dict
+    attempt: int  # how many earlier batches carried this key
+    outcome: str = ""  # once it has run: "ok", "failed" (a server error) or "invalid"
+    answer: dict | None = None  # its inlined response, once the batch has ended
+
+
+@dataclass
+class _Batch:
+    id: str
+    model: str
+    display_name: str
+    created: float
+    requests: list[_Request]
+    refusal: str = ""  # why the whole batch fails when it would start running
+    state: str = "BATCH_STATE_PENDING"
+    updated: float = 0.0
+    ended: float | None = None
+    ran: int = 0  # requests[:ran] have run
+    clock: float = 0.0  # the simulated time up to which requests have run
+    expiring: bool = False  # picked by `expire_rate`: runs nothing, ends EXPIRED
+    inlined: list[dict] | None = None  # the inlined responses, written when the batch ends
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"batches/{self.id}"
+
+
+class GeminiEmulator(EmulatorServer):
+    protocol = "gemini"
+    base_path = "/v1beta"
+    api_prefix = "/v1beta/"
+    create_rule = ("POST", r"/v1beta/models/[^/]+:batchGenerateContent")
+    pending_ms = 50  # how long a batch waits before it starts running
+
+    def __init__(self, **kwargs: Any) -> None:
+        self._batches: dict[str, _Batch] = {}
+        self._attempts: Counter = Counter()
+        self._inferences: Counter = Counter()
+        super().__init__(**kwargs)
+
+    # --- the protocol's plumbing ------------------------------------------------------------
+
+    def rules(self) -> list[Rule]:
+        return [
+            Rule("/v1beta/models/<model>:batchGenerateContent", endpoint="create_batch", methods=["POST"]),
+            Rule("/v1beta/batches", endpoint="list_batches", methods=["GET"]),
+            Rule("/v1beta/batches/<batch_id>", endpoint="get_batch", methods=["GET"]),
+            Rule("/v1beta/batches/<batch_id>", endpoint="delete_batch", methods=["DELETE"]),
+            Rule("/v1beta/batches/<batch_id>:cancel", endpoint="cancel_batch", methods=["POST"]),
+        ]
+
+    def error(
+        self,
+        status: int,
+        message: str,
+        *,
+        kind: str = "invalid_request",
+        code: str | None = None,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> ApiError:
+        name = code or STATUS_NAMES.get(status) or ("INTERNAL" if status >= 500 else "INVALID_ARGUMENT")
+        body: dict = {"error": {"code": status, "message": message, "status": name}}
+        retry_after = (headers or {}).get("retry-after")
+        if status == 429 and retry_after:
+            # Google says when to come back in a RetryInfo detail; the header is kept as well.
+            body["error"]["details"] = [
+                {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{retry_after}s"}
+            ]
+        return ApiError(status, body, headers)
+
+    def authenticate(self, request: Request) -> None:
+        if not (request.headers.get("x-goog-api-key") or request.args.get("key")):
+            raise self.error(403, UNREGISTERED_CALLER, kind="authentication")
+
+    def evidence(self) -> dict:
+        return {
+            "inferences": dict(self._inferences),
+            "batches": len(self._batches),
+            "batches_by_intent": dict(Counter(batch.display_name for batch in self._batches.values())),
+        }
+
+    def advance(self) -> None:
+        now = time.time()
+        for batch in self._batches.values():
+            self._advance(batch, now)
+
+    # --- endpoints ----------------------------------------------------------------------------
+
+    def create_batch(self, request: Request, model: str) -> dict:
+        """Create a batch; raises `LoseAnswer` after creating it when `lose_create_responses` says so."""
+        if request.content_length and request.content_length > MAX_INLINE_BYTES:
+            raise self.error(400, f"Request payload size exceeds the limit: {MAX_INLINE_BYTES} bytes.")
+        body = self.json_body(request)
+        batch_body = _get(body, "batch")
+        if not isinstance(batch_body, dict):
+            raise self.error(400, "Invalid JSON payload: 'batch' must be an object.")
+        display_name = _get(batch_body, "displayName")
+        if not isinstance(display_name, str) or not display_name:
+            raise self.error(
+                400, "* BatchGenerateContentRequest.batch.display_name: display_name is required"
+            )
+        input_config = _get(batch_body, "inputConfig")
+        if _get(input_config, "fileName") is not None:
+            raise self.error(
+                400, "The emulator serves inline requests only, not files/…", code="UNIMPLEMENTED"
+            )
+        entries = _get(_get(input_config, "requests"), "requests")
+        if not isinstance(entries, list) or not entries:
+            raise self.error(400, "* BatchGenerateContentRequest.batch.input_config: requests are required")
+        for number, entry in enumerate(entries):
+            if not isinstance(_get(entry, "request"), dict):
+                raise self.error(400, f"* requests[{number}].request: a GenerateContentRequest is required")
+            if not isinstance(_get(entry, "metadata") or {}, dict):
+                raise self.error(400, f"* requests[{number}].metadata: must be a map of strings")
+        keys = Counter((_get(entry, "metadata") or {}).get("key") for entry in entries)
+        repeated = sorted(str(key) for key, times in keys.items() if key is not None and times > 1)
+        with self.lock:
+            now = time.time()
+            requests = []
+            for entry in entries:
+                key = (_get(entry, "metadata") or {}).get("key")
+                requests.append(_Request(key, _get(entry, "request"), attempt=self._attempts[key]))
+                self._attempts[key] += 1
+            batch = _Batch(
+                id=uuid.uuid4().hex + uuid.uuid4().hex[:8],
+                model=model if model.startswith("models/") else f"models/{model}",
+                display_name=display_name,
+                created=now,
+                updated=now,
+                requests=requests,
+                # Accepted, then failed as a whole: the service checks keys when it runs the batch.
+                refusal=f"Duplicate request keys in the batch: {', '.join(repeated)[:500]}"
+                if repeated
+                else "",
+            )
+            self._batches[batch.id] = batch
+            answer = self._operation(batch)
+        if self.take_lost_create():
+            raise LoseAnswer(batch.name)
+        return answer
+
+    def get_batch(self, request: Request, batch_id: str) -> dict:
+        with self.lock:
+            return self._operation(self._batch(batch_id))
+
+    def list_batches(self, request: Request) -> dict:
+        try:
+            size = int(request.args.get("pageSize") or DEFAULT_PAGE_SIZE)
+        except ValueError:
+            raise self.error(400, "Invalid value at 'page_size' (TYPE_INT32)") from None
+        size = min(max(size, 1), MAX_PAGE_SIZE)
+        start = 0
+        token = request.args.get("pageToken")
+        if token:
+            try:
+                start = int(base64.urlsafe_b64decode(token.encode()).decode())
+            except ValueError:
+                raise self.error(400, "Invalid page token.") from None
+        with self.lock:
+            now = time.time()
+            newest_first = sorted(self._batches.values(), key=lambda b: b.created, reverse=True)
+            page = newest_first[start : start + size]
+            for batch in page:
+                self._advance(batch, now)
+            answer: dict = {"operations": [self._operation(batch) for batch in page]}
+        if start + size < len(newest_first):
+            answer["nextPageToken"] = base64.urlsafe_b64encode(str(start + size).encode()).decode()
+        return answer
+
+    def cancel_batch(self, request: Request, batch_id: str) -> dict:
+        with self.lock:
+            batch = self._batch(batch_id)
+            if batch.state in ENDED:
+                raise self.error(
+                    400, f"Batch {batch.name} is already in state {batch.state}.", code="FAILED_PRECONDITION"
+                )
+            self._end(batch, "BATCH_STATE_CANCELLED", time.time())
+            return {}
+
+    def delete_batch(self, request: Request, batch_id: str) -> dict:
+        with self.lock:
+            self._batch(batch_id)
+            del self._batches[batch_id]
+            return {}
+
+    # --- the simulation (callers hold the lock) ------------------------------------------
+
+    def _batch(self, batch_id: str) -> _Batch:
+        batch = self._batches.get(batch_id)
+        if batch is None:
+            raise self.error(404, f"Batch batches/{batch_id} not found.", kind="not_found")
+        self._advance(batch, time.time())
+        return batch
+
+    def _operation(self, batch: _Batch) -> dict:
+        """The batch as the long-running Operation Google answers with."""
+        metadata: dict = {
+            "@type": BATCH_TYPE,
+            "model": batch.model,
+            "displayName": batch.display_name,
+            "createTime": _timestamp(batch.created),
+            "updateTime": _timestamp(batch.updated),
+            "batchStats": self._batch_stats(batch),
+            "state": batch.state,
+            "name": batch.name,
+        }
+        operation: dict = {"name": batch.name, "metadata": metadata}
+        if batch.ended is not None:
+            metadata["endTime"] = _timestamp(batch.ended)
+            operation["done"] = True
+            if batch.state == "BATCH_STATE_FAILED":
+                operation["error"] = {"code": INVALID_ARGUMENT, "message": batch.refusal}
+            elif batch.inlined is not None:
+                metadata["output"] = {"inlinedResponses": {"inlinedResponses": batch.inlined}}
+                operation["response"] = {"@type": OUTPUT_TYPE, **metadata["output"]}
+        return operation
+
+    def _batch_stats(self, batch: _Batch) -> dict:
+        """Proto3 JSON: int64 as strings, zeros left out."""
+        if batch.ended is not None and batch.stats:
+            counts = batch.stats
+        else:
+            ran = batch.requests[: batch.ran]
+            counts = {
+                "requestCount": len(batch.requests),
+                "successfulRequestCount": sum(r.outcome == "ok" for r in ran),
+                "failedRequestCount": sum(r.outcome == "failed" for r in ran),
+                "pendingRequestCount": 0 if batch.ended is not None else len(batch.requests) - batch.ran,
+            }
+        return {name: str(value) for name, value in counts.items() if value}
+
+    def _advance(self, batch: _Batch, now: float) -> None:
+        """Replay what would have happened to `batch` up to `now`."""
+        if batch.state in ENDED:
+            return
+        knobs = self.knobs
+        step = knobs.per_request_ms / 1000
+        start = batch.created + self.pending_ms / 1000
+        deadline = math.inf if knobs.expire_after_ms is None else batch.created + knobs.expire_after_ms / 1000
+        if batch.state == "BATCH_STATE_PENDING" and now >= start and start < deadline:
+            if batch.refusal:
+                self._end(batch, "BATCH_STATE_FAILED", start)
+                return
+            batch.state, batch.updated, batch.clock = "BATCH_STATE_RUNNING", start, start
+            key = ",".join(f"{r.key}#{r.attempt}" for r in batch.requests)
+            batch.expiring = self.dice("expire", key) < knobs.expire_rate
+        if batch.state == "BATCH_STATE_RUNNING" and not batch.expiring:
+            while batch.ran < len(batch.requests) and batch.clock + step <= min(now, deadline):
+                batch.clock += step
+                self._run(batch.requests[batch.ran])
+                batch.ran += 1
+                batch.updated = batch.clock
+            if batch.ran == len(batch.requests):
+                self._end(batch, "BATCH_STATE_SUCCEEDED", batch.clock)
+                return
+        if batch.expiring and math.isinf(deadline):
+            # Picked to expire with no deadline set: it expires when it would have finished.
+            deadline = start + step * len(batch.requests)
+        if now >= deadline:
+            self._end(batch, "BATCH_STATE_EXPIRED", deadline)
+
+    def _run(self, request: _Request) -> None:
+        """Decide how one request turns out (its answer is written when the batch ends)."""
+        if not isinstance(request.key, str) or not any(
+            _texts(content).strip() for content in _get(request.request, "contents") or []
+        ):
+            request.outcome = "invalid"
+        elif self.dice("fail", request.key, request.attempt) < self.knobs.fail_rate:
+            request.outcome = "failed"
+        else:
+            request.outcome = "ok"
+
+    def _end(self, batch: _Batch, state: str, at: float) -> None:
+        batch.state, batch.updated, batch.ended = state, at, at
+        if state in ("BATCH_STATE_SUCCEEDED", "BATCH_STATE_CANCELLED"):
+            ran = batch.requests[: batch.ran]
+            for request in ran:
+                request.answer = self._written_answer(batch, request, at)
+            succeeded = sum(r.outcome == "ok" for r in ran)
+            batch.stats = {
+                "requestCount": len(batch.requests),
+                "successfulRequestCount": succeeded + self.knobs.count_mismatch,
+                "failedRequestCount": len(ran) - succeeded,
+            }
+            batch.inlined = self._spoil(batch, ran, at)
+        else:
+            batch.stats = {"requestCount": len(batch.requests)}
+
+    def _written_answer(self, batch: _Batch, request: _Request, at: float) -> dict:
+        answer: dict
+        if request.outcome == "ok":
+            self._inferences[request.key] += 1
+            answer = {"response": self._response(batch, request.request, at)}
+        elif request.outcome == "invalid":
+            message = "Unable to submit request because it has an empty text parameter."
+            answer = {"error": {"code": INVALID_ARGUMENT, "message": message}}
+        else:
+            answer = {"error": {"code": INTERNAL, "message": "Internal error encountered."}}
+        if request.key is not None:
+            answer["metadata"] = {"key": request.key}
+        return answer
+
+    def _response(self, batch: _Batch, request: dict, at: float) -> dict:
+        """A GenerateContentResponse answering `request`."""
+        body = chat_body(batch.model.removeprefix("models/"), request)
+        content, usage = textgen.generate(body)
+        budget = body.get("max_completion_tokens")
+        finished = "MAX_TOKENS" if budget and usage["completion_tokens"] >= budget else "STOP"
+        digest = hashlib.sha256(f"{batch.id}:{content}:{at}".encode()).digest()
+        return {
+            "candidates": [
+                {
+                    "content": {"parts": [{"text": content}], "role": "model"},
+                    "finishReason": finished,
+                    "index": 0,
+                }
+            ],
+            "usageMetadata": {
+                "promptTokenCount": usage["prompt_tokens"],
+                "candidatesTokenCount": usage["completion_tokens"],
+                "totalTokenCount": usage["total_tokens"],
+            },
+            "modelVersion": batch.model.removeprefix("models/"),
+            "responseId": base64.urlsafe_b64encode(digest[:16]).decode().rstrip("="),
+        }
+
+    def _spoil(self, batch: _Batch, ran: list[_Request], at: float) -> list[dict]:
+        """The inlined responses with the repeated, unknown and malformed entries the knobs ask
+        for, at places drawn from the seed and the batch's requests."""
+        knobs = self.knobs
+        key = ",".join(f"{r.key}#{r.attempt}" for r in batch.requests)
+        rng = random.Random(f"{self.seed}:{hashlib.sha256(key.encode()).hexdigest()}")
+        answered = [request.answer for request in ran]
+        extra = [
+            request.answer
+            for request in ran
+            if request.outcome == "ok"
+            and self.dice("duplicate", request.key, request.attempt) < knobs.duplicate_lines
+        ]
+        # Made-up answers read like their neighbours; they are not inferences anyone asked for.
+        prompt = {"contents": [{"role": "user", "parts": [{"text": "Title: A product nobody asked about"}]}]}
+        for n in range(1, knobs.unknown_lines + 1):
+            extra.append({"response": self._response(batch, prompt, at), "metadata": {"key": f"unknown-{n}"}})
+        for n in range(1, knobs.malformed_lines + 1):
+            # No usable key: an answer whose metadata went missing, or a key that is not a string.
+            if n % 2:
+                extra.append({"response": self._response(batch, prompt, at)})
+            else:
+                extra.append({"metadata": {"key": n}})
+        spoiled = list(answered)
+        for answer in extra:
+            spoiled.insert(rng.randint(0, len(spoiled)), answer)
+        return spoiled
