@@ -8,7 +8,7 @@ Our custom_id arrives in the `X-Request-Id` header; inferences are counted by it
 Knobs that apply: `per_request_ms`, `fail_rate` (answered 500 before any work),
 `lose_create_responses` (the N-th completion call is computed and counted, then the connection
 drops), `malformed_lines` (that many answers are a body that is not JSON), `no_choices` (that
-many answers are JSON without `choices`), `require_key`, and the shared 429 / 5xx storms.
+many answers are JSON without `choices`), `api_key`, and the shared 429 / 5xx storms.
 Knobs that do not: `expire_rate`, `expire_after_ms` (a request is answered now or never: nothing
 waits to expire), `duplicate_lines`, `unknown_lines`, `count_mismatch` (one answer per request,
 no results file and no counts), `cut_downloads` (nothing is downloaded).
@@ -19,12 +19,13 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from werkzeug.routing import Rule
 from werkzeug.wrappers import Request, Response
 
 from ledger.emulators import textgen
-from ledger.emulators.server import ApiError, EmulatorServer, FaultKnobs, LoseAnswer, count, flag, knob
+from ledger.emulators.server import ApiError, EmulatorServer, FaultKnobs, KnobError, LoseAnswer, count, knob
 
 REQUEST_ID_HEADER = "X-Request-Id"
 SERVED_MODEL = "emulated-model"
@@ -39,10 +40,18 @@ ERROR_TYPES = {
 }
 
 
+def optional_text(name: str, value: Any) -> str | None:
+    if value is not None and not (isinstance(value, str) and value.strip()):
+        raise KnobError(name, f"{name} must be a non-empty text or null")
+    return value
+
+
 @dataclass
 class CompatibleKnobs(FaultKnobs):
     no_choices: int = knob(0, count)  # this many answers are JSON without `choices`
-    require_key: bool = knob(False, flag)  # like `vllm serve --api-key`: 401 without a Bearer key
+    # Like `vllm serve --api-key KEY`: every API call needs `Authorization: Bearer KEY`. None: no
+    # key at all, as most self-hosted servers run.
+    api_key: str | None = knob(None, optional_text)
 
 
 class CompatibleServerEmulator(EmulatorServer):
@@ -78,10 +87,12 @@ class CompatibleServerEmulator(EmulatorServer):
         with self.lock:
             if request.headers.get("Authorization"):
                 self._keyed_calls += 1
-            required = self.knobs.require_key
+            wanted = self.knobs.api_key
         scheme, _, key = request.headers.get("Authorization", "").partition(" ")
-        if required and not (scheme.lower() == "bearer" and key.strip()):
-            raise self.error(401, "Invalid API key.", kind="authentication", code="invalid_api_key")
+        if wanted is not None and not (scheme.lower() == "bearer" and key.strip() == wanted):
+            # OpenAI's words, which echo the key that was sent: what a client keeps must not.
+            message = f"Incorrect API key provided: {key.strip() or '(none)'}."
+            raise self.error(401, message, kind="authentication", code="invalid_api_key")
 
     def evidence(self) -> dict:
         with self.lock:

@@ -1,0 +1,295 @@
+"""The openai_compatible adapter against its emulator (a self-hosted server), over real HTTP."""
+
+import json
+import socket
+import threading
+import time
+
+import httpx
+import jsonschema
+import pytest
+
+from ledger.emulators.openai_compatible import CompatibleServerEmulator
+from ledger.providers import get_provider
+from ledger.providers import openai_compatible as module
+from ledger.providers.base import Delivery, Finding, InferenceRequest, ProviderError, ResultLine
+from ledger.providers.openai_compatible import CompatibleServerProvider
+from ledger.states import ReasonCode
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"headline": {"type": "string"}, "description": {"type": "string"}},
+    "required": ["headline", "description"],
+    "additionalProperties": False,
+}
+KEY_ENV = "OPENAI_COMPATIBLE_API_KEY"
+
+
+def requests(n: int, prefix: str = "bd", model: str = "llama-3.1-8b") -> list[InferenceRequest]:
+    return [
+        InferenceRequest(
+            custom_id=f"{prefix}-{i}-1",
+            model=model,
+            system_message="You write product descriptions.",
+            user_message=f"Write a description.\nTitle: Beech spoon {i}\nFacts:\n- material: beech\n- length: {20 + i} cm",
+            output_schema=SCHEMA,
+            max_output_tokens=300,
+        )
+        for i in range(n)
+    ]
+
+
+@pytest.fixture
+def emulator():
+    with CompatibleServerEmulator(per_request_ms=20, seed=5) as running:
+        yield running
+
+
+@pytest.fixture
+def build(settings, monkeypatch, emulator):
+    """The adapter as the ledger builds it, from settings, pointed at the emulator."""
+    monkeypatch.delenv(KEY_ENV, raising=False)
+
+    def build(*, concurrency: int = 4, key: str | None = None, base_url: str | None = None):
+        if key is not None:
+            monkeypatch.setenv(KEY_ENV, key)
+        settings.PROVIDERS = {
+            **settings.PROVIDERS,
+            "openai_compatible": {
+                **settings.PROVIDERS["openai_compatible"],
+                "base_url": base_url or emulator.base_url,
+                "concurrency": concurrency,
+            },
+        }
+        return get_provider("openai_compatible")
+
+    return build
+
+
+def collect(provider, sent, **kwargs) -> dict[str, ResultLine]:
+    ref = provider.submit(requests=sent, intent_key="bd_intent_1", metadata={})
+    lines = list(provider.results(ref, requests=sent, **kwargs))
+    assert all(isinstance(line, ResultLine) for line in lines)
+    by_id = {line.custom_id: line for line in lines}
+    assert len(by_id) == len(lines), "a custom_id answered twice"
+    return by_id
+
+
+def dead_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def test_capabilities_say_per_request_and_nothing_to_find_or_cancel():
+    capabilities = CompatibleServerProvider.capabilities
+    assert capabilities.delivery == Delivery.PER_REQUEST
+    assert capabilities.finding == Finding.NOT_AT_ALL
+    assert capabilities.can_cancel is False
+    assert 0 < capabilities.max_requests <= 500
+
+
+def test_submit_and_status_make_no_call_and_cannot_lose_an_answer(build, emulator):
+    provider = build(base_url=dead_url())  # nothing listens there: any call would fail
+
+    ref = provider.submit(requests=requests(3), intent_key="bd_abc", metadata={"job": "j"})
+    status = provider.status(ref)
+
+    assert ref == "local-bd_abc"
+    assert status.ended and not status.refused and status.provider_status == "ready"
+    assert provider.find_units(intent_key="bd_abc", sent_at=None, request_count=3) == [ref]
+    assert emulator.stats()["creates"] == 0
+
+
+def test_results_ask_each_request_once_and_answer_schema_valid_json(build, emulator):
+    sent = requests(9)
+
+    lines = collect(build(), sent)
+
+    assert set(lines) == {r.custom_id for r in sent}
+    for line in lines.values():
+        assert line.succeeded and line.http_status == 200
+        jsonschema.validate(json.loads(line.content), SCHEMA)
+        assert line.input_tokens > 0 and line.output_tokens > 0
+        assert line.usage["total_tokens"] == line.input_tokens + line.output_tokens
+    assert emulator.stats()["inferences"] == {r.custom_id: 1 for r in sent}
+
+
+def test_requests_already_recorded_are_never_sent_again(build, emulator):
+    sent = requests(6)
+    recorded = {sent[0].custom_id, sent[3].custom_id}
+
+    lines = collect(build(), sent, skip=recorded)
+
+    assert set(lines) == {r.custom_id for r in sent} - recorded
+    calls = emulator.stats()["calls_by_custom_id"]
+    assert set(calls) == {r.custom_id for r in sent} - recorded
+
+
+def test_never_more_in_flight_than_the_concurrency(build, emulator):
+    emulator.configure(per_request_ms=80)
+    sent = requests(10)
+
+    started = time.monotonic()
+    lines = collect(build(concurrency=2), sent)
+    elapsed = time.monotonic() - started
+
+    assert len(lines) == 10
+    assert emulator.stats()["max_in_flight"] == 2  # two at a time, never three
+    assert elapsed >= 5 * 0.08  # ten answers two at a time: at least five rounds
+
+
+def test_each_answer_is_yielded_the_moment_it_arrives(build, emulator):
+    emulator.configure(per_request_ms=100)
+    sent = requests(8)
+    provider = build(concurrency=2)
+
+    stream = provider.results(provider.submit(requests=sent, intent_key="k", metadata={}), requests=sent)
+    first = next(stream)
+    answered_by_then = sum(emulator.stats()["inferences"].values())
+    rest = list(stream)
+
+    assert first.succeeded
+    assert answered_by_then <= 3  # not the whole unit: the ledger records answers as they come
+    assert len(rest) == 7
+
+
+def test_closing_early_stops_sending_and_leaves_no_thread_behind(build, emulator):
+    emulator.configure(per_request_ms=100)
+    sent = requests(20)
+    provider = build(concurrency=2)
+
+    stream = provider.results(provider.submit(requests=sent, intent_key="k", metadata={}), requests=sent)
+    next(stream)
+    stream.close()  # the ledger stopped reading (its worker is being stopped)
+    time.sleep(0.4)  # longer than what was in flight needs to end
+
+    calls = sum(emulator.stats()["calls_by_custom_id"].values())
+    assert calls <= 4  # the first answers and those in flight; never the other sixteen
+    assert not [t for t in threading.enumerate() if t.name.startswith("compatible-server")]
+    time.sleep(0.3)
+    assert sum(emulator.stats()["calls_by_custom_id"].values()) == calls
+
+
+def test_a_429_is_waited_out_honouring_retry_after(build, emulator):
+    emulator.configure(rate_limit_calls=3, retry_after=0.2)
+    sent = requests(2)
+
+    started = time.monotonic()
+    lines = collect(build(concurrency=1), sent)
+
+    assert all(line.succeeded for line in lines.values())
+    assert emulator.stats()["rejected_calls"] == 3
+    assert time.monotonic() - started >= 3 * 0.2
+
+
+def test_a_429_storm_ends_as_a_transient_rate_limited_line(build, emulator, monkeypatch):
+    monkeypatch.setattr(module, "MAX_RATE_LIMIT_WAIT", 0.05)  # the wait is capped
+    emulator.configure(rate_limit_calls=100, retry_after=1000)
+
+    started = time.monotonic()
+    (line,) = collect(build(concurrency=1), requests(1)).values()
+
+    assert time.monotonic() - started < 5
+    assert emulator.stats()["rejected_calls"] == module.RATE_LIMIT_RETRIES + 1
+    assert not line.succeeded and line.http_status == 429
+    assert (line.reason, line.transient, line.retry_after) == (ReasonCode.RATE_LIMITED, True, 1000)
+    assert "Rate limit" in line.error_message
+
+
+@pytest.mark.parametrize("status", [500, 503])
+def test_server_errors_are_transient_lines(build, emulator, status):
+    emulator.configure(server_errors=1, server_error_status=status)
+
+    lines = collect(build(concurrency=1), requests(2))
+
+    failed = [line for line in lines.values() if not line.succeeded]
+    assert [(line.http_status, line.reason, line.transient) for line in failed] == [
+        (status, ReasonCode.MODEL_SERVER_ERROR, True)
+    ]
+    assert failed[0].error_code == "server_error"
+
+
+def test_a_model_failure_is_a_transient_line_and_nothing_was_generated(build, emulator):
+    emulator.configure(fail_rate=1.0)
+
+    lines = collect(build(), requests(3))
+
+    assert {(line.http_status, line.reason, line.transient) for line in lines.values()} == {
+        (500, ReasonCode.MODEL_SERVER_ERROR, True)
+    }
+    assert emulator.stats()["inferences"] == {}
+
+
+def test_a_refused_request_is_a_permanent_invalid_request(build):
+    (line,) = collect(build(), requests(1, model="")).values()
+
+    assert (line.http_status, line.reason, line.transient) == (400, ReasonCode.REQUEST_INVALID, False)
+    assert "model" in line.error_message
+
+
+def test_an_answer_that_is_not_json_or_has_no_choices_is_unreadable_and_permanent(build, emulator):
+    emulator.configure(malformed_lines=1, no_choices=1)
+
+    lines = collect(build(concurrency=1), requests(3))
+
+    unreadable = [line for line in lines.values() if not line.succeeded]
+    assert len(unreadable) == 2
+    assert {(line.reason, line.transient, line.error_code) for line in unreadable} == {
+        (ReasonCode.UNREADABLE_RESULT, False, "unreadable_result")
+    }
+    assert any("502 Bad Gateway" in line.error_message for line in unreadable)
+
+
+def test_a_lost_answer_is_a_transient_line_for_that_request_only(build, emulator):
+    emulator.configure(lose_create_responses=[2])
+
+    lines = collect(build(concurrency=1), requests(3))
+
+    lost = [line for line in lines.values() if not line.succeeded]
+    assert [(line.custom_id, line.reason, line.transient, line.error_code) for line in lost] == [
+        ("bd-1-1", ReasonCode.MODEL_SERVER_ERROR, True, "connection_lost")
+    ]
+    assert emulator.stats()["inferences"]["bd-1-1"] == 1  # the work was done; only the answer was lost
+
+
+def test_a_slow_answer_is_a_transient_timeout(build, emulator):
+    emulator.configure(per_request_ms=500)
+    provider = build()
+    provider.client.timeout = httpx.Timeout(0.1)
+
+    (line,) = collect(provider, requests(1)).values()
+
+    assert (line.reason, line.transient, line.error_code) == (ReasonCode.TIMED_OUT, True, "timeout")
+
+
+def test_an_unreachable_server_ends_the_round_with_a_transient_error(build):
+    provider = build(base_url=dead_url())
+
+    with pytest.raises(ProviderError) as raised:
+        list(provider.results("local-k", requests=requests(3)))
+
+    assert raised.value.transient
+
+
+def test_a_key_is_sent_only_when_configured(build, emulator):
+    collect(build(), requests(2))
+    assert emulator.stats()["keyed_calls"] == 0
+
+    emulator.configure(api_key="right-key")
+    lines = collect(build(key="right-key"), requests(2, prefix="keyed"))
+
+    assert all(line.succeeded for line in lines.values())
+    assert emulator.stats()["keyed_calls"] == 2
+
+
+def test_a_refused_key_is_permanent_and_never_shown(build, emulator):
+    emulator.configure(api_key="right-key")
+    secret = "sk-local-0123456789abcdefghij"
+
+    (line,) = collect(build(key=secret), requests(1)).values()
+
+    assert (line.http_status, line.reason, line.transient) == (401, ReasonCode.REQUEST_INVALID, False)
+    assert "Incorrect API key" in line.error_message
+    assert secret not in line.error_message and "[redacted]" in line.error_message
