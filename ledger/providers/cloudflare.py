@@ -73,17 +73,26 @@ APPORTIONING_RULE = (
     "input tokens equally, output tokens by response length, among the responses that succeeded; "
     "largest remainder"
 )
-# Error codes of a failed response (Workers AI's numeric codes), in the ledger's words:
-# (reason, transient, the HTTP status the same error has as an answer to a call). None of this is
-# documented for batch responses; the codes are those Workers AI gives to synchronous calls.
+# Error codes of a failed response, in the ledger's words: (reason, transient, the HTTP status the
+# same error has as an answer to a call). The codes and statuses are Workers AI's documented ones
+# for synchronous calls (developers.cloudflare.com/workers-ai/platform/errors); that a failed
+# batch response carries them is an assumption. Unknown codes are permanent model failures.
 RESPONSE_ERRORS = {
-    "3003": (ReasonCode.REQUEST_INVALID, False, 400),  # bad input
-    "3006": (ReasonCode.REQUEST_INVALID, False, 413),  # request too large
-    "5006": (ReasonCode.REQUEST_INVALID, False, 400),  # input does not match the model's schema
+    "3003": (ReasonCode.REQUEST_INVALID, False, 400),  # incomplete request
+    "5004": (ReasonCode.REQUEST_INVALID, False, 400),  # invalid data
     "5007": (ReasonCode.REQUEST_INVALID, False, 400),  # no such model
+    "3042": (ReasonCode.REQUEST_INVALID, False, 404),  # invalid model id
+    "5016": (ReasonCode.REQUEST_INVALID, False, 403),  # model terms not agreed
+    "5018": (ReasonCode.REQUEST_INVALID, False, 403),  # account not allowed this model
+    "3041": (ReasonCode.REQUEST_INVALID, False, 403),  # account not allowed this model
+    "3023": (ReasonCode.REQUEST_INVALID, False, 403),  # account blocked
+    "3006": (ReasonCode.REQUEST_INVALID, False, 413),  # request too large
     "3007": (ReasonCode.TIMED_OUT, True, 408),  # timeout
-    "3040": (ReasonCode.RATE_LIMITED, True, 429),  # capacity temporarily exceeded
-    "3043": (ReasonCode.MODEL_SERVER_ERROR, True, 500),  # internal server error
+    "3008": (ReasonCode.TIMED_OUT, True, 408),  # aborted
+    "3040": (ReasonCode.RATE_LIMITED, True, 429),  # out of capacity: another try may find some
+    # The daily free allocation is used up: more tries only fail until a person upgrades the plan
+    # or the day turns (as OpenAI's `insufficient_quota`).
+    "3036": (ReasonCode.RATE_LIMITED, False, None),
 }
 
 
