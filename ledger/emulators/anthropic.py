@@ -87,7 +87,7 @@ class _Batch:
     miscounted: bool = False  # `count_mismatch` was on when it ended
     counts: Counter = field(default_factory=Counter)
 
-    def as_json(self, host_url: str) -> dict:
+    def as_json(self, results_url: str) -> dict:
         if self.ended is None:
             counts = {
                 "processing": len(self.requests),
@@ -109,8 +109,7 @@ class _Batch:
             "expires_at": rfc3339(self.created + DAY),
             "archived_at": None,
             "cancel_initiated_at": rfc3339(self.cancel_initiated),
-            # Absolute, as Anthropic's is; only once the batch has ended.
-            "results_url": f"{host_url}v1/messages/batches/{self.id}/results" if self.ended else None,
+            "results_url": results_url if self.ended else None,
         }
 
 
@@ -119,6 +118,8 @@ class AnthropicEmulator(EmulatorServer):
     base_path = ""  # the SDK's base URL has no /v1: paths carry it
     api_prefix = "/v1/"
     create_rule = ("POST", r"/v1/messages/batches/?")
+    # Where results are served; clients must read it from `results_url`, never build it.
+    results_path = "/v1/messages/batches/<batch_id>/results"
 
     def __init__(self, **kwargs) -> None:
         self._batches: dict[str, _Batch] = {}  # in creation order
@@ -133,7 +134,7 @@ class AnthropicEmulator(EmulatorServer):
             Rule("/v1/messages/batches/<batch_id>", endpoint="get_batch", methods=["GET"]),
             Rule("/v1/messages/batches/<batch_id>", endpoint="delete_batch", methods=["DELETE"]),
             Rule("/v1/messages/batches/<batch_id>/cancel", endpoint="cancel_batch", methods=["POST"]),
-            Rule("/v1/messages/batches/<batch_id>/results", endpoint="batch_results", methods=["GET"]),
+            Rule(self.results_path, endpoint="batch_results", methods=["GET"]),
         ]
 
     def error(
@@ -173,6 +174,10 @@ class AnthropicEmulator(EmulatorServer):
 
     # --- the API ---------------------------------------------------------------------------
 
+    def _results_url(self, request: Request, batch: _Batch) -> str:
+        """Absolute, as Anthropic's is."""
+        return request.host_url.rstrip("/") + self.results_path.replace("<batch_id>", batch.id)
+
     def create_batch(self, request: Request) -> dict:
         """Validate the whole batch first (any fault refuses all of it, changing nothing), then
         create it; raises `LoseAnswer` after creating it when `lose_create_responses` says so."""
@@ -189,7 +194,7 @@ class AnthropicEmulator(EmulatorServer):
                 batch.requests.append(_Request(custom_id, params, self._attempts[custom_id]))
                 self._attempts[custom_id] += 1
             self._batches[batch.id] = batch
-            answer = batch.as_json(request.host_url)
+            answer = batch.as_json(self._results_url(request, batch))
         if self.take_lost_create():
             raise LoseAnswer(batch.id)
         return answer
@@ -242,7 +247,8 @@ class AnthropicEmulator(EmulatorServer):
 
     def get_batch(self, request: Request, batch_id: str) -> dict:
         with self.lock:
-            return self._batch(batch_id).as_json(request.host_url)
+            batch = self._batch(batch_id)
+            return batch.as_json(self._results_url(request, batch))
 
     def list_batches(self, request: Request) -> dict:
         """Newest first. `after_id`: the page just older than that batch; `before_id`: the page
@@ -267,7 +273,8 @@ class AnthropicEmulator(EmulatorServer):
                 chosen, has_more = rest[-limit:], len(rest) > limit
             else:
                 chosen, has_more = ids[:limit], len(ids) > limit
-            page = [self._batch(batch_id).as_json(request.host_url) for batch_id in chosen]
+            batches = [self._batch(batch_id) for batch_id in chosen]
+            page = [batch.as_json(self._results_url(request, batch)) for batch in batches]
         return {
             "data": page,
             "has_more": has_more,
@@ -283,7 +290,7 @@ class AnthropicEmulator(EmulatorServer):
             if batch.processing_status == "in_progress":
                 batch.processing_status = "canceling"
                 batch.cancel_initiated = time.time()
-            return batch.as_json(request.host_url)
+            return batch.as_json(self._results_url(request, batch))
 
     def delete_batch(self, request: Request, batch_id: str) -> dict:
         with self.lock:
