@@ -139,7 +139,9 @@ class CompatibleServerProvider(BatchProvider):
         yield each answer as it arrives. If the server cannot be reached, what arrived is
         yielded and a transient ProviderError ends the round. Closing the generator stops
         sending at once; requests already in flight end within the client's timeout."""
-        pending = iter([r for r in requests if r.custom_id not in skip])
+        # `skip` is read just before each request is sent, not once: a container that reads the
+        # ledger keeps a request recorded meanwhile (by another worker) from being paid twice.
+        pending = (r for r in requests if r.custom_id not in skip)
         stop = threading.Event()
         pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="compatible-server")
         in_flight: set[Future] = set()

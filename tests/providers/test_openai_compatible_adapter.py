@@ -127,6 +127,21 @@ def test_requests_already_recorded_are_never_sent_again(build, emulator):
     assert set(calls) == {r.custom_id for r in sent} - recorded
 
 
+def test_skip_is_read_just_before_each_request_is_sent(build, emulator):
+    sent = requests(6)
+    recorded: set[str] = set()  # what the ledger holds; another worker records bd-5-1 meanwhile
+    provider = build(concurrency=1)
+
+    stream = provider.results("local-k", skip=recorded, requests=sent)
+    first = next(stream)
+    recorded.add("bd-5-1")
+    rest = list(stream)
+
+    assert first.custom_id == "bd-0-1"
+    assert [line.custom_id for line in rest] == ["bd-1-1", "bd-2-1", "bd-3-1", "bd-4-1"]
+    assert "bd-5-1" not in emulator.stats()["calls_by_custom_id"]
+
+
 def test_never_more_in_flight_than_the_concurrency(build, emulator):
     emulator.configure(per_request_ms=80)
     sent = requests(10)
