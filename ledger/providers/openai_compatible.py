@@ -238,13 +238,19 @@ class CompatibleServerProvider(BatchProvider):
         """An HTTP error, classified by its status; the server's own code and message are kept."""
         reason, transient = classify_http_status(response.status_code)
         try:
-            envelope = response.json().get("error")
-        except (ValueError, AttributeError):
-            envelope = None
+            answer = response.json()
+        except ValueError:
+            answer = None
+        answer = answer if isinstance(answer, dict) else {}
+        # OpenAI's `{"error": {...}}`; older vLLM puts the same keys at the top level; Ollama may
+        # answer `{"error": "text"}`; a proxy, plain text.
+        envelope = answer.get("error", answer if "message" in answer else None)
         if isinstance(envelope, dict):
-            code = str(envelope.get("code") or envelope.get("type") or f"http_{response.status_code}")
+            code = envelope.get("code")  # llama.cpp and vLLM put the HTTP status here, as a number
+            code = code if isinstance(code, str) and code else envelope.get("type")
+            code = str(code or f"http_{response.status_code}")
             message = str(envelope.get("message") or "")
-        else:  # llama.cpp and Ollama sometimes answer `{"error": "text"}` or plain text
+        else:
             code = f"http_{response.status_code}"
             message = str(envelope) if envelope else response.text
         return self._failure(

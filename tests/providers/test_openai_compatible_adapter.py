@@ -308,3 +308,39 @@ def test_a_refused_key_is_permanent_and_never_shown(build, emulator):
     assert (line.http_status, line.reason, line.transient) == (401, ReasonCode.REQUEST_INVALID, False)
     assert "Incorrect API key" in line.error_message
     assert secret not in line.error_message and "[redacted]" in line.error_message
+
+
+@pytest.mark.parametrize(
+    ("status", "answer", "code", "message"),
+    [
+        # llama.cpp: the HTTP status as `code`, the words in `type`
+        (
+            400,
+            {"error": {"code": 400, "message": "bad schema", "type": "invalid_request_error"}},
+            "invalid_request_error",
+            "bad schema",
+        ),
+        # older vLLM: the envelope's keys at the top level
+        (
+            400,
+            {"object": "error", "message": "too long", "type": "BadRequestError", "param": None, "code": 400},
+            "BadRequestError",
+            "too long",
+        ),
+        # Ollama: the error as text
+        (404, {"error": "model 'x' not found"}, "http_404", "model 'x' not found"),
+    ],
+)
+def test_other_servers_error_shapes_keep_their_words(status, answer, code, message):
+    # The emulator speaks OpenAI's envelope only; these are the other servers' shapes, as they send them.
+    transport = httpx.MockTransport(lambda request: httpx.Response(status, json=answer))
+    provider = CompatibleServerProvider(client=httpx.Client(base_url="http://server/v1", transport=transport))
+
+    (line,) = provider.results("local-k", requests=requests(1))
+
+    assert (line.error_code, line.error_message, line.reason, line.transient) == (
+        code,
+        message,
+        ReasonCode.REQUEST_INVALID,
+        False,
+    )
