@@ -1,9 +1,14 @@
 """The openai_compatible adapter against its emulator (a self-hosted server), over real HTTP."""
 
 import json
+import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import jsonschema
@@ -23,6 +28,7 @@ SCHEMA = {
     "additionalProperties": False,
 }
 KEY_ENV = "OPENAI_COMPATIBLE_API_KEY"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def requests(n: int, prefix: str = "bd", model: str = "llama-3.1-8b") -> list[InferenceRequest]:
@@ -344,3 +350,48 @@ def test_other_servers_error_shapes_keep_their_words(status, answer, code, messa
         ReasonCode.REQUEST_INVALID,
         False,
     )
+
+
+# A collector in its own process: records each line the moment it arrives (one line of a file,
+# flushed, as the ledger commits one row), skipping what is already recorded.
+COLLECTOR = """
+import sys, django
+django.setup()
+import httpx
+from ledger.providers.openai_compatible import CompatibleServerProvider
+from tests.providers.test_openai_compatible_adapter import requests
+
+base_url, path = sys.argv[1], sys.argv[2]
+with open(path) as file:
+    recorded = set(file.read().split())
+provider = CompatibleServerProvider(client=httpx.Client(base_url=base_url, timeout=10), concurrency=2)
+with open(path, "a") as out:
+    for line in provider.results("local-k", skip=recorded, requests=requests(20)):
+        out.write(line.custom_id + "\\n")
+        out.flush()
+"""
+
+
+def test_a_killed_collector_loses_only_the_requests_in_flight(emulator, tmp_path):
+    emulator.configure(per_request_ms=100)
+    recorded = tmp_path / "recorded"
+    recorded.write_text("")
+    command = [sys.executable, "-c", COLLECTOR, emulator.base_url, str(recorded)]
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "batchdesk.test_settings"}
+
+    first = subprocess.Popen(command, cwd=ROOT, env=env)
+    deadline = time.monotonic() + 30
+    while len(recorded.read_text().split()) < 6 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait()
+    killed_after = len(recorded.read_text().split())
+    subprocess.run(command, cwd=ROOT, env=env, check=True, timeout=60)
+
+    lines = recorded.read_text().split()
+    inferences = emulator.stats()["inferences"]
+    assert 6 <= killed_after < 20
+    assert sorted(lines) == sorted(r.custom_id for r in requests(20))  # each recorded exactly once
+    paid_twice = [custom_id for custom_id, times in inferences.items() if times > 1]
+    assert len(paid_twice) <= 2  # at most the two that were in flight when the worker died
+    assert all(inferences[custom_id] == 1 for custom_id in lines[:killed_after])
