@@ -278,9 +278,14 @@ class CloudflareBatchProvider(BatchProvider):
     def status(self, provider_ref: str) -> UnitStatus:
         result = self._poll(provider_ref)
         if isinstance(result.get("responses"), list):
-            responses = [r for r in result["responses"] if isinstance(r, dict)]
-            succeeded = {r.get("external_reference") for r in responses if r.get("success") is True}
-            everyone = {r.get("external_reference") for r in responses}
+            # Cloudflare gives no counts: they are the responses' own, each custom_id once.
+            responses = [
+                r
+                for r in result["responses"]
+                if isinstance(r, dict) and isinstance(r.get("external_reference"), str)
+            ]
+            succeeded = {r["external_reference"] for r in responses if r.get("success") is True}
+            everyone = {r["external_reference"] for r in responses}
             return UnitStatus(
                 provider_status=DONE_STATUS,
                 ended=True,

@@ -291,7 +291,7 @@ def test_repeated_unknown_and_unreadable_responses_from_the_emulator(emulator, p
     emulator.configure(duplicate_lines=1.0, unknown_lines=2, malformed_lines=3)
     sent = requests(4)
     ref = provider.submit(requests=sent, intent_key="bd_spoiled", metadata={})
-    wait_ended(provider, ref)
+    status = wait_ended(provider, ref)
 
     lines = list(provider.results(ref))
 
@@ -300,6 +300,8 @@ def test_repeated_unknown_and_unreadable_responses_from_the_emulator(emulator, p
         [r.custom_id for r in sent] * 2 + ["unknown-1", "unknown-2"]
     )
     assert len([line for line in lines if isinstance(line, UnreadableLine)]) == 3
+    # Counted from the responses: each custom_id once, the unreadable ones not at all.
+    assert status.counts.as_dict() == {"total": 6, "succeeded": 6, "failed": 0}
     total = readable[0].usage["unit_total"]
     assert shares(lines) == (total["prompt_tokens"], total["completion_tokens"])
 
