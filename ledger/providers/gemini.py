@@ -350,8 +350,9 @@ class GeminiBatchProvider(BatchProvider):
             page = self._json(self._call("GET", "/batches", params=params))
             for operation in page.get("operations") or []:
                 metadata = operation.get("metadata") if isinstance(operation, dict) else None
-                if isinstance(metadata, dict) and metadata.get("displayName") == intent_key:
-                    found.append((str(metadata.get("createTime") or ""), operation["name"]))
+                name = operation.get("name") if isinstance(operation, dict) else None
+                if isinstance(metadata, dict) and metadata.get("displayName") == intent_key and name:
+                    found.append((str(metadata.get("createTime") or ""), str(name)))
             token = page.get("nextPageToken")
             if not token or not page.get("operations"):
                 # The listing's order is not promised: oldest first by creation time (RFC 3339
@@ -364,7 +365,8 @@ class GeminiBatchProvider(BatchProvider):
         suffix = word.rsplit("_STATE_", 1)[-1]
         ended = suffix in ENDED_STATES or operation.get("done") is True
         has_results = inlined_responses(operation) is not None or bool(responses_file(operation))
-        stats = (operation.get("metadata") or {}).get("batchStats")
+        metadata = operation.get("metadata") if isinstance(operation.get("metadata"), dict) else {}
+        stats = metadata.get("batchStats")
         error = operation.get("error") if isinstance(operation.get("error"), dict) else {}
         problem = str(error.get("message") or "")
         if suffix == "EXPIRED" and not problem:

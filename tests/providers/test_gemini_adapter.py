@@ -87,6 +87,7 @@ def test_capabilities_say_what_gemini_batch_mode_can_do():
 
 
 def test_submit_poll_and_read_inline_results_matched_by_key(emulator, provider):
+    emulator.configure(per_request_ms=25)
     sent = requests(12)
     ref = provider.submit(requests=sent, intent_key="bd_intent_1", metadata={"job": "j"})
 
