@@ -86,6 +86,7 @@ RPC_ERRORS = {
 TEXT_FINISHES = {"STOP", "MAX_TOKENS", "FINISH_REASON_UNSPECIFIED", ""}
 # Failures that prove the request never left this machine.
 NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
+COMPACT = (",", ":")
 RETRY_DELAY = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s*$")
 
 
@@ -244,9 +245,9 @@ class GeminiBatchProvider(BatchProvider):
         # The inline limit is 20 MB in, and every answer comes back inside one GET of the batch:
         # 5,000 requests keep that answer to a few MB at our output sizes (about 1-2 KB each).
         max_requests=5_000,
-        # 20 MB for the whole create body; what the envelope adds (about 150 bytes and the intent
-        # key) fits in what is left below 20 MiB.
-        max_bytes=20_000_000,
+        # 20 MB for the whole create body, read as 20,000,000 bytes (the smaller reading); the
+        # envelope (about 110 bytes with the intent key) fits in what is kept back.
+        max_bytes=19_990_000,
         delivery=Delivery.INLINE,
         usage_per_request=True,
     )
@@ -268,7 +269,11 @@ class GeminiBatchProvider(BatchProvider):
         return cls(client=client)
 
     def request_bytes(self, request: InferenceRequest) -> int:
-        return len(json.dumps(inline_request(request), ensure_ascii=False).encode("utf-8")) + 1
+        # The entry and the comma after it, in the compact form `submit` sends.
+        return (
+            len(json.dumps(inline_request(request), ensure_ascii=False, separators=COMPACT).encode("utf-8"))
+            + 1
+        )
 
     def _call(self, method: str, path: str, *, answer_may_be_lost: bool = False, **kwargs) -> httpx.Response:
         """One call. With `answer_may_be_lost`, a failure after the request may have reached the
@@ -333,7 +338,12 @@ class GeminiBatchProvider(BatchProvider):
             }
         }
         path = f"/{quote(models.pop(), safe='/')}:batchGenerateContent"
-        operation = self._json(self._call("POST", path, json=body, answer_may_be_lost=True))
+        # Serialised as `request_bytes` counts it, so the 20 MB limit is checked on what is sent.
+        payload = json.dumps(body, ensure_ascii=False, separators=COMPACT).encode("utf-8")
+        headers = {"content-type": "application/json; charset=utf-8"}
+        operation = self._json(
+            self._call("POST", path, content=payload, headers=headers, answer_may_be_lost=True)
+        )
         name = operation.get("name")
         if not isinstance(name, str) or not name.startswith("batches/"):
             # Created, but we cannot tell which batch it is: reconcile as if the answer were lost.

@@ -358,16 +358,14 @@ def test_without_a_key_the_emulator_answers_403(emulator, settings, monkeypatch)
     assert emulator.stats()["batches"] == 0
 
 
-def test_request_bytes_add_up_to_the_create_body(emulator, provider):
-    sent = requests(5)
+def test_request_bytes_add_up_to_the_body_sent(emulator, provider):
+    sent = requests(5, user_message="Title: Äpfelschale – 苹果碗\nFacts:\n- material: 樱桃木")
+    bodies = []
+    provider.client.event_hooks["request"].append(lambda request: bodies.append(request.read()))
+
+    provider.submit(requests=sent, intent_key="bd_" + "f" * 32, metadata={})
+
     sizes = sum(provider.request_bytes(r) for r in sent)
-    body = json.dumps(
-        {
-            "batch": {
-                "displayName": "k",
-                "inputConfig": {"requests": {"requests": [inline_request(r) for r in sent]}},
-            }
-        },
-        ensure_ascii=False,
-    )
-    assert sizes <= len(body.encode()) < sizes + 200
+    # Every byte but the envelope's (about 110 bytes with the intent key) is counted.
+    assert sizes < len(bodies[0]) <= sizes + 110
+    assert "苹果碗".encode() in bodies[0]
