@@ -1,0 +1,117 @@
+"""The ledger over Gemini Batch Mode: the collector's own round (`poll_everything`) driving the
+Gemini adapter against its emulator over real HTTP, with the faults that shape Gemini's results."""
+
+import time
+
+import pytest
+
+from ledger.emulators.gemini import GeminiEmulator
+from ledger.models import Item, Submission, SubmissionItem
+from ledger.states import ItemState, ReasonCode
+from ledger.tasks import poll_everything
+from tests.factories import JobFactory, ProductFactory
+
+pytestmark = pytest.mark.django_db
+
+SETTLED = {ItemState.AWAITING_REVIEW, ItemState.VALIDATION_FAILED, ItemState.DEAD_LETTER, ItemState.OBSOLETE}
+
+
+@pytest.fixture
+def emulator(settings, monkeypatch):
+    settings.BATCHDESK_RETRY_BASE_SECONDS = 0
+    settings.BATCHDESK_UNCERTAIN_GRACE_SECONDS = 0.5
+    monkeypatch.setenv("GEMINI_API_KEY", "test-key")
+    with GeminiEmulator(per_request_ms=1, seed=9) as running:
+        running.pending_ms = 10
+        settings.PROVIDERS = {
+            **settings.PROVIDERS,
+            "gemini": {**settings.PROVIDERS["gemini"], "base_url": running.base_url},
+        }
+        yield running
+
+
+def job_with_items(n: int, unit_size: int = 5):
+    job = JobFactory(provider="gemini", model="gemini-2.5-flash", unit_size=unit_size)
+    for _ in range(n):
+        product = ProductFactory()
+        Item.objects.create(job=job, product=product, source_revision=product.current_revision)
+    return job
+
+
+def run_collector(job, *, timeout: float = 20.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        poll_everything()
+        counts = job.items.counts_by_state()
+        if set(counts) <= SETTLED:
+            return counts
+        time.sleep(0.05)
+    raise AssertionError(f"not settled: {job.items.counts_by_state()}")
+
+
+def assert_paid_once(emulator, job):
+    inferences = emulator.stats()["inferences"]
+    sent = set(SubmissionItem.objects.filter(item__job=job).values_list("custom_id", flat=True))
+    assert set(inferences) <= sent
+    assert max(inferences.values()) == 1
+
+
+def test_a_job_runs_through_gemini_to_review(emulator):
+    job = job_with_items(7, unit_size=3)
+
+    counts = run_collector(job)
+
+    assert counts == {ItemState.AWAITING_REVIEW: 7}
+    assert_paid_once(emulator, job)
+    submissions = Submission.objects.filter(job=job)
+    assert submissions.count() == 3
+    assert {s.last_observed_status for s in submissions} == {"BATCH_STATE_SUCCEEDED"}
+    assert all(s.provider_ref.startswith("batches/") for s in submissions)
+
+
+def test_a_lost_create_answer_is_adopted_by_display_name_not_sent_twice(emulator):
+    emulator.configure(lose_create_responses=[1])
+    job = job_with_items(5)
+
+    counts = run_collector(job)
+
+    assert counts == {ItemState.AWAITING_REVIEW: 5}
+    stats = emulator.stats()
+    assert stats["creates"] == 1 and list(stats["batches_by_intent"].values()) == [1]
+    assert_paid_once(emulator, job)
+
+
+def test_an_expired_batch_is_retried_as_transient(emulator):
+    emulator.configure(expire_rate=1.0)
+    job = job_with_items(3)
+    for _ in range(40):
+        poll_everything()
+        if Submission.objects.filter(job=job, last_observed_status="BATCH_STATE_EXPIRED").exists():
+            break
+        time.sleep(0.05)
+    emulator.configure(expire_rate=0.0)
+
+    counts = run_collector(job)
+
+    assert counts == {ItemState.AWAITING_REVIEW: 3}
+    expired = Submission.objects.get(job=job, last_observed_status="BATCH_STATE_EXPIRED")
+    assert expired.unanswered_reason == ReasonCode.BATCH_EXPIRED
+    assert Submission.objects.filter(job=job).count() == 2
+    assert_paid_once(emulator, job)
+
+
+def test_repeated_unknown_and_malformed_answers_change_nothing_but_are_recorded(emulator):
+    emulator.configure(duplicate_lines=1.0, unknown_lines=1, malformed_lines=2)
+    job = job_with_items(4)
+
+    counts = run_collector(job)
+
+    assert counts == {ItemState.AWAITING_REVIEW: 4}
+    for item in job.items.all():
+        assert item.versions.count() == 1
+    kinds = [a["kind"] for s in Submission.objects.filter(job=job) for a in s.anomalies]
+    assert (
+        kinds.count("repeated_line"),
+        kinds.count("unknown_custom_id"),
+        kinds.count("unreadable_line"),
+    ) == (4, 1, 2)
