@@ -165,6 +165,7 @@ class GeminiEmulator(EmulatorServer):
         self._batches: dict[str, _Batch] = {}
         self._attempts: Counter = Counter()
         self._inferences: Counter = Counter()
+        self._intents: Counter = Counter()  # batches created per display name, deleted ones too
         super().__init__(**kwargs)
 
     # --- the protocol's plumbing ------------------------------------------------------------
@@ -206,7 +207,7 @@ class GeminiEmulator(EmulatorServer):
         return {
             "inferences": dict(self._inferences),
             "batches": len(self._batches),
-            "batches_by_intent": dict(Counter(batch.display_name for batch in self._batches.values())),
+            "batches_by_intent": dict(self._intents),
         }
 
     def advance(self) -> None:
@@ -264,6 +265,7 @@ class GeminiEmulator(EmulatorServer):
                 else "",
             )
             self._batches[batch.id] = batch
+            self._intents[display_name] += 1
             answer = self._operation(batch)
         if self.take_lost_create():
             raise LoseAnswer(batch.name)

@@ -202,11 +202,14 @@ def test_cancel_keeps_what_ran_and_a_second_cancel_is_a_failed_precondition(emul
     assert again.status_code == 400 and again.json()["error"]["status"] == "FAILED_PRECONDITION"
 
 
-def test_delete_removes_a_batch_and_unknown_batches_are_404(http):
-    created = create(http, ["d"])
+def test_delete_removes_a_batch_and_unknown_batches_are_404(emulator, http):
+    created = create(http, ["d"], "bd_deleted")
     assert http.delete(f"/{created['name']}").json() == {}
+    assert http.get("/batches").json() == {"operations": []}
     missing = http.get(f"/{created['name']}")
     assert missing.status_code == 404 and missing.json()["error"]["status"] == "NOT_FOUND"
+    # The evidence keeps what was created.
+    assert emulator.stats()["batches_by_intent"] == {"bd_deleted": 1}
 
 
 def test_fail_rate_answers_some_requests_with_an_internal_error_seeded(emulator, http):
