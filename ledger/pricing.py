@@ -1,77 +1,323 @@
 """What drafts cost (SPEC §9): a price table per provider and model, and cost sums over versions.
 
+Each provider has list prices per model (USD per million input and output tokens) and one batch
+discount. The built-in table below can be overridden and extended by the JSON file named in the
+setting `BATCHDESK_PRICE_FILE` (its format is in the README), since prices change more often than
+releases. A model the table does not name has no known price: its costs are None and the screens
+and the API say "price unknown for <provider>/<model>", rather than pricing it like another model.
+
 Costs are summed in the database: a job's token counts are added up per partition (approved,
 pending, all) in one aggregate query and priced afterwards, since one job has one provider and
 one model. Amounts are USD, as `Decimal`.
 """
 
+import json
+import logging
+import os
+import re
 from collections.abc import Iterable
-from dataclasses import dataclass
-from decimal import Decimal
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 
+from django.conf import settings
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Sum
 
-from .models import GeneratedVersion, Item
+from .models import GeneratedVersion, Job
 from .states import ItemState
 
+log = logging.getLogger(__name__)
+
 MILLION = Decimal(1_000_000)
-# Provider batch APIs charge half the interactive price.
-BATCH_DISCOUNT = Decimal("0.5")
 PLACES = Decimal("0.000001")
+HALF = Decimal("0.5")
+# The key of a price for every model of a provider that the table does not name.
+ANY_MODEL = "*"
 
 
 @dataclass(frozen=True)
 class Price:
-    """List prices in USD per million tokens, before the batch discount."""
+    """List prices in USD per million tokens, and the share taken off them for batch work."""
 
     input_per_million: Decimal
     output_per_million: Decimal
-    batch_discount: Decimal = BATCH_DISCOUNT
+    batch_discount: Decimal = HALF  # 0.5 = 50 % off the list price; 0 = none
+    note: str = ""  # said beside the price, e.g. why no discount is assumed
 
     def cost(self, input_tokens: int, output_tokens: int) -> Decimal:
         gross = (input_tokens * self.input_per_million + output_tokens * self.output_per_million) / MILLION
-        return gross * self.batch_discount
+        return gross * (1 - self.batch_discount)
+
+    @property
+    def discount_percent(self) -> Decimal:
+        percent = 100 * self.batch_discount
+        return percent.quantize(1) if percent == percent.to_integral_value() else percent.normalize()
 
 
-def _price(input_per_million: str, output_per_million: str) -> Price:
-    return Price(Decimal(input_per_million), Decimal(output_per_million))
+@dataclass(frozen=True)
+class ProviderPrices:
+    """One provider's prices: its batch discount, and a list price per model (`ANY_MODEL` for all)."""
+
+    batch_discount: Decimal
+    models: dict[str, tuple[Decimal, Decimal]] = field(default_factory=dict)
+    note: str = ""
 
 
-PRICES: dict[str, dict[str, Price]] = {
-    "openai": {
-        "gpt-4o-mini": _price("0.15", "0.60"),
-        "gpt-4o": _price("2.50", "10.00"),
-        "gpt-4.1-nano": _price("0.10", "0.40"),
-        "gpt-4.1-mini": _price("0.40", "1.60"),
-        "gpt-4.1": _price("2.00", "8.00"),
-    },
-    "anthropic": {
-        "claude-3-5-haiku": _price("0.80", "4.00"),
-        "claude-sonnet-4": _price("3.00", "15.00"),
-    },
+def _models(**prices: tuple[str, str]) -> dict[str, tuple[Decimal, Decimal]]:
+    return {name: (Decimal(i), Decimal(o)) for name, (i, o) in prices.items()}
+
+
+# List prices as published by each provider (USD per million tokens). They go out of date: a
+# price file corrects them without a release.
+BUILT_IN: dict[str, ProviderPrices] = {
+    # OpenAI Batch API: 50 % off.
+    "openai": ProviderPrices(
+        HALF,
+        _models(
+            **{
+                "gpt-4o-mini": ("0.15", "0.60"),
+                "gpt-4o": ("2.50", "10.00"),
+                "gpt-4.1-nano": ("0.10", "0.40"),
+                "gpt-4.1-mini": ("0.40", "1.60"),
+                "gpt-4.1": ("2.00", "8.00"),
+                "gpt-5-nano": ("0.05", "0.40"),
+                "gpt-5-mini": ("0.25", "2.00"),
+                "gpt-5": ("1.25", "10.00"),
+            }
+        ),
+    ),
+    # Anthropic Message Batches: 50 % of standard prices for all usage.
+    "anthropic": ProviderPrices(
+        HALF,
+        _models(
+            **{
+                "claude-3-haiku": ("0.25", "1.25"),
+                "claude-3-5-haiku": ("0.80", "4.00"),
+                "claude-haiku-4-5": ("1.00", "5.00"),
+                "claude-3-7-sonnet": ("3.00", "15.00"),
+                "claude-sonnet-4": ("3.00", "15.00"),
+                "claude-sonnet-4-5": ("3.00", "15.00"),
+                "claude-opus-4": ("15.00", "75.00"),
+                "claude-opus-4-1": ("15.00", "75.00"),
+            }
+        ),
+    ),
+    # Gemini Batch Mode: 50 % off. Prices for prompts up to 200,000 tokens (ours are far smaller).
+    "gemini": ProviderPrices(
+        HALF,
+        _models(
+            **{
+                "gemini-2.0-flash": ("0.10", "0.40"),
+                "gemini-2.5-flash-lite": ("0.10", "0.40"),
+                "gemini-2.5-flash": ("0.30", "2.50"),
+                "gemini-2.5-pro": ("1.25", "10.00"),
+            }
+        ),
+    ),
+    # Workers AI per-model prices (billed in neurons). Cloudflare states no discount for its
+    # asynchronous batch API, so none is assumed.
+    "cloudflare": ProviderPrices(
+        Decimal(0),
+        _models(
+            **{
+                "@cf/meta/llama-3.1-8b-instruct-fp8": ("0.152", "0.287"),
+                "@cf/meta/llama-3.3-70b-instruct-fp8-fast": ("0.293", "2.253"),
+                "@cf/meta/llama-4-scout-17b-16e-instruct": ("0.270", "0.850"),
+            }
+        ),
+        note="Cloudflare states no batch discount: none is assumed.",
+    ),
+    # A self-hosted server costs nothing per token here; a price file may say otherwise.
+    "openai_compatible": ProviderPrices(
+        Decimal(0),
+        {ANY_MODEL: (Decimal(0), Decimal(0))},
+        note="Self-hosted: no price per token unless the price file gives one.",
+    ),
 }
-# The emulator speaks OpenAI's batch API and is priced like the model it names, so a demo shows
-# what the same work would cost for real.
+# The emulator speaks OpenAI's batch API and is priced like the model it names at OpenAI, so a
+# demo shows what the same work would cost for real.
 PRICED_LIKE = {"emulator": "openai"}
-# A model missing from the table is priced like the cheapest common one rather than as free:
-# spend that is underestimated is less misleading than spend that is not shown at all.
-FALLBACK = PRICES["openai"]["gpt-4o-mini"]
+# A snapshot of a model is priced as the model: a date (`gpt-4o-2024-08-06`,
+# `claude-sonnet-4-20250514`), a version number (`gemini-2.0-flash-001`, `gpt-4-0613`) or `latest`.
+# Nothing else is cut off: `gpt-4o-mini` is never priced as `gpt-4o`.
+SNAPSHOT = re.compile(r"-(?:\d{4}-\d{2}-\d{2}|\d{8}|\d{3,4}|latest)$")
 
 
-def price_for(provider: str, model: str) -> Price:
-    """The price of `model` at `provider`; dated names (`gpt-4o-mini-2024-07-18`) match their model."""
-    table = PRICES.get(PRICED_LIKE.get(provider, provider), {})
-    if model in table:
-        return table[model]
-    prefixes = [name for name in table if model.startswith(name + "-")]
-    return table[max(prefixes, key=len)] if prefixes else FALLBACK
+# --- the price file ------------------------------------------------------------------------
 
 
-def version_cost(version: GeneratedVersion) -> Decimal:
+class PriceFileError(ImproperlyConfigured):
+    """The price file cannot be read or says something that is not a price."""
+
+
+def _amount(value, where: str) -> Decimal:
+    if isinstance(value, bool) or not isinstance(value, int | str | Decimal):
+        raise PriceFileError(f"{where}: must be a number of USD, not {json.dumps(value, default=str)}")
+    try:
+        amount = Decimal(value)
+    except InvalidOperation:
+        raise PriceFileError(f"{where}: must be a number of USD, not {value!r}") from None
+    if not amount.is_finite() or amount < 0:
+        raise PriceFileError(f"{where}: must be a number of USD of 0 or more, not {value}")
+    return amount
+
+
+def _object(value, where: str, allowed: Iterable[str] | None = None) -> dict:
+    """A JSON object without its comment keys (those starting with `_`); with `allowed`, no other keys."""
+    if not isinstance(value, dict):
+        raise PriceFileError(f"{where}: must be a JSON object")
+    value = {key: item for key, item in value.items() if not key.startswith("_")}
+    if allowed is not None and (unknown := sorted(set(value) - set(allowed))):
+        raise PriceFileError(f"{where}: unknown key {unknown[0]!r}; expected {', '.join(sorted(allowed))}")
+    return value
+
+
+def merge_price_file(data, base: dict[str, ProviderPrices]) -> dict[str, ProviderPrices]:
+    """`base` with what a price file's JSON says laid over it, provider by provider, model by model.
+    A model set to null has no known price any more."""
+    from .providers import provider_names  # the registry imports adapters; only needed here
+
+    table = dict(base)
+    known = [name for name in provider_names() if name not in PRICED_LIKE]
+    for provider, entry in _object(data, "the file").items():
+        if provider in PRICED_LIKE:
+            raise PriceFileError(
+                f"{provider}: is priced like {PRICED_LIKE[provider]}; give those prices instead"
+            )
+        if provider not in known:
+            raise PriceFileError(f"{provider}: not a provider; expected one of {', '.join(known)}")
+        entry = _object(entry, provider, allowed=("batch_discount_percent", "models", "note"))
+        current = table.get(provider, ProviderPrices(Decimal(0)))
+        discount = current.batch_discount
+        if "batch_discount_percent" in entry:
+            percent = _amount(entry["batch_discount_percent"], f"{provider}.batch_discount_percent")
+            if percent > 100:
+                raise PriceFileError(f"{provider}.batch_discount_percent: at most 100, not {percent}")
+            discount = percent / 100
+        note = entry.get("note", current.note)
+        if not isinstance(note, str):
+            raise PriceFileError(f"{provider}.note: must be text")
+        models = dict(current.models)
+        for model, price in _object(entry.get("models", {}), f"{provider}.models").items():
+            where = f"{provider}.models.{model}"
+            if price is None:
+                models.pop(model, None)
+                continue
+            price = _object(price, where, allowed=("input_per_million", "output_per_million"))
+            if missing := [key for key in ("input_per_million", "output_per_million") if key not in price]:
+                raise PriceFileError(f"{where}: {missing[0]} is missing")
+            models[model] = (
+                _amount(price["input_per_million"], f"{where}.input_per_million"),
+                _amount(price["output_per_million"], f"{where}.output_per_million"),
+            )
+        table[provider] = ProviderPrices(discount, models, note)
+    return table
+
+
+def read_price_file(path: str) -> dict[str, ProviderPrices]:
+    """The built-in table with the price file at `path` laid over it; PriceFileError when it cannot be."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            data = json.load(file, parse_float=Decimal)
+    except OSError as exc:
+        raise PriceFileError(f"BATCHDESK_PRICE_FILE {path}: cannot be read ({exc.strerror})") from None
+    except (ValueError, RecursionError) as exc:
+        raise PriceFileError(f"BATCHDESK_PRICE_FILE {path}: not valid JSON ({exc})") from None
+    try:
+        return merge_price_file(data, BUILT_IN)
+    except PriceFileError as exc:
+        raise PriceFileError(f"BATCHDESK_PRICE_FILE {path}: {exc}") from None
+
+
+@dataclass
+class _Loaded:
+    key: tuple | None = None
+    table: dict[str, ProviderPrices] = field(default_factory=dict)
+    good: dict[str, dict[str, ProviderPrices]] = field(default_factory=dict)  # last good table by path
+
+
+_loaded = _Loaded()
+
+
+def price_table() -> dict[str, ProviderPrices]:
+    """The prices in force: the built-in table, or the price file laid over it, read again when the
+    file changes. A file that turns bad while running is logged and its last good reading kept (or,
+    if there never was one, no price is known): the system check refuses a bad file at startup."""
+    path = getattr(settings, "BATCHDESK_PRICE_FILE", "")
+    if not path:
+        return BUILT_IN
+    try:
+        stat = os.stat(path)
+        key = (path, stat.st_mtime_ns, stat.st_size)
+    except OSError:
+        key = (path, None, None)
+    if key != _loaded.key:
+        try:
+            table = read_price_file(path)
+            _loaded.good[path] = table
+        except PriceFileError as exc:
+            log.error("%s; keeping the prices read before", exc)
+            table = _loaded.good.get(path, {})
+        _loaded.key, _loaded.table = key, table
+    return _loaded.table
+
+
+def check_price_file(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
+    """System check: a bad price file stops the web server and the workers at startup."""
+    path = getattr(settings, "BATCHDESK_PRICE_FILE", "")
+    if not path:
+        return []
+    try:
+        read_price_file(path)
+    except PriceFileError as exc:
+        return [
+            checks.Error(str(exc), hint="Fix the file, or unset BATCHDESK_PRICE_FILE.", id="batchdesk.E001")
+        ]
+    return []
+
+
+# --- looking prices up ---------------------------------------------------------------------
+
+
+def unknown_price(provider: str, model: str) -> str:
+    return f"price unknown for {provider}/{model}"
+
+
+def price_for(provider: str, model: str) -> Price | None:
+    """The price of `model` at `provider`, or None when the table has none. A snapshot of a model
+    (`gpt-4o-mini-2024-07-18`) is priced as the model; no other model is ever used instead."""
+    prices = price_table().get(PRICED_LIKE.get(provider, provider))
+    if prices is None:
+        return None
+    name = model.removeprefix("models/")  # Gemini's resource names
+    found = prices.models.get(name)
+    if found is None and (snapshot := SNAPSHOT.search(name)):
+        found = prices.models.get(name[: snapshot.start()])
+    if found is None:
+        found = prices.models.get(ANY_MODEL)
+    if found is None:
+        return None
+    return Price(found[0], found[1], prices.batch_discount, prices.note)
+
+
+def priced_models() -> list[str]:
+    """Every model the table names, for the start screen's suggestions."""
+    return sorted({model for prices in price_table().values() for model in prices.models} - {ANY_MODEL})
+
+
+def is_apportioned(version: GeneratedVersion) -> bool:
+    """Whether the version's tokens are its share of a unit-wide total (the provider gave usage only
+    for the whole unit): its cost is then a share too."""
+    return bool((version.usage or {}).get("apportioned"))
+
+
+def version_cost(version: GeneratedVersion) -> Decimal | None:
     job = version.item.job
-    return (
-        price_for(job.provider, job.model).cost(version.input_tokens, version.output_tokens).quantize(PLACES)
-    )
+    price = price_for(job.provider, job.model)
+    if price is None:
+        return None
+    return price.cost(version.input_tokens, version.output_tokens).quantize(PLACES)
 
 
 # --- sums over many versions ---------------------------------------------------------------
@@ -89,12 +335,13 @@ PENDING = Q(item__state__in=UNDECIDED_STATES) & ~Exists(
 )
 # Everything else is wasted: rejected, invalid, obsolete or withdrawn drafts, and drafts that a
 # retry replaced.
+APPORTIONED = Q(usage__apportioned=True)
 
 
 def _token_sums_by_job(versions: QuerySet[GeneratedVersion]) -> QuerySet:
     return (
         versions.order_by()
-        .values("item__job_id", "item__job__provider", "item__job__model")
+        .values("item__job_id")
         .annotate(
             all_input=Sum("input_tokens"),
             all_output=Sum("output_tokens"),
@@ -103,6 +350,7 @@ def _token_sums_by_job(versions: QuerySet[GeneratedVersion]) -> QuerySet:
             approved_drafts=Count("pk", filter=APPROVED),
             pending_input=Sum("input_tokens", filter=PENDING),
             pending_output=Sum("output_tokens", filter=PENDING),
+            apportioned_drafts=Count("pk", filter=APPORTIONED),
         )
     )
 
@@ -111,64 +359,103 @@ def _divide(amount: Decimal, count: int) -> Decimal | None:
     return (amount / count).quantize(PLACES) if count else None
 
 
+def _price_json(price: Price | None) -> dict | None:
+    if price is None:
+        return None
+    return {
+        "input_per_million": price.input_per_million,
+        "output_per_million": price.output_per_million,
+        "batch_discount_percent": price.discount_percent,
+        "note": price.note,
+    }
+
+
 def jobs_cost(job_ids: Iterable[int]) -> dict[int, dict]:
     """`job_cost` for many jobs at once: two aggregate queries whatever their size."""
     job_ids = list(job_ids)
-    item_counts = dict(
-        Item.objects.filter(job_id__in=job_ids).order_by().values_list("job_id").annotate(n=Count("pk"))
-    )
+    jobs = {
+        pk: (provider, model, items)
+        for pk, provider, model, items in Job.objects.filter(pk__in=job_ids)
+        .order_by()
+        .annotate(n=Count("items"))
+        .values_list("pk", "provider", "model", "n")
+    }
     rows = {
         row["item__job_id"]: row
         for row in _token_sums_by_job(GeneratedVersion.objects.filter(item__job_id__in=job_ids))
     }
     costs = {}
     for job_id in job_ids:
-        row = rows.get(job_id)
-        if row is None:
-            total = approved = pending = Decimal(0)
-            input_tokens = output_tokens = approved_drafts = 0
-        else:
-            price = price_for(row["item__job__provider"], row["item__job__model"])
-            input_tokens, output_tokens = row["all_input"], row["all_output"]
-            approved_drafts = row["approved_drafts"]
-            total = price.cost(input_tokens, output_tokens)
-            approved = price.cost(row["approved_input"] or 0, row["approved_output"] or 0)
-            pending = price.cost(row["pending_input"] or 0, row["pending_output"] or 0)
-        costs[job_id] = {
+        provider, model, item_count = jobs.get(job_id, ("", "", 0))
+        price = price_for(provider, model)
+        row = rows.get(job_id) or {}
+        input_tokens, output_tokens = row.get("all_input") or 0, row.get("all_output") or 0
+        cost = {
             "currency": "USD",
-            "total": total.quantize(PLACES),
-            "approved": approved.quantize(PLACES),
-            "pending": pending.quantize(PLACES),
-            "wasted": (total - approved - pending).quantize(PLACES),
-            "per_item": _divide(total, item_counts.get(job_id, 0)),
-            "per_approved_draft": _divide(total, approved_drafts),
+            "price_known": price is not None,
+            "price_note": unknown_price(provider, model) if price is None else price.note,
+            "price": _price_json(price),
+            "total": None,
+            "approved": None,
+            "pending": None,
+            "wasted": None,
+            "per_item": None,
+            "per_approved_draft": None,
             "input_tokens": input_tokens,
             "output_tokens": output_tokens,
+            "apportioned_drafts": row.get("apportioned_drafts") or 0,
         }
+        if price is not None:
+            total = price.cost(input_tokens, output_tokens)
+            approved = price.cost(row.get("approved_input") or 0, row.get("approved_output") or 0)
+            pending = price.cost(row.get("pending_input") or 0, row.get("pending_output") or 0)
+            cost.update(
+                total=total.quantize(PLACES),
+                approved=approved.quantize(PLACES),
+                pending=pending.quantize(PLACES),
+                wasted=(total - approved - pending).quantize(PLACES),
+                per_item=_divide(total, item_count),
+                per_approved_draft=_divide(total, row.get("approved_drafts") or 0),
+            )
+        costs[job_id] = cost
     return costs
 
 
 def job_cost(job) -> dict:
     """What a job's drafts cost: `total` = `approved` + `pending` (drafts still to be decided on)
     + `wasted` (rejected, invalid, obsolete, withdrawn, or replaced by a retry). `per_approved_draft`
-    is the whole spend divided by the drafts approved, so waste raises it."""
+    is the whole spend divided by the drafts approved, so waste raises it. When the job's model has
+    no known price, every amount is None and `price_note` says so."""
     return jobs_cost([job.pk])[job.pk]
 
 
-def total_spend() -> Decimal:
-    """Everything spent on drafts so far, across all jobs: one query grouped by provider and model."""
+@dataclass(frozen=True)
+class Spend:
+    """Everything spent on drafts so far: `total` over the models with a known price, and the
+    tokens of those without one, by (provider, model)."""
+
+    total: Decimal
+    unpriced_tokens: dict[tuple[str, str], int]
+
+
+def spend() -> Spend:
+    """One query grouped by provider and model."""
     rows = (
         GeneratedVersion.objects.order_by()
         .values("item__job__provider", "item__job__model")
         .annotate(all_input=Sum("input_tokens"), all_output=Sum("output_tokens"))
     )
-    spend = sum(
-        (
-            price_for(row["item__job__provider"], row["item__job__model"]).cost(
-                row["all_input"], row["all_output"]
-            )
-            for row in rows
-        ),
-        Decimal(0),
-    )
-    return spend.quantize(PLACES)
+    total, unpriced = Decimal(0), {}
+    for row in rows:
+        provider, model = row["item__job__provider"], row["item__job__model"]
+        price = price_for(provider, model)
+        if price is None:
+            unpriced[(provider, model)] = row["all_input"] + row["all_output"]
+        else:
+            total += price.cost(row["all_input"], row["all_output"])
+    return Spend(total.quantize(PLACES), unpriced)
+
+
+def total_spend() -> Decimal:
+    """Everything spent on drafts whose model has a known price, across all jobs."""
+    return spend().total

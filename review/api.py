@@ -73,6 +73,7 @@ from ledger.states import ItemState, JobState, SubmissionState, needs_attention
 from .forms import MAX_CONTENT_LENGTH, MAX_NOTE_LENGTH
 from .ids import parse_id
 from .job_forms import UNREADABLE, ApiJobForm
+from .operations import attention_by_provider
 from .permissions import APPROVERS, OPERATOR, VIEWERS, has_role, may_cancel
 
 log = logging.getLogger(__name__)
@@ -485,26 +486,40 @@ def job_items(request: HttpRequest, job_id: int) -> HttpResponse:
 # --- items ---------------------------------------------------------------------------------
 
 
-def version_json(version: GeneratedVersion, price: pricing.Price) -> dict:
+def version_json(version: GeneratedVersion, price: pricing.Price | None, price_note: str) -> dict:
+    """`usage.apportioned`: the tokens are this version's share of a batch-wide total (the provider
+    gave usage only per batch), and so is its `cost`. `cost` is null when the model has no known price."""
     return {
         "id": version.pk,
         "number": version.number,
         "content": version.content,
         "content_hash": version.content_hash,
         "validation": {"valid": version.valid, "reasons": version.validation_reasons},
-        "usage": {"input_tokens": version.input_tokens, "output_tokens": version.output_tokens},
-        "cost": price.cost(version.input_tokens, version.output_tokens).quantize(pricing.PLACES),
+        "usage": {
+            "input_tokens": version.input_tokens,
+            "output_tokens": version.output_tokens,
+            "apportioned": pricing.is_apportioned(version),
+        },
+        "cost": (
+            price.cost(version.input_tokens, version.output_tokens).quantize(pricing.PLACES)
+            if price is not None
+            else None
+        ),
+        "price_known": price is not None,
+        "price_note": price_note,
         "created_at": version.created_at,
     }
 
 
 def item_detail_json(request: HttpRequest, item: Item) -> dict:
-    price = pricing.price_for(item.job.provider, item.job.model)
+    job = item.job
+    price = pricing.price_for(job.provider, job.model)
+    note = price.note if price is not None else pricing.unknown_price(job.provider, job.model)
     return {
         **item_json(request, item),
         "current_revision": item.product.current_revision.number if item.product.current_revision else None,
         "approved_version": item.approved_version_id,
-        "versions": [version_json(v, price) for v in item.versions.order_by("number")],
+        "versions": [version_json(v, price, note) for v in item.versions.order_by("number")],
         "approvals": [
             {
                 "id": approval.pk,
@@ -718,6 +733,11 @@ UNFINISHED_SUBMISSION_STATES = (
 DESTINATION_FAILURES = (AttemptOutcome.RETRYABLE, AttemptOutcome.REJECTED, AttemptOutcome.REFUSED_BY_GUARD)
 
 
+def label_value(text: str) -> str:
+    """A Prometheus label value: backslash, double quote and line feed escaped."""
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 def metric(lines: list[str], name: str, kind: str, help_text: str, samples: dict[str, object]) -> None:
     lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
     lines += [f"{name}{labels} {value}" for labels, value in samples.items()]
@@ -764,7 +784,34 @@ def metrics(request: HttpRequest) -> HttpResponse:
         "Failed inferences (results with no usable answer) and failed destination attempts.",
         {'{kind="inference"}': inference_failures, '{kind="destination"}': destination_failures},
     )
-    metric(lines, "batchdesk_spend_total", "counter", "USD spent on drafts.", {"": pricing.total_spend()})
+    metric(
+        lines,
+        "batchdesk_items_needing_attention",
+        "gauge",
+        "Items waiting for an operator (as on the operations page), by the provider of their job and state.",
+        {
+            f'{{provider="{label_value(provider)}",state="{state}"}}': count
+            for (provider, state), count in attention_by_provider(with_zeros=True).items()
+        },
+    )
+    spend = pricing.spend()
+    metric(
+        lines,
+        "batchdesk_spend_total",
+        "counter",
+        "USD spent on drafts whose model has a known price.",
+        {"": spend.total},
+    )
+    metric(
+        lines,
+        "batchdesk_unpriced_tokens_total",
+        "counter",
+        "Tokens used by models without a known price (not in batchdesk_spend_total).",
+        {
+            f'{{provider="{label_value(provider)}",model="{label_value(model)}"}}': tokens
+            for (provider, model), tokens in sorted(spend.unpriced_tokens.items())
+        },
+    )
     metric(
         lines,
         "batchdesk_collector_stalled",

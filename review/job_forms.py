@@ -1,11 +1,12 @@
 """Starting a job: one set of checks for the start screen and for `POST /api/jobs`.
 
-`JobForm` holds every rule about what a job may be (a known provider and destination, a task with a
-prompt, a unit size within the limit). The screen's `JobStartForm` adds how people pick products;
+`JobForm` holds every rule about what a job may be (a provider configured here and a known destination,
+a task with a prompt, a unit size within the provider's limit). The screen's `JobStartForm` adds how people pick products;
 the API's `ApiJobForm` adds the JSON list of SKUs and requires a reference. `create_job` checks
 again in its transaction: a form is here for clear, per-field messages."""
 
 from django import forms
+from django.conf import settings
 from django.db.models import QuerySet
 
 from ledger.catalogue import SKU_PATTERN
@@ -19,7 +20,7 @@ from ledger.models import (
     ProductStatus,
     PromptVersion,
 )
-from ledger.providers import provider_names
+from ledger.providers import capabilities, configured_provider_names, provider_names
 
 # Unknown SKUs are listed in an error up to this many; the rest are counted.
 SHOWN_SKUS = 20
@@ -37,12 +38,38 @@ def unknown_skus_message(missing: list[str]) -> str:
     return f"Unknown SKUs, or products not active: {shown}{more}."
 
 
+def provider_limit(provider: str) -> tuple[int | None, str]:
+    """The most requests one unit of `provider` may hold, or None and why it cannot be known."""
+    try:
+        return capabilities(provider).max_requests, ""
+    except ImportError:
+        return None, f"BatchDesk has no adapter for {provider} in this version yet."
+
+
+class ProviderField(forms.ChoiceField):
+    """The providers configured here (their credentials are in the environment). A known provider
+    that is not configured is refused with the environment variables it needs. The environment is
+    read each time a form is made (`refresh`), since keys may be set without a release."""
+
+    def refresh(self) -> None:
+        self.choices = [(name, name) for name in configured_provider_names()]
+
+    def validate(self, value) -> None:
+        if value in provider_names() and not self.valid_value(value):
+            needed = settings.PROVIDERS[value]["required_env"]
+            raise forms.ValidationError(
+                f"The provider {value} is not configured here: set {' and '.join(needed)}.",
+                code="not_configured",
+            )
+        super().validate(value)
+
+
 class JobForm(forms.Form):
     reference = forms.CharField(max_length=200)
     task = forms.CharField(max_length=64)
     # The version number within the task; empty means the latest.
     prompt_version = forms.IntegerField(required=False, min_value=1, max_value=2**31 - 1)
-    provider = forms.ChoiceField()
+    provider = ProviderField()
     model = forms.CharField(max_length=128, initial=DEFAULT_MODEL)
     destination = forms.ChoiceField(initial=DEFAULT_DESTINATION)
     unit_size = forms.IntegerField(
@@ -55,7 +82,10 @@ class JobForm(forms.Form):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["provider"].choices = [(name, name) for name in provider_names()]
+        self.fields["provider"].refresh()
+        limits = [(name, provider_limit(name)[0]) for name, _ in self.fields["provider"].choices]
+        if shown := [f"{name} {limit:,}" for name, limit in limits if limit is not None]:
+            self.fields["unit_size"].help_text = f"Requests per provider batch; at most {', '.join(shown)}."
         self.fields["destination"].choices = [(name, name) for name in destination_names()]
         self.prompt: PromptVersion | None = None
 
@@ -65,6 +95,12 @@ class JobForm(forms.Form):
 
     def clean(self) -> dict:
         data = super().clean()
+        if provider := data.get("provider"):
+            limit, problem = provider_limit(provider)
+            if problem:
+                self.add_error("provider", problem)
+            elif data.get("unit_size") and data["unit_size"] > limit:
+                self.add_error("unit_size", f"At most {limit:,} requests: {provider}'s limit for one batch.")
         task = data.get("task")
         if task:
             if not PromptVersion.objects.filter(task=task).exists():

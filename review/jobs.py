@@ -19,7 +19,7 @@ from django_htmx.http import HttpResponseStopPolling
 
 from ledger.actions import CANCELLABLE_ITEM_STATES, NotAllowed, cancel_job, create_job
 from ledger.models import Job, Submission
-from ledger.pricing import PLACES, Price, job_cost, price_for
+from ledger.pricing import PLACES, Price, job_cost, price_for, unknown_price
 from ledger.states import JobState, SubmissionState, needs_attention
 from ledger.validation import render_user_message
 
@@ -92,6 +92,7 @@ class Estimate:
     Input tokens per request: the characters of the system message, the rendered user message
     and the output schema, divided by CHARS_PER_TOKEN, averaged over a sample of the products.
     Output tokens per request: half the prompt's `max_output_tokens` (drafts rarely use it all).
+    A model without a known price has no cost: `price_note` says so.
     """
 
     requests: int
@@ -99,7 +100,7 @@ class Estimate:
     sample_size: int
     input_tokens_per_request: int
     output_tokens_per_request: int
-    price: Price
+    price: Price | None
     provider: str
     model: str
 
@@ -112,12 +113,14 @@ class Estimate:
         return self.requests * self.output_tokens_per_request
 
     @property
-    def cost(self) -> Decimal:
+    def cost(self) -> Decimal | None:
+        if self.price is None:
+            return None
         return self.price.cost(self.input_tokens, self.output_tokens).quantize(PLACES)
 
     @property
-    def discount_percent(self) -> int:
-        return round(100 * (1 - self.price.batch_discount))
+    def price_note(self) -> str:
+        return unknown_price(self.provider, self.model) if self.price is None else self.price.note
 
 
 def estimate_job(form: JobStartForm) -> Estimate:

@@ -5,7 +5,8 @@ Everyone sees the page; only operators (and admins) act. Every action goes throu
 which checks the state again under a row lock, and reports per item what happened."""
 
 import hashlib
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.contrib import messages
@@ -21,6 +22,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from ledger.actions import NotAllowed, reconcile_uncertain, redrive_dead_letter, retry_item
 from ledger.models import Item, Submission
+from ledger.providers import configured_provider_names
 from ledger.providers.base import ProviderError
 from ledger.states import NEEDS_ATTENTION_STATES, ItemState, JobState, ReasonCode, SubmissionState
 
@@ -102,6 +104,8 @@ class Group:
     oldest: datetime
     # The reason code it gathers (items of one state are found again by it).
     code: str
+    # How many of its items each provider's jobs hold.
+    by_provider: dict[str, int] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -142,13 +146,15 @@ def attention_items() -> QuerySet[Item]:
 
 
 def attention_groups() -> list[Group]:
-    """One aggregate query by (state, reason code, applying): each row is a group, named in business words."""
+    """One aggregate query by (state, reason code, applying, provider): each group is named in
+    business words and counts its items per provider of their job."""
     rows = (
         attention_items()
         .order_by()
         .values(
             "state",
             "reason_code",
+            "job__provider",
             applying=ExpressionWrapper(Q(approved_version__isnull=False), output_field=BooleanField()),
         )
         .annotate(count=Count("id"), oldest=Min("updated_at"))
@@ -164,8 +170,37 @@ def attention_groups() -> list[Group]:
             group = groups[(state, applying, code)] = Group(state, label, applying, 0, row["oldest"], code)
         group.count += row["count"]
         group.oldest = min(group.oldest, row["oldest"])
+        provider = row["job__provider"]
+        group.by_provider[provider] = group.by_provider.get(provider, 0) + row["count"]
     order = {state: n for n, state in enumerate(NEEDS_ATTENTION)}
+    for group in groups.values():
+        group.by_provider = dict(sorted(group.by_provider.items(), key=lambda pair: (-pair[1], pair[0])))
     return sorted(groups.values(), key=lambda g: (order[g.state], -g.count, g.label))
+
+
+def providers_of(groups: list[Group]) -> list[tuple[str, int]]:
+    """Items needing attention per provider of their job, most first: the page's breakdown."""
+    totals: Counter[str] = Counter()
+    for group in groups:
+        totals.update(group.by_provider)
+    return sorted(totals.items(), key=lambda pair: (-pair[1], pair[0]))
+
+
+def attention_by_provider(*, with_zeros: bool = False) -> dict[tuple[str, str], int]:
+    """Items needing attention by (provider of their job, state), in one query. `with_zeros` adds
+    every state of every configured provider, so a metric's series exist before anything fails."""
+    counts = {
+        (provider, state): n
+        for provider, state, n in attention_items()
+        .order_by()
+        .values_list("job__provider", "state")
+        .annotate(n=Count("id"))
+    }
+    if with_zeros:
+        for provider in configured_provider_names():
+            for state in NEEDS_ATTENTION:
+                counts.setdefault((provider, str(state)), 0)
+    return dict(sorted(counts.items()))
 
 
 def find_group(groups: list[Group], key: str | None) -> Group | None:
@@ -186,6 +221,7 @@ def operations(request: HtmxHttpRequest) -> HttpResponse:
     confirming = find_group(groups, request.GET.get("confirm")) if can_act else None
     context = {
         "groups": groups,
+        "providers": providers_of(groups),
         "can_act": can_act,
         "expanded": expanded,
         "group_page": (

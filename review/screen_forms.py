@@ -17,7 +17,7 @@ from ledger.actions import (
     prompt_template_problems,
 )
 from ledger.models import Job, Product, ProductStatus, PromptVersion
-from ledger.pricing import PRICES
+from ledger.pricing import priced_models
 from ledger.states import JobState
 
 from .job_forms import JobForm, active_products, unknown_skus_message
@@ -49,10 +49,6 @@ def categories() -> list[str]:
 def split_skus(text: str) -> list[str]:
     """SKUs separated by commas, spaces or line breaks, first occurrence kept."""
     return list(dict.fromkeys(part for part in re.split(r"[\s,;]+", text) if part))
-
-
-def priced_models() -> list[str]:
-    return sorted({model for table in PRICES.values() for model in table})
 
 
 class JobStartForm(JobForm):

@@ -24,7 +24,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from ledger.actions import NotAllowed, approve_version, currency_problem, reject_version
 from ledger.models import GeneratedVersion, Item, Job
-from ledger.pricing import version_cost
+from ledger.pricing import is_apportioned, unknown_price, version_cost
 from ledger.states import ItemState
 
 from .common import HtmxHttpRequest, ShownValue, fields_of, wants_partial, word_diff
@@ -52,8 +52,17 @@ class VersionView:
     """One generated version on the item page, with what it cost and how it differs from the published text."""
 
     version: GeneratedVersion
-    cost: Decimal
+    cost: Decimal | None  # None: the job's model has no known price
     diff: list[tuple[str, str]]
+
+    @property
+    def apportioned(self) -> bool:
+        return is_apportioned(self.version)
+
+    @property
+    def price_note(self) -> str:
+        job = self.version.item.job
+        return unknown_price(job.provider, job.model)
 
 
 @require_GET
@@ -134,7 +143,16 @@ class ReviewCard:
 
     @property
     def cost(self) -> Decimal | None:
+        """None without a draft, or when the job's model has no known price (`price_note` says so)."""
         return version_cost(self.version) if self.version else None
+
+    @property
+    def price_note(self) -> str:
+        return unknown_price(self.item.job.provider, self.item.job.model)
+
+    @property
+    def apportioned(self) -> bool:
+        return bool(self.version) and is_apportioned(self.version)
 
     @property
     def refusal(self) -> str:

@@ -15,7 +15,8 @@ from tests.factories import ItemFactory, JobFactory, add_version
 
 pytestmark = pytest.mark.django_db
 
-SAMPLE = re.compile(r'^(?P<name>[a-z_]+)(?:\{(?P<label>[a-z_]+)="(?P<value>[a-z_]+)"\})? (?P<number>\S+)$')
+SAMPLE = re.compile(r"^(?P<name>[a-z_]+)(?:\{(?P<labels>[^}]*)\})? (?P<number>\S+)$")
+LABEL = re.compile(r'(?P<label>[a-z_]+)="(?P<value>[^"\\]*)"(?:,|$)')
 
 
 def open_submission(job, *, age: timedelta = timedelta()) -> Submission:
@@ -72,7 +73,11 @@ def parse(text: str) -> dict[tuple[str, str | None], float]:
             continue
         match = SAMPLE.match(line)
         assert match, line
-        samples[(match["name"], match["value"])] = float(match["number"])
+        labels = match["labels"] or ""
+        values = tuple(label["value"] for label in LABEL.finditer(labels))
+        assert LABEL.sub("", labels) == "", line
+        key = values[0] if len(values) == 1 else (values or None)
+        samples[(match["name"], key)] = float(match["number"])
     return samples
 
 
@@ -106,6 +111,9 @@ def test_metrics_in_prometheus_text(as_operator):
     assert samples[("batchdesk_failures_total", "destination")] == 1
     # 120 input and 60 output tokens of gpt-4o-mini at half price.
     assert samples[("batchdesk_spend_total", None)] == pytest.approx((120 * 0.15 + 60 * 0.60) / 1e6 * 0.5)
+    # The item that failed inference needs an operator: counted under its job's provider.
+    assert samples[("batchdesk_items_needing_attention", ("emulator", "inference_failed"))] == 1
+    assert samples[("batchdesk_items_needing_attention", ("emulator", "dead_letter"))] == 0
     assert samples[("batchdesk_collector_stalled", None)] == 0
     assert abs(samples[("batchdesk_collector_last_poll_timestamp_seconds", None)] - time.time()) < 60
 
@@ -116,3 +124,37 @@ def test_metrics_of_an_empty_ledger(as_operator):
     assert samples[("batchdesk_oldest_open_submission_age_seconds", None)] == 0
     assert samples[("batchdesk_spend_total", None)] == 0
     assert samples[("batchdesk_collector_last_poll_timestamp_seconds", None)] == 0
+
+
+def test_metrics_break_items_needing_attention_down_by_provider(as_operator, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    for provider, state in [
+        ("openai", ItemState.INFERENCE_FAILED),
+        ("openai", ItemState.INFERENCE_FAILED),
+        ("openai", ItemState.DEAD_LETTER),
+        ("emulator", ItemState.VALIDATION_FAILED),
+        ("anthropic", ItemState.INFERENCE_FAILED),  # not configured any more: still counted
+        ("openai", ItemState.AWAITING_REVIEW),  # waits for a reviewer, not an operator
+    ]:
+        ItemFactory(job=JobFactory(provider=provider), state=state)
+    samples = parse(as_operator.get("/metrics").content.decode())
+    attention = {
+        key: count for (name, key), count in samples.items() if name == "batchdesk_items_needing_attention"
+    }
+    assert attention[("openai", "inference_failed")] == 2
+    assert attention[("openai", "dead_letter")] == 1
+    assert attention[("emulator", "validation_failed")] == 1
+    assert attention[("anthropic", "inference_failed")] == 1
+    assert attention[("openai", "validation_failed")] == 0  # configured providers always have their series
+    assert ("anthropic", "dead_letter") not in attention
+    assert not any(state == "awaiting_review" for _, state in attention)
+    assert sum(attention.values()) == 5
+
+
+def test_metrics_count_tokens_of_models_without_a_price_apart(as_operator):
+    add_version(ItemFactory(job=JobFactory(model="emulated-model"), awaiting_review=True))
+    add_version(ItemFactory(job=JobFactory(), awaiting_review=True))
+    samples = parse(as_operator.get("/metrics").content.decode())
+    assert samples[("batchdesk_unpriced_tokens_total", ("emulator", "emulated-model"))] == 180
+    assert samples[("batchdesk_spend_total", None)] == pytest.approx((120 * 0.15 + 60 * 0.60) / 1e6 * 0.5)

@@ -91,7 +91,8 @@ def test_a_repeat_without_skus_compares_the_other_fields_only(as_owner):
     "change",
     [{"model": "gpt-4o"}, {"unit_size": 7}, {"provider": "openai"}, {"prompt_version": 2}, {"skus": "other"}],
 )
-def test_the_same_reference_for_different_work_is_409_and_changes_nothing(as_owner, change):
+def test_the_same_reference_for_different_work_is_409_and_changes_nothing(as_owner, change, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")  # openai is configured, as in a deployment
     first, other = ProductFactory(), ProductFactory()
     PromptVersion.objects.create(
         task="product_description", version=2, system_message="s", template="{title}", output_schema={}

@@ -1,13 +1,16 @@
 """Job creation is checked by one form (`review.job_forms.JobForm`) behind both doors: the start
 screen and `POST /api/jobs` refuse the same things with the same words, and the limits live once."""
 
+import dataclasses
 import json
 
 import pytest
 from django.test import Client
 from django.urls import reverse
 
+from ledger import providers
 from ledger.models import MAX_UNIT_SIZE, Job
+from ledger.providers.openai import OpenAIBatchProvider
 from review.job_forms import ApiJobForm, JobForm
 from review.screen_forms import JobStartForm
 from tests.api.conftest import token_for
@@ -45,3 +48,79 @@ def test_the_screen_and_the_api_refuse_alike(client, field, value):
     assert response.status_code == 400
     assert response.json()["error"]["fields"][field] == " ".join(screen_errors)
     assert not Job.objects.exists()
+
+
+# --- providers: only those configured here, units within their limits --------------------------
+
+
+def both_doors(client, **changes) -> tuple[list[str], dict, object]:
+    """The start screen's answer to estimating a job and the API's to starting it: (screen errors,
+    API error fields, API response)."""
+    ProductFactory()
+    owner = UserFactory(roles=["catalogue_owner"])
+    client.force_login(owner)
+    changes = {"reference": "same", **changes}
+    screen = client.post(reverse("job_start"), start(step="estimate", **changes))
+    api = Client(headers={"Authorization": f"Bearer {token_for(owner)}"})
+    body = {"task": "product_description", "provider": "emulator", **changes}
+    body = {key: int(value) if key == "unit_size" else value for key, value in body.items()}
+    response = api.post("/api/jobs", json.dumps(body), content_type="application/json")
+    fields = response.json().get("error", {}).get("fields", {})
+    return screen.context["form"].errors if screen.status_code == 400 else {}, fields, response
+
+
+def test_only_configured_providers_are_offered(client, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.setenv("GEMINI_API_KEY", "test-key")
+    offered = [name for name, _ in JobForm().fields["provider"].choices]
+    assert "gemini" in offered and "emulator" in offered
+    assert "openai" not in offered and "anthropic" not in offered
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    assert "openai" in [name for name, _ in JobForm().fields["provider"].choices]
+
+
+@pytest.mark.parametrize(
+    "provider, needs",
+    [
+        ("openai", "set OPENAI_API_KEY."),
+        ("cloudflare", "set CLOUDFLARE_API_TOKEN and CLOUDFLARE_ACCOUNT_ID."),
+    ],
+)
+def test_a_provider_not_configured_is_refused_naming_what_it_needs(client, monkeypatch, provider, needs):
+    for variable in ("OPENAI_API_KEY", "CLOUDFLARE_API_TOKEN", "CLOUDFLARE_ACCOUNT_ID"):
+        monkeypatch.delenv(variable, raising=False)
+    screen, api, response = both_doors(client, provider=provider)
+    message = f"The provider {provider} is not configured here: {needs}"
+    assert screen["provider"] == [message]
+    assert response.status_code == 400 and api["provider"] == message
+    assert not Job.objects.exists()
+
+
+def test_a_configured_provider_starts_a_job(client, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    screen, api, response = both_doors(client, provider="openai")
+    assert response.status_code == 202, response.content
+    assert Job.objects.get().provider == "openai"
+
+
+def test_the_unit_size_is_capped_by_the_providers_limit(client, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    limited = dataclasses.replace(OpenAIBatchProvider.capabilities, max_requests=100)
+    monkeypatch.setattr(OpenAIBatchProvider, "capabilities", limited)
+    screen, api, response = both_doors(client, provider="openai", unit_size="101")
+    message = "At most 100 requests: openai's limit for one batch."
+    assert screen["unit_size"] == [message] and api["unit_size"] == message
+    assert not Job.objects.exists()
+    assert "openai 100" in JobForm().fields["unit_size"].help_text
+    _, _, response = both_doors(client, provider="openai", unit_size="100", reference="other")
+    assert response.status_code == 202, response.content
+
+
+def test_a_provider_whose_adapter_is_missing_is_refused_clearly(client, monkeypatch):
+    monkeypatch.setitem(providers.ADAPTERS, "openai", "ledger.providers.not_written_yet.Adapter")
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    screen, api, response = both_doors(client, provider="openai")
+    message = "BatchDesk has no adapter for openai in this version yet."
+    assert screen["provider"] == [message] and api["provider"] == message
+    assert "openai" not in JobForm().fields["unit_size"].help_text  # the page still renders

@@ -1,5 +1,6 @@
 """The jobs screens: the list of jobs, starting one with its estimate, and one job's page."""
 
+import re
 from decimal import Decimal
 
 import pytest
@@ -472,3 +473,88 @@ def test_the_job_cost_refreshes_itself_while_the_job_works(client, owner, job):
     assert after.context["cost"]["total"] > 0 and 'id="job-progress"' not in after.content.decode()
     Job.objects.filter(pk=job.pk).update(state=JobState.IN_REVIEW)
     assert client.get(url, headers=poll).status_code == 286
+
+
+# --- cost per provider -------------------------------------------------------------------------
+
+
+def test_the_estimate_of_a_model_without_a_price_says_so(client, owner, products):
+    client.force_login(owner)
+    response = client.post(reverse("job_start"), start(model="emulated-model"))
+    assert response.status_code == 200
+    estimate = response.context["estimate"]
+    assert estimate.price is None and estimate.cost is None
+    html = response.content.decode()
+    assert (
+        '<strong class="price-unknown" data-testid="price-unknown">price unknown for emulator/emulated-model</strong>'
+        in html
+    )
+    assert "estimated-cost" not in html and "USD in and" not in html
+    assert 'value="start"' in html  # it may still be started
+
+
+def test_the_estimate_says_when_a_provider_has_no_batch_discount(client, owner, products, monkeypatch):
+    monkeypatch.setenv("CLOUDFLARE_API_TOKEN", "test-token")
+    monkeypatch.setenv("CLOUDFLARE_ACCOUNT_ID", "test-account")
+    client.force_login(owner)
+    response = client.post(
+        reverse("job_start"), start(provider="cloudflare", model="@cf/meta/llama-3.3-70b-instruct-fp8-fast")
+    )
+    assert response.status_code == 200, response.context["form"].errors
+    html = response.content.decode()
+    estimate = response.context["estimate"]
+    assert estimate.cost == estimate.price.cost(estimate.input_tokens, estimate.output_tokens).quantize(
+        Decimal("0.000001")
+    )
+    assert "no batch discount" in html and "Cloudflare states no batch discount: none is assumed." in html
+
+
+def test_the_job_page_says_when_its_models_price_is_unknown(client, owner):
+    job = JobFactory(model="emulated-model")
+    add_version(ItemFactory(job=job, awaiting_review=True))
+    client.force_login(owner)
+    response = client.get(reverse("job_detail", args=[job.pk]))
+    html = response.content.decode()
+    assert (
+        '<p class="price-unknown" data-testid="price-unknown">price unknown for emulator/emulated-model</p>'
+        in html
+    )
+    assert "120 in, 60 out" in html and "Wasted</dt>" not in html
+
+
+def test_the_job_page_shows_each_submission_in_the_providers_words_beside_its_state(
+    client, owner, job, submission
+):
+    client.force_login(owner)
+    html = client.get(reverse("job_detail", args=[job.pk])).content.decode()
+    row = re.search(rf'data-testid="submission-{submission.pk}">(.*?)</tr>', html, re.S).group(1)
+    cells = re.findall(r'<td(?: data-testid="([a-z-]+)")?>(.*?)</td>', row, re.S)
+    named = {name: " ".join(re.sub(r"<[^>]+>", " ", text).split()) for name, text in cells if name}
+    assert list(named) == ["business-state", "provider-words"]  # side by side
+    assert named["business-state"] == "Accepted by the provider; waiting for results"
+    assert named["provider-words"] == "emulator said in_progress"
+    assert "<q>in_progress</q>" in row
+
+
+def test_the_job_page_counts_apportioned_drafts(client, owner, job):
+    version = add_version(ItemFactory(job=job, awaiting_review=True))
+    version.usage = {"apportioned": True}
+    version.save()
+    client.force_login(owner)
+    html = client.get(reverse("job_detail", args=[job.pk])).content.decode()
+    assert 'data-testid="apportioned-drafts">1 draft' in html
+
+
+def test_the_item_page_marks_apportioned_usage_and_unknown_prices(client, owner):
+    item = ItemFactory(job=JobFactory(model="emulated-model"), awaiting_review=True)
+    shared, own = add_version(item), add_version(item)
+    shared.usage = {"apportioned": True}
+    shared.save()
+    client.force_login(owner)
+    html = client.get(reverse("item_detail", args=[item.pk])).content.decode()
+    assert 'data-testid="apportioned-1"' in html and ">apportioned</span>" in html
+    assert 'data-testid="apportioned-2"' not in html
+    assert (
+        f'<span data-testid="cost-{own.number}" class="price-unknown">price unknown for emulator/emulated-model</span>'
+        in html
+    )

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from ledger.models import CollectorHeartbeat, Event, Item, Submission, SubmissionItem
 from ledger.providers.base import ProviderError
+from ledger.providers.openai import OpenAIBatchProvider
 from ledger.states import ItemState, JobState, ReasonCode, SubmissionState
 from review.operations import ago, attention_groups, business_reason
 from tests.factories import ItemFactory, JobFactory, UserFactory, add_version
@@ -447,10 +448,14 @@ def test_a_bulk_round_is_bounded(client, operator, job, monkeypatch):
 
 
 class FoundProvider:
+    """Finds units by intent key, as the OpenAI adapter does."""
+
+    capabilities = OpenAIBatchProvider.capabilities
+
     def __init__(self, refs=None, error=None):
         self.refs, self.error = refs or [], error
 
-    def find_units(self, *, intent_key):
+    def find_units(self, *, intent_key, **window):
         if self.error:
             raise self.error
         return self.refs
@@ -586,3 +591,51 @@ def test_the_banner_says_when_the_collector_never_polled(client, operator, open_
     response = client.get(reverse("dashboard"))
     assert response.context["collector_last_poll_at"] is None
     assert "The collector has stalled: it has never polled" in response.content.decode()
+
+
+# --- by provider ---------------------------------------------------------------------------
+
+
+def test_failures_are_broken_down_by_provider(client, operator, django_assert_num_queries):
+    openai, anthropic = JobFactory(provider="openai"), JobFactory(provider="anthropic")
+    failed(openai, S.INFERENCE_FAILED, SERVER_ERROR, 3)
+    failed(anthropic, S.INFERENCE_FAILED, SERVER_ERROR, 2)
+    failed(anthropic, S.VALIDATION_FAILED, "Claims “oak”, which the product's source does not state")
+    with django_assert_num_queries(1):
+        groups = attention_groups()
+    server_errors = group_of(S.INFERENCE_FAILED, "The model produced no draft: server error")
+    assert server_errors.count == 5 and server_errors.by_provider == {"openai": 3, "anthropic": 2}
+    assert [g.by_provider for g in groups if g.state == S.VALIDATION_FAILED] == [{"anthropic": 1}]
+    client.force_login(operator)
+    html = client.get(reverse("operations")).content.decode()
+    summary = re.search(r'data-testid="attention-by-provider">(.*?)</p>', html, re.S).group(1)
+    assert (
+        re.sub(r"<[^>]+>|\s+", " ", summary).split()
+        == "By provider: anthropic 3 items · openai 3 items".split()
+    )
+    assert "openai 3 · anthropic 2" in html
+
+
+def test_open_submissions_show_their_provider_and_its_words(client, operator, job):
+    Submission.objects.create(
+        job=job,
+        provider="anthropic",
+        model="claude-sonnet-4",
+        intent_key="bd_words",
+        state=SubmissionState.OPEN,
+        provider_ref="msgbatch_1",
+        last_observed_status="in_progress",
+    )
+    client.force_login(operator)
+    html = client.get(reverse("operations")).content.decode()
+    row = re.search(r'data-testid="submission-\d+">(.*?)</tr>', html, re.S).group(1)
+    cells = [
+        re.sub(r"<[^>]+>|\s+", " ", cell).strip() for cell in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
+    ]
+    assert cells[:5] == [
+        "msgbatch_1",
+        job.reference,
+        "anthropic",
+        "Accepted by the provider; waiting for results",
+        "in_progress",
+    ]
