@@ -5,6 +5,7 @@ Everyone sees the page; only operators (and admins) act. Every action goes throu
 which checks the state again under a row lock, and reports per item what happened."""
 
 import hashlib
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -353,7 +354,23 @@ RECONCILED = {
         "the grace period after the answer was lost; try again later."
     ),
     "not claimable": "It is no longer uncertain, or a worker is checking it right now.",
+    "waiting for an operator": (
+        "{provider} cannot be searched for a batch (it has no listing), so nothing tells whether it "
+        "received this one. Sending its items again may pay for them twice; it stays uncertain until "
+        "an operator decides."
+    ),
 }
+# "watching 2 candidate(s)": batches from the provider's listing that may be this one.
+WATCHING = re.compile(r"^watching (?P<count>\d+) candidate")
+
+
+def reconciled_message(outcome: str, submission: Submission) -> str:
+    if watching := WATCHING.match(outcome):
+        return (
+            f"{watching['count']} batch(es) at the provider may be this one; they are watched until "
+            "their results show whether one is ours."
+        )
+    return RECONCILED.get(outcome, outcome).format(ref=submission.provider_ref, provider=submission.provider)
 
 
 @require_POST
@@ -368,7 +385,7 @@ def resolve(request: HtmxHttpRequest, submission_id: int) -> HttpResponse:
         messages.error(request, f"{name}: the provider could not be asked ({exc}). Nothing was changed.")
     else:
         submission.refresh_from_db()
-        message = RECONCILED.get(outcome, outcome).format(ref=submission.provider_ref)
+        message = reconciled_message(outcome, submission)
         level = messages.SUCCESS if outcome in ("adopted", "released") else messages.WARNING
         messages.add_message(request, level, f"{name}: {message}")
     return redirect("operations")

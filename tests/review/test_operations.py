@@ -13,7 +13,7 @@ from ledger.models import CollectorHeartbeat, Event, Item, Submission, Submissio
 from ledger.providers.base import ProviderError
 from ledger.providers.openai import OpenAIBatchProvider
 from ledger.states import ItemState, JobState, ReasonCode, SubmissionState
-from review.operations import ago, attention_groups, business_reason
+from review.operations import ago, attention_groups, business_reason, reconciled_message
 from tests.factories import ItemFactory, JobFactory, UserFactory, add_version
 
 pytestmark = pytest.mark.django_db
@@ -639,3 +639,17 @@ def test_open_submissions_show_their_provider_and_its_words(client, operator, jo
         "Accepted by the provider; waiting for results",
         "in_progress",
     ]
+
+
+@pytest.mark.parametrize(
+    "outcome, words",
+    [
+        ("waiting for an operator", "cloudflare cannot be searched for a batch (it has no listing)"),
+        ("waiting for an operator", "may pay for them twice"),
+        ("watching 2 candidate(s)", "2 batch(es) at the provider may be this one"),
+        ("adopted", "Found at the provider as ref-1;"),
+    ],
+)
+def test_what_resolving_found_is_said_in_words(job, outcome, words):
+    submission = Submission(job=job, provider="cloudflare", provider_ref="ref-1")
+    assert words in reconciled_message(outcome, submission)
