@@ -244,21 +244,31 @@ class Submission(models.Model):
     job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="submissions")
     provider = models.CharField(max_length=32)
     model = models.CharField(max_length=128)
-    # Sent as batch metadata; the key a lost create response is reconciled by.
+    # Sent with the unit where the provider keeps it (batch metadata, display name); the key a
+    # lost create answer is reconciled by.
     intent_key = models.CharField(max_length=64, unique=True)
     state = models.CharField(max_length=16, choices=SubmissionState.choices, default=SubmissionState.INTENT)
-    provider_ref = models.CharField(max_length=128, blank=True)
-    input_file_ref = models.CharField(max_length=128, blank=True)
-    output_file_ref = models.CharField(max_length=128, blank=True)
-    error_file_ref = models.CharField(max_length=128, blank=True)
+    provider_ref = models.CharField(max_length=256, blank=True)
+    # When the create call last went out (cleared when the provider answered it with a refusal),
+    # and with how many requests: a unit created then may exist at the provider.
+    sent_at = models.DateTimeField(null=True, blank=True)
+    requests_sent = models.PositiveIntegerField(null=True, blank=True)
+    # Units the provider's listing showed that may be this one (rule 13), by reference:
+    # "watching" until their results confirm or rule them out, then "ruled_out".
+    candidates = models.JSONField(default=dict, blank=True)
     last_observed_at = models.DateTimeField(null=True, blank=True)
-    last_observed_status = models.CharField(max_length=32, blank=True)
+    # The provider's own word, shown as is; the ledger never reads it.
+    last_observed_status = models.CharField(max_length=64, blank=True)
+    # {total, succeeded, failed} as the provider counted them, translated by the adapter.
     request_counts = models.JSONField(default=dict, blank=True)
+    # How the unit ended, in the ledger's words: the provider refused all of it, or requests it
+    # left unanswered failed for this reason (a `ReasonCode`).
+    refused = models.BooleanField(default=False)
+    unanswered_reason = models.CharField(max_length=32, blank=True)
     # Lines and requests collection could not match: kept, shown, never dropped.
     anomalies = models.JSONField(default=list, blank=True)
     error = models.TextField(blank=True)
-    # How often a worker has claimed this intent to send it; after the first, the provider is
-    # asked whether an earlier worker sent it before dying, so nothing is sent twice.
+    # How often a worker has claimed this intent to send it.
     send_attempts = models.PositiveIntegerField(default=0)
     # A worker holds the submission until then; a dead worker's lease simply runs out.
     claimed_until = models.DateTimeField(null=True, blank=True)

@@ -11,11 +11,8 @@ from .applying import (  # noqa: F401
     stop_application,
 )
 from .collecting import (  # noqa: F401
-    INFERENCE_REASONS,
     MAX_INFERENCE_ATTEMPTS,
-    TRANSIENT_ERROR_CODES,
     collect_submission,
-    inference_reason,
     poll_submission,
     record_failure,
     record_result,
@@ -72,12 +69,14 @@ from .reviewing import (  # noqa: F401
     reject_version,
 )
 from .submitting import (  # noqa: F401
+    RESEND_RISK,
     LostClaim,
     adopt,
     build_requests,
     note_anomaly,
     plan_submissions,
     reconcile_uncertain,
+    resend_uncertain,
     send_submission,
     set_submission_state,
 )

@@ -8,40 +8,15 @@ from django.db.models import F, Max
 from django.utils import timezone
 
 from ..models import GeneratedVersion, Item, Submission, SubmissionItem, content_hash
-from ..retrying import is_transient_status
 from ..states import ItemState, ReasonCode, SubmissionState
 from .core import backoff, change_state, enqueue, refresh_job_state
 from .jobs import judge_currency
-from .submitting import note_anomaly, set_submission_state
+from .submitting import build_requests, note_anomaly, set_submission_state
 
 # Transient inference failures are retried this many times in all before the item is given up.
 MAX_INFERENCE_ATTEMPTS = 3
-
-
-TRANSIENT_ERROR_CODES = {"batch_expired", "server_error", "rate_limit_exceeded", "timeout", "missing_result"}
-
-
-# A result line's error code, as the provider words it, and the ledger's code for it.
-INFERENCE_REASONS = {
-    "server_error": ReasonCode.MODEL_SERVER_ERROR,
-    "batch_expired": ReasonCode.BATCH_EXPIRED,
-    "rate_limit_exceeded": ReasonCode.RATE_LIMITED,
-    "timeout": ReasonCode.TIMED_OUT,
-    "missing_result": ReasonCode.MISSING_RESULT,
-    "invalid_request_error": ReasonCode.REQUEST_INVALID,
-    "batch_failed": ReasonCode.BATCH_REFUSED,
-    "unreadable_result": ReasonCode.UNREADABLE_RESULT,
-}
-
-
-def inference_reason(line) -> str:
-    if line.error_code in INFERENCE_REASONS:
-        return INFERENCE_REASONS[line.error_code]
-    if line.http_status is not None and line.http_status >= 500:
-        return ReasonCode.MODEL_SERVER_ERROR
-    if line.http_status == 429:
-        return ReasonCode.RATE_LIMITED
-    return ReasonCode.MODEL_FAILED
+# A worker reading a long unit renews its lease this often.
+LEASE_RENEWAL = timedelta(seconds=30)
 
 
 def poll_submission(submission_id: int, *, provider=None) -> str:
@@ -61,13 +36,12 @@ def poll_submission(submission_id: int, *, provider=None) -> str:
         return "provider error"
     fields = {
         "last_observed_at": timezone.now(),
-        "last_observed_status": status.provider_status,
-        "request_counts": status.counts,
-        "output_file_ref": status.output_ref,
-        "error_file_ref": status.error_ref,
+        "last_observed_status": status.provider_status[:64],
+        "request_counts": status.counts.as_dict() if status.counts else {},
         "error": status.problem,
     }
     if status.ended:
+        fields |= {"refused": status.refused, "unanswered_reason": status.unanswered_reason}
         with transaction.atomic():
             updated = Submission.objects.filter(pk=submission.pk, state=SubmissionState.OPEN).update(**fields)
             if updated:
@@ -80,25 +54,26 @@ def poll_submission(submission_id: int, *, provider=None) -> str:
 
 
 def collect_submission(submission_id: int, *, provider=None) -> str:
-    """Record every result line of an ended submission. Running it twice, or again after an
-    interrupted download, changes nothing that was already recorded."""
-    from ..providers import get_provider
-    from ..providers.base import ProviderError, ResultLine, UnitStatus
+    """Record every result of an ended submission, each the moment it is read. Running it twice,
+    or again after an interrupted download or a killed worker, changes nothing already recorded;
+    a provider paid per request is never asked again for a request whose answer is recorded."""
+    from ..providers import capabilities, get_provider
+    from ..providers.base import Delivery, ProviderError, ResultLine
 
-    if not Submission.objects.claim(submission_id, states=[SubmissionState.ENDED]):
+    claim = Submission.objects.claim(submission_id, states=[SubmissionState.ENDED])
+    if not claim:
         return "not claimable"
     submission = Submission.objects.get(pk=submission_id)
     provider = provider or get_provider(submission.provider)
-    status = UnitStatus(
-        provider_status=submission.last_observed_status,
-        ended=True,
-        output_ref=submission.output_file_ref,
-        error_ref=submission.error_file_ref,
-    )
+    recorded = set(submission.entries.exclude(outcome="").values_list("custom_id", flat=True))
+    requests = []
+    if capabilities(submission.provider).delivery == Delivery.PER_REQUEST:
+        requests = [r for r in build_requests(submission, ItemState.SUBMITTED) if r.custom_id not in recorded]
     seen: set[str] = set()
     lines = {"succeeded": 0, "failed": 0}
+    renewed = timezone.now()
     try:
-        for number, line in enumerate(provider.results(status), start=1):
+        for line in provider.results(submission.provider_ref, skip=recorded, requests=requests):
             if isinstance(line, ResultLine):
                 if record_result(submission, line, seen=seen) != "repeated":
                     lines["succeeded" if line.succeeded else "failed"] += 1
@@ -106,25 +81,35 @@ def collect_submission(submission_id: int, *, provider=None) -> str:
                 note_anomaly(
                     submission, "unreadable_line", line=line.line_number, problem=line.problem, text=line.text
                 )
-            if number % 100 == 0:  # keep the lease while a long file streams in
-                Submission.objects.extend_lease(submission_id)
+            if timezone.now() - renewed > LEASE_RENEWAL:  # keep the lease while a long unit streams in
+                if not Submission.objects.renew_claim(submission_id, claim):
+                    return "claim lost"
+                renewed = timezone.now()
     except ProviderError as exc:
-        # Lines recorded so far stay recorded; the next round downloads again and skips them.
+        # Lines recorded so far stay recorded; the next round reads again and skips them.
         Submission.objects.filter(pk=submission_id).update(
             error=str(exc)[:2000], claimed_until=timezone.now() + backoff(1, exc.retry_after)
         )
         return "interrupted"
-    refused_whole = submission.last_observed_status == "failed" and not (
-        status.output_ref or status.error_ref
-    )
     for entry in submission.entries.filter(outcome=""):
-        if refused_whole:
-            # The provider refused the batch itself (e.g. its input): permanent, with its reason.
+        if submission.refused:
+            # The provider refused the unit itself (e.g. its input): permanent, with its reason.
             line = ResultLine(
                 custom_id=entry.custom_id,
                 succeeded=False,
-                error_code="batch_failed",
+                error_code="batch_refused",
                 error_message=submission.error or "The provider refused the batch",
+                reason=ReasonCode.BATCH_REFUSED,
+            )
+        elif submission.unanswered_reason:
+            # The provider says why it ran no request of these (the unit expired): transient.
+            line = ResultLine(
+                custom_id=entry.custom_id,
+                succeeded=False,
+                error_code=submission.unanswered_reason,
+                error_message=f"The provider ended the batch ({submission.last_observed_status}) without running this request",
+                reason=submission.unanswered_reason,
+                transient=True,
             )
         else:
             note_anomaly(submission, "missing_result", custom_id=entry.custom_id)
@@ -133,11 +118,21 @@ def collect_submission(submission_id: int, *, provider=None) -> str:
                 succeeded=False,
                 error_code="missing_result",
                 error_message="The provider returned no line for this request",
+                reason=ReasonCode.MISSING_RESULT,
+                transient=True,
             )
         record_result(submission, line, seen=seen)
     counts = submission.request_counts or {}
-    if counts and (counts.get("completed"), counts.get("failed")) != (lines["succeeded"], lines["failed"]):
-        note_anomaly(submission, "counts_disagree", provider_counts=counts, lines_in_files=lines)
+    if (
+        counts
+        and not requests
+        and (counts.get("succeeded"), counts.get("failed"))
+        != (
+            lines["succeeded"],
+            lines["failed"],
+        )
+    ):
+        note_anomaly(submission, "counts_disagree", provider_counts=counts, lines_in_results=lines)
     with transaction.atomic():
         set_submission_state(submission, SubmissionState.COLLECTED, claimed_until=None, error="")
     refresh_job_state(submission.job_id)
@@ -196,7 +191,7 @@ def record_version(item: Item, submission: Submission, line) -> str:
         content_hash=content_hash(text),
         input_tokens=line.input_tokens,
         output_tokens=line.output_tokens,
-        usage=line.usage,
+        usage={**line.usage, "apportioned": True} if line.apportioned else line.usage,
         valid=not reasons,
         validation_reasons=reasons,
     )
@@ -215,11 +210,11 @@ def record_version(item: Item, submission: Submission, line) -> str:
 def record_failure(item: Item, line) -> str:
     if item.state != ItemState.SUBMITTED:
         return f"item is {item.state}"
-    transient = line.error_code in TRANSIENT_ERROR_CODES or (
-        line.http_status is not None and is_transient_status(line.http_status)
-    )
+    # The adapter translated the provider's words into the ledger's: a reason code and whether
+    # the failure is transient (SPEC rule 8).
+    transient = line.transient
     reason = f"{line.error_code}: {line.error_message}".strip(": ")
-    code = inference_reason(line)
+    code = line.reason or ReasonCode.MODEL_FAILED
     failures = item.inference_failures + 1
     change_state(
         item.pk,

@@ -76,16 +76,15 @@ def set_submission_state(submission: Submission, to: str, *, reason: str = "", *
     submission.state = to
 
 
-def build_requests(submission: Submission):
+def build_requests(submission: Submission, state: str = ItemState.PREPARED):
+    """The unit's requests for its items still in `state`: when sending, only items still waiting
+    to be sent (one withdrawn, revised or cancelled since planning is not paid for)."""
     from ..providers.base import InferenceRequest
     from ..validation import render_user_message
 
     prompt = submission.job.prompt_version
-    # Only items still waiting to be sent: one withdrawn, revised or cancelled since planning is not paid for.
     entries = (
-        submission.entries.filter(item__state=ItemState.PREPARED)
-        .select_related("item__source_revision")
-        .order_by("id")
+        submission.entries.filter(item__state=state).select_related("item__source_revision").order_by("id")
     )
     return [
         InferenceRequest(
@@ -100,11 +99,33 @@ def build_requests(submission: Submission):
     ]
 
 
+def fit_to_limits(requests: list, provider) -> list:
+    """The longest head of `requests` one unit of this provider can carry, by its request and
+    byte limits (the rest are planned into the next unit)."""
+    limits = provider.capabilities
+    kept, size = [], 0
+    for request in requests[: limits.max_requests]:
+        size += provider.request_bytes(request)
+        if kept and size > limits.max_bytes:
+            break
+        kept.append(request)
+    return kept
+
+
+def release_entries(submission: Submission, custom_ids: list[str]) -> None:
+    """Take requests that did not fit out of an unsent unit: their items are planned again."""
+    entries = submission.entries.filter(custom_id__in=custom_ids)
+    Item.objects.filter(pk__in=entries.values("item_id"), submission=submission).update(submission=None)
+    entries.delete()
+    enqueue("ledger.tasks.submit_job", submission.job_id)
+
+
 def send_submission(submission_id: int, *, provider=None) -> str:
     """Send one stored intent to its provider. Safe to run twice: only an unsent intent is sent,
-    and an intent an earlier worker may have sent before dying is looked up first."""
+    and an intent an earlier worker may have sent before dying is looked for first (or, where the
+    provider cannot be searched by its key, reconciled as uncertain: rule 13)."""
     from ..providers import get_provider
-    from ..providers.base import AnswerLost, ProviderError
+    from ..providers.base import AnswerLost, Finding, ProviderError
 
     claim = Submission.objects.claim(submission_id, states=[SubmissionState.INTENT])
     if not claim:
@@ -120,11 +141,23 @@ def send_submission(submission_id: int, *, provider=None) -> str:
     provider = provider or get_provider(submission.provider)
     item_ids = list(submission.entries.values_list("item_id", flat=True))
     try:
-        if submission.send_attempts > 1:
-            refs = provider.find_units(intent_key=submission.intent_key)
+        # An earlier worker may have sent this and died before hearing (or recording) the answer.
+        possibly_sent = submission.sent_at is not None
+        if provider.capabilities.finding == Finding.BY_KEY and (
+            possibly_sent or submission.send_attempts > 1
+        ):
+            refs = provider.find_units(
+                intent_key=submission.intent_key,
+                sent_at=submission.sent_at or submission.created_at,
+                request_count=submission.requests_sent or 0,
+            )
             if refs:
                 adopt(submission, refs, provider=provider, from_state=ItemState.PREPARED)
                 return "adopted"
+        elif possibly_sent:
+            # Not searchable by its key: reconciled as a lost answer (rule 13), never re-sent blindly.
+            mark_uncertain(submission, item_ids, "A worker stopped while sending this batch")
+            return "uncertain"
         requests = build_requests(submission)
         if not requests:
             with transaction.atomic():
@@ -132,28 +165,33 @@ def send_submission(submission_id: int, *, provider=None) -> str:
                     submission, SubmissionState.FAILED, reason="Nothing left to send: every item moved on"
                 )
             return "nothing to send"
-        if not Submission.objects.renew_claim(submission_id, claim):
+        fitting = fit_to_limits(requests, provider)
+        if len(fitting) < len(requests):
+            release_entries(submission, [r.custom_id for r in requests[len(fitting) :]])
+            item_ids = list(submission.entries.values_list("item_id", flat=True))
+            requests = fitting
+        sent_at = timezone.now()
+        renewed = Submission.objects.renew_claim(submission_id, claim)
+        if not renewed:
             return "claim lost"
+        # Stored before the call: from now on a unit may exist at the provider.
+        Submission.objects.filter(pk=submission_id).update(sent_at=sent_at, requests_sent=len(requests))
+        submission.sent_at, submission.requests_sent = sent_at, len(requests)
         provider_ref = provider.submit(
             requests=requests,
             intent_key=submission.intent_key,
-            metadata={"job": submission.job.reference[:512]},
+            metadata={"job": submission.job.reference},
         )
     except AnswerLost as exc:
-        with transaction.atomic():
-            set_submission_state(submission, SubmissionState.UNCERTAIN, reason=str(exc), claimed_until=None)
-            move_items(
-                item_ids,
-                from_state=ItemState.PREPARED,
-                to=ItemState.SUBMISSION_UNCERTAIN,
-                reason="The provider's answer to the submission was lost; checking with the provider",
-                code=ReasonCode.ANSWER_LOST,
-            )
+        mark_uncertain(submission, item_ids, str(exc))
         return "uncertain"
     except ProviderError as exc:
         if exc.transient:
+            # Refused before doing anything (429, 408): nothing exists there to look for. After a
+            # 5xx a unit may exist all the same, so the next attempt looks first.
             Submission.objects.filter(pk=submission_id).update(
                 error=str(exc)[:2000],
+                sent_at=None if exc.status in (408, 429) else submission.sent_at,
                 claimed_until=timezone.now() + backoff(submission.send_attempts, exc.retry_after),
             )
             return "retry later"
@@ -187,33 +225,55 @@ def send_submission(submission_id: int, *, provider=None) -> str:
             )
     except LostClaim:
         # A slower twin: another worker took the intent over and sent it too. Ours is the duplicate.
-        provider.cancel(provider_ref)
-        note_anomaly(submission, "duplicate_batch", provider_ref=provider_ref, outcome="cancelled")
-        return "duplicate cancelled"
+        note_anomaly(
+            submission,
+            "duplicate_batch",
+            provider_ref=provider_ref,
+            outcome=stop_duplicate(provider, provider_ref),
+        )
+        return "duplicate"
     refresh_job_state(submission.job_id)
     return "sent"
 
 
+def mark_uncertain(submission: Submission, item_ids: list[int], reason: str) -> None:
+    with transaction.atomic():
+        set_submission_state(submission, SubmissionState.UNCERTAIN, reason=reason, claimed_until=None)
+        move_items(
+            item_ids,
+            from_state=ItemState.PREPARED,
+            to=ItemState.SUBMISSION_UNCERTAIN,
+            reason="The provider's answer to the submission was lost; checking with the provider",
+            code=ReasonCode.ANSWER_LOST,
+        )
+
+
+def stop_duplicate(provider, provider_ref: str) -> str:
+    """Cancel a duplicate unit where the provider can; its results are never used either way."""
+    if not provider.capabilities.can_cancel:
+        return "left to finish: the provider has no cancel; its results are ignored"
+    try:
+        provider.cancel(provider_ref)
+    except Exception as exc:  # a duplicate that cannot be cancelled is still recorded and ignored
+        return f"cancel failed: {exc}"
+    return "cancelled"
+
+
 def adopt(submission: Submission, refs: list[str], *, provider, from_state: str) -> None:
-    """The provider has this intent's batch: adopt the first one; any later one is a duplicate,
-    cancelled and recorded so its results are never used or paid for again."""
+    """The provider has this intent's unit: adopt the first one; any later one is a duplicate,
+    stopped where it can be and recorded, so its results are never used."""
     keep, duplicates = refs[0], refs[1:]
     for ref in duplicates:
-        try:
-            provider.cancel(ref)
-            outcome = "cancelled"
-        except Exception as exc:  # a duplicate that cannot be cancelled is still recorded and ignored
-            outcome = f"cancel failed: {exc}"
-        note_anomaly(submission, "duplicate_batch", provider_ref=ref, outcome=outcome)
+        note_anomaly(submission, "duplicate_batch", provider_ref=ref, outcome=stop_duplicate(provider, ref))
     with transaction.atomic():
         set_submission_state(
             submission,
             SubmissionState.OPEN,
-            reason=f"Found at the provider by its intent key: {keep}",
+            reason=f"Found at the provider: {keep}",
             provider_ref=keep,
             claimed_until=None,
             last_observed_at=timezone.now(),
-            last_observed_status="found by intent key",
+            last_observed_status="found again",
         )
         move_items(
             submission.entries.values_list("item_id", flat=True),
@@ -225,42 +285,92 @@ def adopt(submission: Submission, refs: list[str], *, provider, from_state: str)
 
 
 def reconcile_uncertain(submission_id: int, *, provider=None) -> str:
-    """Find a submission whose create answer was lost by its intent key, or, once the provider's
-    own listing shows none after the grace period, make its items safe to send again."""
+    """Reconcile a submission whose create answer was lost, by what its provider allows (rules 3
+    and 13): found by its intent key; or candidates from the listing, watched until their results
+    confirm or rule them out; or, with no way to look, left to an operator. Only once nothing
+    that may be ours exists, after the grace period, are its items made safe to send again."""
     from ..providers import get_provider
-    from ..providers.base import ProviderError
+    from ..providers.base import Finding, ProviderError
 
     if not Submission.objects.claim(submission_id, states=[SubmissionState.UNCERTAIN]):
         return "not claimable"
     submission = Submission.objects.get(pk=submission_id)
     provider = provider or get_provider(submission.provider)
+    finding = provider.capabilities.finding
+    if finding == Finding.NOT_AT_ALL:
+        Submission.objects.release(submission_id)
+        return "waiting for an operator"
     try:
-        refs = provider.find_units(intent_key=submission.intent_key)
+        refs = provider.find_units(
+            intent_key=submission.intent_key,
+            sent_at=submission.sent_at or submission.created_at,
+            request_count=submission.requests_sent or submission.entries.count(),
+        )
+        if finding == Finding.BY_LISTING:
+            watching = watch_candidates(submission, refs, provider=provider)
     except ProviderError as exc:
         # Not an answer either way: let the next round (or an operator) ask again at once.
         Submission.objects.filter(pk=submission_id).update(error=str(exc)[:2000], claimed_until=None)
         raise
-    if refs:
+    if finding == Finding.BY_KEY and refs:
         adopt(submission, refs, provider=provider, from_state=ItemState.SUBMISSION_UNCERTAIN)
         return "adopted"
+    if finding == Finding.BY_LISTING and watching == "adopted":
+        return "adopted"
+    if finding == Finding.BY_LISTING and watching:
+        Submission.objects.release(submission_id)
+        return f"watching {watching} candidate(s)"
     grace = timedelta(seconds=settings.BATCHDESK_UNCERTAIN_GRACE_SECONDS)
     if timezone.now() - submission.updated_at < grace:
         Submission.objects.release(submission_id)
         return "waiting"
+    release_uncertain(submission, reason="The provider's own listing has no such batch")
+    return "released"
+
+
+def watch_candidates(submission: Submission, refs: list[str], *, provider) -> int | str:
+    """Rule 13 for a provider found only by listing: each candidate (same window, same request
+    count) is watched until it ends, then owned if its results carry our custom_ids, or ruled
+    out. Returns "adopted", or how many candidates are still being watched."""
+    from ..providers.base import ResultLine
+
+    ours = set(submission.entries.values_list("custom_id", flat=True))
+    candidates = {
+        **submission.candidates,
+        **{ref: "watching" for ref in refs if ref not in submission.candidates},
+    }
+    try:
+        for ref, verdict in candidates.items():
+            if verdict != "watching" or not provider.status(ref).ended:
+                continue
+            found = {line.custom_id for line in provider.results(ref) if isinstance(line, ResultLine)}
+            if found & ours:
+                candidates[ref] = "ours"
+                Submission.objects.filter(pk=submission.pk).update(candidates=candidates)
+                adopt(submission, [ref], provider=provider, from_state=ItemState.SUBMISSION_UNCERTAIN)
+                return "adopted"
+            candidates[ref] = "ruled_out"
+    finally:
+        if candidates != submission.candidates:
+            Submission.objects.filter(pk=submission.pk, state=SubmissionState.UNCERTAIN).update(
+                candidates=candidates
+            )
+    return sum(verdict == "watching" for verdict in candidates.values())
+
+
+def release_uncertain(submission: Submission, *, reason: str, actor=None) -> list[int]:
+    """Nothing that may be ours exists at the provider (or an operator accepted the risk): the
+    submission fails and its items are prepared again under new custom_ids."""
     item_ids = list(submission.entries.values_list("item_id", flat=True))
     with transaction.atomic():
-        set_submission_state(
-            submission,
-            SubmissionState.FAILED,
-            reason="The provider's own listing has no such batch",
-            claimed_until=None,
-        )
+        set_submission_state(submission, SubmissionState.FAILED, reason=reason, claimed_until=None)
         SubmissionItem.objects.filter(submission=submission).update(outcome="never_received")
         moved = move_items(
             item_ids,
             from_state=ItemState.SUBMISSION_UNCERTAIN,
             to=ItemState.PREPARED,
-            reason="The provider never received this; safe to send again",
+            actor=actor,
+            reason=reason,
             submission=None,
         )
         # A new attempt number gives the re-sent request a new custom_id.
@@ -273,6 +383,28 @@ def reconcile_uncertain(submission_id: int, *, provider=None) -> str:
             judge_currency(item)
         enqueue("ledger.tasks.submit_job", submission.job_id)
     refresh_job_state(submission.job_id)
+    return moved
+
+
+RESEND_RISK = (
+    "The provider cannot be searched for this batch, so it may have received it: sending again "
+    "may pay twice for the same requests."
+)
+
+
+def resend_uncertain(submission_id: int, *, actor) -> str:
+    """An operator, shown the risk of paying twice, sends an uncertain submission's items again."""
+    submission = Submission.objects.filter(pk=submission_id).first()
+    if submission is None or submission.state != SubmissionState.UNCERTAIN:
+        raise NotAllowed("Only a submission whose create answer was lost can be sent again")
+    if not Submission.objects.claim(submission_id, states=[SubmissionState.UNCERTAIN]):
+        raise NotAllowed("A worker is checking this submission right now; try again in a moment")
+    submission.refresh_from_db()
+    release_uncertain(
+        submission,
+        reason="An operator chose to send it again, accepting a possible second payment",
+        actor=actor,
+    )
     return "released"
 
 

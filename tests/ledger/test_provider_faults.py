@@ -6,9 +6,9 @@ import time
 import pytest
 
 from ledger import actions
+from ledger.emulators.openai import Emulator
 from ledger.models import GeneratedVersion, Item, Product, Submission, SubmissionItem
 from ledger.providers import get_provider
-from ledger.emulators.openai import Emulator
 from ledger.states import ItemState, SubmissionState
 from ledger.tasks import poll_everything
 from tests.factories import JobFactory, ProductFactory
@@ -25,7 +25,7 @@ def emulator(settings):
     with Emulator(per_request_ms=1, validating_ms=10, finalizing_ms=5, seed=9) as running:
         settings.PROVIDERS = {
             **settings.PROVIDERS,
-            "emulator": {"base_url": running.base_url, "api_key_env": "X"},
+            "emulator": {**settings.PROVIDERS["emulator"], "base_url": running.base_url},
         }
         yield running
 

@@ -20,16 +20,26 @@ pytestmark = pytest.mark.django_db
 S = ItemState
 
 
-def failing_line(item: Item, code: str, message: str = "went wrong", status: int | None = None) -> ResultLine:
+def failing_line(
+    item: Item, code: str, reason: str = "", *, transient: bool = False, message: str = "went wrong"
+) -> ResultLine:
+    """A failed line as an adapter hands it over: the provider's words, and the ledger's reason."""
     return ResultLine(
-        custom_id=item.custom_id, succeeded=False, error_code=code, error_message=message, http_status=status
+        custom_id=item.custom_id,
+        succeeded=False,
+        error_code=code,
+        error_message=message,
+        reason=reason,
+        transient=transient,
     )
 
 
 def test_a_failed_result_is_recorded_with_its_code_and_a_dead_letter_keeps_it(settings):
     settings.BATCHDESK_RETRY_BASE_SECONDS = 0
     item = ItemFactory(submitted=True, inference_failures=actions.MAX_INFERENCE_ATTEMPTS - 1)
-    actions.record_failure(item, failing_line(item, "server_error"))
+    actions.record_failure(
+        item, failing_line(item, "server_error", ReasonCode.MODEL_SERVER_ERROR, transient=True)
+    )
     item.refresh_from_db()
     assert item.state == S.DEAD_LETTER
     assert item.reason_code == ReasonCode.MODEL_SERVER_ERROR
@@ -37,18 +47,19 @@ def test_a_failed_result_is_recorded_with_its_code_and_a_dead_letter_keeps_it(se
 
 
 @pytest.mark.parametrize(
-    "code, status, expected",
+    "code, reason, expected",
     [
-        ("invalid_request_error", 400, ReasonCode.REQUEST_INVALID),
-        ("something_new", 400, ReasonCode.MODEL_FAILED),
-        ("batch_failed", None, ReasonCode.BATCH_REFUSED),
+        ("invalid_request_error", ReasonCode.REQUEST_INVALID, ReasonCode.REQUEST_INVALID),
+        ("batch_refused", ReasonCode.BATCH_REFUSED, ReasonCode.BATCH_REFUSED),
+        ("something_new", "", ReasonCode.MODEL_FAILED),  # an adapter that gave no reason
     ],
 )
-def test_permanent_failures_carry_their_code(code, status, expected):
+def test_permanent_failures_carry_their_code(code, reason, expected):
     item = ItemFactory(submitted=True)
-    actions.record_failure(item, failing_line(item, code, status=status))
+    actions.record_failure(item, failing_line(item, code, reason))
     item.refresh_from_db()
     assert (item.state, item.reason_code) == (S.INFERENCE_FAILED, expected)
+    assert item.reason == f"{code}: went wrong"
 
 
 def test_a_rejected_and_a_withdrawn_item_carry_their_codes():

@@ -17,7 +17,7 @@ from ledger.models import (
     SubmissionItem,
 )
 from ledger.providers.base import ResultLine
-from ledger.states import ItemState, SubmissionState
+from ledger.states import ItemState, ReasonCode, SubmissionState
 from tests.factories import ItemFactory, UserFactory, add_version
 
 pytestmark = pytest.mark.django_db
@@ -133,7 +133,14 @@ def test_a_transient_failure_retries_that_item_alone_with_a_new_custom_id():
     old_custom_id = item.custom_id
 
     outcome = actions.record_result(
-        submission, ResultLine(custom_id=old_custom_id, succeeded=False, error_code="batch_expired")
+        submission,
+        ResultLine(
+            custom_id=old_custom_id,
+            succeeded=False,
+            error_code="batch_expired",
+            reason=ReasonCode.BATCH_EXPIRED,
+            transient=True,
+        ),
     )
 
     assert outcome == "retrying"
@@ -150,7 +157,14 @@ def test_transient_failures_end_in_dead_letter_after_the_allowed_attempts():
         submission = submitted(item)
         actions.record_result(
             submission,
-            ResultLine(custom_id=item.custom_id, succeeded=False, http_status=500, error_code="server_error"),
+            ResultLine(
+                custom_id=item.custom_id,
+                succeeded=False,
+                http_status=500,
+                error_code="server_error",
+                reason=ReasonCode.MODEL_SERVER_ERROR,
+                transient=True,
+            ),
         )
     item.refresh_from_db()
     assert item.state == ItemState.DEAD_LETTER
@@ -164,7 +178,11 @@ def test_a_permanent_failure_is_not_retried():
     actions.record_result(
         submission,
         ResultLine(
-            custom_id=item.custom_id, succeeded=False, http_status=400, error_code="context_length_exceeded"
+            custom_id=item.custom_id,
+            succeeded=False,
+            http_status=400,
+            error_code="context_length_exceeded",
+            reason=ReasonCode.REQUEST_INVALID,
         ),
     )
 

@@ -77,11 +77,9 @@ def test_a_collection_that_died_half_way_is_finished_by_the_next_worker(emulator
             break
         time.sleep(0.05)
     # The first worker recorded two lines and died, holding a lease that has since run out.
-    for line in list(provider.results(status))[:2]:
+    for line in list(provider.results(submission.provider_ref))[:2]:
         actions.record_result(submission, line)
-    Submission.objects.filter(pk=submission_id).update(
-        state=SubmissionState.ENDED, output_file_ref=status.output_ref, error_file_ref=status.error_ref
-    )
+    Submission.objects.filter(pk=submission_id).update(state=SubmissionState.ENDED)
 
     assert actions.collect_submission(submission_id, provider=provider) == "collected"
 

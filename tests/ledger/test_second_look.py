@@ -63,7 +63,7 @@ def emulator_input(emulator):
     stats = emulator.stats()
     assert stats["batches"] == 1
     batch = emulator.list_batches()["data"][0]
-    return [json.loads(line) for line in emulator.download(batch["input_file_id"]).content.splitlines()]
+    return [json.loads(line) for line in emulator.download_file(batch["input_file_id"]).content.splitlines()]
 
 
 def test_a_submission_whose_items_all_moved_on_is_not_sent(emulator, provider):
@@ -149,12 +149,17 @@ def test_a_batch_the_provider_refused_fails_its_items_with_the_providers_reason(
         if status.ended:
             break
     assert status.provider_status == "failed" and "duplicate_custom_id" in status.problem
+    assert status.refused  # in the ledger's words: no results will come for any request
 
     job = job_with_items(2)
     [submission_id] = actions.plan_submissions(job.pk)
     Item.objects.filter(job=job).update(state=ItemState.SUBMITTED)
     Submission.objects.filter(pk=submission_id).update(
-        state=SubmissionState.ENDED, last_observed_status="failed", error=status.problem
+        state=SubmissionState.ENDED,
+        provider_ref=ref,
+        last_observed_status=status.provider_status,
+        refused=status.refused,
+        error=status.problem,
     )
 
     assert actions.collect_submission(submission_id, provider=provider) == "collected"

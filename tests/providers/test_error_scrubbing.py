@@ -89,7 +89,7 @@ def test_a_refusal_echoing_the_key_is_scrubbed_in_the_error():
 def test_a_key_of_no_known_shape_is_found_because_we_sent_it():
     provider = echoing_provider(403, f"forbidden for {PLAIN_KEY}", key=PLAIN_KEY)
     with pytest.raises(ProviderError) as raised:
-        provider.find_units(intent_key="bd_intent_1")
+        provider.find_units(intent_key="bd_intent_1", sent_at=None, request_count=1)
     assert PLAIN_KEY not in str(raised.value)
 
 

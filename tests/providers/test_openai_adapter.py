@@ -4,9 +4,18 @@ import time
 
 import httpx
 import pytest
+from django.utils import timezone
 
-from ledger.providers.base import AnswerLost, InferenceRequest, ProviderError, ResultLine, UnreadableLine
+from ledger.providers.base import (
+    AnswerLost,
+    InferenceRequest,
+    ProviderError,
+    ResultLine,
+    UnitCounts,
+    UnreadableLine,
+)
 from ledger.providers.openai import OpenAIBatchProvider, parse_result_line
+from ledger.states import ReasonCode
 
 SCHEMA = {
     "type": "object",
@@ -44,10 +53,11 @@ def test_submit_poll_and_stream_results_matched_by_custom_id(provider):
     ref = provider.submit(requests=sent, intent_key="bd_intent_1", metadata={"job": "j"})
 
     status = wait_ended(provider, ref)
-    lines = list(provider.results(status))
+    lines = list(provider.results(ref))
 
     assert status.provider_status == "completed"
-    assert status.counts == {"total": 12, "completed": 12, "failed": 0}
+    assert status.counts == UnitCounts(total=12, succeeded=12, failed=0)
+    assert not status.refused
     assert {line.custom_id for line in lines} == {r.custom_id for r in sent}
     assert all(isinstance(line, ResultLine) and line.succeeded for line in lines)
     assert all('"description"' in line.content and line.output_tokens > 0 for line in lines)
@@ -58,11 +68,16 @@ def test_failures_and_expiries_arrive_as_classified_lines(emulator, provider):
     ref = provider.submit(requests=requests(30), intent_key="bd_intent_2", metadata={})
 
     status = wait_ended(provider, ref)
-    failed = [line for line in provider.results(status) if not line.succeeded]
+    failed = [line for line in provider.results(ref) if not line.succeeded]
 
     assert status.provider_status == "expired"
     assert {line.error_code for line in failed} == {"server_error", "batch_expired"}
     assert all(line.http_status == 500 for line in failed if line.error_code == "server_error")
+    # The adapter translates OpenAI's words into the ledger's: a reason and whether it is transient.
+    assert {(line.error_code, line.reason, line.transient) for line in failed} == {
+        ("server_error", ReasonCode.MODEL_SERVER_ERROR, True),
+        ("batch_expired", ReasonCode.BATCH_EXPIRED, True),
+    }
 
 
 def test_a_lost_batch_is_found_again_by_its_intent_key(provider):
@@ -72,8 +87,11 @@ def test_a_lost_batch_is_found_again_by_its_intent_key(provider):
 
     again = provider.submit(requests=requests(2), intent_key="bd_wanted", metadata={})
 
-    assert provider.find_units(intent_key="bd_wanted") == [ref, again]
-    assert provider.find_units(intent_key="bd_never_sent") == []
+    assert provider.find_units(intent_key="bd_wanted", sent_at=timezone.now(), request_count=2) == [
+        ref,
+        again,
+    ]
+    assert provider.find_units(intent_key="bd_never_sent", sent_at=timezone.now(), request_count=2) == []
 
 
 def test_an_http_error_is_a_provider_error_with_its_status(provider):
