@@ -534,3 +534,14 @@ def test_a_hostile_draft_is_escaped_in_focus_mode_list_mode_and_the_diff(client,
         assert ESCAPED_XSS[:40] in html
     diff = focus(client).context["card"].diff
     assert ("insert", "A new text. ") in diff
+
+
+def test_the_desk_says_when_a_drafts_price_is_unknown_and_marks_apportioned_usage(client, owner):
+    [draft] = queue_of(1, job=JobFactory(model="emulated-model"))
+    GeneratedVersion.objects.filter(pk=draft.pk).update(usage={"apportioned": True})
+    client.force_login(owner)
+    html = focus(client).content.decode()
+    assert "price unknown for emulator/emulated-model · 120 tokens in, 60 out (apportioned)" in html
+    assert "Cost $" not in html
+    listed = listing(client).content.decode()
+    assert 'title="price unknown for emulator/emulated-model">price unknown</span>' in listed
