@@ -13,6 +13,8 @@ import httpx
 from django.db import connection
 
 from ledger import actions
+from ledger.emulators import emulator_class
+from tests.provider_emulators import BY_NAME, ProviderUnderTest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -62,12 +64,14 @@ class Processes:
         self.started.append(process)
         return process
 
-    def emulator(self, *flags: str) -> str:
+    def emulator(self, *flags: str, provider: ProviderUnderTest = BY_NAME["emulator"]) -> str:
+        """`run_emulator` of the provider's protocol; what is started next is pointed at it the way
+        a deployment is: the provider's base URL and credentials in the environment."""
         port = free_port()
-        self.start("run_emulator", "--port", str(port), *flags)
-        url = f"http://127.0.0.1:{port}/v1"
+        self.start("run_emulator", "--protocol", provider.protocol, "--port", str(port), *flags)
+        url = f"http://127.0.0.1:{port}{emulator_class(provider.protocol).base_path}"
         wait_until(lambda: reachable(url), timeout=30, what="the emulator")
-        self.env["BATCHDESK_EMULATOR_URL"] = url
+        self.env.update(provider.env(url))
         return url
 
     def kill(self, process: subprocess.Popen) -> None:
@@ -92,7 +96,8 @@ def reachable(url: str) -> bool:
 
 
 def emulator_stats(url: str) -> dict:
-    return httpx.get(url.removesuffix("/v1") + "/_emulator/stats", timeout=5).json()
+    root = httpx.URL(url).copy_with(path="/")
+    return httpx.get(str(root.join("/_emulator/stats")), timeout=5).json()
 
 
 def make_catalogue(n: int, prefix: str = "KIT") -> list[str]:

@@ -19,6 +19,23 @@ MAX_INFERENCE_ATTEMPTS = 3
 LEASE_RENEWAL = timedelta(seconds=30)
 
 
+class RecordedRequests:
+    """The custom_ids of a submission whose answer is recorded, read from the ledger at the moment
+    a synchronous provider is about to ask for one (read before spending). Each look renews this
+    worker's lease; once the lease is lost, every request counts as taken, so nothing is sent."""
+
+    def __init__(self, submission_id: int, claim: str):
+        self.submission_id, self.claim = submission_id, claim
+        self.lost = False
+
+    def __contains__(self, custom_id: object) -> bool:
+        if self.lost or not Submission.objects.renew_claim(self.submission_id, self.claim):
+            self.lost = True
+            return True
+        entries = SubmissionItem.objects.filter(submission_id=self.submission_id, custom_id=custom_id)
+        return entries.exclude(outcome="").exists()
+
+
 def poll_submission(submission_id: int, *, provider=None) -> str:
     """Ask the provider how an open submission is doing; collect it when it has ended."""
     from ..providers import get_provider
@@ -69,6 +86,7 @@ def collect_submission(submission_id: int, *, provider=None) -> str:
     requests = []
     if capabilities(submission.provider).delivery == Delivery.PER_REQUEST:
         requests = [r for r in build_requests(submission, ItemState.SUBMITTED) if r.custom_id not in recorded]
+        recorded = RecordedRequests(submission_id, claim)
     seen: set[str] = set()
     lines = {"succeeded": 0, "failed": 0}
     renewed = timezone.now()
@@ -91,6 +109,8 @@ def collect_submission(submission_id: int, *, provider=None) -> str:
             error=str(exc)[:2000], claimed_until=timezone.now() + backoff(1, exc.retry_after)
         )
         return "interrupted"
+    if not Submission.objects.renew_claim(submission_id, claim):
+        return "claim lost"  # another worker took over; what this one recorded stays recorded
     for entry in submission.entries.filter(outcome=""):
         if submission.refused:
             # The provider refused the unit itself (e.g. its input): permanent, with its reason.

@@ -119,7 +119,6 @@ def cancel_at_provider(submission_id: int, *, provider=None) -> str:
     stays `open`: its end, and whatever it produced before stopping, is still polled and collected.
     A provider that cannot be reached is asked again by the next collector round."""
     from ..providers import get_provider
-    from ..providers.base import ProviderError
 
     submission = Submission.objects.select_related("job").get(pk=submission_id)
     if (
@@ -129,22 +128,16 @@ def cancel_at_provider(submission_id: int, *, provider=None) -> str:
     ):
         return "nothing to stop"
     provider = provider or get_provider(submission.provider)
-    try:
-        answer = provider.cancel(submission.provider_ref)
-    except ProviderError as exc:
-        if exc.transient:
-            Submission.objects.filter(pk=submission_id).update(error=str(exc)[:2000])
-            return "retry later"
-        # A permanent refusal (say, the batch had finished already) is an answer too.
-        answer, said = "", f"The provider refused to cancel it: {exc}"
-    else:
-        said = f"Asked to cancel; the provider says {answer or 'nothing'}"
+    answer, said = ask_to_cancel(provider, submission.provider_ref)
+    if answer is None:
+        Submission.objects.filter(pk=submission_id).update(error=said[:2000])
+        return "retry later"
     with transaction.atomic():
-        answered = Submission.objects.filter(pk=submission_id, cancel_answered_at__isnull=True).update(
+        recorded = Submission.objects.filter(pk=submission_id, cancel_answered_at__isnull=True).update(
             cancel_answered_at=timezone.now(),
             **({"last_observed_status": answer, "last_observed_at": timezone.now()} if answer else {}),
         )
-        if answered:
+        if recorded:
             Event.objects.create(
                 submission=submission,
                 job_id=submission.job_id,
@@ -154,3 +147,22 @@ def cancel_at_provider(submission_id: int, *, provider=None) -> str:
                 data={"provider_answer": answer},
             )
     return said
+
+
+def ask_to_cancel(provider, provider_ref: str) -> tuple[str | None, str]:
+    """The provider's answer (None: it could not be reached, ask again later) and what to record."""
+    from ..providers.base import ProviderError
+
+    if not provider.capabilities.can_cancel:
+        return (
+            "",
+            "The provider cannot cancel a batch: it runs to its end, and its results are kept as evidence only",
+        )
+    try:
+        answer = provider.cancel(provider_ref)
+    except ProviderError as exc:
+        if exc.transient:
+            return None, str(exc)
+        # A permanent refusal (say, the batch had finished already) is an answer too.
+        return "", f"The provider refused to cancel it: {exc}"
+    return answer, f"Asked to cancel; the provider says {answer or 'nothing'}"

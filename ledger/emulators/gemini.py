@@ -159,9 +159,11 @@ class GeminiEmulator(EmulatorServer):
     base_path = "/v1beta"
     api_prefix = "/v1beta/"
     create_rule = ("POST", r"/v1beta/models/[^/]+:batchGenerateContent")
-    pending_ms = 50  # how long a batch waits before it starts running
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, *, pending_ms: float = 50, **kwargs: Any) -> None:
+        """`pending_ms`: how long a batch waits before it starts running; `kwargs`: host, port,
+        seed and any of the `FaultKnobs`."""
+        self.pending_ms = pending_ms
         self._batches: dict[str, _Batch] = {}
         self._attempts: Counter = Counter()
         self._inferences: Counter = Counter()
