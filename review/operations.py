@@ -21,10 +21,17 @@ from django.utils import timezone
 from django.utils.timesince import timesince
 from django.views.decorators.http import require_GET, require_POST
 
-from ledger.actions import NotAllowed, reconcile_uncertain, redrive_dead_letter, retry_item
+from ledger.actions import (
+    RESEND_RISK,
+    NotAllowed,
+    reconcile_uncertain,
+    redrive_dead_letter,
+    resend_uncertain,
+    retry_item,
+)
 from ledger.models import Item, Submission
-from ledger.providers import configured_provider_names
-from ledger.providers.base import ProviderError
+from ledger.providers import capabilities, configured_provider_names
+from ledger.providers.base import Finding, ProviderError
 from ledger.states import NEEDS_ATTENTION_STATES, ItemState, JobState, ReasonCode, SubmissionState
 
 from .common import HtmxHttpRequest, wants_partial
@@ -246,13 +253,27 @@ def operations(request: HtmxHttpRequest) -> HttpResponse:
     submissions = Paginator(unfinished, SUBMISSIONS_PER_PAGE).get_page(request.GET.get("submissions_page"))
     context["submissions"] = submissions
     context["submission_rows"] = [(s, ago(s.last_observed_at)) for s in submissions]
+    context["unsearchable"] = {
+        s.provider for s in submissions if s.state == SubmissionState.UNCERTAIN and not searchable(s.provider)
+    }
+    context["resend_risk"] = RESEND_RISK
     if any(g.state == S.SUBMISSION_UNCERTAIN for g in groups):
         context["uncertain"] = list(
             Submission.objects.filter(state=SubmissionState.UNCERTAIN)
             .select_related("job")
             .order_by("id")[:20]
         )
+        context["unsearchable"] |= {s.provider for s in context["uncertain"] if not searchable(s.provider)}
     return render(request, "operations.html", context)
+
+
+def searchable(provider: str) -> bool:
+    """Whether a batch whose create answer was lost can be looked for at `provider` (SPEC rule 13);
+    a provider whose adapter is not in this version cannot be asked at all."""
+    try:
+        return capabilities(provider).finding != Finding.NOT_AT_ALL
+    except (ImportError, KeyError):
+        return False
 
 
 # --- retrying ------------------------------------------------------------------------------
@@ -357,7 +378,7 @@ RECONCILED = {
     "waiting for an operator": (
         "{provider} cannot be searched for a batch (it has no listing), so nothing tells whether it "
         "received this one. Sending its items again may pay for them twice; it stays uncertain until "
-        "an operator decides."
+        "an operator decides to send it again."
     ),
 }
 # "watching 2 candidate(s)": batches from the provider's listing that may be this one.
@@ -388,4 +409,38 @@ def resolve(request: HtmxHttpRequest, submission_id: int) -> HttpResponse:
         message = reconciled_message(outcome, submission)
         level = messages.SUCCESS if outcome in ("adopted", "released") else messages.WARNING
         messages.add_message(request, level, f"{name}: {message}")
+    return redirect("operations")
+
+
+# Ticked by the operator to say they have read RESEND_RISK.
+ACCEPT_RISK = "accept_risk"
+
+
+@require_POST
+@login_required
+@role_required(OPERATOR)
+def resend(request: HtmxHttpRequest, submission_id: int) -> HttpResponse:
+    """Send an uncertain submission's items again at a provider that cannot be searched for it: only
+    once the operator has ticked that they accept the risk of paying twice."""
+    submission = get_object_or_404(Submission, pk=submission_id)
+    name = submission.provider_ref or submission.intent_key
+    if searchable(submission.provider):
+        messages.warning(request, f"{name}: {submission.provider} can be searched for it: use Resolve.")
+        return redirect("operations")
+    if request.POST.get(ACCEPT_RISK) != "yes":
+        messages.warning(
+            request, f"{name}: nothing was sent. Tick that you accept the risk first: {RESEND_RISK}"
+        )
+        return redirect("operations")
+    count = submission.entries.count()
+    try:
+        resend_uncertain(submission.pk, actor=request.user)
+    except NotAllowed as refusal:
+        messages.error(request, f"{name}: {refusal}")
+    else:
+        messages.success(
+            request,
+            f"{name}: its {count} item{'s' if count != 1 else ''} will be sent again; if {submission.provider} "
+            "had received the first batch, both are paid for.",
+        )
     return redirect("operations")

@@ -28,6 +28,7 @@ urlpatterns = [
     path("operations/retry", operations.retry, name="operations_retry"),
     path("operations/retry-group", operations.retry_group, name="operations_retry_group"),
     path("operations/submissions/<id:submission_id>/resolve", operations.resolve, name="resolve_submission"),
+    path("operations/submissions/<id:submission_id>/resend", operations.resend, name="resend_submission"),
     path("audit/", audit.audit, name="audit"),
     path("audit/approvals.csv", audit.approvals_csv, name="audit_csv"),
     path("audit/items/<id:item_id>/events", audit.item_events, name="audit_events"),

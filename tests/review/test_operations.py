@@ -653,3 +653,56 @@ def test_open_submissions_show_their_provider_and_its_words(client, operator, jo
 def test_what_resolving_found_is_said_in_words(job, outcome, words):
     submission = Submission(job=job, provider="cloudflare", provider_ref="ref-1")
     assert words in reconciled_message(outcome, submission)
+
+
+# --- uncertain at a provider that cannot be searched ------------------------------------------
+
+
+@pytest.fixture
+def unsearchable(job) -> Submission:
+    """A unit sent to Cloudflare whose create answer was lost: Cloudflare keeps no list to look in."""
+    submission = Submission.objects.create(
+        job=job, provider="cloudflare", model="@cf/m", intent_key="bd_lost", state=SubmissionState.UNCERTAIN
+    )
+    for item in failed(job, S.SUBMISSION_UNCERTAIN, "The provider's answer to the submission was lost", 2):
+        SubmissionItem.objects.create(submission=submission, item=item, custom_id=item.custom_id)
+        Item.objects.filter(pk=item.pk).update(submission=submission)
+    return submission
+
+
+def test_an_unsearchable_submission_is_offered_for_sending_again_with_its_risk(
+    client, operator, unsearchable
+):
+    client.force_login(operator)
+    html = client.get(reverse("operations")).content.decode()
+    assert html.count(reverse("resend_submission", args=[unsearchable.pk])) == 2  # group and table
+    assert reverse("resolve_submission", args=[unsearchable.pk]) not in html
+    assert "may pay twice for the same requests" in html
+    assert 'name="accept_risk" value="yes" required' in html
+
+
+def test_sending_again_needs_the_risk_accepted(client, operator, unsearchable):
+    client.force_login(operator)
+    url = reverse("resend_submission", args=[unsearchable.pk])
+    html = client.post(url, follow=True).content.decode()
+    assert "bd_lost: nothing was sent. Tick that you accept the risk first" in html
+    unsearchable.refresh_from_db()
+    assert unsearchable.state == SubmissionState.UNCERTAIN
+    assert set(unsearchable.items.values_list("state", flat=True)) == {S.SUBMISSION_UNCERTAIN}
+
+    html = client.post(url, {"accept_risk": "yes"}, follow=True).content.decode()
+    assert "bd_lost: its 2 items will be sent again; if cloudflare had received the first batch" in html
+    unsearchable.refresh_from_db()
+    assert unsearchable.state == SubmissionState.FAILED
+    assert set(Item.objects.filter(job=unsearchable.job).values_list("state", flat=True)) == {S.PREPARED}
+    again = client.post(url, {"accept_risk": "yes"}, follow=True).content.decode()
+    assert "Only a submission whose create answer was lost can be sent again" in again
+
+
+def test_a_searchable_submission_is_resolved_not_sent_again(client, operator, uncertain):
+    client.force_login(operator)
+    url = reverse("resend_submission", args=[uncertain.pk])
+    html = client.post(url, {"accept_risk": "yes"}, follow=True).content.decode()
+    assert "emulator can be searched for it: use Resolve." in html
+    uncertain.refresh_from_db()
+    assert uncertain.state == SubmissionState.UNCERTAIN

@@ -97,6 +97,7 @@ EXPECTED: dict[str, dict[str, dict]] = {
     "operations_retry": {"GET": NOT_ALLOWED, "POST": operators(400)},
     "operations_retry_group": {"GET": NOT_ALLOWED, "POST": operators(400)},
     "resolve_submission": {"GET": NOT_ALLOWED, "POST": operators(302)},
+    "resend_submission": {"GET": NOT_ALLOWED, "POST": operators(302)},
     "audit": {"GET": admins(), "POST": NOT_ALLOWED},
     "audit_csv": {"GET": admins(), "POST": NOT_ALLOWED},
     "audit_events": {"GET": admins(), "POST": NOT_ALLOWED},
