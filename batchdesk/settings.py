@@ -181,39 +181,46 @@ BATCHDESK_IMPORT_MAX_BYTES = int(os.environ.get("BATCHDESK_IMPORT_MAX_BYTES", st
 # a bad file stops the server and the workers at startup (system check batchdesk.E001).
 BATCHDESK_PRICE_FILE = os.environ.get("BATCHDESK_PRICE_FILE", "")
 
-# Each provider's address and the names of the environment variables its credentials are read
-# from at the moment of a call (SPEC §4); a provider is offered for jobs once those are set.
+# Each provider's address, the names of the environment variables its credentials are read from
+# when its client is built (SPEC §4), and the model a job uses when it names none. A provider is
+# offered for jobs once its `required_env` are set.
 PROVIDERS = {
     "openai": {
         "base_url": os.environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1"),
         "api_key_env": "OPENAI_API_KEY",
+        "default_model": "gpt-4o-mini",
         "required_env": ["OPENAI_API_KEY"],
     },
     "anthropic": {
         "base_url": os.environ.get("ANTHROPIC_BASE_URL", "https://api.anthropic.com"),
         "api_key_env": "ANTHROPIC_API_KEY",
+        "default_model": "claude-haiku-4-5",
         "required_env": ["ANTHROPIC_API_KEY"],
     },
     "cloudflare": {
         "base_url": os.environ.get("CLOUDFLARE_API_BASE_URL", "https://api.cloudflare.com/client/v4"),
         "api_key_env": "CLOUDFLARE_API_TOKEN",
+        "default_model": "@cf/meta/llama-3.3-70b-instruct-fp8-fast",
         "account_id_env": "CLOUDFLARE_ACCOUNT_ID",
         "required_env": ["CLOUDFLARE_API_TOKEN", "CLOUDFLARE_ACCOUNT_ID"],
     },
     "gemini": {
         "base_url": os.environ.get("GEMINI_BASE_URL", "https://generativelanguage.googleapis.com/v1beta"),
         "api_key_env": "GEMINI_API_KEY",
+        "default_model": "gemini-2.5-flash",
         "required_env": ["GEMINI_API_KEY"],
     },
     "openai_compatible": {
         "base_url": os.environ.get("OPENAI_COMPATIBLE_BASE_URL", ""),
         "api_key_env": "OPENAI_COMPATIBLE_API_KEY",
+        "default_model": os.environ.get("OPENAI_COMPATIBLE_MODEL", "default"),
         "concurrency": int(os.environ.get("OPENAI_COMPATIBLE_CONCURRENCY", "4")),
         "required_env": ["OPENAI_COMPATIBLE_BASE_URL"],
     },
     "emulator": {
         "base_url": os.environ.get("BATCHDESK_EMULATOR_URL", "http://127.0.0.1:8001/v1"),
         "api_key_env": "BATCHDESK_EMULATOR_KEY",
+        "default_model": "gpt-4o-mini",
         "required_env": [],
     },
 }

@@ -103,8 +103,8 @@ class PromptVersion(models.Model):
         return f"{self.task} v{self.version}"
 
 
-# What a job is when its starter does not say, and the largest unit any provider is sent.
-DEFAULT_MODEL = "gpt-4o-mini"
+# What a job is when its starter does not say (the model is the provider's: settings.PROVIDERS),
+# and the largest unit any provider is sent.
 DEFAULT_DESTINATION = "catalogue"
 DEFAULT_UNIT_SIZE = 500
 MAX_UNIT_SIZE = 50_000

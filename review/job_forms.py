@@ -13,14 +13,18 @@ from ledger.catalogue import SKU_PATTERN
 from ledger.destinations import destination_names
 from ledger.models import (
     DEFAULT_DESTINATION,
-    DEFAULT_MODEL,
-    DEFAULT_UNIT_SIZE,
     MAX_UNIT_SIZE,
     Product,
     ProductStatus,
     PromptVersion,
 )
-from ledger.providers import capabilities, configured_provider_names, provider_names
+from ledger.providers import (
+    capabilities,
+    configured_provider_names,
+    default_model,
+    default_unit_size,
+    provider_names,
+)
 
 # Unknown SKUs are listed in an error up to this many; the rest are counted.
 SHOWN_SKUS = 20
@@ -70,12 +74,13 @@ class JobForm(forms.Form):
     # The version number within the task; empty means the latest.
     prompt_version = forms.IntegerField(required=False, min_value=1, max_value=2**31 - 1)
     provider = ProviderField()
-    model = forms.CharField(max_length=128, initial=DEFAULT_MODEL)
+    # Empty: the provider's default model, and the usual unit size within its limit.
+    model = forms.CharField(max_length=128, required=False, help_text="Empty: the provider's default model.")
     destination = forms.ChoiceField(initial=DEFAULT_DESTINATION)
     unit_size = forms.IntegerField(
+        required=False,
         min_value=1,
         max_value=MAX_UNIT_SIZE,
-        initial=DEFAULT_UNIT_SIZE,
         label="Unit size",
         help_text="Requests per provider batch.",
     )
@@ -101,6 +106,11 @@ class JobForm(forms.Form):
                 self.add_error("provider", problem)
             elif data.get("unit_size") and data["unit_size"] > limit:
                 self.add_error("unit_size", f"At most {limit:,} requests: {provider}'s limit for one batch.")
+            else:
+                if "model" in data and not data["model"]:
+                    data["model"] = default_model(provider)
+                if "unit_size" in data and not data["unit_size"]:
+                    data["unit_size"] = default_unit_size(provider)
         task = data.get("task")
         if task:
             if not PromptVersion.objects.filter(task=task).exists():
@@ -148,7 +158,7 @@ class ApiJobForm(JobForm):
     # JSON types each field must arrive as; "1" is not a version number, true is not a size.
     JSON_TYPES = {"prompt_version": int, "unit_size": int, "skus": list}
 
-    DEFAULTS = {"model": DEFAULT_MODEL, "destination": DEFAULT_DESTINATION, "unit_size": DEFAULT_UNIT_SIZE}
+    DEFAULTS = {"destination": DEFAULT_DESTINATION}
 
     def __init__(self, data: dict, **kwargs):
         given = {name: value for name, value in data.items() if value is not None}
@@ -163,6 +173,8 @@ class ApiJobForm(JobForm):
             for name, field in self.fields.items()
             if name in given and name not in self.JSON_TYPES and not isinstance(given[name], str)
         )
+        if given.get("model") == "":
+            self.wrong_types.setdefault("model", "must not be empty; leave it out for the provider's default")
 
     def full_clean(self) -> None:
         super().full_clean()

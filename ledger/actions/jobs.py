@@ -5,7 +5,6 @@ from django.db import transaction
 
 from ..models import (
     DEFAULT_DESTINATION,
-    DEFAULT_UNIT_SIZE,
     MAX_UNIT_SIZE,
     Event,
     Item,
@@ -24,22 +23,26 @@ def create_job(
     owner,
     task: str,
     provider: str,
-    model: str,
+    model: str | None = None,
     prompt_version: int | None = None,
     destination: str = DEFAULT_DESTINATION,
     skus: list[str] | None = None,
-    unit_size: int = DEFAULT_UNIT_SIZE,
+    unit_size: int | None = None,
 ) -> Job:
-    """Freeze the set of items (each product's current revision) and queue their submission."""
+    """Freeze the set of items (each product's current revision) and queue their submission. No
+    model or unit size: the provider's default model, and the usual size within its limit."""
     from ..destinations import destination_names
-    from ..providers import provider_names
+    from ..providers import capabilities, default_model, default_unit_size, provider_names
 
     if provider not in provider_names():
         raise NotAllowed(f"Unknown provider {provider!r}; known: {', '.join(provider_names())}")
     if destination not in destination_names():
         raise NotAllowed(f"Unknown destination {destination!r}; known: {', '.join(destination_names())}")
-    if not 1 <= unit_size <= MAX_UNIT_SIZE:
-        raise NotAllowed(f"unit_size must be between 1 and {MAX_UNIT_SIZE}")
+    model = model or default_model(provider)
+    unit_size = unit_size or default_unit_size(provider)
+    limit = min(MAX_UNIT_SIZE, capabilities(provider).max_requests)
+    if not 1 <= unit_size <= limit:
+        raise NotAllowed(f"unit_size must be between 1 and {limit:,} ({provider}'s limit for one batch)")
     prompts = PromptVersion.objects.filter(task=task)
     prompt = prompts.filter(version=prompt_version).first() if prompt_version else prompts.first()
     if prompt is None:

@@ -42,6 +42,18 @@ def capabilities(name: str) -> Capabilities:
     return adapter_class(name).capabilities
 
 
+def default_model(name: str) -> str:
+    """The model a job of this provider uses when it names none."""
+    return settings.PROVIDERS[name]["default_model"]
+
+
+def default_unit_size(name: str) -> int:
+    """Requests per unit when a job does not say: the usual size, within the provider's limit."""
+    from ..models import DEFAULT_UNIT_SIZE
+
+    return min(DEFAULT_UNIT_SIZE, capabilities(name).max_requests)
+
+
 def get_provider(name: str) -> BatchProvider:
     adapter = adapter_class(name).from_settings(settings.PROVIDERS[name])
     adapter.name = name

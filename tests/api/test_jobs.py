@@ -14,6 +14,30 @@ pytestmark = pytest.mark.django_db
 BODY = {"reference": "spring-2026", "task": "product_description", "provider": "emulator"}
 
 
+@pytest.mark.parametrize(
+    ("provider", "env", "unit_size"),
+    [
+        ("cloudflare", {"CLOUDFLARE_API_TOKEN": "t", "CLOUDFLARE_ACCOUNT_ID": "a"}, 500),
+        ("openai_compatible", {"OPENAI_COMPATIBLE_BASE_URL": "http://127.0.0.1:9/v1"}, 200),
+    ],
+)
+def test_a_job_that_names_no_model_or_unit_size_takes_its_providers(
+    as_owner, monkeypatch, settings, provider, env, unit_size
+):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    ProductFactory.create_batch(2)
+    body = {**BODY, "provider": provider}
+
+    assert as_owner.post_json("/api/jobs", body).status_code == 202
+    # The same request again is the same job: the defaults are part of what was asked for.
+    assert as_owner.post_json("/api/jobs", body).status_code == 200
+
+    job = Job.objects.get()
+    assert job.model == settings.PROVIDERS[provider]["default_model"]
+    assert job.unit_size == unit_size  # the usual 500, within the provider's limit
+
+
 def snapshot() -> tuple[int, int, int]:
     return Job.objects.count(), Item.objects.count(), Event.objects.count()
 

@@ -2,7 +2,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from ledger.actions import NotAllowed, create_job
-from ledger.models import DEFAULT_DESTINATION, DEFAULT_MODEL, DEFAULT_UNIT_SIZE
+from ledger.models import DEFAULT_DESTINATION
 
 
 class Command(BaseCommand):
@@ -12,11 +12,15 @@ class Command(BaseCommand):
         parser.add_argument("--reference", required=True)
         parser.add_argument("--task", required=True)
         parser.add_argument("--provider", required=True)
-        parser.add_argument("--model", default=DEFAULT_MODEL)
+        parser.add_argument("--model", help="default: the provider's default model")
         parser.add_argument("--prompt-version", type=int)
         parser.add_argument("--destination", default=DEFAULT_DESTINATION)
         parser.add_argument("--skus", help="comma-separated; default every active product")
-        parser.add_argument("--unit-size", type=int, default=DEFAULT_UNIT_SIZE)
+        parser.add_argument(
+            "--unit-size",
+            type=int,
+            help="requests per provider batch; default 500 within the provider's limit",
+        )
         parser.add_argument("--owner", default="", help="username; default the first superuser")
 
     def handle(self, *args, **options):
