@@ -84,7 +84,8 @@ def collect_submission(submission_id: int, *, provider=None) -> str:
     provider = provider or get_provider(submission.provider)
     recorded = set(submission.entries.exclude(outcome="").values_list("custom_id", flat=True))
     requests = []
-    if capabilities(submission.provider).delivery == Delivery.PER_REQUEST:
+    per_request = capabilities(submission.provider).delivery == Delivery.PER_REQUEST
+    if per_request:
         requests = [r for r in build_requests(submission, ItemState.SUBMITTED) if r.custom_id not in recorded]
         recorded = RecordedRequests(submission_id, claim)
     seen: set[str] = set()
@@ -111,7 +112,12 @@ def collect_submission(submission_id: int, *, provider=None) -> str:
         return "interrupted"
     if not Submission.objects.renew_claim(submission_id, claim):
         return "claim lost"  # another worker took over; what this one recorded stays recorded
+    asked = {r.custom_id for r in requests}
     for entry in submission.entries.filter(outcome=""):
+        if per_request and entry.custom_id not in asked:
+            # Never asked: its item had moved on (a cancelled job) before its request was made.
+            SubmissionItem.objects.filter(pk=entry.pk, outcome="").update(outcome="not_sent")
+            continue
         if submission.refused:
             # The provider refused the unit itself (e.g. its input): permanent, with its reason.
             line = ResultLine(
