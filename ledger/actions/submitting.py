@@ -125,7 +125,7 @@ def send_submission(submission_id: int, *, provider=None) -> str:
     and an intent an earlier worker may have sent before dying is looked for first (or, where the
     provider cannot be searched by its key, reconciled as uncertain: rule 13)."""
     from ..providers import get_provider
-    from ..providers.base import AnswerLost, Finding, ProviderError
+    from ..providers.base import AnswerLost, Delivery, Finding, ProviderError
 
     claim = Submission.objects.claim(submission_id, states=[SubmissionState.INTENT])
     if not claim:
@@ -142,7 +142,10 @@ def send_submission(submission_id: int, *, provider=None) -> str:
     item_ids = list(submission.entries.values_list("item_id", flat=True))
     try:
         # An earlier worker may have sent this and died before hearing (or recording) the answer.
-        possibly_sent = submission.sent_at is not None
+        # A server answering each request is sent nothing by `submit`, so there is nothing to find.
+        possibly_sent = (
+            submission.sent_at is not None and provider.capabilities.delivery != Delivery.PER_REQUEST
+        )
         if provider.capabilities.finding == Finding.BY_KEY and (
             possibly_sent or submission.send_attempts > 1
         ):

@@ -11,6 +11,7 @@ import re
 import time
 
 import pytest
+from django.utils import timezone
 
 from ledger import actions, tasks
 from ledger.models import Event, GeneratedVersion, Item, Product, Submission, SubmissionItem
@@ -114,12 +115,6 @@ def anomalies(job, kind: str) -> list[dict]:
 
 def story(submission) -> list[str]:
     return list(submission.events.order_by("id").values_list("to_state", flat=True))
-
-
-def units_created(emulator, job) -> int:
-    """Create calls the provider received: one per unit, or one per request where each request
-    is its own call (a server answering each request has no unit to create)."""
-    return emulator.stats()["creates"]
 
 
 # --- a create answer lost on the way back ----------------------------------------------------
@@ -251,7 +246,7 @@ def test_an_intent_the_provider_never_received_is_sent_again_after_the_grace_per
     assert_paid_once(emulator, job)
 
 
-@pytest.mark.parametrize("provider", providers(lambda c: not searchable(c)), ids=str)
+@pytest.mark.parametrize("provider", providers(lambda c: not searchable(c) and batched(c)), ids=str)
 def test_an_intent_the_provider_never_received_at_a_provider_that_cannot_be_searched_waits_for_an_operator(
     emulator, provider
 ):
@@ -273,7 +268,48 @@ def test_an_intent_the_provider_never_received_at_a_provider_that_cannot_be_sear
     assert counts == {ItemState.AWAITING_REVIEW: 3}
     assert Item.objects.filter(job=job, inference_attempt=2).count() == 3
     # Nothing had reached the provider, so the risk the operator accepted cost nothing this time.
-    assert units_created(emulator, job) == (1 if batched(provider.capabilities) else 3)
+    assert emulator.stats()["creates"] == 1
+    assert_paid_once(emulator, job)
+
+
+def test_a_worker_that_stopped_before_its_create_call_reached_the_provider(emulator, provider):
+    job = job_with_items(provider, 3)
+    [submission_id] = actions.plan_submissions(job.pk)
+    # It stored that it was sending (a unit may exist from then on), then died before the call left.
+    Submission.objects.filter(pk=submission_id).update(
+        sent_at=timezone.now(), requests_sent=3, send_attempts=1
+    )
+
+    first_round = actions.send_submission(submission_id)
+
+    capabilities = provider.capabilities
+    submission = Submission.objects.get(pk=submission_id)
+    if not batched(capabilities):
+        # `submit` makes no call to such a server: nothing can exist there, so it is simply sent.
+        assert first_round == "sent"
+    elif capabilities.finding == Finding.BY_KEY:
+        # Looked for by its key, not found, so sent: under the same custom_ids.
+        assert first_round == "sent"
+    else:
+        # Not searchable by its key: uncertain, never re-sent blindly.
+        assert first_round == "uncertain"
+        assert job.items.counts_by_state() == {ItemState.SUBMISSION_UNCERTAIN: 3}
+        time.sleep(0.6)  # the grace period
+        rounds(3)
+        if capabilities.finding == Finding.BY_LISTING:
+            # No candidate in the listing: after the grace period its items are sent again.
+            assert Submission.objects.get(pk=submission_id).state == SubmissionState.FAILED
+        else:
+            # No listing at all: an operator decides.
+            assert job.items.counts_by_state() == {ItemState.SUBMISSION_UNCERTAIN: 3}
+            actions.resend_uncertain(submission_id, actor=UserFactory(roles=["operator"]))
+    counts = run_collector(job)
+
+    assert counts == {ItemState.AWAITING_REVIEW: 3}
+    resent = submission.state == SubmissionState.UNCERTAIN
+    assert Item.objects.filter(job=job, inference_attempt=2 if resent else 1).count() == 3
+    if batched(capabilities):
+        assert emulator.stats()["creates"] == 1
     assert_paid_once(emulator, job)
 
 
