@@ -227,16 +227,34 @@ def send_submission(submission_id: int, *, provider=None) -> str:
                 item_ids, from_state=ItemState.PREPARED, to=ItemState.SUBMITTED, reason=f"In {provider_ref}"
             )
     except LostClaim:
-        # A slower twin: another worker took the intent over and sent it too. Ours is the duplicate.
-        note_anomaly(
-            submission,
-            "duplicate_batch",
-            provider_ref=provider_ref,
-            outcome=stop_duplicate(provider, provider_ref),
-        )
-        return "duplicate"
+        return answered_late(submission_id, provider_ref, provider=provider)
     refresh_job_state(submission.job_id)
     return "sent"
+
+
+def answered_late(submission_id: int, provider_ref: str, *, provider) -> str:
+    """This worker's create answer came after another worker took the intent over (its lease ran
+    out while the call was out). The other may have found this very unit, or be looking for it
+    (uncertain): then it is ours, and kept. Only a unit beside the one the ledger follows is a
+    duplicate, stopped where it can be and recorded."""
+    current = Submission.objects.get(pk=submission_id)
+    if current.provider_ref == provider_ref:
+        return "adopted by another worker"
+    if current.state == SubmissionState.UNCERTAIN:
+        try:
+            adopt(current, [provider_ref], provider=provider, from_state=ItemState.SUBMISSION_UNCERTAIN)
+            return "adopted"
+        except LostClaim:
+            current.refresh_from_db()
+            if current.provider_ref == provider_ref:
+                return "adopted by another worker"
+    note_anomaly(
+        current,
+        "duplicate_batch",
+        provider_ref=provider_ref,
+        outcome=stop_duplicate(provider, provider_ref),
+    )
+    return "duplicate"
 
 
 def mark_uncertain(submission: Submission, item_ids: list[int], reason: str) -> None:

@@ -9,6 +9,7 @@ expires), the test says what that capability implies, under a name that says it 
 import logging
 import re
 import time
+from datetime import timedelta
 
 import pytest
 from django.utils import timezone
@@ -20,7 +21,7 @@ from ledger.providers.base import Delivery, Finding
 from ledger.states import ItemState, JobState, ReasonCode, SubmissionState
 from ledger.tasks import poll_everything
 from tests.factories import JobFactory, ProductFactory, UserFactory
-from tests.provider_emulators import ONE_PER_PROTOCOL, serving
+from tests.provider_emulators import BY_NAME, ONE_PER_PROTOCOL, ProviderUnderTest, serving
 
 pytestmark = pytest.mark.django_db
 
@@ -58,11 +59,16 @@ def provider(request):
 
 
 @pytest.fixture
-def emulator(provider, settings, monkeypatch):
-    """The provider's emulator at its quick pace, BatchDesk pointed at it as a deployment is."""
+def emulator(request, settings, monkeypatch):
+    """The emulator of the provider under test (the `provider` parameter) at its quick pace,
+    BatchDesk pointed at it as a deployment is. Modules that import this fixture without that
+    parameter get the default provider's (`emulator`, OpenAI's protocol), as before."""
+    callspec = getattr(request.node, "callspec", None)
+    under_test = callspec.params.get("provider") if callspec else None
+    under_test = under_test if isinstance(under_test, ProviderUnderTest) else BY_NAME["emulator"]
     settings.BATCHDESK_RETRY_BASE_SECONDS = 0
     settings.BATCHDESK_UNCERTAIN_GRACE_SECONDS = 0.5
-    with serving(provider, settings, monkeypatch, seed=9) as running:
+    with serving(under_test, settings, monkeypatch, seed=9) as running:
         yield running
 
 
@@ -314,6 +320,67 @@ def test_a_worker_that_stopped_before_its_create_call_reached_the_provider(emula
 
 
 # --- two units for one intent ------------------------------------------------------------------
+
+
+class AnswersLate:
+    """The real adapter, whose create call is slow: another worker takes the intent over `meanwhile`,
+    before the call lands at the provider or after it landed but before its answer came back."""
+
+    def __init__(self, adapter, meanwhile, *, landed: bool):
+        self.adapter, self.meanwhile, self.landed = adapter, meanwhile, landed
+
+    def __getattr__(self, name):
+        return getattr(self.adapter, name)
+
+    def submit(self, **kwargs):
+        if not self.landed:
+            self.meanwhile()
+        ref = self.adapter.submit(**kwargs)
+        if self.landed:
+            self.meanwhile()
+        return ref
+
+
+@pytest.mark.parametrize("landed", [True, False], ids=["after-it-landed", "before-it-landed"])
+@pytest.mark.parametrize("provider", providers(batched), ids=str)
+def test_a_worker_whose_lease_ran_out_while_its_create_call_was_out(emulator, provider, landed):
+    emulator.configure(per_request_ms=100)  # a duplicate is stopped before it runs
+    job = job_with_items(provider, 4)
+    [submission_id] = actions.plan_submissions(job.pk)
+
+    def another_worker_takes_over():
+        # The first worker's lease ran out while its create call was on its way; the next round's
+        # worker takes the intent over, knowing only that it may have been sent.
+        Submission.objects.filter(pk=submission_id).update(
+            claimed_until=timezone.now() - timedelta(seconds=1)
+        )
+        poll_everything()
+
+    slow = AnswersLate(get_provider(provider.name), another_worker_takes_over, landed=landed)
+    outcome = actions.send_submission(submission_id, provider=slow)
+    emulator.configure(per_request_ms=1)
+    counts = run_collector(job)
+
+    assert counts == {ItemState.AWAITING_REVIEW: 4}
+    assert Submission.objects.filter(job=job).count() == 1
+    capabilities = provider.capabilities
+    if capabilities.finding == Finding.BY_KEY and not landed:
+        # The other worker looked for it by its key, found nothing yet, and sent its own: the late
+        # one is the duplicate, stopped where the provider can, and recorded.
+        assert outcome == "duplicate"
+        assert emulator.stats()["creates"] == 2
+        [duplicate] = anomalies(job, "duplicate_batch")
+        if capabilities.can_cancel:
+            assert duplicate["outcome"] == "cancelled"
+    else:
+        # The other worker found this very unit by its key, or (unable to look it up by its key)
+        # held the intent uncertain: the late answer names the unit, and it is kept, never stopped.
+        assert outcome == (
+            "adopted by another worker" if capabilities.finding == Finding.BY_KEY else "adopted"
+        )
+        assert emulator.stats()["creates"] == 1
+        assert anomalies(job, "duplicate_batch") == []
+    assert_paid_once(emulator, job)
 
 
 @pytest.mark.parametrize("provider", providers(lambda c: c.finding == Finding.BY_KEY), ids=str)
