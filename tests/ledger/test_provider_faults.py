@@ -9,6 +9,7 @@ expires), the test says what that capability implies, under a name that says it 
 import logging
 import re
 import time
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -161,6 +162,38 @@ def test_a_lost_create_answer_at_a_provider_found_by_listing_is_watched_and_adop
     item_story = list(Item.objects.filter(job=job).first().events.values_list("to_state", flat=True))
     assert item_story == ["submission_uncertain", "submitted", "returned", "awaiting_review"]
     assert_paid_once(emulator, job)
+
+
+@pytest.mark.parametrize("provider", providers(lambda c: c.finding == Finding.BY_LISTING), ids=str)
+def test_a_lost_create_answer_at_a_provider_found_by_listing_rules_out_a_candidate_that_is_not_ours(
+    emulator, provider
+):
+    job = job_with_items(provider, 3)
+    [submission_id] = actions.plan_submissions(job.pk)
+    # Someone else (another installation on the account) sends a unit of the same size just then.
+    adapter = get_provider(provider.name)
+    theirs = adapter.submit(
+        requests=[
+            replace(request, custom_id=f"theirs-{n}")
+            for n, request in enumerate(actions.build_requests(Submission.objects.get(pk=submission_id)))
+        ],
+        intent_key="theirs",
+        metadata={},
+    )
+    emulator.configure(lose_create_responses=[1])
+
+    counts = run_collector(job)
+
+    assert counts == {ItemState.AWAITING_REVIEW: 3}
+    submission = Submission.objects.get(pk=submission_id)
+    assert submission.provider_ref != theirs
+    # Both were candidates (same window, same request count); only their results could tell.
+    assert submission.candidates == {theirs: "ruled_out", submission.provider_ref: "ours"}
+    assert not GeneratedVersion.objects.filter(item__job=job, custom_id__startswith="theirs").exists()
+    assert emulator.stats()["creates"] == 2
+    paid_for_ours = {k: v for k, v in emulator.stats()["inferences"].items() if k.startswith("bd-")}
+    assert set(paid_for_ours) == custom_ids(job)
+    assert set(paid_for_ours.values()) == {1}
 
 
 @pytest.mark.parametrize(
@@ -455,11 +488,12 @@ def test_each_bad_line_kind_is_recorded_and_the_rest_of_the_results_are_used(emu
     assert_paid_once(emulator, job)
 
 
+@pytest.mark.parametrize("knobs", [{"malformed_lines": 2}, {"no_choices": 2}], ids=["not-json", "no-choices"])
 @pytest.mark.parametrize("provider", providers(lambda c: not batched(c)), ids=str)
 def test_an_unreadable_answer_from_a_server_answering_each_request_fails_that_request_for_good(
-    emulator, provider
+    emulator, provider, knobs
 ):
-    emulator.configure(malformed_lines=2)
+    emulator.configure(**knobs)
     job = job_with_items(provider, 6, unit_size=6)
 
     counts = run_collector(job, until=lambda c: set(c) <= SETTLED | {ItemState.INFERENCE_FAILED})
