@@ -611,6 +611,42 @@ def test_a_429_storm_is_waited_out_honouring_retry_after(emulator, provider):
     assert_paid_once(emulator, job)
 
 
+def test_a_server_error_on_sending_may_have_created_the_unit_so_it_is_looked_for_before_sending_again(
+    emulator, provider
+):
+    # The first call of sending (the upload, the create, or the first request) answers 500: the
+    # provider may have done the work all the same.
+    emulator.configure(server_errors=1)
+    job = job_with_items(provider, 3)
+    capabilities = provider.capabilities
+
+    if capabilities.finding == Finding.NOT_AT_ALL and batched(capabilities):
+        # Nothing to look in: uncertain, until an operator decides.
+        run_collector(job, until=lambda c: c == {ItemState.SUBMISSION_UNCERTAIN: 3})
+        time.sleep(0.6)
+        rounds(3)
+        assert job.items.counts_by_state() == {ItemState.SUBMISSION_UNCERTAIN: 3}
+        [submission] = Submission.objects.filter(job=job)
+        actions.resend_uncertain(submission.pk, actor=UserFactory(roles=["operator"]))
+    counts = run_collector(job)
+
+    assert counts == {ItemState.AWAITING_REVIEW: 3}
+    assert emulator.stats()["rejected_calls"] == 1
+    attempts = sorted(job.items.values_list("inference_attempt", flat=True))
+    if not batched(capabilities):
+        # One request answered 500: that request failed, transiently, and was asked again alone.
+        assert attempts == [1, 1, 2]
+    elif capabilities.finding == Finding.BY_KEY:
+        # Looked for by its key first, not found, then sent: the same intent, the same custom_ids.
+        assert attempts == [1, 1, 1]
+        assert Submission.objects.filter(job=job).count() == 1
+    else:
+        # Looked for in the listing (or left to an operator) first; nothing was there, so its
+        # items were sent again under new custom_ids.
+        assert attempts == [2, 2, 2]
+    assert_paid_once(emulator, job)
+
+
 def test_a_unit_that_runs_too_long_expires_as_its_provider_expires_units(emulator, provider):
     emulator.configure(per_request_ms=40, expire_after_ms=100)
     job = job_with_items(provider, 10, unit_size=10)
