@@ -377,7 +377,7 @@ class AnswersLate:
 @pytest.mark.parametrize("landed", [True, False], ids=["after-it-landed", "before-it-landed"])
 @pytest.mark.parametrize("provider", providers(batched), ids=str)
 def test_a_worker_whose_lease_ran_out_while_its_create_call_was_out(emulator, provider, landed):
-    emulator.configure(per_request_ms=100)  # a duplicate is stopped before it runs
+    emulator.configure(per_request_ms=500)  # a duplicate is stopped before it runs
     job = job_with_items(provider, 4)
     [submission_id] = actions.plan_submissions(job.pk)
 
@@ -418,7 +418,7 @@ def test_a_worker_whose_lease_ran_out_while_its_create_call_was_out(emulator, pr
 
 @pytest.mark.parametrize("provider", providers(lambda c: c.finding == Finding.BY_KEY), ids=str)
 def test_a_duplicate_batch_for_one_intent_is_cancelled_and_recorded(emulator, provider):
-    emulator.configure(per_request_ms=100)  # the duplicate is still running when it is found
+    emulator.configure(per_request_ms=500)  # the duplicate is still running when it is found
     job = job_with_items(provider, 4)
     [submission_id] = actions.plan_submissions(job.pk)
     submission = Submission.objects.get(pk=submission_id)
@@ -439,6 +439,7 @@ def test_a_duplicate_batch_for_one_intent_is_cancelled_and_recorded(emulator, pr
     run_collector(job)
     assert GeneratedVersion.objects.filter(item__job=job).count() == 4
     assert emulator.stats()["creates"] == 2
+    assert_paid_once(emulator, job)  # the duplicate was stopped before it ran a request
 
 
 # --- what comes back -------------------------------------------------------------------------
@@ -736,7 +737,7 @@ def calls_heard(caplog) -> list[str]:
 @pytest.mark.parametrize("asked_by", ["the queued task", "the collector's round"])
 def test_cancelling_a_job_while_its_unit_is_at_the_provider(emulator, provider, asked_by, caplog):
     caplog.set_level(logging.INFO, logger="ledger.emulators.server")
-    emulator.configure(per_request_ms=100)  # still running when the job is cancelled
+    emulator.configure(per_request_ms=500)  # still running when the job is cancelled
     job = job_with_items(provider, 4, unit_size=4)
     [submission_id] = actions.plan_submissions(job.pk)
     assert actions.send_submission(submission_id) == "sent"
@@ -745,11 +746,14 @@ def test_cancelling_a_job_while_its_unit_is_at_the_provider(emulator, provider, 
     assert job.items.counts_by_state() == {ItemState.CANCELLED: 4}
     if asked_by == "the queued task":
         tasks.cancel_at_provider(submission_id)  # what cancel_job queued, run by a worker
+
     # Otherwise that task was lost: the collector's own round asks instead.
-    run_collector(
-        job,
-        until=lambda c: Submission.objects.get(pk=submission_id).state == SubmissionState.COLLECTED,
-    )
+    def state():
+        return Submission.objects.filter(pk=submission_id).values_list("state", "cancel_answered_at").get()
+
+    run_collector(job, until=lambda c: state()[0] == SubmissionState.COLLECTED or state()[1])
+    emulator.configure(per_request_ms=1)  # asked: what still runs may end quickly now
+    run_collector(job, until=lambda c: state()[0] == SubmissionState.COLLECTED)
     heard = len(calls_heard(caplog))
     rounds(5)
     tasks.cancel_at_provider(submission_id)  # the queued task, late or run twice
