@@ -596,6 +596,25 @@ def test_results_that_are_not_downloaded_have_no_download_to_cut(emulator, provi
 # --- refusals and time ---------------------------------------------------------------------------
 
 
+def test_requests_the_model_server_failed_are_retried_alone_as_transient(emulator, provider):
+    emulator.configure(fail_rate=0.3)
+    job = job_with_items(provider, 8, unit_size=8)
+
+    counts = run_collector(job)
+
+    # A failed request is retried by itself under a new custom_id (a fresh roll of the dice).
+    retried = Item.objects.filter(job=job, inference_attempt__gt=1)
+    assert retried.exists()
+    for item in retried:
+        failures = item.events.filter(to_state=ItemState.INFERENCE_FAILED)
+        gave_up = item.state == ItemState.DEAD_LETTER  # its last failure is not retried
+        assert failures.count() == item.inference_attempt - 1 + gave_up
+        assert all(failure.data["transient"] for failure in failures)
+    assert set(counts) <= {ItemState.AWAITING_REVIEW, ItemState.DEAD_LETTER}
+    assert counts.get(ItemState.DEAD_LETTER, 0) == job.items.filter(inference_failures=3).count()
+    assert_paid_once(emulator, job)
+
+
 def test_a_429_storm_is_waited_out_honouring_retry_after(emulator, provider):
     emulator.configure(rate_limit_calls=2, retry_after=0.5)
     job = job_with_items(provider, 5)
