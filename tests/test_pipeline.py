@@ -2,6 +2,7 @@
 a django-q2 worker cluster, and PostgreSQL. Nothing is mocked."""
 
 import pytest
+from django_q.tasks import async_task
 
 from ledger import actions
 from ledger.models import Approval, Event, GeneratedVersion, Item, Product, Submission, SubmissionItem
@@ -36,6 +37,7 @@ def test_catalogue_to_published_text_through_real_processes(processes):
         model="gpt-4o-mini",
         unit_size=8,
     )
+    async_task("ledger.tasks.collect_round")  # rather than wait for the schedule's first round
 
     # Rule 1 holds at every moment we look, not only at the end.
     def settled():

@@ -203,6 +203,7 @@ def test_killing_the_cluster_while_applying_publishes_each_draft_once(processes)
     processes.emulator("--per-request-ms", "5")
     owner, job = start_job(n_products, unit_size=12)
     cluster = processes.start("qcluster")
+    async_task("ledger.tasks.collect_round")  # rather than wait for the schedule's first round
     wait_until(
         lambda: Item.objects.filter(job=job, state=ItemState.AWAITING_REVIEW).count() == n_products,
         timeout=90,
