@@ -9,12 +9,15 @@ capabilities allow."""
 import time
 import zlib
 from collections import Counter
+from datetime import timedelta
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 from django_q.tasks import async_task
 
 from ledger import actions
+from ledger.actions.submitting import build_requests
 from ledger.models import (
     DestinationAttempt,
     Event,
@@ -24,6 +27,7 @@ from ledger.models import (
     Submission,
     SubmissionItem,
 )
+from ledger.providers import get_provider
 from ledger.providers.base import Delivery, Finding
 from ledger.states import ItemState, SubmissionState
 from tests.factories import UserFactory
@@ -332,3 +336,75 @@ def test_lost_create_answers_are_adopted_by_a_real_worker_never_sent_twice(proce
             ours = [ref for ref, verdict in submission.candidates.items() if verdict == "ours"]
             assert ours == [submission.provider_ref]
     assert len(inferred) == n_products
+
+
+@pytest.mark.parametrize("provider", ONE_PER_PROTOCOL, ids=str)
+def test_a_worker_that_died_after_its_create_call_left_is_reconciled_as_the_provider_allows(
+    processes, provider, settings, monkeypatch
+):
+    """The worst moment of rule 3, made on purpose: a worker stored that it was sending a unit, its
+    create call reached the provider, and it died before recording the answer (here the test
+    sends the unit itself and records nothing). The next worker never sends it blindly again: it
+    adopts the unit by its key, or by the listing once the unit's results carry our custom_ids;
+    where the provider cannot be searched the items wait for an operator. A synchronous server's
+    `submit` makes no call, so there is nothing to reconcile: the unit is simply sent."""
+    capabilities = provider.capabilities
+    n_products = 8
+    emulator_url = processes.emulator("--per-request-ms", "10", provider=provider)
+    _, job = start_job(n_products, unit_size=4, provider=provider)
+    operator = UserFactory(roles=["operator"])
+    # The intents, as a worker plans them; then the first one's worker dies mid-send.
+    first, _ = actions.plan_submissions(job.pk)
+    dead = Submission.objects.get(pk=first)
+    requests = build_requests(dead)
+    Submission.objects.filter(pk=dead.pk).update(
+        sent_at=timezone.now(),
+        requests_sent=len(requests),
+        send_attempts=1,
+        claimed_until=timezone.now() + timedelta(seconds=2),  # the dead worker's lease runs out
+    )
+    for name, value in provider.env(emulator_url).items():
+        monkeypatch.setenv(name, value)
+    settings.PROVIDERS = {
+        **settings.PROVIDERS,
+        provider.name: {**settings.PROVIDERS[provider.name], "base_url": emulator_url},
+    }
+    orphan = get_provider(provider.name).submit(
+        requests=requests, intent_key=dead.intent_key, metadata={"job": job.reference}
+    )
+    processes.start("qcluster")
+    async_task("ledger.tasks.collect_round")
+
+    resent = settle(
+        job,
+        processes,
+        done=lambda: Item.objects.filter(job=job, state=ItemState.AWAITING_REVIEW).count() == n_products,
+        provider=provider,
+        operator=operator,
+        timeout=90,
+        what="every item to await review",
+    )
+    assert_ledger_as_undisturbed(job, emulator_url, n_products, provider)
+    dead.refresh_from_db()
+    stats = emulator_stats(emulator_url)
+    went_uncertain = Event.objects.filter(submission=dead, to_state=SubmissionState.UNCERTAIN).exists()
+    if capabilities.delivery == Delivery.PER_REQUEST:
+        # Nothing had been sent: no uncertainty, no operator, every request asked once.
+        assert not went_uncertain and not resent
+        assert dead.state == SubmissionState.COLLECTED
+        assert stats["creates"] == n_products
+    elif capabilities.finding == Finding.NOT_AT_ALL:
+        # It waited for an operator, who sent it again: the unit that reached the provider ran
+        # too, under the custom_ids the ledger gave up as never received, and was paid for.
+        assert resent == [dead.pk] and dead.state == SubmissionState.FAILED
+        assert units_at_provider(stats, provider) == 3
+        given_up = set(dead.entries.values_list("custom_id", flat=True))
+        assert given_up <= set(stats["inferences"])
+        assert Item.objects.filter(job=job, inference_attempt=2).count() == len(requests)
+    else:
+        # Found again and adopted: the very unit the dead worker created, never a second one.
+        assert not resent
+        assert dead.state == SubmissionState.COLLECTED and dead.provider_ref == orphan
+        assert units_at_provider(stats, provider) == 2
+        assert went_uncertain == (capabilities.finding == Finding.BY_LISTING)
+        assert not Item.objects.filter(job=job, inference_attempt__gt=1).exists()
