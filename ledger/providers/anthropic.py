@@ -14,12 +14,10 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 
-from ..retrying import retry_after_seconds
-from ..scrubbing import header_credentials, scrub_credentials
+from ..scrubbing import scrub_credentials
 from ..states import ReasonCode
 from .base import (
     AnswerLost,
-    BatchProvider,
     Capabilities,
     Delivery,
     Finding,
@@ -30,7 +28,7 @@ from .base import (
     UnitStatus,
     UnreadableLine,
 )
-from .openai import NEVER_SENT
+from .http import HttpBatchProvider
 
 API_VERSION = "2023-06-01"
 BATCHES = "/v1/messages/batches"
@@ -188,7 +186,7 @@ def request_total(batch: dict) -> int:
     return sum(int(value or 0) for value in counts.values() if isinstance(value, int | float))
 
 
-class AnthropicBatchProvider(BatchProvider):
+class AnthropicBatchProvider(HttpBatchProvider):
     name = "anthropic"
     capabilities = Capabilities(
         finding=Finding.BY_LISTING,  # a batch carries no metadata of ours
@@ -197,11 +195,6 @@ class AnthropicBatchProvider(BatchProvider):
         max_bytes=256 * 1024 * 1024,
         delivery=Delivery.FILE,
     )
-
-    def __init__(self, *, client: httpx.Client):
-        self.client = client
-        # What a provider echoes of these in an error is never kept.
-        self.secrets = header_credentials(client.headers)
 
     @classmethod
     def from_settings(cls, config: dict) -> "AnthropicBatchProvider":
@@ -217,33 +210,6 @@ class AnthropicBatchProvider(BatchProvider):
     def request_bytes(self, request: InferenceRequest) -> int:
         # Its JSON inside the `requests` array, and the comma after it.
         return len(json.dumps(batch_request(request), ensure_ascii=False).encode("utf-8")) + 1
-
-    def _call(self, method: str, path: str, *, answer_may_be_lost: bool = False, **kwargs) -> httpx.Response:
-        """One call. With `answer_may_be_lost`, a failure after the request may have reached
-        Anthropic is AnswerLost (the caller must reconcile), not an ordinary, retryable error."""
-        try:
-            response = self.client.request(method, path, **kwargs)
-        except NEVER_SENT as exc:
-            raise ProviderError(f"{method} {path} could not be sent: {exc}", secrets=self.secrets) from exc
-        except httpx.TransportError as exc:
-            if answer_may_be_lost:
-                raise AnswerLost(
-                    f"{method} {path} was sent but no answer arrived: {exc}", secrets=self.secrets
-                ) from exc
-            raise ProviderError(f"{method} {path} failed: {exc}", secrets=self.secrets) from exc
-        if response.status_code >= 400:
-            raise self._refusal(method, path, response)
-        return response
-
-    def _refusal(self, method: str, path: str, response: httpx.Response) -> ProviderError:
-        """A 4xx/5xx answer as a ProviderError: 429 and 529 (overloaded) are transient by status."""
-        # Scrubbed before it is cut short: half a key would no longer look like one.
-        said = scrub_credentials(response.text, self.secrets)[:300]
-        return ProviderError(
-            f"{method} {path} answered {response.status_code}: {said}",
-            status=response.status_code,
-            retry_after=retry_after_seconds(response.headers.get("retry-after")),
-        )
 
     def _json(self, response: httpx.Response) -> dict:
         try:

@@ -42,11 +42,10 @@ from urllib.parse import quote
 import httpx
 
 from ..retrying import retry_after_seconds
-from ..scrubbing import header_credentials, scrub_credentials
+from ..scrubbing import scrub_credentials
 from ..states import ReasonCode
 from .base import (
     AnswerLost,
-    BatchProvider,
     Capabilities,
     Delivery,
     Finding,
@@ -57,7 +56,7 @@ from .base import (
     UnitStatus,
     UnreadableLine,
 )
-from .openai import NEVER_SENT
+from .http import NEVER_SENT, HttpBatchProvider
 
 REF_SEPARATOR = "|"
 QUEUE = {"queueRequest": "true"}
@@ -176,7 +175,7 @@ def response_failure(
     return code, message, reason, transient, status
 
 
-class CloudflareBatchProvider(BatchProvider):
+class CloudflareBatchProvider(HttpBatchProvider):
     name = "cloudflare"
     capabilities = Capabilities(
         finding=Finding.NOT_AT_ALL,  # nothing lists queued requests
@@ -191,10 +190,8 @@ class CloudflareBatchProvider(BatchProvider):
     )
 
     def __init__(self, *, client: httpx.Client, account_id: str):
-        self.client = client
+        super().__init__(client=client)
         self.account_id = account_id
-        # What a provider echoes of these in an error is never kept.
-        self.secrets = header_credentials(client.headers)
 
     @classmethod
     def from_settings(cls, config: dict) -> "CloudflareBatchProvider":

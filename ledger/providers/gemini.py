@@ -24,11 +24,10 @@ from urllib.parse import quote
 import httpx
 
 from ..retrying import retry_after_seconds
-from ..scrubbing import header_credentials, scrub_credentials
+from ..scrubbing import scrub_credentials
 from ..states import ReasonCode
 from .base import (
     AnswerLost,
-    BatchProvider,
     Capabilities,
     Delivery,
     Finding,
@@ -40,6 +39,7 @@ from .base import (
     UnreadableLine,
     classify_http_status,
 )
+from .http import HttpBatchProvider
 
 # REST says BATCH_STATE_*; the SDKs say JOB_STATE_*. Both are read by their suffix.
 ENDED_STATES = {"SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"}
@@ -85,7 +85,6 @@ RPC_ERRORS = {
 # A candidate that ended for one of these has its text anyway (the ledger validates it).
 TEXT_FINISHES = {"STOP", "MAX_TOKENS", "FINISH_REASON_UNSPECIFIED", ""}
 # Failures that prove the request never left this machine.
-NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
 COMPACT = (",", ":")
 RETRY_DELAY = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s*$")
 
@@ -237,7 +236,7 @@ def parse_inlined(number: int, entry: object, *, secrets: Iterable[str] = ()) ->
     return ResultLine(custom_id=key, succeeded=True, content=text, usage=usage, **tokens)
 
 
-class GeminiBatchProvider(BatchProvider):
+class GeminiBatchProvider(HttpBatchProvider):
     name = "gemini"
     capabilities = Capabilities(
         finding=Finding.BY_KEY,  # the intent key is the batch's `displayName`, found by listing
@@ -251,11 +250,6 @@ class GeminiBatchProvider(BatchProvider):
         delivery=Delivery.INLINE,
         usage_per_request=True,
     )
-
-    def __init__(self, *, client: httpx.Client):
-        self.client = client
-        # What a provider echoes of these in an error is never kept.
-        self.secrets = header_credentials(client.headers)
 
     @classmethod
     def from_settings(cls, config: dict) -> "GeminiBatchProvider":
@@ -274,29 +268,6 @@ class GeminiBatchProvider(BatchProvider):
             len(json.dumps(inline_request(request), ensure_ascii=False, separators=COMPACT).encode("utf-8"))
             + 1
         )
-
-    def _call(self, method: str, path: str, *, answer_may_be_lost: bool = False, **kwargs) -> httpx.Response:
-        """One call. With `answer_may_be_lost`, a failure after the request may have reached the
-        provider is AnswerLost (the caller must reconcile), not an ordinary, retryable error."""
-        try:
-            response = self.client.request(method, path, **kwargs)
-        except NEVER_SENT as exc:
-            raise ProviderError(f"{method} {path} could not be sent: {exc}", secrets=self.secrets) from exc
-        except httpx.TransportError as exc:
-            if answer_may_be_lost:
-                raise AnswerLost(
-                    f"{method} {path} was sent but no answer arrived: {exc}", secrets=self.secrets
-                ) from exc
-            raise ProviderError(f"{method} {path} failed: {exc}", secrets=self.secrets) from exc
-        if response.status_code >= 400:
-            # Scrubbed before it is cut short: half a key would no longer look like one.
-            said = scrub_credentials(response.text, self.secrets)[:300]
-            raise ProviderError(
-                f"{method} {path} answered {response.status_code}: {said}",
-                status=response.status_code,
-                retry_after=self._retry_after(response),
-            )
-        return response
 
     @staticmethod
     def _retry_after(response: httpx.Response) -> float | None:

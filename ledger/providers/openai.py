@@ -10,11 +10,9 @@ from datetime import datetime
 import httpx
 
 from ..retrying import retry_after_seconds
-from ..scrubbing import header_credentials, scrub_credentials
+from ..scrubbing import scrub_credentials
 from ..states import ReasonCode
 from .base import (
-    AnswerLost,
-    BatchProvider,
     Capabilities,
     Delivery,
     Finding,
@@ -26,6 +24,7 @@ from .base import (
     UnreadableLine,
     classify_http_status,
 )
+from .http import HttpBatchProvider
 
 ENDPOINT = "/v1/chat/completions"
 ENDED_STATUSES = {"completed", "failed", "expired", "cancelled"}
@@ -42,8 +41,6 @@ LINE_ERRORS = {
     "insufficient_quota": (ReasonCode.RATE_LIMITED, False),
     "invalid_request_error": (ReasonCode.REQUEST_INVALID, False),
 }
-# Failures that prove the request never left this machine.
-NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
 
 
 def request_line(request: InferenceRequest) -> dict:
@@ -131,7 +128,7 @@ def parse_result_line(
     )
 
 
-class OpenAIBatchProvider(BatchProvider):
+class OpenAIBatchProvider(HttpBatchProvider):
     name = "openai"
     capabilities = Capabilities(
         finding=Finding.BY_KEY,  # `metadata.batchdesk_intent`
@@ -140,11 +137,6 @@ class OpenAIBatchProvider(BatchProvider):
         max_bytes=200 * 1024 * 1024,
         delivery=Delivery.FILE,
     )
-
-    def __init__(self, *, client: httpx.Client):
-        self.client = client
-        # What a provider echoes of these in an error is never kept.
-        self.secrets = header_credentials(client.headers)
 
     @classmethod
     def from_settings(cls, config: dict) -> "OpenAIBatchProvider":
@@ -161,29 +153,6 @@ class OpenAIBatchProvider(BatchProvider):
 
     def request_bytes(self, request: InferenceRequest) -> int:
         return len(json.dumps(request_line(request), ensure_ascii=False).encode("utf-8")) + 1
-
-    def _call(self, method: str, path: str, *, answer_may_be_lost: bool = False, **kwargs) -> httpx.Response:
-        """One call. With `answer_may_be_lost`, a failure after the request may have reached the
-        provider is AnswerLost (the caller must reconcile), not an ordinary, retryable error."""
-        try:
-            response = self.client.request(method, path, **kwargs)
-        except NEVER_SENT as exc:
-            raise ProviderError(f"{method} {path} could not be sent: {exc}", secrets=self.secrets) from exc
-        except httpx.TransportError as exc:
-            if answer_may_be_lost:
-                raise AnswerLost(
-                    f"{method} {path} was sent but no answer arrived: {exc}", secrets=self.secrets
-                ) from exc
-            raise ProviderError(f"{method} {path} failed: {exc}", secrets=self.secrets) from exc
-        if response.status_code >= 400:
-            # Scrubbed before it is cut short: half a key would no longer look like one.
-            said = scrub_credentials(response.text, self.secrets)[:300]
-            raise ProviderError(
-                f"{method} {path} answered {response.status_code}: {said}",
-                status=response.status_code,
-                retry_after=retry_after_seconds(response.headers.get("retry-after")),
-            )
-        return response
 
     def submit(self, *, requests: list[InferenceRequest], intent_key: str, metadata: dict) -> str:
         payload = "".join(json.dumps(request_line(r), ensure_ascii=False) + "\n" for r in requests)

@@ -18,10 +18,9 @@ from datetime import datetime
 import httpx
 
 from ..retrying import retry_after_seconds
-from ..scrubbing import header_credentials, scrub_credentials
+from ..scrubbing import scrub_credentials
 from ..states import ReasonCode
 from .base import (
-    BatchProvider,
     Capabilities,
     Delivery,
     Finding,
@@ -32,6 +31,7 @@ from .base import (
     UnreadableLine,
     classify_http_status,
 )
+from .http import NEVER_SENT, HttpBatchProvider
 
 PATH = "/chat/completions"
 REF_PREFIX = "local-"
@@ -48,7 +48,6 @@ MAX_RATE_LIMIT_WAIT = 30.0
 RATE_LIMIT_RETRIES = 3
 # Failures that prove the request never left this machine: the server is not there, so nothing
 # more is sent this round (the unit is collected again later), rather than failing every item.
-NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
 
 
 def request_body(request: InferenceRequest) -> dict:
@@ -73,7 +72,7 @@ class _Unreachable(Exception):
     """The server could not be reached for one request: stop sending and end this round."""
 
 
-class CompatibleServerProvider(BatchProvider):
+class CompatibleServerProvider(HttpBatchProvider):
     name = "openai_compatible"
     capabilities = Capabilities(
         # `submit` makes no call, so there is never a lost create answer to look for.
@@ -90,10 +89,8 @@ class CompatibleServerProvider(BatchProvider):
     )
 
     def __init__(self, *, client: httpx.Client, concurrency: int = DEFAULT_CONCURRENCY):
-        self.client = client
+        super().__init__(client=client)
         self.concurrency = max(1, int(concurrency))
-        # What a server echoes of these in an error is never kept.
-        self.secrets = header_credentials(client.headers)
 
     @classmethod
     def from_settings(cls, config: dict) -> "CompatibleServerProvider":
