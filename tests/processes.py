@@ -13,7 +13,6 @@ import httpx
 from django.db import connection
 
 from ledger import actions
-from ledger.emulators import emulator_class
 from tests.provider_emulators import BY_NAME, ProviderUnderTest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,12 +53,14 @@ class Processes:
         }
         self.started: list[subprocess.Popen] = []
 
-    def start(self, *args: str, **env: str) -> subprocess.Popen:
+    def start(self, *args: str, stdout=None, **env: str) -> subprocess.Popen:
         process = subprocess.Popen(
             [sys.executable, str(ROOT / "manage.py"), *args],
             env={**self.env, **env},
             cwd=ROOT,
             start_new_session=True,
+            stdout=stdout,
+            text=stdout is not None,
         )
         self.started.append(process)
         return process
@@ -67,9 +68,14 @@ class Processes:
     def emulator(self, *flags: str, provider: ProviderUnderTest = BY_NAME["emulator"]) -> str:
         """`run_emulator` of the provider's protocol; what is started next is pointed at it the way
         a deployment is: the provider's base URL and credentials in the environment."""
-        port = free_port()
-        self.start("run_emulator", "--protocol", provider.protocol, "--port", str(port), *flags)
-        url = f"http://127.0.0.1:{port}{emulator_class(provider.protocol).base_path}"
+        # Port 0: the emulator binds a free port itself and says which (no port picked here can be
+        # taken by someone else before it binds).
+        process = self.start(
+            "run_emulator", "--protocol", provider.protocol, "--port", "0", *flags, stdout=subprocess.PIPE
+        )
+        announced = process.stdout.readline()
+        url = next((word for word in announced.split() if word.startswith("http://")), None)
+        assert url, f"the emulator did not say where it serves: {announced!r}"
         wait_until(lambda: reachable(url), timeout=30, what="the emulator")
         self.env.update(provider.env(url))
         return url
