@@ -3,6 +3,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 TEST_DATABASE_URL ?= postgres://127.0.0.1:5432/batchdesk
 DEMO_ENV := DEBUG=1 BATCHDESK_POLL_SECONDS=2
+# The suite runs on every core (pytest-xdist; each worker has its own test database), at most 4.
+PARALLEL ?= --numprocesses=auto --maxprocesses=4
 
 .PHONY: demo test run worker emulator lint format bench clean
 
@@ -23,9 +25,9 @@ chromium:
 	@scripts/find-chromium >/dev/null
 
 test: chromium $(PY)
-	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} BATCHDESK_CHROMIUM=$$(scripts/find-chromium) $(PY) -m pytest
+	DATABASE_URL=$${DATABASE_URL:-$(TEST_DATABASE_URL)} BATCHDESK_CHROMIUM=$$(scripts/find-chromium) $(PY) -m pytest $(PARALLEL)
 	@echo "Once more on SQLite, the embedded default: the screens and the role matrix"
-	DATABASE_URL=sqlite:///:memory: $(PY) -m pytest -q -m "not browser and not pipeline" tests/review
+	DATABASE_URL=sqlite:///:memory: $(PY) -m pytest -q $(PARALLEL) -m "not browser and not pipeline" tests/review
 
 .PHONY: screenshots
 # The README's pictures: the test renders them on every run but writes docs/screenshots/ only here.
