@@ -113,11 +113,14 @@ def fit_to_limits(requests: list, provider) -> list:
 
 
 def release_entries(submission: Submission, custom_ids: list[str]) -> None:
-    """Take requests that did not fit out of an unsent unit: their items are planned again."""
-    entries = submission.entries.filter(custom_id__in=custom_ids)
-    Item.objects.filter(pk__in=entries.values("item_id"), submission=submission).update(submission=None)
-    entries.delete()
-    enqueue("ledger.tasks.submit_job", submission.job_id)
+    """Take requests that did not fit out of an unsent unit: their items are planned again. One
+    transaction: an item is never in two units at once."""
+    with transaction.atomic():
+        entries = submission.entries.filter(custom_id__in=custom_ids)
+        item_ids = list(entries.values_list("item_id", flat=True))
+        entries.delete()
+        Item.objects.filter(pk__in=item_ids, submission=submission).update(submission=None)
+        enqueue("ledger.tasks.submit_job", submission.job_id)
 
 
 def send_submission(submission_id: int, *, provider=None) -> str:
@@ -149,11 +152,18 @@ def send_submission(submission_id: int, *, provider=None) -> str:
         if provider.capabilities.finding == Finding.BY_KEY and (
             possibly_sent or submission.send_attempts > 1
         ):
-            refs = provider.find_units(
-                intent_key=submission.intent_key,
-                sent_at=submission.sent_at or submission.created_at,
-                request_count=submission.requests_sent or 0,
-            )
+            try:
+                refs = provider.find_units(
+                    intent_key=submission.intent_key,
+                    sent_at=submission.sent_at or submission.created_at,
+                    request_count=submission.requests_sent or 0,
+                )
+            except ProviderError as exc:
+                if not possibly_sent:
+                    raise
+                # No answer either way about a unit that may exist: reconciled, never re-sent blindly.
+                mark_uncertain(submission, item_ids, f"Could not look for the batch at the provider: {exc}")
+                return "uncertain"
             if refs:
                 adopt(submission, refs, provider=provider, from_state=ItemState.PREPARED)
                 return "adopted"
@@ -219,8 +229,8 @@ def send_submission(submission_id: int, *, provider=None) -> str:
                 provider_ref=provider_ref,
                 claimed_until=None,
                 error="",
-                last_observed_at=timezone.now(),
-                last_observed_status="submitted",
+                # What the provider says is recorded when it is first asked; nothing yet.
+                last_observed_status="",
             )
             submission.entries.exclude(custom_id__in=sent).update(outcome="not_sent")
             move_items(
@@ -293,8 +303,7 @@ def adopt(submission: Submission, refs: list[str], *, provider, from_state: str)
             reason=f"Found at the provider: {keep}",
             provider_ref=keep,
             claimed_until=None,
-            last_observed_at=timezone.now(),
-            last_observed_status="found again",
+            last_observed_status="",
         )
         move_items(
             submission.entries.values_list("item_id", flat=True),

@@ -16,6 +16,15 @@ def counts_in_ledger_words(apps, schema_editor):
         submission.save(update_fields=["request_counts"])
 
 
+def refusals_in_ledger_words(apps, schema_editor):
+    """A batch that ended before the adapter said `refused` and is not collected yet: OpenAI's
+    `failed` with no output or error file was a refusal of the whole batch."""
+    Submission = apps.get_model("ledger", "Submission")
+    Submission.objects.filter(
+        state="ended", last_observed_status="failed", output_file_ref="", error_file_ref=""
+    ).update(refused=True)
+
+
 class Migration(migrations.Migration):
 
     dependencies = [
@@ -23,18 +32,6 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.RemoveField(
-            model_name='submission',
-            name='error_file_ref',
-        ),
-        migrations.RemoveField(
-            model_name='submission',
-            name='input_file_ref',
-        ),
-        migrations.RemoveField(
-            model_name='submission',
-            name='output_file_ref',
-        ),
         migrations.AddField(
             model_name='submission',
             name='candidates',
@@ -71,4 +68,17 @@ class Migration(migrations.Migration):
             field=models.CharField(blank=True, max_length=256),
         ),
         migrations.RunPython(counts_in_ledger_words, migrations.RunPython.noop),
+        migrations.RunPython(refusals_in_ledger_words, migrations.RunPython.noop),
+        migrations.RemoveField(
+            model_name='submission',
+            name='error_file_ref',
+        ),
+        migrations.RemoveField(
+            model_name='submission',
+            name='input_file_ref',
+        ),
+        migrations.RemoveField(
+            model_name='submission',
+            name='output_file_ref',
+        ),
     ]
