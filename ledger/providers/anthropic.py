@@ -27,8 +27,9 @@ from .base import (
     UnitCounts,
     UnitStatus,
     UnreadableLine,
+    token_count,
 )
-from .http import HttpBatchProvider
+from .http import PARSE_ERRORS, HttpBatchProvider, loads, parse_failure
 
 API_VERSION = "2023-06-01"
 BATCHES = "/v1/messages/batches"
@@ -94,11 +95,18 @@ def parse_result_line(
     """One line of a results file. What is kept of a failure (its error, or the text of an
     unreadable line) is scrubbed of credentials; a draft is the model's text and kept whole."""
     try:
-        line = json.loads(text)
+        line = loads(text)
     except ValueError as exc:
         return UnreadableLine(line_number, scrub_credentials(text, secrets)[:500], f"not JSON: {exc}")
     if not isinstance(line, dict) or not isinstance(line.get("custom_id"), str):
         return UnreadableLine(line_number, scrub_credentials(text, secrets)[:500], "no custom_id")
+    try:
+        return _parse_line(line_number, line, secrets=secrets)
+    except PARSE_ERRORS as exc:
+        return parse_failure(line_number, text, line["custom_id"], exc, secrets=secrets)
+
+
+def _parse_line(line_number: int, line: dict, *, secrets: Iterable[str]) -> ResultLine:
     custom_id = line["custom_id"]
     result = line.get("result") if isinstance(line.get("result"), dict) else {}
     kind = result.get("type")
@@ -120,8 +128,8 @@ def parse_result_line(
             succeeded=True,
             content=content,
             usage=usage,
-            input_tokens=int(usage.get("input_tokens") or 0),
-            output_tokens=int(usage.get("output_tokens") or 0),
+            input_tokens=token_count(usage.get("input_tokens")),
+            output_tokens=token_count(usage.get("output_tokens")),
             http_status=200,
         )
     if kind == "errored":
@@ -183,7 +191,7 @@ def request_total(batch: dict) -> int:
     counts = batch.get("request_counts")
     if not isinstance(counts, dict):
         return 0
-    return sum(int(value or 0) for value in counts.values() if isinstance(value, int | float))
+    return sum(token_count(value) for value in counts.values() if isinstance(value, int | float))
 
 
 class AnthropicBatchProvider(HttpBatchProvider):
@@ -266,8 +274,8 @@ class AnthropicBatchProvider(HttpBatchProvider):
             refused=False,
             counts=UnitCounts(
                 total=request_total(batch),
-                succeeded=int(counts.get("succeeded") or 0),
-                failed=sum(int(counts.get(name) or 0) for name in ("errored", "canceled", "expired")),
+                succeeded=token_count(counts.get("succeeded")),
+                failed=sum(token_count(counts.get(name)) for name in ("errored", "canceled", "expired")),
             )
             if isinstance(counts, dict)
             else None,

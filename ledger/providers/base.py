@@ -7,6 +7,7 @@ An adapter turns them into its provider's wire format and translates back: statu
 which the ledger reads instead of asking which provider it is talking to.
 """
 
+import math
 from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -122,6 +123,27 @@ def classify_http_status(status: int | None) -> tuple[str, bool]:
     if status is not None and 400 <= status < 500:
         return ReasonCode.REQUEST_INVALID, False
     return ReasonCode.MODEL_FAILED, False
+
+
+def token_count(value: object) -> int:
+    """A token count as a provider wrote it: an int, a float or a numeric string (proto JSON
+    writes int64 as text). 0 for anything else: absent, negative, not finite, a bool, a list."""
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return max(0, int(text))
+        except ValueError:
+            try:
+                value = float(text)
+            except ValueError:
+                return 0
+    if isinstance(value, bool):
+        return 0
+    if isinstance(value, int):
+        return max(0, value)
+    if isinstance(value, float) and math.isfinite(value) and value >= 0:
+        return int(value)
+    return 0
 
 
 class ProviderError(Exception):

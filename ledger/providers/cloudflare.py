@@ -55,8 +55,9 @@ from .base import (
     UnitCounts,
     UnitStatus,
     UnreadableLine,
+    token_count,
 )
-from .http import NEVER_SENT, HttpBatchProvider
+from .http import NEVER_SENT, PARSE_ERRORS, HttpBatchProvider, parse_failure
 
 REF_SEPARATOR = "|"
 QUEUE = {"queueRequest": "true"}
@@ -146,8 +147,7 @@ def apportion(total: int, weights: dict[str, int]) -> dict[str, int]:
 
 
 def tokens(usage: dict, name: str) -> int:
-    value = usage.get(name)
-    return max(0, int(value)) if isinstance(value, int | float) and not isinstance(value, bool) else 0
+    return token_count(usage.get(name))
 
 
 def response_text(result: object) -> str | None:
@@ -352,7 +352,10 @@ class CloudflareBatchProvider(HttpBatchProvider):
                 "shared_among": len(billed),
                 "rule": APPORTIONING_RULE,
             }
-            yield self._line(number, reference, response, line_usage, share_in, share_out)
+            try:
+                yield self._line(number, reference, response, line_usage, share_in, share_out)
+            except PARSE_ERRORS as exc:
+                yield parse_failure(number, "", reference, exc, secrets=self.secrets)
 
     def _line(
         self, number: int, custom_id: str, response: dict, usage: dict, input_tokens: int, output_tokens: int

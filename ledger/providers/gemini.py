@@ -38,8 +38,9 @@ from .base import (
     UnitStatus,
     UnreadableLine,
     classify_http_status,
+    token_count,
 )
-from .http import HttpBatchProvider
+from .http import PARSE_ERRORS, HttpBatchProvider, parse_failure
 
 # REST says BATCH_STATE_*; the SDKs say JOB_STATE_*. Both are read by their suffix.
 ENDED_STATES = {"SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"}
@@ -136,11 +137,8 @@ def responses_file(operation: dict) -> str:
 
 
 def _int(value: object) -> int:
-    """An int64 of proto JSON (a string), or a number; 0 when absent."""
-    try:
-        return int(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return 0
+    """An int64 of proto JSON (a string), or a number; 0 when absent or unreadable."""
+    return token_count(value)
 
 
 def classify_error(error: dict) -> tuple[str, str, bool, int | None]:
@@ -163,9 +161,24 @@ def classify_error(error: dict) -> tuple[str, str, bool, int | None]:
 def parse_inlined(number: int, entry: object, *, secrets: Iterable[str] = ()) -> ResultLine | UnreadableLine:
     """One inlined response (`number` counts from 1). Without a string `metadata.key` it cannot be
     matched to a request: unreadable, never guessed from its position."""
+    try:
+        return _parse_inlined(number, entry, secrets=secrets)
+    except PARSE_ERRORS as exc:
+        metadata = entry.get("metadata") if isinstance(entry, dict) else None
+        key = metadata.get("key") if isinstance(metadata, dict) else None
+        return parse_failure(number, _shown(entry), key, exc, secrets=secrets)
 
+
+def _shown(entry: object) -> str:
+    try:
+        return json.dumps(entry, ensure_ascii=False)
+    except PARSE_ERRORS:
+        return repr(entry)
+
+
+def _parse_inlined(number: int, entry: object, *, secrets: Iterable[str]) -> ResultLine | UnreadableLine:
     def shown() -> str:
-        return scrub_credentials(json.dumps(entry, ensure_ascii=False), secrets)[:500]
+        return scrub_credentials(_shown(entry), secrets)[:500]
 
     if not isinstance(entry, dict):
         return UnreadableLine(number, shown(), "not an object")

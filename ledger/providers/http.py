@@ -2,14 +2,59 @@
 message it stores, and one call that tells a request that never left this machine from one whose
 answer was lost on the way back (SPEC rule 3)."""
 
+import json
+import math
+
 import httpx
 
 from ..retrying import retry_after_seconds
 from ..scrubbing import header_credentials, scrub_credentials
-from .base import AnswerLost, BatchProvider, ProviderError
+from ..states import ReasonCode
+from .base import AnswerLost, BatchProvider, ProviderError, ResultLine, UnreadableLine
 
 # Failures that prove the request never left this machine.
 NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
+# What reading a result of an unexpected shape can raise: caught around every parser, so a result
+# nobody promised becomes a line, never an exception that ends the collection.
+PARSE_ERRORS = (AttributeError, TypeError, ValueError, OverflowError, KeyError, IndexError)
+
+
+def _finite(text: str) -> float | None:
+    value = float(text)
+    return value if math.isfinite(value) else None
+
+
+def loads(text: str) -> object:
+    """JSON as a provider wrote it, with NaN, Infinity and numbers too large for a float read as
+    null: none of them is JSON, and a JSON column would refuse to store them."""
+    return json.loads(text, parse_constant=lambda name: None, parse_float=_finite)
+
+
+def unreadable_result(
+    custom_id: str, message: str, *, http_status: int | None = None, secrets=()
+) -> ResultLine:
+    """A result that arrived for `custom_id` (and may have been paid for) but cannot be used: a
+    permanent failure of that request, never sent again by itself."""
+    return ResultLine(
+        custom_id=custom_id,
+        succeeded=False,
+        http_status=http_status,
+        error_code="unreadable_result",
+        error_message=scrub_credentials(message, secrets)[:1000],
+        reason=ReasonCode.UNREADABLE_RESULT,
+    )
+
+
+def parse_failure(
+    line_number: int, shown: str, custom_id: object, exc: Exception, *, secrets=()
+) -> ResultLine | UnreadableLine:
+    """What a parser that raised `exc` on a result yields instead: a failed `unreadable_result`
+    for its request when its custom_id could be read (a line without a result would be
+    `missing_result`, re-sent: it may have succeeded), else an `UnreadableLine`."""
+    problem = f"unreadable: {type(exc).__name__}: {scrub_credentials(str(exc), secrets)[:200]}"
+    if isinstance(custom_id, str) and custom_id:
+        return unreadable_result(custom_id, f"line {line_number}: {problem}", secrets=secrets)
+    return UnreadableLine(line_number, scrub_credentials(shown, secrets)[:500], problem)
 
 
 class HttpBatchProvider(BatchProvider):

@@ -23,8 +23,9 @@ from .base import (
     UnitStatus,
     UnreadableLine,
     classify_http_status,
+    token_count,
 )
-from .http import HttpBatchProvider
+from .http import PARSE_ERRORS, HttpBatchProvider, loads, parse_failure, unreadable_result
 
 ENDPOINT = "/v1/chat/completions"
 ENDED_STATUSES = {"completed", "failed", "expired", "cancelled"}
@@ -66,37 +67,43 @@ def parse_result_line(
     """One line of a results file. What is kept of a line that failed (its error, or the text of
     an unreadable line) is scrubbed of credentials; a draft is the model's text and kept whole."""
     try:
-        line = json.loads(text)
+        line = loads(text)
     except ValueError as exc:
         return UnreadableLine(line_number, scrub_credentials(text, secrets)[:500], f"not JSON: {exc}")
     if not isinstance(line, dict) or not isinstance(line.get("custom_id"), str):
         return UnreadableLine(line_number, scrub_credentials(text, secrets)[:500], "no custom_id")
+    try:
+        return _parse_line(line_number, line, secrets=secrets)
+    except PARSE_ERRORS as exc:
+        return parse_failure(line_number, text, line["custom_id"], exc, secrets=secrets)
+
+
+def _parse_line(line_number: int, line: dict, *, secrets: Iterable[str]) -> ResultLine:
     custom_id = line["custom_id"]
-    response = line.get("response") or {}
+    response = line.get("response") if isinstance(line.get("response"), dict) else {}
     error = line.get("error")
     status_code = response.get("status_code")
-    body = response.get("body") or {}
+    body = response.get("body") if isinstance(response.get("body"), dict) else {}
     if status_code == 200 and not error:
         try:
             content = body["choices"][0]["message"]["content"] or ""
         except (KeyError, IndexError, TypeError):
+            content = None
+        if not isinstance(content, str):
             # Paid for but unusable: a permanent failure of that request, never an automatic re-send.
-            return ResultLine(
-                custom_id=custom_id,
-                succeeded=False,
+            return unreadable_result(
+                custom_id,
+                f"line {line_number}: a success line without a text choices[0].message.content",
                 http_status=200,
-                error_code="unreadable_result",
-                error_message=f"line {line_number}: a success line without choices[0].message",
-                reason=ReasonCode.UNREADABLE_RESULT,
             )
-        usage = body.get("usage") or {}
+        usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
         return ResultLine(
             custom_id=custom_id,
             succeeded=True,
             content=content,
             usage=usage,
-            input_tokens=int(usage.get("prompt_tokens") or 0),
-            output_tokens=int(usage.get("completion_tokens") or 0),
+            input_tokens=token_count(usage.get("prompt_tokens")),
+            output_tokens=token_count(usage.get("completion_tokens")),
             http_status=200,
         )
     if isinstance(error, dict):
@@ -110,7 +117,7 @@ def parse_result_line(
             reason=reason,
             transient=transient,
         )
-    envelope = body.get("error") if isinstance(body, dict) else None
+    envelope = body.get("error")
     envelope = envelope if isinstance(envelope, dict) else {}
     code = str(envelope.get("code") or envelope.get("type") or f"http_{status_code}")
     status = status_code if isinstance(status_code, int) else None
@@ -203,9 +210,9 @@ class OpenAIBatchProvider(HttpBatchProvider):
             refused=batch["status"] == "failed"
             and not (batch.get("output_file_id") or batch.get("error_file_id")),
             counts=UnitCounts(
-                total=int(counts.get("total") or 0),
-                succeeded=int(counts.get("completed") or 0),
-                failed=int(counts.get("failed") or 0),
+                total=token_count(counts.get("total")),
+                succeeded=token_count(counts.get("completed")),
+                failed=token_count(counts.get("failed")),
             )
             if isinstance(counts, dict)
             else None,

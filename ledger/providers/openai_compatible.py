@@ -30,8 +30,9 @@ from .base import (
     UnitStatus,
     UnreadableLine,
     classify_http_status,
+    token_count,
 )
-from .http import NEVER_SENT, HttpBatchProvider
+from .http import NEVER_SENT, PARSE_ERRORS, HttpBatchProvider, unreadable_result
 
 PATH = "/chat/completions"
 REF_PREFIX = "local-"
@@ -201,12 +202,27 @@ class CompatibleServerProvider(HttpBatchProvider):
         return None  # not reached: the last attempt always returns
 
     def _read(self, request: InferenceRequest, response: httpx.Response) -> ResultLine:
+        try:
+            return self._read_answer(request, response)
+        except PARSE_ERRORS as exc:
+            return unreadable_result(
+                request.custom_id,
+                f"an answer that could not be read ({type(exc).__name__}: {exc})",
+                http_status=response.status_code,
+                secrets=self.secrets,
+            )
+
+    def _read_answer(self, request: InferenceRequest, response: httpx.Response) -> ResultLine:
         if response.status_code >= 400:
             return self._error_line(request, response)
         try:
             answer = response.json()
             message = answer["choices"][0]["message"]
-        except (ValueError, KeyError, IndexError, TypeError):
+            content = message.get("content")
+            content = "" if content is None else content  # as OpenAI's own adapter reads it
+            if not isinstance(content, str):
+                raise TypeError("content is not text")
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
             # Answered (and computed) but unusable: permanent, never re-sent by itself.
             said = scrub_credentials(response.text, self.secrets)[:300]
             return self._failure(
@@ -214,18 +230,17 @@ class CompatibleServerProvider(HttpBatchProvider):
                 ReasonCode.UNREADABLE_RESULT,
                 False,
                 "unreadable_result",
-                f"an answer without choices[0].message: {said}",
+                f"an answer without a text choices[0].message.content: {said}",
                 http_status=response.status_code,
             )
         usage = answer.get("usage") if isinstance(answer.get("usage"), dict) else {}
-        content = message.get("content") if isinstance(message, dict) else None
         return ResultLine(
             custom_id=request.custom_id,
             succeeded=True,
-            content=content if isinstance(content, str) else "",
+            content=content,
             usage=usage,
-            input_tokens=int(usage.get("prompt_tokens") or 0),
-            output_tokens=int(usage.get("completion_tokens") or 0),
+            input_tokens=token_count(usage.get("prompt_tokens")),
+            output_tokens=token_count(usage.get("completion_tokens")),
             http_status=response.status_code,
         )
 

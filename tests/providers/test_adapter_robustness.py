@@ -1,0 +1,177 @@
+"""What an adapter does with answers nobody promised: never an exception from a call but
+ProviderError (or AnswerLost), never a result lost or sent again when it may have succeeded."""
+
+import json
+import math
+
+import httpx
+import pytest
+
+from ledger.providers import anthropic, cloudflare, gemini, openai
+from ledger.providers.base import InferenceRequest, ResultLine, UnreadableLine, token_count
+from ledger.providers.openai_compatible import CompatibleServerProvider
+from ledger.states import ReasonCode
+
+
+def request(custom_id: str = "bd-1-1") -> InferenceRequest:
+    return InferenceRequest(
+        custom_id=custom_id,
+        model="m",
+        system_message="s",
+        user_message="u",
+        output_schema=None,
+        max_output_tokens=10,
+    )
+
+
+# 1. One token count for every adapter; odd values read as lines, never raised.
+
+
+@pytest.mark.parametrize(
+    ("value", "count"),
+    [
+        (12, 12),
+        ("12", 12),
+        (3.7, 3),
+        ("many", 0),
+        (math.inf, 0),
+        (math.nan, 0),
+        (-4, 0),
+        (True, 0),
+        ([1], 0),
+        (None, 0),
+        ({"a": 1}, 0),
+    ],
+)
+def test_a_token_count_is_a_finite_non_negative_number_or_zero(value, count):
+    assert token_count(value) == count
+
+
+def openai_line(response: object = None, **body_parts) -> str:
+    body = {"choices": [{"message": {"content": '{"a": 1}'}}], "usage": {"prompt_tokens": 5}}
+    body.update(body_parts)
+    if response is None:
+        response = {"status_code": 200, "body": body}
+    return json.dumps({"custom_id": "bd-1-1", "response": response})
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        openai_line(response=[1]),
+        openai_line(usage=[1]),
+        openai_line(usage={"prompt_tokens": "many", "completion_tokens": 1e308 * 10}),
+        '{"custom_id": "bd-1-1", "response": {"status_code": 200, "body": {"choices": [{"message": '
+        '{"content": "x"}}], "usage": {"prompt_tokens": Infinity, "completion_tokens": NaN}}}}',
+        openai_line(choices=[{"message": {"content": ["x"]}}]),
+        openai_line(choices=[{"message": "x"}]),
+        openai_line(response={"status_code": 500, "body": [1]}),
+        '{"custom_id": "bd-1-1", "error": {"code": 5, "message": ["x"]}}',
+    ],
+)
+def test_an_openai_line_of_odd_values_is_a_line_never_an_exception(text):
+    line = openai.parse_result_line(3, text)
+    assert isinstance(line, ResultLine) and line.custom_id == "bd-1-1"
+    assert isinstance(line.content, str)
+    if line.succeeded:
+        assert line.input_tokens in (0, 5) and line.output_tokens == 0
+        # What is kept is JSON a database stores: no NaN, no Infinity.
+        json.dumps(line.usage, allow_nan=False)
+
+
+def test_openai_content_that_is_not_text_is_an_unreadable_result_not_a_success():
+    line = openai.parse_result_line(3, openai_line(choices=[{"message": {"content": ["x"]}}]))
+    assert not line.succeeded
+    assert (line.reason, line.transient, line.error_code) == (
+        ReasonCode.UNREADABLE_RESULT,
+        False,
+        "unreadable_result",
+    )
+
+
+def test_a_parser_that_fails_on_a_line_with_a_custom_id_records_it_as_unreadable_never_missing(
+    monkeypatch,
+):
+    """A line whose custom_id is known must not become `missing_result` (re-sent: it may have
+    succeeded): an unexpected exception inside the parser gives a permanent failed line."""
+
+    def broken(*args, **kwargs):
+        raise KeyError("surprise")
+
+    monkeypatch.setattr(openai, "_parse_line", broken)
+    line = openai.parse_result_line(4, openai_line())
+    assert isinstance(line, ResultLine) and line.custom_id == "bd-1-1"
+    assert (line.succeeded, line.reason, line.transient) == (False, ReasonCode.UNREADABLE_RESULT, False)
+    monkeypatch.setattr(anthropic, "_parse_line", broken)
+    line = anthropic.parse_result_line(4, '{"custom_id": "bd-1-1", "result": {}}')
+    assert (line.custom_id, line.reason) == ("bd-1-1", ReasonCode.UNREADABLE_RESULT)
+    monkeypatch.setattr(gemini, "_parse_inlined", broken)
+    line = gemini.parse_inlined(4, {"metadata": {"key": "bd-1-1"}})
+    assert (line.custom_id, line.reason) == ("bd-1-1", ReasonCode.UNREADABLE_RESULT)
+    assert isinstance(gemini.parse_inlined(5, {"metadata": {}}), UnreadableLine)
+
+
+def anthropic_line(**usage) -> str:
+    message = {"content": [{"type": "text", "text": "hi"}], "usage": usage}
+    return json.dumps({"custom_id": "bd-1-1", "result": {"type": "succeeded", "message": message}})
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        anthropic_line(input_tokens="x", output_tokens=2),
+        anthropic_line(input_tokens=math.inf, output_tokens=2),
+        anthropic_line(input_tokens=[1], output_tokens=2),
+        anthropic_line(input_tokens=1e400, output_tokens=2),
+    ],
+)
+def test_an_anthropic_line_with_odd_token_counts_is_a_success_with_zero_input_tokens(text):
+    line = anthropic.parse_result_line(1, text)
+    assert isinstance(line, ResultLine) and line.succeeded
+    assert (line.content, line.input_tokens, line.output_tokens) == ("hi", 0, 2)
+    json.dumps(line.usage, allow_nan=False)
+
+
+@pytest.mark.parametrize("value", [math.inf, "1e999", "x", [1], -1])
+def test_a_gemini_response_with_odd_token_counts_is_a_success_with_zero_tokens(value):
+    entry = {
+        "metadata": {"key": "bd-1-1"},
+        "response": {
+            "candidates": [{"content": {"parts": [{"text": "hi"}]}}],
+            "usageMetadata": {"promptTokenCount": value, "candidatesTokenCount": "3"},
+        },
+    }
+    line = gemini.parse_inlined(1, entry)
+    assert isinstance(line, ResultLine) and line.succeeded
+    assert (line.input_tokens, line.output_tokens) == (0, 3)
+
+
+def compatible_answer(answer: dict) -> ResultLine:
+    provider = CompatibleServerProvider(client=httpx.Client(base_url="http://server.test/v1"))
+    sent = httpx.Request("POST", "http://server.test/v1/chat/completions")
+    return provider._read(request(), httpx.Response(200, json=answer, request=sent))
+
+
+def test_an_openai_compatible_answer_with_odd_usage_is_read_with_zero_tokens():
+    line = compatible_answer(
+        {
+            "choices": [{"message": {"content": "hi"}}],
+            "usage": {"prompt_tokens": "many", "completion_tokens": 2},
+        }
+    )
+    assert (line.succeeded, line.content, line.input_tokens, line.output_tokens) == (True, "hi", 0, 2)
+
+
+@pytest.mark.parametrize("content", [["x"], {"a": 1}, 5])
+def test_an_openai_compatible_answer_whose_content_is_not_text_is_unreadable(content):
+    line = compatible_answer({"choices": [{"message": {"content": content}}]})
+    assert (line.succeeded, line.reason, line.transient) == (False, ReasonCode.UNREADABLE_RESULT, False)
+
+
+def test_cloudflare_usage_that_is_not_finite_is_shared_as_zero():
+    provider = cloudflare.CloudflareBatchProvider(
+        client=httpx.Client(base_url="http://cf.test"), account_id="a"
+    )
+    responses = [{"external_reference": "bd-1-1", "success": True, "result": {"response": "hi"}}]
+    lines = list(provider.read_responses(responses, {"prompt_tokens": math.inf, "completion_tokens": "4"}))
+    assert [(line.custom_id, line.input_tokens, line.output_tokens) for line in lines] == [("bd-1-1", 0, 4)]
