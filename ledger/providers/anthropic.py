@@ -219,24 +219,15 @@ class AnthropicBatchProvider(HttpBatchProvider):
         # Its JSON inside the `requests` array, and the comma after it.
         return len(json.dumps(batch_request(request), ensure_ascii=False).encode("utf-8")) + 1
 
-    def _json(self, response: httpx.Response) -> dict:
-        try:
-            answer = response.json()
-        except ValueError as exc:
-            raise ProviderError(f"{response.request.url.path} answered unreadable JSON") from exc
-        if not isinstance(answer, dict):
-            raise ProviderError(f"{response.request.url.path} answered JSON that is not an object")
-        return answer
-
     def submit(self, *, requests: list[InferenceRequest], intent_key: str, metadata: dict) -> str:
         # Anthropic keeps no metadata on a batch: the intent key stays with us (find_units).
         body = {"requests": [batch_request(request) for request in requests]}
         response = self._call("POST", BATCHES, json=body, answer_may_be_lost=True)
-        try:
-            return str(response.json()["id"])
-        except (ValueError, KeyError, TypeError) as exc:
+        batch_id = self._json(response, answer_may_be_lost=True).get("id")
+        if not isinstance(batch_id, str) or not batch_id:
             # Created or not, we cannot tell which batch: reconcile as if the answer were lost.
-            raise AnswerLost(f"POST {BATCHES} answered without a batch id", secrets=self.secrets) from exc
+            raise AnswerLost(f"POST {BATCHES} answered without a batch id", secrets=self.secrets)
+        return batch_id
 
     def find_units(self, *, intent_key: str, sent_at: datetime, request_count: int) -> list[str]:
         """Candidates: batches created from `sent_at` (less clock skew) to 15 minutes after,
@@ -248,22 +239,25 @@ class AnthropicBatchProvider(HttpBatchProvider):
         while True:
             params = {"limit": LISTING_PAGE, **({"after_id": after_id} if after_id else {})}
             page = self._json(self._call("GET", BATCHES, params=params))
-            batches = [batch for batch in page.get("data") or [] if isinstance(batch, dict)]
+            data = page.get("data") if isinstance(page.get("data"), list) else []
+            batches = [batch for batch in data if isinstance(batch, dict)]
             for batch in batches:
                 created = parse_time(batch.get("created_at"))
-                if created is not None and earliest <= created <= latest:
+                if created is not None and earliest <= created <= latest and isinstance(batch.get("id"), str):
                     if request_total(batch) == request_count:
-                        found.append(str(batch["id"]))
+                        found.append(batch["id"])
             # Newest first: once a page reaches before the window, the rest is older still.
             oldest = parse_time(batches[-1].get("created_at")) if batches else None
             if not page.get("has_more") or not batches or (oldest is not None and oldest < earliest):
                 return list(reversed(found))
-            after_id = page.get("last_id") or batches[-1]["id"]
+            after_id = page.get("last_id") or batches[-1].get("id")
+            if not isinstance(after_id, str) or not after_id:
+                raise ProviderError(f"GET {BATCHES} says it has more but gives no id to go on from")
 
     def status(self, provider_ref: str) -> UnitStatus:
         batch = self._json(self._call("GET", f"{BATCHES}/{provider_ref}"))
         counts = batch.get("request_counts")
-        word = str(batch.get("processing_status") or "")
+        word = batch.get("processing_status") if isinstance(batch.get("processing_status"), str) else ""
         problem = ""
         if batch.get("archived_at"):
             problem = f"results archived at {batch['archived_at']}: no longer available"

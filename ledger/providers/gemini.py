@@ -299,16 +299,6 @@ class GeminiBatchProvider(HttpBatchProvider):
                 return retry_after_seconds(match.group(1))
         return None
 
-    def _json(self, response: httpx.Response) -> dict:
-        try:
-            body = response.json()
-        except ValueError:
-            body = None
-        if not isinstance(body, dict):
-            said = scrub_credentials(response.text, self.secrets)[:300]
-            raise ProviderError(f"{response.request.url.path} answered what is not a JSON object: {said}")
-        return body
-
     def submit(self, *, requests: list[InferenceRequest], intent_key: str, metadata: dict) -> str:
         """Gemini batches carry no metadata but their display name: the intent key goes there,
         and `metadata` is not sent."""
@@ -326,7 +316,8 @@ class GeminiBatchProvider(HttpBatchProvider):
         payload = json.dumps(body, ensure_ascii=False, separators=COMPACT).encode("utf-8")
         headers = {"content-type": "application/json; charset=utf-8"}
         operation = self._json(
-            self._call("POST", path, content=payload, headers=headers, answer_may_be_lost=True)
+            self._call("POST", path, content=payload, headers=headers, answer_may_be_lost=True),
+            answer_may_be_lost=True,
         )
         name = operation.get("name")
         if not isinstance(name, str) or not name.startswith("batches/"):
@@ -342,13 +333,14 @@ class GeminiBatchProvider(HttpBatchProvider):
         while True:
             params = {"pageSize": 100, **({"pageToken": token} if token else {})}
             page = self._json(self._call("GET", "/batches", params=params))
-            for operation in page.get("operations") or []:
+            operations = page.get("operations") if isinstance(page.get("operations"), list) else []
+            for operation in operations:
                 metadata = operation.get("metadata") if isinstance(operation, dict) else None
                 name = operation.get("name") if isinstance(operation, dict) else None
                 if isinstance(metadata, dict) and metadata.get("displayName") == intent_key and name:
                     found.append((str(metadata.get("createTime") or ""), str(name)))
             token = page.get("nextPageToken")
-            if not token or not page.get("operations"):
+            if not token or not isinstance(token, str) or not operations:
                 # The listing's order is not promised: oldest first by creation time (RFC 3339
                 # in UTC sorts as text).
                 return [name for _, name in sorted(found)]

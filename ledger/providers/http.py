@@ -80,6 +80,20 @@ class HttpBatchProvider(BatchProvider):
             raise self._refusal(method, path, response)
         return response
 
+    def _json(self, response: httpx.Response, *, answer_may_be_lost: bool = False) -> dict:
+        """The JSON object a call answered. Anything else is a ProviderError; on a call whose
+        answer may be lost (a create), AnswerLost: the provider answered, so the unit may exist."""
+        try:
+            body = loads(response.text)
+        except ValueError:
+            body = None
+        if isinstance(body, dict):
+            return body
+        request = response.request
+        said = scrub_credentials(response.text, self.secrets)[:300]
+        problem = f"{request.method} {request.url.path} answered what is not a JSON object: {said}"
+        raise (AnswerLost if answer_may_be_lost else ProviderError)(problem, secrets=self.secrets)
+
     def _refusal(self, method: str, path: str, response: httpx.Response) -> ProviderError:
         """A 4xx/5xx answer as a ProviderError, transient or not by its status."""
         # Scrubbed before it is cut short: half a key would no longer look like one.

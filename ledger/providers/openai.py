@@ -13,6 +13,7 @@ from ..retrying import retry_after_seconds
 from ..scrubbing import scrub_credentials
 from ..states import ReasonCode
 from .base import (
+    AnswerLost,
     Capabilities,
     Delivery,
     Finding,
@@ -164,14 +165,22 @@ class OpenAIBatchProvider(HttpBatchProvider):
     def submit(self, *, requests: list[InferenceRequest], intent_key: str, metadata: dict) -> str:
         payload = "".join(json.dumps(request_line(r), ensure_ascii=False) + "\n" for r in requests)
         # Uploading twice is harmless (an unused file); creating a batch twice is not.
-        upload = self._call(
-            "POST",
-            "/files",
-            files={"file": (f"{intent_key}.jsonl", io.BytesIO(payload.encode("utf-8")), "application/jsonl")},
-            data={"purpose": "batch"},
-        ).json()
+        upload = self._json(
+            self._call(
+                "POST",
+                "/files",
+                files={
+                    "file": (f"{intent_key}.jsonl", io.BytesIO(payload.encode("utf-8")), "application/jsonl")
+                },
+                data={"purpose": "batch"},
+            )
+        )
+        file_id = upload.get("id")
+        if not isinstance(file_id, str) or not file_id:
+            # Nothing is created yet: an unused file at most, so the upload may simply be tried again.
+            raise ProviderError("POST /files answered without a file id", secrets=self.secrets)
         body = {
-            "input_file_id": upload["id"],
+            "input_file_id": file_id,
             "endpoint": ENDPOINT,
             "completion_window": "24h",
             "metadata": {
@@ -179,7 +188,12 @@ class OpenAIBatchProvider(HttpBatchProvider):
                 INTENT_METADATA_KEY: intent_key,
             },
         }
-        return self._call("POST", "/batches", json=body, answer_may_be_lost=True).json()["id"]
+        response = self._call("POST", "/batches", json=body, answer_may_be_lost=True)
+        batch_id = self._json(response, answer_may_be_lost=True).get("id")
+        if not isinstance(batch_id, str) or not batch_id:
+            # Created or not, we cannot tell which batch: reconcile as if the answer were lost.
+            raise AnswerLost("POST /batches answered without a batch id", secrets=self.secrets)
+        return batch_id
 
     def find_units(
         self, *, intent_key: str, sent_at: datetime | None = None, request_count: int = 0
@@ -188,27 +202,36 @@ class OpenAIBatchProvider(HttpBatchProvider):
         after = None
         while True:
             params = {"limit": 100, **({"after": after} if after else {})}
-            page = self._call("GET", "/batches", params=params).json()
+            page = self._json(self._call("GET", "/batches", params=params))
+            data = page.get("data") if isinstance(page.get("data"), list) else []
+            batches = [batch for batch in data if isinstance(batch, dict)]
             found += [
                 batch["id"]
-                for batch in page.get("data", [])
-                if (batch.get("metadata") or {}).get(INTENT_METADATA_KEY) == intent_key
+                for batch in batches
+                if isinstance(batch.get("id"), str)
+                and isinstance(batch.get("metadata"), dict)
+                and batch["metadata"].get(INTENT_METADATA_KEY) == intent_key
             ]
-            if not page.get("has_more") or not page.get("data"):
+            if not page.get("has_more") or not batches:
                 # The listing is newest first.
                 return list(reversed(found))
-            after = page["data"][-1]["id"]
+            after = batches[-1].get("id")
+            if not isinstance(after, str) or not after:
+                raise ProviderError("GET /batches says it has more but gives no id to go on from")
 
     def status(self, provider_ref: str) -> UnitStatus:
-        batch = self._call("GET", f"/batches/{provider_ref}").json()
-        errors = (batch.get("errors") or {}).get("data") or []
+        batch = self._json(self._call("GET", f"/batches/{provider_ref}"))
+        errors = batch.get("errors") if isinstance(batch.get("errors"), dict) else {}
+        errors = errors.get("data") if isinstance(errors.get("data"), list) else []
+        errors = [error for error in errors if isinstance(error, dict)]
         counts = batch.get("request_counts")
+        word = batch.get("status") if isinstance(batch.get("status"), str) else ""
         return UnitStatus(
-            provider_status=batch["status"],
-            ended=batch["status"] in ENDED_STATUSES,
+            # A batch without a status word is shown as such and polled again.
+            provider_status=word or "unknown",
+            ended=word in ENDED_STATUSES,
             # `failed` with no file at all: the batch itself was refused (its input, a limit).
-            refused=batch["status"] == "failed"
-            and not (batch.get("output_file_id") or batch.get("error_file_id")),
+            refused=word == "failed" and not (batch.get("output_file_id") or batch.get("error_file_id")),
             counts=UnitCounts(
                 total=token_count(counts.get("total")),
                 succeeded=token_count(counts.get("completed")),
@@ -228,9 +251,9 @@ class OpenAIBatchProvider(HttpBatchProvider):
         skip: Container[str] = (),
         requests: Iterable[InferenceRequest] = (),
     ) -> Iterator[ResultLine | UnreadableLine]:
-        batch = self._call("GET", f"/batches/{provider_ref}").json()
+        batch = self._json(self._call("GET", f"/batches/{provider_ref}"))
         for file_ref in (batch.get("output_file_id"), batch.get("error_file_id")):
-            if file_ref:
+            if file_ref and isinstance(file_ref, str):
                 yield from self._stream_file(file_ref)
 
     def _stream_file(self, file_ref: str) -> Iterator[ResultLine | UnreadableLine]:

@@ -8,7 +8,14 @@ import httpx
 import pytest
 
 from ledger.providers import anthropic, cloudflare, gemini, openai
-from ledger.providers.base import InferenceRequest, ResultLine, UnreadableLine, token_count
+from ledger.providers.base import (
+    AnswerLost,
+    InferenceRequest,
+    ProviderError,
+    ResultLine,
+    UnreadableLine,
+    token_count,
+)
 from ledger.providers.openai_compatible import CompatibleServerProvider
 from ledger.states import ReasonCode
 
@@ -175,3 +182,90 @@ def test_cloudflare_usage_that_is_not_finite_is_shared_as_zero():
     responses = [{"external_reference": "bd-1-1", "success": True, "result": {"response": "hi"}}]
     lines = list(provider.read_responses(responses, {"prompt_tokens": math.inf, "completion_tokens": "4"}))
     assert [(line.custom_id, line.input_tokens, line.output_tokens) for line in lines] == [("bd-1-1", 0, 4)]
+
+
+# 2. Answers about a unit that are not the promised JSON object. The emulators always answer the
+# promised shapes, so these few are served by a MockTransport.
+
+
+def answering(provider_class, answers: dict[str, object], base_url: str = "http://provider.test/v1"):
+    """The adapter with a client whose calls get `answers[path suffix]`: bytes as they are,
+    anything else as JSON."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        for suffix, answer in answers.items():
+            if request.url.path.endswith(suffix):
+                if isinstance(answer, bytes):
+                    return httpx.Response(200, content=answer)
+                return httpx.Response(200, json=answer)
+        return httpx.Response(404, json={"error": {"message": "no such thing"}})
+
+    client = httpx.Client(base_url=base_url, transport=httpx.MockTransport(handler))
+    if provider_class is cloudflare.CloudflareBatchProvider:
+        return provider_class(client=client, account_id="acct")
+    return provider_class(client=client)
+
+
+@pytest.mark.parametrize("answer", [b"<html>bad gateway</html>", b"", ["a"], "text", None])
+def test_an_openai_status_answer_that_is_not_a_json_object_is_a_provider_error(answer):
+    provider = answering(openai.OpenAIBatchProvider, {"/batches/b1": answer})
+    with pytest.raises(ProviderError) as raised:
+        provider.status("b1")
+    assert not isinstance(raised.value, AnswerLost) and raised.value.transient
+    with pytest.raises(ProviderError):
+        list(provider.results("b1"))
+    with pytest.raises(ProviderError):
+        answering(openai.OpenAIBatchProvider, {"/batches": answer}).find_units(intent_key="k")
+
+
+@pytest.mark.parametrize(
+    "batch", [{"id": "b1"}, {"id": "b1", "status": None}, {"status": 7, "errors": ["x"]}]
+)
+def test_an_openai_batch_without_a_status_word_is_shown_as_a_word_and_polled_again(batch):
+    status = answering(openai.OpenAIBatchProvider, {"/batches/b1": batch}).status("b1")
+    assert isinstance(status.provider_status, str) and status.provider_status == "unknown"
+    assert not status.ended
+
+
+@pytest.mark.parametrize("answer", [b"not json", {}, {"id": None}, {"id": 17}, ["b1"]])
+def test_an_openai_create_answered_without_a_batch_id_is_a_lost_answer(answer):
+    provider = answering(openai.OpenAIBatchProvider, {"/files": {"id": "file-1"}, "/batches": answer})
+    with pytest.raises(AnswerLost):
+        provider.submit(requests=[request()], intent_key="k", metadata={})
+
+
+@pytest.mark.parametrize("answer", [b"not json", {}])
+def test_an_openai_upload_answered_without_a_file_id_is_an_ordinary_error(answer):
+    # Nothing is created by an upload: trying it again is harmless, so it is not a lost answer.
+    provider = answering(openai.OpenAIBatchProvider, {"/files": answer})
+    with pytest.raises(ProviderError) as raised:
+        provider.submit(requests=[request()], intent_key="k", metadata={})
+    assert not isinstance(raised.value, AnswerLost)
+
+
+def test_an_openai_listing_with_entries_of_odd_shapes_finds_only_the_readable_ones():
+    page = {
+        "data": [
+            {"metadata": {"batchdesk_intent": "k"}},
+            "b0",
+            {"id": "b1", "metadata": ["k"]},
+            {"id": "b2", "metadata": {"batchdesk_intent": "k"}},
+        ],
+        "has_more": False,
+    }
+    assert answering(openai.OpenAIBatchProvider, {"/batches": page}).find_units(intent_key="k") == ["b2"]
+
+
+@pytest.mark.parametrize("answer", [b"not json", {}, {"id": None}, {"id": 5}])
+def test_an_anthropic_create_answered_without_a_batch_id_is_a_lost_answer(answer):
+    provider = answering(anthropic.AnthropicBatchProvider, {"/v1/messages/batches": answer}, "http://a.test")
+    with pytest.raises(AnswerLost):
+        provider.submit(requests=[request()], intent_key="k", metadata={})
+
+
+def test_a_gemini_create_answered_with_what_is_not_json_is_a_lost_answer():
+    provider = answering(
+        gemini.GeminiBatchProvider, {":batchGenerateContent": b"<html>"}, "http://g.test/v1beta"
+    )
+    with pytest.raises(AnswerLost):
+        provider.submit(requests=[request()], intent_key="k", metadata={})
