@@ -24,14 +24,15 @@ from django.views.decorators.http import require_GET, require_POST
 from ledger.actions import (
     RESEND_RISK,
     NotAllowed,
+    operator_must_decide,
     reconcile_uncertain,
     redrive_dead_letter,
     resend_uncertain,
     retry_item,
 )
 from ledger.models import Item, Submission
-from ledger.providers import capabilities, configured_provider_names
-from ledger.providers.base import Finding, ProviderError
+from ledger.providers import configured_provider_names
+from ledger.providers.base import ProviderError
 from ledger.states import NEEDS_ATTENTION_STATES, ItemState, JobState, ReasonCode, SubmissionState
 
 from .common import HtmxHttpRequest, wants_partial
@@ -253,27 +254,19 @@ def operations(request: HtmxHttpRequest) -> HttpResponse:
     submissions = Paginator(unfinished, SUBMISSIONS_PER_PAGE).get_page(request.GET.get("submissions_page"))
     context["submissions"] = submissions
     context["submission_rows"] = [(s, ago(s.last_observed_at)) for s in submissions]
-    context["unsearchable"] = {
-        s.provider for s in submissions if s.state == SubmissionState.UNCERTAIN and not searchable(s.provider)
-    }
     context["resend_risk"] = RESEND_RISK
+    uncertain = []
     if any(g.state == S.SUBMISSION_UNCERTAIN for g in groups):
-        context["uncertain"] = list(
+        uncertain = list(
             Submission.objects.filter(state=SubmissionState.UNCERTAIN)
             .select_related("job")
             .order_by("id")[:20]
         )
-        context["unsearchable"] |= {s.provider for s in context["uncertain"] if not searchable(s.provider)}
+        context["uncertain"] = uncertain
+    # Why only an operator can settle each of them (rule 13), shown beside "Send again".
+    for submission in [*submissions, *uncertain]:
+        submission.operator_decides = operator_must_decide(submission)
     return render(request, "operations.html", context)
-
-
-def searchable(provider: str) -> bool:
-    """Whether a batch whose create answer was lost can be looked for at `provider` (SPEC rule 13);
-    a provider whose adapter is not in this version cannot be asked at all."""
-    try:
-        return capabilities(provider).finding != Finding.NOT_AT_ALL
-    except (ImportError, KeyError):
-        return False
 
 
 # --- retrying ------------------------------------------------------------------------------
@@ -424,9 +417,6 @@ def resend(request: HtmxHttpRequest, submission_id: int) -> HttpResponse:
     once the operator has ticked that they accept the risk of paying twice."""
     submission = get_object_or_404(Submission, pk=submission_id)
     name = submission.provider_ref or submission.intent_key
-    if searchable(submission.provider):
-        messages.warning(request, f"{name}: {submission.provider} can be searched for it: use Resolve.")
-        return redirect("operations")
     if request.POST.get(ACCEPT_RISK) != "yes":
         messages.warning(
             request, f"{name}: nothing was sent. Tick that you accept the risk first: {RESEND_RISK}"

@@ -74,6 +74,7 @@ from .submitting import (  # noqa: F401
     adopt,
     build_requests,
     note_anomaly,
+    operator_must_decide,
     plan_submissions,
     reconcile_uncertain,
     resend_uncertain,

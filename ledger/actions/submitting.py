@@ -350,6 +350,9 @@ def reconcile_uncertain(submission_id: int, *, provider=None) -> str:
     if finding == Finding.BY_LISTING and watching:
         Submission.objects.release(submission_id)
         return f"watching {watching} candidate(s)"
+    if operator_must_decide(Submission.objects.get(pk=submission_id)):
+        Submission.objects.release(submission_id)
+        return "waiting for an operator"
     grace = timedelta(seconds=settings.BATCHDESK_UNCERTAIN_GRACE_SECONDS)
     if timezone.now() - submission.updated_at < grace:
         Submission.objects.release(submission_id)
@@ -379,7 +382,8 @@ def watch_candidates(submission: Submission, refs: list[str], *, provider) -> in
                 Submission.objects.filter(pk=submission.pk).update(candidates=candidates)
                 adopt(submission, [ref], provider=provider, from_state=ItemState.SUBMISSION_UNCERTAIN)
                 return "adopted"
-            candidates[ref] = "ruled_out"
+            # Ruled out only by results that name other requests; none readable proves nothing.
+            candidates[ref] = "ruled_out" if found else "unconfirmed"
     finally:
         if candidates != submission.candidates:
             Submission.objects.filter(pk=submission.pk, state=SubmissionState.UNCERTAIN).update(
@@ -422,11 +426,31 @@ RESEND_RISK = (
 )
 
 
+def operator_must_decide(submission: Submission) -> str:
+    """Why only an operator can settle this uncertain submission (rule 13), or "" when the
+    collector settles it by itself."""
+    from ..providers import capabilities
+    from ..providers.base import Finding
+
+    if submission.state != SubmissionState.UNCERTAIN:
+        return ""
+    if capabilities(submission.provider).finding == Finding.NOT_AT_ALL:
+        return f"{submission.provider} keeps no list of batches to look in."
+    if "unconfirmed" in submission.candidates.values():
+        return "A batch that may be this one ended without readable results that say whose it is."
+    return ""
+
+
 def resend_uncertain(submission_id: int, *, actor) -> str:
-    """An operator, shown the risk of paying twice, sends an uncertain submission's items again."""
+    """An operator, shown the risk of paying twice, sends an uncertain submission's items again:
+    only where the collector cannot settle it by itself."""
     submission = Submission.objects.filter(pk=submission_id).first()
     if submission is None or submission.state != SubmissionState.UNCERTAIN:
         raise NotAllowed("Only a submission whose create answer was lost can be sent again")
+    if not operator_must_decide(submission):
+        raise NotAllowed(
+            f"{submission.provider} can be searched for it: the collector settles it (or use Resolve)"
+        )
     if not Submission.objects.claim(submission_id, states=[SubmissionState.UNCERTAIN]):
         raise NotAllowed("A worker is checking this submission right now; try again in a moment")
     submission.refresh_from_db()

@@ -703,6 +703,31 @@ def test_a_searchable_submission_is_resolved_not_sent_again(client, operator, un
     client.force_login(operator)
     url = reverse("resend_submission", args=[uncertain.pk])
     html = client.post(url, {"accept_risk": "yes"}, follow=True).content.decode()
-    assert "emulator can be searched for it: use Resolve." in html
+    assert "emulator can be searched for it: the collector settles it (or use Resolve)" in html
     uncertain.refresh_from_db()
     assert uncertain.state == SubmissionState.UNCERTAIN
+
+
+def test_a_candidate_without_readable_results_leaves_the_choice_to_an_operator(client, operator, job):
+    """Anthropic can be searched only by listing; a candidate that ended with no readable results
+    neither confirms nor rules anything out, so the collector stops deciding (rule 13)."""
+    submission = Submission.objects.create(
+        job=job,
+        provider="anthropic",
+        model="claude-haiku-4-5",
+        intent_key="bd_maybe",
+        state=SubmissionState.UNCERTAIN,
+        candidates={"msgbatch_1": "ruled_out", "msgbatch_2": "unconfirmed"},
+    )
+    for item in failed(job, S.SUBMISSION_UNCERTAIN, "The provider's answer to the submission was lost", 1):
+        SubmissionItem.objects.create(submission=submission, item=item, custom_id=item.custom_id)
+        Item.objects.filter(pk=item.pk).update(submission=submission)
+    client.force_login(operator)
+
+    html = client.get(reverse("operations")).content.decode()
+
+    assert reverse("resend_submission", args=[submission.pk]) in html
+    assert "ended without readable results that say whose it is" in html
+    client.post(reverse("resend_submission", args=[submission.pk]), {"accept_risk": "yes"})
+    submission.refresh_from_db()
+    assert submission.state == SubmissionState.FAILED
