@@ -230,10 +230,6 @@ class SubmissionQuerySet(models.QuerySet):
         held = self.filter(pk=submission_id, claimed_by=token, claimed_until__gt=timezone.now())
         return held.update(claimed_until=lease_end()) == 1
 
-    def extend_lease(self, submission_id: int) -> None:
-        """Keep holding it while long work (a big file streaming in) goes on."""
-        self.filter(pk=submission_id).update(claimed_until=lease_end())
-
     def release(self, submission_id: int) -> None:
         self.filter(pk=submission_id).update(claimed_until=None)
 
