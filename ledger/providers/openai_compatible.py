@@ -142,7 +142,7 @@ class CompatibleServerProvider(HttpBatchProvider):
         pending = (r for r in requests if r.custom_id not in skip)
         stop = threading.Event()
         pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="compatible-server")
-        in_flight: set[Future] = set()
+        in_flight: dict[Future, InferenceRequest] = {}
         unreachable: _Unreachable | None = None
         try:
             while True:
@@ -150,18 +150,34 @@ class CompatibleServerProvider(HttpBatchProvider):
                     request = next(pending, None)
                     if request is None:
                         break
-                    in_flight.add(pool.submit(self._ask, request, stop))
+                    in_flight[pool.submit(self._ask, request, stop)] = request
                 if not in_flight:
                     break
-                done, in_flight = wait(in_flight, return_when=FIRST_COMPLETED)
+                done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+                lines, broken = [], []
                 for future in done:
+                    request = in_flight.pop(future)
                     try:
                         line = future.result()
                     except _Unreachable as exc:
                         unreachable = unreachable or exc
                         continue
+                    except Exception as exc:  # noqa: BLE001 - a fault of ours, after the request was sent
+                        # It may have been answered (and paid for): a permanent failure of that
+                        # request, never a re-send, and never the end of the answers beside it.
+                        broken.append(
+                            unreadable_result(
+                                request.custom_id,
+                                f"the answer could not be handled: {type(exc).__name__}: {exc}",
+                                secrets=self.secrets,
+                            )
+                        )
+                        continue
                     if line is not None:
-                        yield line
+                        lines.append(line)
+                # Every readable answer first: each is recorded the moment it is yielded.
+                yield from lines
+                yield from broken
             if unreachable is not None:
                 raise ProviderError(str(unreachable), secrets=self.secrets)
         finally:

@@ -269,3 +269,32 @@ def test_a_gemini_create_answered_with_what_is_not_json_is_a_lost_answer():
     )
     with pytest.raises(AnswerLost):
         provider.submit(requests=[request()], intent_key="k", metadata={})
+
+
+# 3. A self-hosted server's answers: one that cannot be handled never costs the others.
+
+
+def test_an_unexpected_fault_on_one_answer_keeps_every_other_answer_and_fails_that_one_for_good(monkeypatch):
+    from ledger.emulators.openai_compatible import CompatibleServerEmulator
+
+    with CompatibleServerEmulator(per_request_ms=0, seed=5) as emulator:
+        provider = CompatibleServerProvider(client=httpx.Client(base_url=emulator.base_url), concurrency=4)
+        read = provider._read
+
+        def faulty_read(sent, response):
+            if sent.custom_id == "bd-2-1":
+                raise RuntimeError("a fault of ours")
+            return read(sent, response)
+
+        monkeypatch.setattr(provider, "_read", faulty_read)
+        sent = [request(f"bd-{i}-1") for i in range(8)]
+        lines = list(
+            provider.results(provider.submit(requests=sent, intent_key="k", metadata={}), requests=sent)
+        )
+
+        assert sorted(line.custom_id for line in lines) == sorted(r.custom_id for r in sent)
+        broken = {line.custom_id: line for line in lines if not line.succeeded}
+        assert list(broken) == ["bd-2-1"]
+        assert (broken["bd-2-1"].reason, broken["bd-2-1"].transient) == (ReasonCode.UNREADABLE_RESULT, False)
+        # Answered once each: nothing is asked twice.
+        assert set(emulator.stats()["inferences"].values()) == {1}
