@@ -44,6 +44,8 @@ from .http import PARSE_ERRORS, HttpBatchProvider, parse_failure
 
 # REST says BATCH_STATE_*; the SDKs say JOB_STATE_*. Both are read by their suffix.
 ENDED_STATES = {"SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"}
+# Batches that may end with no responses at all: the ledger reads why from `status`.
+NO_RESULT_STATES = {"FAILED", "CANCELLED", "EXPIRED"}
 # google.rpc.Code numbers, as a per-request `error.code` (a google.rpc.Status) carries them.
 RPC_CODES = {
     1: "CANCELLED",
@@ -382,13 +384,19 @@ class GeminiBatchProvider(HttpBatchProvider):
     ) -> Iterator[ResultLine | UnreadableLine]:
         operation = self._json(self._call("GET", f"/{provider_ref}"))
         entries = inlined_responses(operation)
-        if entries is None:
+        suffix = state_word(operation).rsplit("_STATE_", 1)[-1]
+        if not entries and suffix not in NO_RESULT_STATES:
+            # Finished (or said to be) with no answer at all: the ledger would record every
+            # request missing and send again work that succeeded. Not yet readable: ask again.
             file_name = responses_file(operation)
-            if file_name:
-                # Only inline batches are submitted; a file of results is shown, never guessed at.
-                yield UnreadableLine(0, file_name, "results are in a file, which this adapter does not read")
-            return
-        for number, entry in enumerate(entries, start=1):
+            raise ProviderError(
+                f"batch {provider_ref} ({state_word(operation) or 'no state'}) has its results in a "
+                f"file, which BatchDesk never asks for: {file_name[:200]}"
+                if file_name
+                else f"batch {provider_ref} ({state_word(operation) or 'no state'}) gave no responses",
+                secrets=self.secrets,
+            )
+        for number, entry in enumerate(entries or [], start=1):
             yield parse_inlined(number, entry, secrets=self.secrets)
 
     def cancel(self, provider_ref: str) -> str:

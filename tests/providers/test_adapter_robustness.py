@@ -298,3 +298,53 @@ def test_an_unexpected_fault_on_one_answer_keeps_every_other_answer_and_fails_th
         assert (broken["bd-2-1"].reason, broken["bd-2-1"].transient) == (ReasonCode.UNREADABLE_RESULT, False)
         # Answered once each: nothing is asked twice.
         assert set(emulator.stats()["inferences"].values()) == {1}
+
+
+# 4. A Gemini batch that finished without its answers is asked again, never read as "no results".
+
+
+def test_a_finished_gemini_batch_without_responses_is_asked_again_not_read_as_empty(monkeypatch):
+    from ledger.emulators.gemini import GeminiEmulator
+
+    with GeminiEmulator(per_request_ms=1, pending_ms=0, seed=5) as emulator:
+        provider = gemini.GeminiBatchProvider(
+            client=httpx.Client(base_url=emulator.base_url, headers={"x-goog-api-key": "k"})
+        )
+        sent = [request(f"bd-{i}-1") for i in range(3)]
+        ref = provider.submit(requests=sent, intent_key="k", metadata={})
+        for _ in range(200):
+            if provider.status(ref).ended:
+                break
+        assert provider.status(ref).provider_status == "BATCH_STATE_SUCCEEDED"
+        # The batch ran (and was paid for), but its answer carries no responses.
+        with emulator.lock:
+            emulator._batches[ref.removeprefix("batches/")].inlined = None
+
+        with pytest.raises(ProviderError) as raised:
+            list(provider.results(ref))
+        assert raised.value.transient and "gave no responses" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("operation", "said"),
+    [
+        ({"done": True, "metadata": {"state": "BATCH_STATE_SUCCEEDED"}}, "no responses"),
+        ({"done": True}, "no responses"),
+        ({"done": True, "response": {"responsesFile": "files/r1"}}, "in a file"),
+        ({"done": True, "response": {"inlinedResponses": {"inlinedResponses": []}}}, "no responses"),
+    ],
+)
+def test_a_gemini_batch_done_without_inline_responses_is_a_provider_error(operation, said):
+    provider = answering(gemini.GeminiBatchProvider, {"/batches/b1": operation}, "http://g.test/v1beta")
+    with pytest.raises(ProviderError, match=said):
+        list(provider.results("batches/b1"))
+
+
+@pytest.mark.parametrize("state", ["BATCH_STATE_EXPIRED", "BATCH_STATE_FAILED", "JOB_STATE_CANCELLED"])
+def test_a_gemini_batch_that_ended_without_running_yields_nothing(state):
+    provider = answering(
+        gemini.GeminiBatchProvider,
+        {"/batches/b1": {"done": True, "metadata": {"state": state}}},
+        "http://g.test/v1beta",
+    )
+    assert list(provider.results("batches/b1")) == []
