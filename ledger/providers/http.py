@@ -68,12 +68,21 @@ class HttpBatchProvider(BatchProvider):
         provider is AnswerLost (the caller must reconcile), not an ordinary, retryable error."""
         try:
             response = self.client.request(method, path, **kwargs)
-        except NEVER_SENT as exc:
+        except (*NEVER_SENT, httpx.InvalidURL) as exc:
             raise ProviderError(f"{method} {path} could not be sent: {exc}", secrets=self.secrets) from exc
         except httpx.TransportError as exc:
             if answer_may_be_lost:
                 raise AnswerLost(
                     f"{method} {path} was sent but no answer arrived: {exc}", secrets=self.secrets
+                ) from exc
+            raise ProviderError(f"{method} {path} failed: {exc}", secrets=self.secrets) from exc
+        except httpx.HTTPError as exc:
+            # The provider answered (a body that cannot be decoded, redirects without end): on a
+            # create, it may have made the unit, so the caller reconciles.
+            if answer_may_be_lost:
+                raise AnswerLost(
+                    f"{method} {path} was answered but the answer could not be read: {exc}",
+                    secrets=self.secrets,
                 ) from exc
             raise ProviderError(f"{method} {path} failed: {exc}", secrets=self.secrets) from exc
         if response.status_code >= 400:

@@ -269,8 +269,9 @@ class OpenAIBatchProvider(HttpBatchProvider):
                 for number, text in enumerate(response.iter_lines(), start=1):
                     if text.strip():
                         yield parse_result_line(number, text, secrets=self.secrets)
-        except httpx.TransportError as exc:
-            # A download cut short: what was read is recorded, the rest comes with the next try.
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            # A download cut short (or not readable): what was read is recorded, the rest comes
+            # with the next try.
             raise ProviderError(
                 f"download of {file_ref} was interrupted: {exc}", secrets=self.secrets
             ) from exc

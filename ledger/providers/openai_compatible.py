@@ -194,13 +194,22 @@ class CompatibleServerProvider(HttpBatchProvider):
                 return None
             try:
                 response = self.client.post(PATH, json=body, headers=headers)
-            except NEVER_SENT as exc:
+            except (*NEVER_SENT, httpx.InvalidURL) as exc:
                 raise _Unreachable(f"POST {PATH} could not be sent: {exc}") from exc
             except httpx.TimeoutException as exc:
                 return self._failure(
                     request, ReasonCode.TIMED_OUT, True, "timeout", f"no answer in time: {exc}"
                 )
-            except httpx.TransportError as exc:
+            except httpx.DecodingError as exc:
+                # Answered (and computed) but the body cannot be decoded: permanent, never re-sent.
+                return self._failure(
+                    request,
+                    ReasonCode.UNREADABLE_RESULT,
+                    False,
+                    "unreadable_result",
+                    f"an answer that could not be decoded: {exc}",
+                )
+            except httpx.HTTPError as exc:
                 # Sent, perhaps answered by the model, but the answer never arrived.
                 return self._failure(
                     request,

@@ -348,3 +348,58 @@ def test_a_gemini_batch_that_ended_without_running_yields_nothing(state):
         "http://g.test/v1beta",
     )
     assert list(provider.results("batches/b1")) == []
+
+
+# 5. httpx errors that are not transport errors are ProviderErrors too (AnswerLost on a create).
+
+
+def undecodable(request: httpx.Request) -> httpx.Response:
+    """An answer whose body says gzip and is not: the provider answered, unreadably."""
+    if request.url.path.endswith("/files"):
+        return httpx.Response(200, json={"id": "file-1"})
+    return httpx.Response(200, headers={"content-encoding": "gzip"}, stream=httpx.ByteStream(b"not gzip"))
+
+
+def test_a_create_answered_with_a_body_that_cannot_be_decoded_is_a_lost_answer():
+    client = httpx.Client(base_url="http://provider.test/v1", transport=httpx.MockTransport(undecodable))
+    provider = openai.OpenAIBatchProvider(client=client)
+    with pytest.raises(AnswerLost):
+        provider.submit(requests=[request()], intent_key="k", metadata={})
+    with pytest.raises(ProviderError) as raised:
+        provider.status("b1")
+    assert not isinstance(raised.value, AnswerLost)
+
+
+def test_a_results_download_that_cannot_be_decoded_is_a_provider_error():
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/batches/b1"):
+            return httpx.Response(200, json={"id": "b1", "status": "completed", "output_file_id": "f1"})
+        return undecodable(request)
+
+    client = httpx.Client(base_url="http://provider.test/v1", transport=httpx.MockTransport(handler))
+    with pytest.raises(ProviderError):
+        list(openai.OpenAIBatchProvider(client=client).results("b1"))
+
+
+def test_redirects_without_end_are_a_provider_error():
+    def loop(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(302, headers={"location": str(request.url)})
+
+    client = httpx.Client(
+        base_url="http://provider.test/v1", transport=httpx.MockTransport(loop), follow_redirects=True
+    )
+    with pytest.raises(ProviderError):
+        openai.OpenAIBatchProvider(client=client).status("b1")
+    with pytest.raises(AnswerLost):
+        anthropic.AnthropicBatchProvider(client=client).submit(
+            requests=[request()], intent_key="k", metadata={}
+        )
+
+
+def test_a_reference_that_makes_no_url_is_a_provider_error_and_nothing_is_sent():
+    from ledger.emulators.openai import Emulator
+
+    with Emulator() as emulator:
+        provider = openai.OpenAIBatchProvider(client=httpx.Client(base_url=emulator.base_url))
+        with pytest.raises(ProviderError, match="could not be sent"):
+            provider.status("b1\nb2")
