@@ -31,6 +31,12 @@ def send_submission(submission_id: int) -> str:
     return actions.send_submission(submission_id)
 
 
+def collect_submission(submission_id: int) -> str:
+    """Collect an ended submission outside the collector's round: a self-hosted server answering
+    request by request takes minutes, and the round must keep polling everything else."""
+    return actions.collect_submission(submission_id)
+
+
 def apply_item(item_id: int) -> str:
     return actions.apply_item(item_id)
 

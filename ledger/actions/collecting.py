@@ -39,7 +39,7 @@ class RecordedRequests:
 def poll_submission(submission_id: int, *, provider=None) -> str:
     """Ask the provider how an open submission is doing; collect it when it has ended."""
     from ..providers import get_provider
-    from ..providers.base import ProviderError
+    from ..providers.base import Delivery, ProviderError
 
     submission = Submission.objects.get(pk=submission_id)
     if submission.state != SubmissionState.OPEN:
@@ -65,6 +65,11 @@ def poll_submission(submission_id: int, *, provider=None) -> str:
                 set_submission_state(
                     submission, SubmissionState.ENDED, reason=f"Provider says {status.provider_status}"
                 )
+        if provider.capabilities.delivery == Delivery.PER_REQUEST:
+            # Minutes of requests: a task of its own, so the round goes on polling the rest (a
+            # round that finds it still ended and unclaimed collects it itself).
+            enqueue("ledger.tasks.collect_submission", submission_id)
+            return "ended"
         return collect_submission(submission_id, provider=provider)
     Submission.objects.filter(pk=submission.pk).update(**fields)
     return status.provider_status
