@@ -41,7 +41,6 @@ from urllib.parse import quote
 
 import httpx
 
-from ..retrying import retry_after_seconds
 from ..scrubbing import scrub_credentials
 from ..states import ReasonCode
 from .base import (
@@ -57,7 +56,7 @@ from .base import (
     UnreadableLine,
     token_count,
 )
-from .http import NEVER_SENT, PARSE_ERRORS, HttpBatchProvider, parse_failure
+from .http import PARSE_ERRORS, HttpBatchProvider, parse_failure
 
 REF_SEPARATOR = "|"
 QUEUE = {"queueRequest": "true"}
@@ -192,6 +191,8 @@ class CloudflareBatchProvider(HttpBatchProvider):
     def __init__(self, *, client: httpx.Client, account_id: str):
         super().__init__(client=client)
         self.account_id = account_id
+        # The last poll answer that carried the responses, by provider reference.
+        self._finished: dict[str, dict] = {}
 
     @classmethod
     def from_settings(cls, config: dict) -> "CloudflareBatchProvider":
@@ -214,50 +215,41 @@ class CloudflareBatchProvider(HttpBatchProvider):
             raise ProviderError("no Cloudflare account id: set the variable the settings name")
         return f"/accounts/{quote(self.account_id, safe='')}/ai/run/{quote(model, safe='@/')}"
 
-    def _call(self, model: str, body: bytes, *, answer_may_be_lost: bool = False) -> dict:
-        """One POST to the model's queue address; the `result` of Cloudflare's envelope. With
-        `answer_may_be_lost`, a failure after the request may have reached Cloudflare is
-        AnswerLost (the caller must not send it again blindly), not an ordinary, retryable error."""
-        path = self._path(model)
-        try:
-            response = self.client.post(
-                path, params=QUEUE, content=body, headers={"content-type": "application/json"}
-            )
-        except NEVER_SENT as exc:
-            raise ProviderError(f"POST {path} could not be sent: {exc}", secrets=self.secrets) from exc
-        except httpx.TransportError as exc:
-            if answer_may_be_lost:
-                raise AnswerLost(
-                    f"POST {path} was sent but no answer arrived: {exc}", secrets=self.secrets
-                ) from exc
-            raise ProviderError(f"POST {path} failed: {exc}", secrets=self.secrets) from exc
-        if response.status_code >= 400:
-            # Scrubbed before it is cut short: half a token would no longer look like one.
-            said = scrub_credentials(response.text, self.secrets)[:300]
-            raise ProviderError(
-                f"POST {path} answered {response.status_code}: {said}",
-                status=response.status_code,
-                retry_after=retry_after_seconds(response.headers.get("retry-after")),
-            )
-        try:
-            answer = response.json()
-        except ValueError:
-            answer = None
-        result = answer.get("result") if isinstance(answer, dict) else None
+    def _queue(self, model: str, body: bytes, *, answer_may_be_lost: bool = False) -> dict:
+        """One POST to the model's queue address (the base `_call`: a request that never left is
+        an ordinary error, one whose answer may be lost is AnswerLost when `answer_may_be_lost`);
+        the `result` of Cloudflare's envelope."""
+        response = self._call(
+            "POST",
+            self._path(model),
+            params=QUEUE,
+            content=body,
+            headers={"content-type": "application/json"},
+            answer_may_be_lost=answer_may_be_lost,
+        )
+        return self._result(response, answer_may_be_lost=answer_may_be_lost)
+
+    def _result(self, response: httpx.Response, *, answer_may_be_lost: bool = False) -> dict:
+        """The `result` object of Cloudflare's envelope `{"success", "errors", "result"}`. Without
+        one, a ProviderError; on a create, AnswerLost: Cloudflare answered, so it may be queued."""
+        answer = self._json(response, answer_may_be_lost=answer_may_be_lost)
+        result = answer.get("result")
         if not isinstance(result, dict):
             said = scrub_credentials(response.text, self.secrets)[:300]
-            problem = f"POST {path} answered {response.status_code} without a result: {said}"
-            raise AnswerLost(problem) if answer_may_be_lost else ProviderError(problem)
+            problem = (
+                f"POST {response.request.url.path} answered {response.status_code} without a result: {said}"
+            )
+            raise (AnswerLost if answer_may_be_lost else ProviderError)(problem, secrets=self.secrets)
         return result
 
     def submit(self, *, requests: list[InferenceRequest], intent_key: str, metadata: dict) -> str:
         # A queued request carries no metadata: the intent key stays with the ledger.
         models = {request.model for request in requests}
         if len(models) != 1:
-            raise ValueError(f"one model per Cloudflare unit, got {sorted(models)}")
+            raise ProviderError(f"one model per Cloudflare unit, got {sorted(models)}", status=400)
         model = models.pop()
         body = encode({"requests": [queued_request(request) for request in requests]})
-        result = self._call(model, body, answer_may_be_lost=True)
+        result = self._queue(model, body, answer_may_be_lost=True)
         request_id = result.get("request_id")
         if not isinstance(request_id, str) or not request_id:
             # Queued or not, we cannot tell which request is ours: as if the answer were lost.
@@ -269,12 +261,18 @@ class CloudflareBatchProvider(HttpBatchProvider):
         raise NotImplementedError("Cloudflare lists no queued requests: an operator decides (rule 13)")
 
     def _poll(self, provider_ref: str) -> dict:
-        model, request_id = split_ref(provider_ref)
-        return self._call(model, encode({"request_id": request_id}))
+        try:
+            model, request_id = split_ref(provider_ref)
+        except ValueError as exc:
+            raise ProviderError(str(exc), status=400) from exc
+        return self._queue(model, encode({"request_id": request_id}))
 
     def status(self, provider_ref: str) -> UnitStatus:
         result = self._poll(provider_ref)
         if isinstance(result.get("responses"), list):
+            # Kept for `results` (the ledger collects with this same adapter): Cloudflare may
+            # give the responses only once, and asking again could find them gone.
+            self._finished[provider_ref] = result
             # Cloudflare gives no counts: they are the responses' own, each custom_id once.
             responses = [
                 r
@@ -310,7 +308,7 @@ class CloudflareBatchProvider(HttpBatchProvider):
         skip: Container[str] = (),
         requests: Iterable[InferenceRequest] = (),
     ) -> Iterator[ResultLine | UnreadableLine]:
-        result = self._poll(provider_ref)
+        result = self._finished.get(provider_ref) or self._poll(provider_ref)
         responses = result.get("responses")
         if not isinstance(responses, list):
             raise ProviderError(f"unit {provider_ref} has no responses yet ({result.get('status')})")

@@ -403,3 +403,62 @@ def test_a_reference_that_makes_no_url_is_a_provider_error_and_nothing_is_sent()
         provider = openai.OpenAIBatchProvider(client=httpx.Client(base_url=emulator.base_url))
         with pytest.raises(ProviderError, match="could not be sent"):
             provider.status("b1\nb2")
+
+
+# 6. Cloudflare: the finished poll answer is kept for `results`; the base `_call` is the one call.
+
+
+def test_cloudflare_results_read_the_answer_the_finishing_poll_gave_without_asking_again():
+    from ledger.emulators.cloudflare import CloudflareEmulator
+
+    with CloudflareEmulator(per_request_ms=1, queued_ms=0, seed=3) as emulator:
+        provider = cloudflare.CloudflareBatchProvider(
+            client=httpx.Client(base_url=emulator.base_url, headers={"Authorization": "Bearer t"}),
+            account_id="acct",
+        )
+        sent = [
+            InferenceRequest(
+                f"bd-{i}-1", "@cf/meta/llama-3.1-8b-instruct", "s", f"Title: spoon {i}", None, 50
+            )
+            for i in range(3)
+        ]
+        ref = provider.submit(requests=sent, intent_key="k", metadata={})
+        for _ in range(400):
+            if provider.status(ref).ended:
+                break
+        # Were the responses given once only, asking again would find nothing: every poll fails now.
+        emulator.configure(server_errors=100)
+
+        lines = list(provider.results(ref))
+
+        assert sorted(line.custom_id for line in lines) == [r.custom_id for r in sent]
+        assert all(line.succeeded for line in lines)
+        # Another adapter (no poll answer kept) does ask, and is told of the fault.
+        other = cloudflare.CloudflareBatchProvider(
+            client=httpx.Client(base_url=emulator.base_url), account_id="acct"
+        )
+        with pytest.raises(ProviderError):
+            list(other.results(ref))
+
+
+def test_cloudflare_calls_follow_the_base_rules():
+    client = httpx.Client(base_url="http://cf.test/client/v4", transport=httpx.MockTransport(undecodable))
+    provider = cloudflare.CloudflareBatchProvider(client=client, account_id="acct")
+    model = "@cf/meta/llama-3.1-8b-instruct"
+    with pytest.raises(AnswerLost):  # answered, unreadably: the unit may be queued
+        provider.submit(
+            requests=[InferenceRequest("bd-1-1", model, "s", "u", None, 5)], intent_key="k", metadata={}
+        )
+    with pytest.raises(ProviderError) as raised:
+        provider.status(f"{model}|r1")
+    assert not isinstance(raised.value, AnswerLost)
+    with pytest.raises(ProviderError) as raised:  # never a ValueError from a call
+        provider.submit(
+            requests=[
+                InferenceRequest("bd-1-1", "m1", "s", "u", None, 5),
+                InferenceRequest("bd-2-1", "m2", "s", "u", None, 5),
+            ],
+            intent_key="k",
+            metadata={},
+        )
+    assert not raised.value.transient

@@ -127,8 +127,9 @@ def test_the_reference_carries_the_model_needed_to_poll(provider):
     with pytest.raises(ProviderError) as raised:  # the same id under another model is not found
         provider.status(f"@cf/meta/llama-3.1-8b-instruct|{request_id}")
     assert raised.value.status == 404 and not raised.value.transient
-    with pytest.raises(ValueError):
+    with pytest.raises(ProviderError) as raised:  # an adapter raises nothing else from a call
         provider.status(request_id)
+    assert not raised.value.transient
 
 
 def test_the_batch_usage_is_apportioned_and_its_total_kept_on_every_line(emulator, provider):
