@@ -9,7 +9,6 @@ from datetime import datetime
 
 import httpx
 
-from ..retrying import retry_after_seconds
 from ..scrubbing import scrub_credentials
 from ..states import ReasonCode
 from .base import (
@@ -261,11 +260,7 @@ class OpenAIBatchProvider(HttpBatchProvider):
             with self.client.stream("GET", f"/files/{file_ref}/content") as response:
                 if response.status_code >= 400:
                     response.read()
-                    raise ProviderError(
-                        f"download of {file_ref} answered {response.status_code}",
-                        status=response.status_code,
-                        retry_after=retry_after_seconds(response.headers.get("retry-after")),
-                    )
+                    raise self._refusal("GET", f"/files/{file_ref}/content", response)
                 for number, text in enumerate(response.iter_lines(), start=1):
                     if text.strip():
                         yield parse_result_line(number, text, secrets=self.secrets)

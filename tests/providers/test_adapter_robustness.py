@@ -462,3 +462,28 @@ def test_cloudflare_calls_follow_the_base_rules():
             metadata={},
         )
     assert not raised.value.transient
+
+
+# 7. OpenAI: a refused download is told as every other refused call is.
+
+
+def test_a_refused_openai_download_keeps_what_the_provider_said_and_its_retry_after():
+    from ledger.emulators.openai import Emulator
+
+    with Emulator(per_request_ms=0) as emulator:
+        provider = openai.OpenAIBatchProvider(
+            client=httpx.Client(
+                base_url=emulator.base_url, headers={"Authorization": "Bearer sk-test-0123456789"}
+            )
+        )
+        ref = provider.submit(requests=[request()], intent_key="k", metadata={})
+        for _ in range(400):
+            if provider.status(ref).ended:
+                break
+        emulator.configure(rate_limit_calls=1, rate_limit_path="/v1/files/", retry_after=7)
+
+        with pytest.raises(ProviderError) as raised:
+            list(provider.results(ref))
+
+        assert (raised.value.status, raised.value.retry_after, raised.value.transient) == (429, 7.0, True)
+        assert "Rate limit reached" in str(raised.value) and "/content" in str(raised.value)
