@@ -32,6 +32,7 @@ from .base import (
 from .http import PARSE_ERRORS, HttpBatchProvider, loads, parse_failure
 
 API_VERSION = "2023-06-01"
+DEFAULT_PORTS = {"http": 80, "https": 443}
 BATCHES = "/v1/messages/batches"
 OUTPUT_TOOL = "output"
 LISTING_PAGE = 1000  # the most the listing gives in one page
@@ -176,6 +177,19 @@ def _parse_line(line_number: int, line: dict, *, secrets: Iterable[str]) -> Resu
     )
 
 
+class RefusedAddress(ProviderError):
+    """An address the adapter will not call: asking again gives the same answer."""
+
+    @property
+    def transient(self) -> bool:
+        return False
+
+
+def origin(url: httpx.URL) -> tuple[str, str, int | None]:
+    """Scheme, host and port (the scheme's default when none is written) of an absolute URL."""
+    return url.scheme, url.host.lower(), url.port or DEFAULT_PORTS.get(url.scheme)
+
+
 def parse_time(value: object) -> datetime | None:
     """An RFC 3339 time of the API (`2024-08-20T18:37:24.100435Z`), None if unreadable."""
     if not isinstance(value, str):
@@ -286,14 +300,13 @@ class AnthropicBatchProvider(HttpBatchProvider):
         batch = self._json(self._call("GET", f"{BATCHES}/{provider_ref}"))
         # Read from the batch, never built: the address is Anthropic's to change (and absolute).
         results_url = batch.get("results_url")
-        if not results_url:
+        if not results_url or not isinstance(results_url, str):
             raise ProviderError(
                 f"batch {provider_ref} has no results_url yet ({batch.get('processing_status')})"
             )
+        self._check_same_origin(provider_ref, results_url)
         try:
-            with self.client.stream(
-                "GET", str(results_url), headers={"accept": "application/binary"}
-            ) as response:
+            with self.client.stream("GET", results_url, headers={"accept": "application/binary"}) as response:
                 if response.status_code >= 400:
                     response.read()
                     raise self._refusal("GET", f"results of {provider_ref}", response)
@@ -306,6 +319,22 @@ class AnthropicBatchProvider(HttpBatchProvider):
             raise ProviderError(
                 f"download of the results of {provider_ref} was interrupted: {exc}", secrets=self.secrets
             ) from exc
+
+    def _check_same_origin(self, provider_ref: str, results_url: str) -> None:
+        """Our key goes with every call: a results_url elsewhere than the API (another scheme,
+        host or port) is never followed."""
+        try:
+            url = httpx.URL(results_url)
+        except (httpx.InvalidURL, TypeError, ValueError) as exc:
+            raise RefusedAddress(f"batch {provider_ref} has a results_url that is no URL: {exc}") from exc
+        if url.is_relative_url:
+            return  # under the client's base URL
+        if origin(url) != origin(self.client.base_url):
+            shown = f"{url.scheme}://{url.host}" + (f":{url.port}" if url.port else "")
+            raise RefusedAddress(
+                f"batch {provider_ref} has its results at {shown[:200]}, not at the API's address: "
+                "not followed (our key would go with it)"
+            )
 
     def cancel(self, provider_ref: str) -> str:
         response = self._call("POST", f"{BATCHES}/{provider_ref}/cancel")

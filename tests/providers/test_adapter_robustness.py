@@ -487,3 +487,56 @@ def test_a_refused_openai_download_keeps_what_the_provider_said_and_its_retry_af
 
         assert (raised.value.status, raised.value.retry_after, raised.value.transient) == (429, 7.0, True)
         assert "Rate limit reached" in str(raised.value) and "/content" in str(raised.value)
+
+
+# 8. Anthropic: our key is never sent to a results_url elsewhere than the API.
+
+
+def test_an_anthropic_results_url_at_another_host_is_never_followed():
+    from ledger.emulators.anthropic import AnthropicEmulator
+
+    with AnthropicEmulator(per_request_ms=0) as emulator:
+        port = httpx.URL(emulator.base_url).port
+        key = {"x-api-key": "sk-ant-test-0123456789", "anthropic-version": anthropic.API_VERSION}
+        honest = anthropic.AnthropicBatchProvider(
+            client=httpx.Client(base_url=emulator.base_url, headers=key)
+        )
+        ref = honest.submit(requests=[request()], intent_key="k", metadata={})
+        for _ in range(400):
+            if honest.status(ref).ended:
+                break
+        assert [line.custom_id for line in honest.results(ref)] == ["bd-1-1"]
+
+        # The emulator writes results_url from the Host it was asked under: here another host
+        # (`localhost`, which would reach it, with our key) than the client's base URL.
+        misled = anthropic.AnthropicBatchProvider(
+            client=httpx.Client(base_url=emulator.base_url, headers={**key, "host": f"localhost:{port}"})
+        )
+        downloads = emulator.stats()["downloads"]
+        with pytest.raises(ProviderError, match="not followed") as raised:
+            list(misled.results(ref))
+        assert not raised.value.transient
+        assert emulator.stats()["downloads"] == downloads
+
+
+@pytest.mark.parametrize(
+    "results_url",
+    ["https://api.test/v1/r", "http://api.test:8080/v1/r", "http://other.test/v1/r", "http://[::1"],
+)
+def test_an_anthropic_results_url_of_another_scheme_port_or_no_url_is_refused(results_url):
+    batch = {"id": "b1", "processing_status": "ended", "results_url": results_url}
+    provider = answering(anthropic.AnthropicBatchProvider, {"/batches/b1": batch}, "http://api.test")
+    with pytest.raises(ProviderError) as raised:
+        list(provider.results("b1"))
+    assert not raised.value.transient
+
+
+def test_an_anthropic_results_url_at_the_api_with_its_default_port_written_is_followed():
+    line = json.dumps({"custom_id": "bd-1-1", "result": {"type": "expired"}})
+    batch = {"id": "b1", "processing_status": "ended", "results_url": "HTTP://API.test:80/v1/b1/results"}
+    provider = answering(
+        anthropic.AnthropicBatchProvider,
+        {"/batches/b1": batch, "/b1/results": line.encode()},
+        "http://api.test",
+    )
+    assert [line.custom_id for line in provider.results("b1")] == ["bd-1-1"]
