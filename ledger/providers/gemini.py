@@ -87,7 +87,6 @@ RPC_ERRORS = {
 }
 # A candidate that ended for one of these has its text anyway (the ledger validates it).
 TEXT_FINISHES = {"STOP", "MAX_TOKENS", "FINISH_REASON_UNSPECIFIED", ""}
-# Failures that prove the request never left this machine.
 COMPACT = (",", ":")
 RETRY_DELAY = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s*$")
 

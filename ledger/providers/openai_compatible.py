@@ -47,8 +47,6 @@ READ_TIMEOUT = 120.0
 # most this many times before the request is handed back as a transient `rate_limited` line.
 MAX_RATE_LIMIT_WAIT = 30.0
 RATE_LIMIT_RETRIES = 3
-# Failures that prove the request never left this machine: the server is not there, so nothing
-# more is sent this round (the unit is collected again later), rather than failing every item.
 
 
 def request_body(request: InferenceRequest) -> dict:
@@ -195,6 +193,8 @@ class CompatibleServerProvider(HttpBatchProvider):
             try:
                 response = self.client.post(PATH, json=body, headers=headers)
             except (*NEVER_SENT, httpx.InvalidURL) as exc:
+                # Never left this machine: the server is not there, so nothing more is sent this
+                # round (the unit is collected again later), rather than failing every item.
                 raise _Unreachable(f"POST {PATH} could not be sent: {exc}") from exc
             except httpx.TimeoutException as exc:
                 return self._failure(
