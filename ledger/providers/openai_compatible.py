@@ -32,7 +32,7 @@ from .base import (
     classify_http_status,
     token_count,
 )
-from .http import NEVER_SENT, PARSE_ERRORS, HttpBatchProvider, unreadable_result
+from .http import NEVER_SENT, PARSE_ERRORS, HttpBatchProvider, loads, unreadable_result
 
 PATH = "/chat/completions"
 REF_PREFIX = "local-"
@@ -241,7 +241,7 @@ class CompatibleServerProvider(HttpBatchProvider):
         if response.status_code >= 400:
             return self._error_line(request, response)
         try:
-            answer = response.json()
+            answer = loads(response.text)
             message = answer["choices"][0]["message"]
             content = message.get("content")
             content = "" if content is None else content  # as OpenAI's own adapter reads it

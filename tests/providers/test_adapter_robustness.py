@@ -169,6 +169,15 @@ def test_an_openai_compatible_answer_with_odd_usage_is_read_with_zero_tokens():
     assert (line.succeeded, line.content, line.input_tokens, line.output_tokens) == (True, "hi", 0, 2)
 
 
+def test_an_openai_compatible_answer_with_infinite_usage_keeps_only_json_a_database_stores():
+    provider = CompatibleServerProvider(client=httpx.Client(base_url="http://server.test/v1"))
+    sent = httpx.Request("POST", "http://server.test/v1/chat/completions")
+    text = b'{"choices": [{"message": {"content": "hi"}}], "usage": {"prompt_tokens": Infinity, "completion_tokens": NaN}}'
+    line = provider._read(request(), httpx.Response(200, content=text, request=sent))
+    assert (line.succeeded, line.input_tokens, line.output_tokens) == (True, 0, 0)
+    json.dumps(line.usage, allow_nan=False)
+
+
 @pytest.mark.parametrize("content", [["x"], {"a": 1}, 5])
 def test_an_openai_compatible_answer_whose_content_is_not_text_is_unreadable(content):
     line = compatible_answer({"choices": [{"message": {"content": content}}]})
