@@ -128,7 +128,7 @@ def send_submission(submission_id: int, *, provider=None) -> str:
     and an intent an earlier worker may have sent before dying is looked for first (or, where the
     provider cannot be searched by its key, reconciled as uncertain: rule 13)."""
     from ..providers import get_provider
-    from ..providers.base import AnswerLost, Delivery, Finding, ProviderError
+    from ..providers.base import AnswerLost, Delivery, Finding, NotSent, ProviderError
 
     claim = Submission.objects.claim(submission_id, states=[SubmissionState.INTENT])
     if not claim:
@@ -200,11 +200,12 @@ def send_submission(submission_id: int, *, provider=None) -> str:
         return "uncertain"
     except ProviderError as exc:
         if exc.transient:
-            # Refused before doing anything (429, 408): nothing exists there to look for. After a
-            # 5xx a unit may exist all the same, so the next attempt looks first.
+            # Never sent, or refused before doing anything (429, 408): nothing exists there to
+            # look for. After a 5xx a unit may exist all the same, so the next attempt looks first.
+            nothing_there = isinstance(exc, NotSent) or exc.status in (408, 429)
             Submission.objects.filter(pk=submission_id).update(
                 error=str(exc)[:2000],
-                sent_at=None if exc.status in (408, 429) else submission.sent_at,
+                sent_at=None if nothing_there else submission.sent_at,
                 claimed_until=timezone.now() + backoff(submission.send_attempts, exc.retry_after),
             )
             return "retry later"

@@ -167,6 +167,11 @@ class ProviderError(Exception):
         return self.status is None or is_transient_status(self.status)
 
 
+class NotSent(ProviderError):
+    """The request never left this machine (no connection, no address): nothing can exist at the
+    provider because of it."""
+
+
 class AnswerLost(ProviderError):
     """The request left us but its answer did not arrive: the provider may or may not have it."""
 

@@ -49,6 +49,7 @@ from .base import (
     Delivery,
     Finding,
     InferenceRequest,
+    NotSent,
     ProviderError,
     ResultLine,
     UnitCounts,
@@ -212,7 +213,7 @@ class CloudflareBatchProvider(HttpBatchProvider):
 
     def _path(self, model: str) -> str:
         if not self.account_id:
-            raise ProviderError("no Cloudflare account id: set the variable the settings name")
+            raise NotSent("no Cloudflare account id: set the variable the settings name")
         return f"/accounts/{quote(self.account_id, safe='')}/ai/run/{quote(model, safe='@/')}"
 
     def _queue(self, model: str, body: bytes, *, answer_may_be_lost: bool = False) -> dict:

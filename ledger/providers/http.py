@@ -10,7 +10,7 @@ import httpx
 from ..retrying import retry_after_seconds
 from ..scrubbing import header_credentials, scrub_credentials
 from ..states import ReasonCode
-from .base import AnswerLost, BatchProvider, ProviderError, ResultLine, UnreadableLine
+from .base import AnswerLost, BatchProvider, NotSent, ProviderError, ResultLine, UnreadableLine
 
 # Failures that prove the request never left this machine.
 NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
@@ -69,7 +69,7 @@ class HttpBatchProvider(BatchProvider):
         try:
             response = self.client.request(method, path, **kwargs)
         except (*NEVER_SENT, httpx.InvalidURL) as exc:
-            raise ProviderError(f"{method} {path} could not be sent: {exc}", secrets=self.secrets) from exc
+            raise NotSent(f"{method} {path} could not be sent: {exc}", secrets=self.secrets) from exc
         except httpx.TransportError as exc:
             if answer_may_be_lost:
                 raise AnswerLost(
