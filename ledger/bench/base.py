@@ -1,0 +1,52 @@
+"""What a figure module is given (`Bench`) and what it gives back (`Figure`: one row of the table)."""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .measuring import Run, manage
+
+
+@dataclass(frozen=True)
+class Bench:
+    products: int
+    catalogue: Path
+    database_url: str
+    # The environment every measured process runs in: DATABASE_URL names the bench's database.
+    env: dict[str, str]
+    # Peak memory of a Django process that only starts and connects: what "flat" is measured from.
+    idle: Run
+    say: Callable[[str], None]
+
+    def manage(self, *args: str) -> Run:
+        return manage(*args, env=self.env)
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    value: str
+    baseline: str
+    ratio: float | None
+    target: str
+    passed: bool | None  # None: nothing to judge it by in this run
+
+
+# A process may grow this far above an idle Django process and still count as flat: one size
+# cannot show growth, so the bound is set well under what holding every row would take.
+FLAT_ALLOWANCE_BYTES = 100_000_000
+
+
+def memory_figure(name: str, run: Run, bench: Bench) -> Figure:
+    return Figure(
+        name=f"{name}: peak memory",
+        value=f"{run.peak_mb:,.0f} MB",
+        baseline=f"{bench.idle.peak_mb:,.0f} MB idle",
+        ratio=run.peak_bytes / bench.idle.peak_bytes,
+        target=f"flat: ≤ idle + {FLAT_ALLOWANCE_BYTES // 1_000_000} MB",
+        passed=run.peak_bytes <= bench.idle.peak_bytes + FLAT_ALLOWANCE_BYTES,
+    )
+
+
+def described(run: Run, rows: int, unit: str) -> str:
+    return f"{rows:,} {unit} in {run.seconds:,.2f} s = {run.per_second(rows):,.0f} {unit}/s, peak {run.peak_mb:,.0f} MB"

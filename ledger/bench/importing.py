@@ -1,0 +1,39 @@
+"""Figures (a) and (b): `import_catalogue` of new products, then of the same file unchanged, each
+against PostgreSQL's `COPY` of the same lines (issue 9, point 2: ≥ 25 % and ≥ 50 % of its rows/s)."""
+
+import sys
+
+from .base import Bench, Figure, described, memory_figure
+from .measuring import CommandFailed, run_measured
+
+
+def measure(bench: Bench) -> list[Figure]:
+    rows = bench.products
+    copy = run_measured(
+        [sys.executable, "-m", "ledger.bench.copy_rows", bench.database_url, str(bench.catalogue)],
+        env=bench.env,
+    )
+    bench.say(f"COPY baseline: {described(copy, rows, 'rows')}")
+    figures = []
+    for name, expected, share in (
+        ("import, new products", f"created {rows}", 0.25),
+        ("import, unchanged re-import", f"unchanged {rows}", 0.50),
+    ):
+        run = bench.manage("import_catalogue", str(bench.catalogue))
+        if expected not in run.output:
+            raise CommandFailed(f"{name}: expected {expected!r}, the command said:\n{run.output}")
+        bench.say(f"{name}: {described(run, rows, 'rows')}")
+        ratio = run.per_second(rows) / copy.per_second(rows)
+        figures.append(
+            Figure(
+                name=name,
+                value=f"{run.per_second(rows):,.0f} rows/s",
+                baseline=f"{copy.per_second(rows):,.0f} rows/s COPY",
+                ratio=ratio,
+                target=f"≥ {share:.0%} of COPY",
+                passed=ratio >= share,
+            )
+        )
+        if name.endswith("new products"):
+            figures.append(memory_figure(name, run, bench))
+    return figures

@@ -1,0 +1,37 @@
+"""Figure (c): `create_job` over every product (issue 9, point 3: a million items in ≤ 20 s, memory
+flat in the job's size). The issue gives it no baseline of its own: the target is a rate."""
+
+import psycopg
+
+from .base import Bench, Figure, described, memory_figure
+from .measuring import CommandFailed
+
+TARGET_ITEMS_PER_SECOND = 1_000_000 / 20
+
+
+def measure(bench: Bench) -> list[Figure]:
+    rows = bench.products
+    bench.manage("createsuperuser", "--noinput", "--username", "bench", "--email", "bench@example.invalid")
+    run = bench.manage(
+        "create_job", "--reference", "bench", "--task", "product_description", "--provider", "emulator"
+    )
+    job_id = int(run.output.strip().splitlines()[-1])
+    with psycopg.connect(bench.database_url) as connection:
+        (items,) = connection.execute(
+            "SELECT count(*) FROM ledger_item WHERE job_id = %s", [job_id]
+        ).fetchone()
+    if items != rows:
+        raise CommandFailed(f"create_job made {items} items for {rows} products")
+    bench.say(f"create_job: {described(run, rows, 'items')}")
+    rate = run.per_second(rows)
+    return [
+        Figure(
+            name="create_job, every product",
+            value=f"{rate:,.0f} items/s",
+            baseline="—",
+            ratio=None,
+            target=f"≥ {TARGET_ITEMS_PER_SECOND:,.0f} items/s (1 M in ≤ 20 s)",
+            passed=rate >= TARGET_ITEMS_PER_SECOND,
+        ),
+        memory_figure("create_job", run, bench),
+    ]

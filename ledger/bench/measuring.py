@@ -1,0 +1,61 @@
+"""Time one command in a process of its own and read that process's peak memory from the kernel
+(`launch.py` reports it)."""
+
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+MANAGE = Path(__file__).resolve().parents[2] / "manage.py"
+
+
+class CommandFailed(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Run:
+    seconds: float
+    peak_bytes: int
+    output: str
+
+    @property
+    def peak_mb(self) -> float:
+        return self.peak_bytes / 1_000_000
+
+    def per_second(self, rows: int) -> float:
+        return rows / self.seconds if self.seconds > 0 else float("inf")
+
+
+def run_measured(argv: list[str], *, env: dict[str, str]) -> Run:
+    """Runs argv to its end; raises CommandFailed with its output if it does not succeed. The time
+    includes starting the launcher, a few milliseconds."""
+    with tempfile.TemporaryDirectory(prefix="bd_bench_") as folder:
+        peak = Path(folder) / "peak"
+        output = Path(folder) / "output"
+        with output.open("wb") as sink:
+            started = time.perf_counter()
+            process = subprocess.Popen(
+                [sys.executable, "-m", "ledger.bench.launch", str(peak), *argv],
+                env=env,
+                stdout=sink,
+                stderr=subprocess.STDOUT,
+                cwd=MANAGE.parent,
+            )
+            try:
+                process.wait()
+            except BaseException:
+                process.terminate()
+                process.wait()
+                raise
+            seconds = time.perf_counter() - started
+        text = output.read_text(errors="replace")
+        if process.returncode != 0:
+            raise CommandFailed(f"{' '.join(argv)} exited with {process.returncode}:\n{text[-4000:]}")
+        return Run(seconds=seconds, peak_bytes=int(peak.read_text()), output=text)
+
+
+def manage(*args: str, env: dict[str, str]) -> Run:
+    return run_measured([sys.executable, str(MANAGE), *args], env=env)

@@ -1,0 +1,83 @@
+"""One bench run: a fresh database, a generated catalogue, every figure in order, then the table.
+The database and the file are removed at the end whatever happens."""
+
+import os
+import secrets
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from . import importing, job_creation
+from .base import Bench, Figure
+from .catalogue_file import write_catalogue
+from .database import database_url, fresh_database, server_url
+from .measuring import manage
+
+# The run's order matters: the job is created over the products the import wrote.
+FIGURES = (importing, job_creation)
+
+# Issue 9's other figures, with their targets, until each has its module.
+NOT_MEASURED_YET = (
+    ("collection of a 50,000-line result file", "≥ 10,000 results/s, beside a bare streamed download"),
+    ("two worker clusters on Redis against one", "≥ 1.7 × one cluster's throughput"),
+    ("screens and list endpoints, any page", "≤ 50 ms, beside Django admin's changelist"),
+    ("catalogue search by title or SKU", "≤ 50 ms at 1.2 M products"),
+    ("end to end, import to every draft awaiting review", "≤ 10 min at 1.2 M products"),
+)
+
+
+def run_bench(*, products: int, say: Callable[[str], None]) -> list[Figure]:
+    server = server_url(os.environ.get("DATABASE_URL", ""))
+    with fresh_database(server) as name, tempfile.TemporaryDirectory(prefix="bd_bench_") as folder:
+        say(f"Database {name} on {server} (dropped at the end)")
+        url = database_url(server, name)
+        env = {
+            **os.environ,
+            "DATABASE_URL": url,
+            "DEBUG": "0",
+            "SECRET_KEY": os.environ.get("SECRET_KEY") or secrets.token_urlsafe(40),
+            "LOG_LEVEL": "WARNING",
+        }
+        catalogue = Path(folder) / "catalogue.jsonl"
+        started = time.perf_counter()
+        size = write_catalogue(catalogue, products)
+        say(
+            f"Catalogue: {products:,} products, {size / products:,.0f} bytes each "
+            f"({size / 1_000_000:,.1f} MB) in {time.perf_counter() - started:,.1f} s"
+        )
+        migrated = manage("migrate", "--verbosity", "0", env=env)
+        say(f"Migrated in {migrated.seconds:,.1f} s")
+        idle = manage("check", "--database", "default", env=env)
+        say(
+            f"A Django process that only starts and connects: {idle.seconds:,.2f} s, peak {idle.peak_mb:,.0f} MB"
+        )
+        bench = Bench(products=products, catalogue=catalogue, database_url=url, env=env, idle=idle, say=say)
+        figures = []
+        for module in FIGURES:
+            figures.extend(module.measure(bench))
+    say(f"Database {name} dropped")
+    return figures
+
+
+def table(figures: list[Figure]) -> str:
+    header = ("figure", "value", "baseline", "ratio", "target", "result")
+    rows = [
+        (
+            figure.name,
+            figure.value,
+            figure.baseline,
+            "—" if figure.ratio is None else f"{figure.ratio:,.3g}",
+            figure.target,
+            {True: "pass", False: "FAIL", None: "—"}[figure.passed],
+        )
+        for figure in figures
+    ]
+    rows += [(name, "not measured yet", "—", "—", target, "—") for name, target in NOT_MEASURED_YET]
+    widths = [max(len(row[column]) for row in [header, *rows]) for column in range(len(header))]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    ]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)
