@@ -29,7 +29,7 @@ from .base import (
     UnreadableLine,
     token_count,
 )
-from .http import PARSE_ERRORS, HttpBatchProvider, loads, parse_failure
+from .http import HttpBatchProvider, read_jsonl_result
 
 API_VERSION = "2023-06-01"
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -95,16 +95,7 @@ def parse_result_line(
 ) -> ResultLine | UnreadableLine:
     """One line of a results file. What is kept of a failure (its error, or the text of an
     unreadable line) is scrubbed of credentials; a draft is the model's text and kept whole."""
-    try:
-        line = loads(text)
-    except ValueError as exc:
-        return UnreadableLine(line_number, scrub_credentials(text, secrets)[:500], f"not JSON: {exc}")
-    if not isinstance(line, dict) or not isinstance(line.get("custom_id"), str):
-        return UnreadableLine(line_number, scrub_credentials(text, secrets)[:500], "no custom_id")
-    try:
-        return _parse_line(line_number, line, secrets=secrets)
-    except PARSE_ERRORS as exc:
-        return parse_failure(line_number, text, line["custom_id"], exc, secrets=secrets)
+    return read_jsonl_result(line_number, text, _parse_line, secrets=secrets)
 
 
 def _parse_line(line_number: int, line: dict, *, secrets: Iterable[str]) -> ResultLine:

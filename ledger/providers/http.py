@@ -57,6 +57,22 @@ def parse_failure(
     return UnreadableLine(line_number, scrub_credentials(shown, secrets)[:500], problem)
 
 
+def read_jsonl_result(line_number: int, text: str, parse, *, secrets=()) -> ResultLine | UnreadableLine:
+    """One line of a JSONL results file that names its request by `custom_id`: parsed by
+    `parse(line_number, line, secrets=...)`, or unreadable. What is kept of an unreadable line is
+    scrubbed of credentials."""
+    try:
+        line = loads(text)
+    except ValueError as exc:
+        return UnreadableLine(line_number, scrub_credentials(text, secrets)[:500], f"not JSON: {exc}")
+    if not isinstance(line, dict) or not isinstance(line.get("custom_id"), str):
+        return UnreadableLine(line_number, scrub_credentials(text, secrets)[:500], "no custom_id")
+    try:
+        return parse(line_number, line, secrets=secrets)
+    except PARSE_ERRORS as exc:
+        return parse_failure(line_number, text, line["custom_id"], exc, secrets=secrets)
+
+
 class HttpBatchProvider(BatchProvider):
     def __init__(self, *, client: httpx.Client):
         self.client = client
