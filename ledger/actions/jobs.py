@@ -13,6 +13,7 @@ from ..models import (
     ProductStatus,
     PromptVersion,
 )
+from ..setwise import insert_from_select
 from ..states import ItemState, JobState, ReasonCode
 from .core import NotAllowed, actor_name, change_state, enqueue
 
@@ -47,13 +48,19 @@ def create_job(
     prompt = prompts.filter(version=prompt_version).first() if prompt_version else prompts.first()
     if prompt is None:
         raise NotAllowed(f"No prompt version {prompt_version or ''} for task {task!r}".replace("  ", " "))
-    products = Product.objects.filter(status=ProductStatus.ACTIVE).select_related("current_revision")
+    # Written set-wise by the database: however many products, nothing per item passes through Python.
+    products_sql = f"{Product._meta.db_table} WHERE status = %s"
+    products_params: list = [ProductStatus.ACTIVE]
     if skus is not None:
-        wanted = set(skus)
-        products = products.filter(sku__in=wanted)
-        missing = wanted - set(products.values_list("sku", flat=True))
+        wanted = sorted(set(skus))
+        found = Product.objects.filter(status=ProductStatus.ACTIVE, sku__in=wanted).values_list(
+            "sku", flat=True
+        )
+        missing = set(wanted) - set(found)
         if missing:
             raise NotAllowed(f"Not active products or unknown SKUs: {', '.join(sorted(missing))}")
+        products_sql += f" AND sku IN ({', '.join(['%s'] * len(wanted))})" if wanted else " AND 1 = 0"
+        products_params += wanted
     with transaction.atomic():
         if Job.objects.filter(reference=reference).exists():
             raise NotAllowed(f"A job with reference {reference!r} exists already")
@@ -67,19 +74,27 @@ def create_job(
             destination=destination,
             unit_size=unit_size,
         )
-        items = Item.objects.bulk_create(
-            (Item(job=job, product=p, source_revision=p.current_revision) for p in products), batch_size=2000
+        # Items in SKU order, as the catalogue lists them; each item's event in the items' order.
+        items = insert_from_select(
+            Item,
+            select={"product": "id", "source_revision": "current_revision_id"},
+            values={"job": job},
+            from_sql=f"{products_sql} ORDER BY sku",
+            params=products_params,
         )
         if not items:
             raise NotAllowed("No active products to work on")
-        Event.objects.bulk_create(
-            (
-                Event(
-                    item=item, job=job, to_state=ItemState.PREPARED, actor=owner, actor_name=actor_name(owner)
-                )
-                for item in items
-            ),
-            batch_size=2000,
+        insert_from_select(
+            Event,
+            select={"item": "id"},
+            values={
+                "job": job,
+                "to_state": ItemState.PREPARED,
+                "actor": owner,
+                "actor_name": actor_name(owner),
+            },
+            from_sql=f"{Item._meta.db_table} WHERE job_id = %s ORDER BY id",
+            params=[job.pk],
         )
         Event.objects.create(job=job, to_state=JobState.PREPARING, actor=owner, actor_name=actor_name(owner))
         enqueue("ledger.tasks.submit_job", job.pk)
