@@ -38,5 +38,7 @@ class Command(BaseCommand):
             figures = run_bench(products=options["products"], say=say)
         except CommandFailed as error:
             raise CommandError(str(error)) from None
+        except KeyboardInterrupt:
+            raise CommandError("Stopped: the bench's database and catalogue file are removed") from None
         self.stdout.write("")
         self.stdout.write(table(figures))
