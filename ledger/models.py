@@ -108,6 +108,8 @@ class PromptVersion(models.Model):
 DEFAULT_DESTINATION = "catalogue"
 DEFAULT_UNIT_SIZE = 500
 MAX_UNIT_SIZE = 50_000
+# A job may name at most this many SKUs (more: leave them out for every active product).
+MAX_NAMED_SKUS = 20_000
 
 
 class Job(models.Model):

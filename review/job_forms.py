@@ -13,6 +13,7 @@ from ledger.catalogue import SKU_PATTERN
 from ledger.destinations import destination_names
 from ledger.models import (
     DEFAULT_DESTINATION,
+    MAX_NAMED_SKUS,
     MAX_UNIT_SIZE,
     Product,
     ProductStatus,
@@ -34,6 +35,10 @@ UNREADABLE = object()
 
 def active_products() -> QuerySet[Product]:
     return Product.objects.filter(status=ProductStatus.ACTIVE)
+
+
+def too_many_skus_message(count: int) -> str:
+    return f"{count:,} SKUs named; at most {MAX_NAMED_SKUS:,}, or leave them out for every active product."
 
 
 def unknown_skus_message(missing: list[str]) -> str:
@@ -145,6 +150,8 @@ class SkuListField(forms.Field):
             raise forms.ValidationError("must be a list of SKUs")
         if not value:
             raise forms.ValidationError("name at least one SKU, or leave skus out for every active product")
+        if len(value) > MAX_NAMED_SKUS:
+            raise forms.ValidationError(too_many_skus_message(len(value)))
         if bad := [sku for sku in value if not SKU_PATTERN.fullmatch(sku)]:
             raise forms.ValidationError("not valid SKUs: " + ", ".join(bad[:10]))
         return sorted(set(value))

@@ -16,11 +16,11 @@ from ledger.actions import (
     prompt_rules_problems,
     prompt_template_problems,
 )
-from ledger.models import Job, Product, ProductStatus, PromptVersion
+from ledger.models import MAX_NAMED_SKUS, Job, Product, ProductStatus, PromptVersion
 from ledger.pricing import priced_models
 from ledger.states import JobState
 
-from .job_forms import JobForm, active_products, unknown_skus_message
+from .job_forms import JobForm, active_products, too_many_skus_message, unknown_skus_message
 
 
 def with_category(products: QuerySet[Product]) -> QuerySet[Product]:
@@ -127,6 +127,8 @@ class JobStartForm(JobForm):
             skus = split_skus(data.get("skus", ""))
             if not skus:
                 self.add_error("skus", "List at least one SKU.")
+            elif len(skus) > MAX_NAMED_SKUS:
+                self.add_error("skus", too_many_skus_message(len(skus)))
             else:
                 self.products = active_products().filter(sku__in=skus)
                 found = set(self.products.values_list("sku", flat=True))

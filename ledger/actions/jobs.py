@@ -5,6 +5,7 @@ from django.db import transaction
 
 from ..models import (
     DEFAULT_DESTINATION,
+    MAX_NAMED_SKUS,
     MAX_UNIT_SIZE,
     Event,
     Item,
@@ -53,6 +54,8 @@ def create_job(
     products_params: list = [ProductStatus.ACTIVE]
     if skus is not None:
         wanted = sorted(set(skus))
+        if len(wanted) > MAX_NAMED_SKUS:
+            raise NotAllowed(f"{len(wanted):,} SKUs named; at most {MAX_NAMED_SKUS:,}")
         found = Product.objects.filter(status=ProductStatus.ACTIVE, sku__in=wanted).values_list(
             "sku", flat=True
         )

@@ -4,7 +4,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from ledger.models import Event, Item, Job, PromptVersion, Submission
+from ledger.models import MAX_NAMED_SKUS, Event, Item, Job, PromptVersion, Submission
 from ledger.states import ItemState, JobState
 from tests.api.conftest import assert_error
 from tests.factories import ItemFactory, JobFactory, ProductFactory, UserFactory, add_version
@@ -36,6 +36,18 @@ def test_a_job_that_names_no_model_or_unit_size_takes_its_providers(
     job = Job.objects.get()
     assert job.model == settings.PROVIDERS[provider]["default_model"]
     assert job.unit_size == unit_size  # the usual 500, within the provider's limit
+
+
+def test_naming_more_skus_than_a_job_may_is_400_and_changes_nothing(as_owner):
+    ProductFactory()
+    before = snapshot()
+    skus = [f"SKU-{n}" for n in range(MAX_NAMED_SKUS + 1)]
+
+    response = as_owner.post_json("/api/jobs", {**BODY, "skus": skus})
+
+    error = assert_error(response, 400, "invalid", {"skus"})
+    assert f"at most {MAX_NAMED_SKUS:,}" in error["fields"]["skus"]
+    assert snapshot() == before
 
 
 def snapshot() -> tuple[int, int, int]:

@@ -221,6 +221,11 @@ def test_a_category_is_text_whatever_its_json_type_and_offered_once(client, owne
             "Unknown SKUs, or products not active: NOPE, K-OLD.",
         ),
         ({"scope": "skus", "skus": "  "}, "skus", "List at least one SKU."),
+        (
+            {"scope": "skus", "skus": " ".join(f"S-{n}" for n in range(20_001))},
+            "skus",
+            "20,001 SKUs named; at most 20,000, or leave them out for every active product.",
+        ),
         ({"unit_size": "0"}, "unit_size", "Ensure this value is greater than or equal to 1."),
         ({"unit_size": "50001"}, "unit_size", "Ensure this value is less than or equal to 50000."),
         ({"reference": "taken"}, "reference", "A job with reference “taken” exists already."),
