@@ -158,8 +158,9 @@ class ItemQuerySet(models.QuerySet):
 class Item(models.Model):
     """(job, product, source revision at snapshot time): one unit of business work."""
 
-    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="items")
-    product = models.ForeignKey(Product, on_delete=models.PROTECT, related_name="items")
+    # Indexed by the composite indexes they lead (a job writes a million items: every index costs).
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="items", db_index=False)
+    product = models.ForeignKey(Product, on_delete=models.PROTECT, related_name="items", db_index=False)
     source_revision = models.ForeignKey(SourceRevision, on_delete=models.PROTECT, related_name="items")
     state = models.CharField(max_length=24, choices=ItemState.choices, default=ItemState.PREPARED)
     reason = models.TextField(blank=True)
@@ -172,11 +173,11 @@ class Item(models.Model):
     apply_failures = models.PositiveIntegerField(default=0)
     next_attempt_at = models.DateTimeField(null=True, blank=True)
     approved_version = models.ForeignKey(
-        "GeneratedVersion", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+        "GeneratedVersion", on_delete=models.PROTECT, null=True, blank=True, related_name="+", db_index=False
     )
     # The submission this inference attempt belongs to; cleared when the item is re-prepared.
     submission = models.ForeignKey(
-        "Submission", on_delete=models.PROTECT, null=True, blank=True, related_name="items"
+        "Submission", on_delete=models.PROTECT, null=True, blank=True, related_name="items", db_index=False
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -193,6 +194,15 @@ class Item(models.Model):
             models.Index(fields=["job", "state"], name="item_job_state"),
             models.Index(fields=["state", "updated_at"], name="item_state_age"),
             models.Index(fields=["product", "state"], name="item_product_state"),
+            # Mostly empty columns: only the rows that have one are indexed.
+            models.Index(
+                fields=["approved_version"],
+                name="item_approved_version",
+                condition=Q(approved_version__isnull=False),
+            ),
+            models.Index(
+                fields=["submission"], name="item_submission", condition=Q(submission__isnull=False)
+            ),
         ]
 
     def __str__(self) -> str:
@@ -391,12 +401,18 @@ class Publication(models.Model):
 class Event(models.Model):
     """Append-only: one row per state change, written in the same transaction as the change."""
 
-    item = models.ForeignKey(Item, on_delete=models.PROTECT, null=True, related_name="events")
-    submission = models.ForeignKey(Submission, on_delete=models.PROTECT, null=True, related_name="events")
-    job = models.ForeignKey(Job, on_delete=models.PROTECT, null=True, related_name="events")
+    # Item and job are indexed by `event_item` and `event_job`; submission and actor, mostly empty,
+    # by partial indexes: a job of a million items writes a million events.
+    item = models.ForeignKey(Item, on_delete=models.PROTECT, null=True, related_name="events", db_index=False)
+    submission = models.ForeignKey(
+        Submission, on_delete=models.PROTECT, null=True, related_name="events", db_index=False
+    )
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, null=True, related_name="events", db_index=False)
     from_state = models.CharField(max_length=24, blank=True)
     to_state = models.CharField(max_length=24)
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, related_name="+")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, related_name="+", db_index=False
+    )
     actor_name = models.CharField(max_length=150, default="system")
     reason = models.TextField(blank=True)
     data = models.JSONField(default=dict, blank=True)
@@ -407,6 +423,10 @@ class Event(models.Model):
         indexes = [
             models.Index(fields=["item", "id"], name="event_item"),
             models.Index(fields=["job", "id"], name="event_job"),
+            models.Index(
+                fields=["submission"], name="event_submission", condition=Q(submission__isnull=False)
+            ),
+            models.Index(fields=["actor"], name="event_actor", condition=Q(actor__isnull=False)),
         ]
 
     def save(self, *args, **kwargs):
