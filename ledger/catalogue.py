@@ -6,7 +6,8 @@ the caller asks to skip invalid rows: a rejected file leaves the ledger exactly 
 
 Memory stays bounded whatever the file's size. The file is read twice, a record at a time: the
 first pass checks every row and writes nothing; the second writes the valid rows in one
-transaction, a chunk at a time. A report keeps the first 100 problems and counts the others.
+transaction, a chunk at a time: each chunk is staged in a temporary table and merged set-wise
+(`_write`). A report keeps the first 100 problems and counts the others.
 The one thing that grows with the file is finding a SKU repeated anywhere in it: at most 32
 bytes a SKU (`_SeenSkus`).
 """
@@ -25,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
-from itertools import batched, chain
+from itertools import chain
 from typing import NamedTuple, NoReturn, Protocol
 
 from django.core.files.uploadedfile import UploadedFile
@@ -34,7 +35,17 @@ from django.db.models import Q
 from django.utils import timezone
 
 from .actions import record_product
-from .models import CatalogueImport, CatalogueImportChunk, ImportState, Product, ProductStatus
+from .models import (
+    CatalogueImport,
+    CatalogueImportChunk,
+    ImportState,
+    Item,
+    Product,
+    ProductStatus,
+    SourceRevision,
+)
+from .setwise import insert_from_select
+from .states import ItemState, sources_for
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +59,9 @@ MAX_REPORTED_ERRORS = 100
 # Enough to tell a line that is exactly at the limit (plus CR LF) from one that is over it.
 _READ_LIMIT = MAX_RECORD_BYTES + 3
 _BOM = b"\xef\xbb\xbf"
-# Records written per chunk of the second pass: at most 200 x 64 KB in memory at once.
-_WRITE_CHUNK = 200
+# Records written per chunk of the second pass, and at most this many bytes of them in memory.
+_WRITE_CHUNK = 5000
+_WRITE_CHUNK_BYTES = 16 * 1024 * 1024
 # The first pass reports its progress after this many rows.
 _PROGRESS_ROWS = 1000
 # The key of PostgreSQL's advisory lock that lets one import write at a time.
@@ -198,10 +210,11 @@ def import_catalogue(
             _one_import_at_a_time()
             stream.seek(0)
             records = (row for row in _read(stream, name=name) if isinstance(row, Record))
-            for chunk in batched(records, _WRITE_CHUNK):
-                _write(chunk, report)
-                if on_progress:
-                    on_progress(report)
+            with _staging_table():
+                for chunk in _chunks(records):
+                    _write(chunk, report)
+                    if on_progress:
+                        on_progress(report)
             if report.rows_written != report.rows_read - report.rejected:
                 raise FileChanged("The file changed while it was imported; nothing was imported")
             report.imported = True
@@ -250,24 +263,185 @@ def _one_import_at_a_time() -> None:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_IMPORT_LOCK])
 
 
-def _write(chunk: tuple[Record, ...], report: ImportReport) -> None:
-    # The chunk's products are locked in SKU order, as any other writer of several products does.
-    records = sorted(chunk, key=lambda record: record.sku)
-    rows = Product.objects.select_for_update().filter(sku__in=[record.sku for record in records])
-    before = dict(rows.order_by("sku").values_list("sku", "status"))
+# The second pass stages each chunk in a temporary table of this connection, then merges it.
+_STAGING = "bd_catalogue_staging"
+_KNOWN = "bd_catalogue_known"
+# The staged rows beside their products as they were (old_status null: a new product).
+_ROWS = f"{_STAGING} s JOIN {_KNOWN} k ON k.sku = s.sku"
+_PRODUCTS = Product._meta.db_table
+_REVISIONS = SourceRevision._meta.db_table
+_ITEMS = Item._meta.db_table
+# A staged row whose product exists: its content differs from the current revision's / it withdraws.
+_REVISED = "COALESCE(k.old_hash, '') <> s.content_hash"
+_WITHDRAWING = (
+    f"COALESCE(s.status, '') = '{ProductStatus.WITHDRAWN}' AND k.old_status <> '{ProductStatus.WITHDRAWN}'"
+)
+_REACTIVATING = (
+    f"k.old_status = '{ProductStatus.WITHDRAWN}' AND COALESCE(s.status, '') = '{ProductStatus.ACTIVE}'"
+)
+# Items a revision or a withdrawal may stop (`stop_unapplied_items`): a product with one of these
+# is written by `record_product`, so they are judged exactly as when a product is revised alone.
+_STOPPABLE_STATES = sources_for(ItemState.WITHDRAWN) | sources_for(ItemState.OBSOLETE)
+
+
+@contextmanager
+def _staging_table() -> Iterator[None]:
+    """Created inside the import's transaction, so a rolled-back import leaves none behind. `_KNOWN`
+    holds, for each staged row, its product as it was before the chunk (none: a new product)."""
+    fields = "jsonb" if connection.vendor == "postgresql" else "text"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"CREATE TEMPORARY TABLE {_STAGING} (line integer NOT NULL, sku varchar(64) NOT NULL, "
+            f"title text NOT NULL, fields {fields} NOT NULL, content_hash varchar(64) NOT NULL, "
+            "status varchar(16))"
+        )
+        cursor.execute(
+            f"CREATE TEMPORARY TABLE {_KNOWN} (sku varchar(64) NOT NULL, product_id bigint NOT NULL, "
+            "old_status varchar(16), old_number integer, old_hash varchar(64))"
+        )
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute(f"DROP TABLE {_STAGING}")
+        cursor.execute(f"DROP TABLE {_KNOWN}")
+
+
+class _Staged(NamedTuple):
+    record: Record
+    fields: str  # JSON
+    content_hash: str
+
+
+def _chunks(records: Iterable[Record]) -> Iterator[list[_Staged]]:
+    """At most `_WRITE_CHUNK` records, and about `_WRITE_CHUNK_BYTES` of their content, at a time."""
+    chunk: list[_Staged] = []
+    size = 0
     for record in records:
-        change = record_product(
-            sku=record.sku, title=record.title, fields=record.fields, status=record.status
+        fields = json.dumps(record.fields)
+        # The hash is record_product's own, so a product staged here and one recorded alone agree.
+        chunk.append(_Staged(record, fields, SourceRevision.hash_content(record.title, record.fields)))
+        size += len(fields) + len(record.title)
+        if len(chunk) >= _WRITE_CHUNK or size >= _WRITE_CHUNK_BYTES:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
+
+
+def _stage(cursor, chunk: list[_Staged]) -> None:
+    rows = (
+        (
+            staged.record.line,
+            staged.record.sku,
+            staged.record.title,
+            staged.fields,
+            staged.content_hash,
+            staged.record.status,
         )
-        reactivated = before.get(record.sku) == ProductStatus.WITHDRAWN and (
-            record.status == ProductStatus.ACTIVE
+        for staged in chunk
+    )
+    columns = "line, sku, title, fields, content_hash, status"
+    if connection.vendor == "postgresql":
+        with cursor.copy(f"COPY {_STAGING} ({columns}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+    else:
+        cursor.executemany(f"INSERT INTO {_STAGING} ({columns}) VALUES (%s, %s, %s, %s, %s, %s)", rows)
+
+
+def _merge(cursor, report: ImportReport) -> None:
+    """The staged rows whose products have no items to judge, in a few statements."""
+    cursor.execute(
+        f"SELECT COUNT(*) - COUNT(k.sku), "
+        f"COALESCE(SUM(CASE WHEN k.sku IS NOT NULL AND {_REVISED} THEN 1 ELSE 0 END), 0), "
+        f"COALESCE(SUM(CASE WHEN {_WITHDRAWING} THEN 1 ELSE 0 END), 0), "
+        f"COALESCE(SUM(CASE WHEN {_REACTIVATING} THEN 1 ELSE 0 END), 0), "
+        f"COALESCE(SUM(CASE WHEN k.sku IS NOT NULL AND NOT ({_REVISED}) AND NOT ({_WITHDRAWING}) "
+        f"AND NOT ({_REACTIVATING}) "
+        f"THEN 1 ELSE 0 END), 0) FROM {_STAGING} s LEFT JOIN {_KNOWN} k ON k.sku = s.sku"
+    )
+    created, revised, withdrawn, reactivated, unchanged = cursor.fetchone()
+    report.created += created
+    report.revised += revised
+    report.withdrawn += withdrawn
+    report.reactivated += reactivated
+    report.unchanged += unchanged
+    if created:
+        new = f"{_STAGING} s WHERE NOT EXISTS (SELECT 1 FROM {_KNOWN} k WHERE k.sku = s.sku)"
+        insert_from_select(
+            Product,
+            select={"sku": "s.sku", "status": f"COALESCE(s.status, '{ProductStatus.ACTIVE}')"},
+            from_sql=f"{new} ORDER BY s.sku",
         )
-        report.created += change.created
-        report.revised += change.revised
-        report.withdrawn += change.withdrawn and not change.created
-        report.reactivated += reactivated
-        report.unchanged += not (change.created or change.revised or change.withdrawn or reactivated)
-    report.rows_written += len(records)
+        cursor.execute(
+            f"INSERT INTO {_KNOWN} (sku, product_id) SELECT p.sku, p.id FROM {_PRODUCTS} p "
+            f"WHERE p.sku IN (SELECT s.sku FROM {new})"
+        )
+    now = timezone.now()
+    if created or revised:
+        insert_from_select(
+            SourceRevision,
+            select={
+                "product": "k.product_id",
+                "number": "COALESCE(k.old_number, 0) + 1",
+                "title": "s.title",
+                "fields": "s.fields",
+                "content_hash": "s.content_hash",
+            },
+            from_sql=f"{_ROWS} WHERE {_REVISED} ORDER BY s.sku",
+        )
+        cursor.execute(
+            f"UPDATE {_PRODUCTS} SET current_revision_id = r.id, updated_at = %s FROM {_ROWS} "
+            f"JOIN {_REVISIONS} r ON r.product_id = k.product_id AND r.number = COALESCE(k.old_number, 0) + 1 "
+            f"WHERE {_PRODUCTS}.id = k.product_id AND {_REVISED}",
+            [now],
+        )
+    if withdrawn or reactivated:
+        cursor.execute(
+            f"UPDATE {_PRODUCTS} SET status = s.status, updated_at = %s FROM {_ROWS} "
+            f"WHERE {_PRODUCTS}.id = k.product_id AND s.status IS NOT NULL AND s.status <> {_PRODUCTS}.status",
+            [now],
+        )
+
+
+def _write(chunk: list[_Staged], report: ImportReport) -> None:
+    """Write one chunk set-wise: stage it, then a few statements create the new products and their
+    first revisions, add a revision where the content hash changed and change statuses. A row the
+    database finds unchanged writes nothing. A revised or withdrawn product with items that may
+    have to stop goes through `record_product`, which judges them (rare in a bulk import)."""
+    records = {staged.record.sku: staged.record for staged in chunk}
+    with connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {_STAGING}")
+        cursor.execute(f"DELETE FROM {_KNOWN}")
+        _stage(cursor, chunk)
+        # The chunk's products are locked in SKU order, as any other writer of several products does.
+        lock = " FOR UPDATE OF p" if connection.vendor == "postgresql" else ""
+        cursor.execute(
+            f"INSERT INTO {_KNOWN} (sku, product_id, old_status, old_number, old_hash) "
+            f"SELECT p.sku, p.id, p.status, r.number, r.content_hash FROM {_PRODUCTS} p "
+            f"LEFT JOIN {_REVISIONS} r ON r.id = p.current_revision_id "
+            f"WHERE p.sku IN (SELECT sku FROM {_STAGING}) ORDER BY p.sku{lock}"
+        )
+        stopping = sorted(_STOPPABLE_STATES)
+        cursor.execute(
+            f"SELECT s.sku, k.old_status FROM {_ROWS} WHERE ({_REVISED} OR {_WITHDRAWING}) "
+            f"AND EXISTS (SELECT 1 FROM {_ITEMS} i WHERE i.product_id = k.product_id "
+            f"AND i.state IN ({', '.join(['%s'] * len(stopping))})) ORDER BY s.sku",
+            stopping,
+        )
+        one_by_one = cursor.fetchall()
+        for sku, before in one_by_one:
+            record = records[sku]
+            change = record_product(sku=sku, title=record.title, fields=record.fields, status=record.status)
+            reactivated = before == ProductStatus.WITHDRAWN and record.status == ProductStatus.ACTIVE
+            report.revised += change.revised
+            report.withdrawn += change.withdrawn
+            report.reactivated += reactivated
+            report.unchanged += not (change.revised or change.withdrawn or reactivated)
+        if one_by_one:
+            skus = [sku for sku, _ in one_by_one]
+            cursor.execute(f"DELETE FROM {_STAGING} WHERE sku IN ({', '.join(['%s'] * len(skus))})", skus)
+        _merge(cursor, report)
+    report.rows_written += len(chunk)
 
 
 # --- uploads, imported by a worker ---------------------------------------------------------
@@ -765,9 +939,11 @@ def _status(value: object, problems: list[str]) -> str | None:
 
 
 def check_fields(values: dict[str, object], problems: list[str]) -> dict[str, FieldValue]:
-    """Every other key is a product field. Blank values (empty cells, "", null) are left out and
-    text is stripped; inside a list or an object every value is kept as given."""
+    """Every other key is a product field, as read from JSON or CSV. Blank values (empty cells, "",
+    null) are left out and text is stripped; inside a list or an object every value is kept as given."""
     fields: dict[str, FieldValue] = {}
+    # One quick look at the whole record usually clears every field (stripping changes nothing it sees).
+    plain = _plainly_storable(values)
     for name, value in values.items():
         if value is None:
             continue
@@ -775,11 +951,27 @@ def check_fields(values: dict[str, object], problems: list[str]) -> dict[str, Fi
             value = value.strip()
             if not value:
                 continue
-        if (problem := json_value_problem(value, f'field "{name}"')) is not None:
+        if not plain and (problem := json_value_problem(value, f'field "{name}"')):
             problems.append(problem)
         else:
             fields[name] = value
     return fields
+
+
+def _plainly_storable(values: dict[str, object]) -> bool:
+    """A quick yes, in C rather than a walk in Python, for most records read from JSON or CSV (which
+    hold JSON types only); no means `json_value_problem` looks at each field closely."""
+    try:
+        text = json.dumps(values, ensure_ascii=False, allow_nan=False)
+    except (ValueError, TypeError, RecursionError):
+        return False
+    # So few brackets cannot nest too deep. NUL is written as an escape; an unpaired surrogate is
+    # left as it is, and cannot be encoded.
+    return (
+        text.count("[") + text.count("{") <= MAX_FIELD_DEPTH
+        and "\\u0000" not in text
+        and text_problem(text) is None
+    )
 
 
 def json_value_problem(value: object, field: str, *, max_depth: int = MAX_FIELD_DEPTH) -> str | None:

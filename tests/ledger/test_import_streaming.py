@@ -208,7 +208,8 @@ def test_a_worker_whose_claim_was_taken_over_commits_nothing(monkeypatch):
 
 def test_an_unexpected_error_fails_the_import_and_says_so(monkeypatch):
     stored = stored_upload(rows(2), piece=50)
-    monkeypatch.setattr(catalogue, "record_product", lambda **kwargs: 1 / 0)
+    # Any error while writing (new products are merged set-wise, not one record_product at a time).
+    monkeypatch.setattr(catalogue, "_write", lambda chunk, report: 1 / 0)
 
     assert import_catalogue_file(stored.pk) == ImportState.FAILED
 
