@@ -296,20 +296,12 @@ class AnthropicBatchProvider(HttpBatchProvider):
                 f"batch {provider_ref} has no results_url yet ({batch.get('processing_status')})"
             )
         self._check_same_origin(provider_ref, results_url)
-        try:
-            with self.client.stream("GET", results_url, headers={"accept": "application/binary"}) as response:
-                if response.status_code >= 400:
-                    response.read()
-                    raise self._refusal("GET", f"results of {provider_ref}", response)
-                for number, text in enumerate(response.iter_lines(), start=1):
-                    if text.strip():
-                        yield parse_result_line(number, text, secrets=self.secrets)
-        except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            # A download cut short (or not readable): what was read is recorded, the rest comes
-            # with the next try.
-            raise ProviderError(
-                f"download of the results of {provider_ref} was interrupted: {exc}", secrets=self.secrets
-            ) from exc
+        yield from self._stream_results(
+            results_url,
+            what=f"the results of {provider_ref}",
+            parse=parse_result_line,
+            headers={"accept": "application/binary"},
+        )
 
     def _check_same_origin(self, provider_ref: str, results_url: str) -> None:
         """Our key goes with every call: a results_url elsewhere than the API (another scheme,

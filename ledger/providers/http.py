@@ -4,6 +4,7 @@ answer was lost on the way back (SPEC rule 3)."""
 
 import json
 import math
+from collections.abc import Iterator
 
 import httpx
 
@@ -118,6 +119,23 @@ class HttpBatchProvider(BatchProvider):
         said = scrub_credentials(response.text, self.secrets)[:300]
         problem = f"{request.method} {request.url.path} answered what is not a JSON object: {said}"
         raise (AnswerLost if answer_may_be_lost else ProviderError)(problem, secrets=self.secrets)
+
+    def _stream_results(
+        self, url: str, *, what: str, parse, headers: dict | None = None
+    ) -> Iterator[ResultLine | UnreadableLine]:
+        """A JSONL results download, parsed line by line as it streams in. A download cut short
+        (or unreadable) is a ProviderError after the lines already read: they are recorded, the
+        rest comes with the next try."""
+        try:
+            with self.client.stream("GET", url, headers=headers) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise self._refusal("GET", what, response)
+                for number, text in enumerate(response.iter_lines(), start=1):
+                    if text.strip():
+                        yield parse(number, text, secrets=self.secrets)
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            raise ProviderError(f"download of {what} was interrupted: {exc}", secrets=self.secrets) from exc
 
     def _refusal(self, method: str, path: str, response: httpx.Response) -> ProviderError:
         """A 4xx/5xx answer as a ProviderError, transient or not by its status."""

@@ -247,20 +247,8 @@ class OpenAIBatchProvider(HttpBatchProvider):
                 yield from self._stream_file(file_ref)
 
     def _stream_file(self, file_ref: str) -> Iterator[ResultLine | UnreadableLine]:
-        try:
-            with self.client.stream("GET", f"/files/{file_ref}/content") as response:
-                if response.status_code >= 400:
-                    response.read()
-                    raise self._refusal("GET", f"/files/{file_ref}/content", response)
-                for number, text in enumerate(response.iter_lines(), start=1):
-                    if text.strip():
-                        yield parse_result_line(number, text, secrets=self.secrets)
-        except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            # A download cut short (or not readable): what was read is recorded, the rest comes
-            # with the next try.
-            raise ProviderError(
-                f"download of {file_ref} was interrupted: {exc}", secrets=self.secrets
-            ) from exc
+        path = f"/files/{file_ref}/content"
+        return self._stream_results(path, what=path, parse=parse_result_line)
 
     def cancel(self, provider_ref: str) -> str:
         response = self._call("POST", f"/batches/{provider_ref}/cancel")
