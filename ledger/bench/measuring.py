@@ -8,6 +8,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .launch import run_child
+
 MANAGE = Path(__file__).resolve().parents[2] / "manage.py"
 
 
@@ -37,23 +39,18 @@ def run_measured(argv: list[str], *, env: dict[str, str]) -> Run:
         output = Path(folder) / "output"
         with output.open("wb") as sink:
             started = time.perf_counter()
-            process = subprocess.Popen(
+            returncode = run_child(
                 [sys.executable, "-m", "ledger.bench.launch", str(peak), *argv],
+                lambda process: process.wait(),
                 env=env,
                 stdout=sink,
                 stderr=subprocess.STDOUT,
                 cwd=MANAGE.parent,
             )
-            try:
-                process.wait()
-            except BaseException:
-                process.terminate()
-                process.wait()
-                raise
             seconds = time.perf_counter() - started
         text = output.read_text(errors="replace")
-        if process.returncode != 0:
-            raise CommandFailed(f"{' '.join(argv)} exited with {process.returncode}:\n{text[-4000:]}")
+        if returncode != 0:
+            raise CommandFailed(f"{' '.join(argv)} exited with {returncode}:\n{text[-4000:]}")
         return Run(seconds=seconds, peak_bytes=int(peak.read_text()), output=text)
 
 

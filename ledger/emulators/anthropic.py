@@ -28,13 +28,12 @@ from werkzeug.wrappers import Request
 
 from ledger.emulators import textgen
 
-from .server import ApiError, Download, EmulatorServer, LoseAnswer
+from .server import ApiError, Download, EmulatorServer, FaultKnobs, LoseAnswer, duration, knob
 
 DAY = 86400
 MAX_REQUESTS = 100_000
 MAX_BATCH_BYTES = 256 * 1024 * 1024
 CUSTOM_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
-CANCEL_MS = 50  # how long `canceling` lasts before the batch ends
 ERROR_TYPES = {
     "invalid_request": "invalid_request_error",
     "authentication": "authentication_error",
@@ -61,6 +60,11 @@ def rfc3339(at: float | None) -> str | None:
 
 def envelope(error_type: str, message: str) -> dict:
     return {"type": "error", "error": {"type": error_type, "message": message}, "request_id": _new_id("req_")}
+
+
+@dataclass
+class AnthropicKnobs(FaultKnobs):
+    cancel_ms: float = knob(50, duration)  # how long `canceling` lasts before the batch ends
 
 
 @dataclass
@@ -114,6 +118,7 @@ class _Batch:
 
 
 class AnthropicEmulator(EmulatorServer):
+    knobs_class = AnthropicKnobs
     protocol = "anthropic"
     base_path = ""  # the SDK's base URL has no /v1: paths carry it
     api_prefix = "/v1/"
@@ -335,10 +340,10 @@ class AnthropicEmulator(EmulatorServer):
             for pending in batch.requests[batch.ran :]:
                 pending.result = {"type": "expired"}
             self._end(batch, deadline)
-        elif batch.cancel_initiated is not None and now >= batch.cancel_initiated + CANCEL_MS / 1000:
+        elif batch.cancel_initiated is not None and now >= batch.cancel_initiated + self.knobs.cancel_ms / 1000:
             for pending in batch.requests[batch.ran :]:
                 pending.result = {"type": "canceled"}
-            self._end(batch, batch.cancel_initiated + CANCEL_MS / 1000)
+            self._end(batch, batch.cancel_initiated + self.knobs.cancel_ms / 1000)
 
     def _run(self, request: _Request, at: float) -> None:
         """Answer one request at simulated time `at`."""

@@ -256,7 +256,8 @@ def test_results_before_the_end_are_refused(emulator, api):
 
 
 def test_cancel_goes_canceling_then_ended_with_unrun_requests_canceled(emulator, api):
-    emulator.configure(per_request_ms=500)
+    # `canceling` lasts long enough that the second cancel, even on a loaded machine, finds it.
+    emulator.configure(per_request_ms=500, cancel_ms=1000)
     batch = create(api, entries(5))
     time.sleep(0.6)  # at least one has run
 
