@@ -340,7 +340,9 @@ class AnthropicEmulator(EmulatorServer):
             for pending in batch.requests[batch.ran :]:
                 pending.result = {"type": "expired"}
             self._end(batch, deadline)
-        elif batch.cancel_initiated is not None and now >= batch.cancel_initiated + self.knobs.cancel_ms / 1000:
+        elif (
+            batch.cancel_initiated is not None and now >= batch.cancel_initiated + self.knobs.cancel_ms / 1000
+        ):
             for pending in batch.requests[batch.ran :]:
                 pending.result = {"type": "canceled"}
             self._end(batch, batch.cancel_initiated + self.knobs.cancel_ms / 1000)
