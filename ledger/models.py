@@ -138,6 +138,7 @@ class ItemQuerySet(models.QuerySet):
         return self.filter(state=ItemState.AWAITING_REVIEW)
 
     def counts_by_state(self) -> dict[str, int]:
+        """Items by state, counted row by row (the tallies' reference: `ItemTally` answers the screens)."""
         rows = self.order_by().values_list("state").annotate(n=models.Count("id"))
         return dict(rows)
 
@@ -191,8 +192,11 @@ class Item(models.Model):
             models.UniqueConstraint(fields=["job", "source_revision"], name="item_once_per_revision"),
         ]
         indexes = [
-            models.Index(fields=["job", "state"], name="item_job_state"),
-            models.Index(fields=["state", "updated_at"], name="item_state_age"),
+            # Keyset pages (`review/paging.py`): a job's items, of one state or all, in id order;
+            # the review queue and the operations groups, oldest first.
+            models.Index(fields=["job", "state", "id"], name="item_job_state"),
+            models.Index(fields=["job", "id"], name="item_job"),
+            models.Index(fields=["state", "updated_at", "id"], name="item_state_age"),
             models.Index(fields=["product", "state"], name="item_product_state"),
             # Mostly empty columns: only the rows that have one are indexed.
             models.Index(
@@ -216,6 +220,102 @@ class Item(models.Model):
     def custom_id(self) -> str:
         """Derived from the work, never random: a redelivery computes the same id."""
         return f"bd-{self.pk}-{self.inference_attempt}"
+
+
+class ItemTallyQuerySet(models.QuerySet):
+    def counts_by_state(self) -> dict[str, int]:
+        """Items by state of the tallied jobs (filter by `job` first, or none for every job): a sum over
+        a few rows per job and state, however many items there are."""
+        rows = self.order_by().values_list("state").annotate(n=models.Sum("items"))
+        return {state: n for state, n in rows if n}
+
+    def counts_by_job(self, job_ids: Iterable[int]) -> dict[int, dict[str, int]]:
+        counts: dict[int, dict[str, int]] = {job_id: {} for job_id in job_ids}
+        rows = (
+            self.filter(job_id__in=list(counts))
+            .order_by()
+            .values_list("job_id", "state")
+            .annotate(n=models.Sum("items"))
+        )
+        for job_id, state, n in rows:
+            if n:
+                counts[job_id][state] = n
+        return counts
+
+    def compact(self, job_id: int) -> None:
+        """Fold the job's rows into one per state. Rows other transactions append meanwhile are not
+        seen, so they stay as they are; a compaction already running elsewhere makes this one wait
+        for nothing: it leaves the rows alone."""
+        from django.db import connection, transaction
+
+        with transaction.atomic(), connection.cursor() as cursor:
+            if connection.vendor == "postgresql":
+                cursor.execute("SELECT pg_try_advisory_xact_lock(%s, %s)", [TALLY_LOCK, job_id])
+                if not cursor.fetchone()[0]:
+                    return
+            cursor.execute(
+                f"DELETE FROM {ItemTally._meta.db_table} WHERE job_id = %s RETURNING state, "
+                + ", ".join(TALLIED),
+                [job_id],
+            )
+            sums: dict[str, list[int]] = {}
+            for state, *values in cursor.fetchall():
+                sums[state] = [
+                    a + b for a, b in zip(sums.get(state, [0] * len(TALLIED)), values, strict=True)
+                ]
+            self.bulk_create(
+                ItemTally(job_id=job_id, state=state, **dict(zip(TALLIED, values, strict=True)))
+                for state, values in sums.items()
+                if any(values)
+            )
+
+
+# What a tally row sums, besides its job and state; and the advisory lock class of compaction.
+TALLIED = (
+    "items",
+    "pending_input",
+    "pending_output",
+    "approved_drafts",
+    "approved_input",
+    "approved_output",
+    "all_input",
+    "all_output",
+    "apportioned_drafts",
+)
+TALLY_LOCK = 7_413
+
+
+class ItemTally(models.Model):
+    """How many items each job has in each state, and what their drafts cost in tokens, kept by the
+    database itself: triggers on `ledger_item` and `ledger_generatedversion` (migration 0013) append a
+    row of differences in the same transaction as every change, whichever code makes it (one row,
+    a set-wise UPDATE, an INSERT … SELECT). Rows are only ever added, so concurrent workers never
+    wait on one another; a job's rows are summed when read and folded into one row per state from
+    time to time (`compact_tallies`). Never written by Python otherwise."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="+", db_constraint=False)
+    state = models.CharField(max_length=24)
+    items = models.BigIntegerField(default=0)
+    # Tokens of the latest draft of items waiting for a decision (returned, awaiting review).
+    pending_input = models.BigIntegerField(default=0)
+    pending_output = models.BigIntegerField(default=0)
+    # Items whose approved draft may still be published (not obsolete, withdrawn or cancelled),
+    # and that draft's tokens.
+    approved_drafts = models.BigIntegerField(default=0)
+    approved_input = models.BigIntegerField(default=0)
+    approved_output = models.BigIntegerField(default=0)
+    # Every draft ever generated (counted under its item's state when it arrived).
+    all_input = models.BigIntegerField(default=0)
+    all_output = models.BigIntegerField(default=0)
+    apportioned_drafts = models.BigIntegerField(default=0)
+
+    objects = ItemTallyQuerySet.as_manager()
+
+    class Meta:
+        indexes = [models.Index(fields=["job", "state"], name="item_tally_job")]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} {self.state} {self.items:+}"
 
 
 def lease_end() -> datetime:

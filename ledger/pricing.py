@@ -22,9 +22,9 @@ from decimal import Decimal, InvalidOperation
 from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
-from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Sum
+from django.db.models import Sum
 
-from .models import GeneratedVersion, Job
+from .models import GeneratedVersion, ItemTally, Job
 from .states import ItemState
 
 log = logging.getLogger(__name__)
@@ -327,32 +327,24 @@ DISCARDED_STATES = (ItemState.OBSOLETE, ItemState.WITHDRAWN, ItemState.CANCELLED
 # The latest draft of an item in these states is still waiting for a decision.
 UNDECIDED_STATES = (ItemState.RETURNED, ItemState.AWAITING_REVIEW)
 
-# Approved: the version the item's approval names, unless the product moved on or went away.
-APPROVED = Q(item__approved_version=F("pk")) & ~Q(item__state__in=DISCARDED_STATES)
-# Pending: the latest draft of an item that is still to be decided on.
-PENDING = Q(item__state__in=UNDECIDED_STATES) & ~Exists(
-    GeneratedVersion.objects.filter(item=OuterRef("item"), number__gt=OuterRef("number"))
-)
-# Everything else is wasted: rejected, invalid, obsolete or withdrawn drafts, and drafts that a
-# retry replaced.
-APPORTIONED = Q(usage__apportioned=True)
-
-
-def _token_sums_by_job(versions: QuerySet[GeneratedVersion]) -> QuerySet:
-    return (
-        versions.order_by()
-        .values("item__job_id")
-        .annotate(
-            all_input=Sum("input_tokens"),
-            all_output=Sum("output_tokens"),
-            approved_input=Sum("input_tokens", filter=APPROVED),
-            approved_output=Sum("output_tokens", filter=APPROVED),
-            approved_drafts=Count("pk", filter=APPROVED),
-            pending_input=Sum("input_tokens", filter=PENDING),
-            pending_output=Sum("output_tokens", filter=PENDING),
-            apportioned_drafts=Count("pk", filter=APPORTIONED),
-        )
+# Every token sum comes from the job's item tallies (`ItemTally`), which the database keeps with
+# every change: approved (the draft an item's approval names, unless the product moved on or went
+# away), pending (the latest draft of an item still to be decided on) and every draft. Everything
+# else is wasted: rejected, invalid, obsolete or withdrawn drafts, and drafts a retry replaced.
+TALLY_SUMS = {
+    name: Sum(name)
+    for name in (
+        "items",
+        "all_input",
+        "all_output",
+        "approved_input",
+        "approved_output",
+        "approved_drafts",
+        "pending_input",
+        "pending_output",
+        "apportioned_drafts",
     )
+}
 
 
 def _divide(amount: Decimal, count: int) -> Decimal | None:
@@ -374,21 +366,22 @@ def jobs_cost(job_ids: Iterable[int]) -> dict[int, dict]:
     """`job_cost` for many jobs at once: two aggregate queries whatever their size."""
     job_ids = list(job_ids)
     jobs = {
-        pk: (provider, model, items)
-        for pk, provider, model, items in Job.objects.filter(pk__in=job_ids)
-        .order_by()
-        .annotate(n=Count("items"))
-        .values_list("pk", "provider", "model", "n")
+        pk: (provider, model)
+        for pk, provider, model in Job.objects.filter(pk__in=job_ids).values_list("pk", "provider", "model")
     }
     rows = {
-        row["item__job_id"]: row
-        for row in _token_sums_by_job(GeneratedVersion.objects.filter(item__job_id__in=job_ids))
+        row["job_id"]: row
+        for row in ItemTally.objects.filter(job_id__in=job_ids)
+        .order_by()
+        .values("job_id")
+        .annotate(**TALLY_SUMS)
     }
     costs = {}
     for job_id in job_ids:
-        provider, model, item_count = jobs.get(job_id, ("", "", 0))
+        provider, model = jobs.get(job_id, ("", ""))
         price = price_for(provider, model)
         row = rows.get(job_id) or {}
+        item_count = row.get("items") or 0
         input_tokens, output_tokens = row.get("all_input") or 0, row.get("all_output") or 0
         cost = {
             "currency": "USD",
@@ -441,13 +434,13 @@ class Spend:
 def spend() -> Spend:
     """One query grouped by provider and model."""
     rows = (
-        GeneratedVersion.objects.order_by()
-        .values("item__job__provider", "item__job__model")
-        .annotate(all_input=Sum("input_tokens"), all_output=Sum("output_tokens"))
+        ItemTally.objects.order_by()
+        .values("job__provider", "job__model")
+        .annotate(all_input=Sum("all_input"), all_output=Sum("all_output"))
     )
     total, unpriced = Decimal(0), {}
     for row in rows:
-        provider, model = row["item__job__provider"], row["item__job__model"]
+        provider, model = row["job__provider"], row["job__model"]
         price = price_for(provider, model)
         if price is None:
             unpriced[(provider, model)] = row["all_input"] + row["all_output"]

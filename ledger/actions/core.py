@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from ..models import Event, Item, Job
+from ..models import Event, Item, ItemTally, Job
 from ..states import ALLOWED_TRANSITIONS, OUTSTANDING_STATES, REVIEW_STATES, ItemState, JobState
 
 
@@ -114,13 +114,21 @@ def move_items(
     return ids
 
 
+# A job's tally rows are folded into one per state once there are more than this (each change of
+# item states appends a few): reading them stays a sum over a few dozen rows.
+COMPACT_AFTER_ROWS = 100
+
+
 def refresh_job_state(job_id: int) -> str:
     """Derive the job's state from its items' states."""
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job_id)
         if job.state == JobState.CANCELLED:
             return job.state
-        states = set(job.items.counts_by_state())
+        tallies = ItemTally.objects.filter(job=job)
+        if tallies.count() > COMPACT_AFTER_ROWS:
+            ItemTally.objects.compact(job.pk)
+        states = set(tallies.counts_by_state())
         if states & OUTSTANDING_STATES:
             new = JobState.PREPARING if not job.submissions.exists() else JobState.RUNNING
         elif states & REVIEW_STATES:
