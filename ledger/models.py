@@ -455,7 +455,11 @@ class Approval(models.Model):
     class Meta:
         ordering = ["-approved_at"]
         constraints = [models.UniqueConstraint(fields=["version"], name="one_approval_per_version")]
-        indexes = [models.Index(fields=["approved_by", "approved_at"], name="approval_by_person")]
+        indexes = [
+            models.Index(fields=["approved_by", "approved_at"], name="approval_by_person"),
+            # The audit screen's keyset pages, newest first.
+            models.Index(fields=["approved_at", "id"], name="approval_time"),
+        ]
 
 
 class AttemptOutcome(models.TextChoices):
@@ -478,7 +482,21 @@ class DestinationAttempt(models.Model):
 
     class Meta:
         ordering = ["started_at"]
-        indexes = [models.Index(fields=["operation_key"], name="attempt_operation_key")]
+        indexes = [
+            models.Index(fields=["operation_key"], name="attempt_operation_key"),
+            # /metrics counts the failed attempts, a few among many.
+            models.Index(
+                fields=["id"],
+                name="attempt_failed",
+                condition=Q(
+                    outcome__in=[
+                        AttemptOutcome.RETRYABLE,
+                        AttemptOutcome.REJECTED,
+                        AttemptOutcome.REFUSED_BY_GUARD,
+                    ]
+                ),
+            ),
+        ]
 
 
 class Publication(models.Model):
@@ -527,6 +545,10 @@ class Event(models.Model):
                 fields=["submission"], name="event_submission", condition=Q(submission__isnull=False)
             ),
             models.Index(fields=["actor"], name="event_actor", condition=Q(actor__isnull=False)),
+            # /metrics counts failed inferences, a few among a million events.
+            models.Index(
+                fields=["id"], name="event_inference_failed", condition=Q(to_state=ItemState.INFERENCE_FAILED)
+            ),
         ]
 
     def save(self, *args, **kwargs):
