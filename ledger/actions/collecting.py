@@ -1,22 +1,26 @@
 """Collecting: polling open submissions and recording every result line by custom_id, once
 (rules 2 and 4), with failures classified and retried by themselves when transient (rule 8)."""
 
+import time
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
 from ..models import GeneratedVersion, Item, Submission, SubmissionItem, content_hash
 from ..states import ItemState, ReasonCode, SubmissionState
+from ..validation import DraftChecker
 from .core import backoff, change_state, enqueue, refresh_job_state
 from .jobs import judge_currency
+from .recording import MAX_INFERENCE_ATTEMPTS, record_chunk
 from .submitting import build_requests, note_anomaly, set_submission_state
 
-# Transient inference failures are retried this many times in all before the item is given up.
-MAX_INFERENCE_ATTEMPTS = 3
 # A worker reading a long unit renews its lease this often.
 LEASE_RENEWAL = timedelta(seconds=30)
+# Lines read from a slow stream wait at most this long (seconds) before they are recorded.
+CHUNK_MAX_AGE = 2.0
 
 
 class RecordedRequests:
@@ -39,12 +43,28 @@ class RecordedRequests:
 def poll_submission(submission_id: int, *, provider=None) -> str:
     """Ask the provider how an open submission is doing; collect it when it has ended."""
     from ..providers import get_provider
-    from ..providers.base import Delivery, ProviderError
+    from ..providers.base import Delivery
+
+    provider = provider or get_provider(Submission.objects.get(pk=submission_id).provider)
+    said = observe_submission(submission_id, provider=provider)
+    if said != "ended":
+        return said
+    if provider.capabilities.delivery == Delivery.PER_REQUEST:
+        # Minutes of requests: a task of its own, so the round goes on polling the rest (a
+        # round that finds it still ended and unclaimed collects it itself).
+        enqueue("ledger.tasks.collect_submission", submission_id)
+        return "ended"
+    return collect_submission(submission_id, provider=provider)
+
+
+def observe_submission(submission_id: int, *, provider) -> str:
+    """Record what the provider says about an open submission; "ended" once it has ended (the
+    submission is then `ended`, waiting to be collected), else the provider's word."""
+    from ..providers.base import ProviderError
 
     submission = Submission.objects.get(pk=submission_id)
     if submission.state != SubmissionState.OPEN:
         return submission.state
-    provider = provider or get_provider(submission.provider)
     try:
         status = provider.status(submission.provider_ref)
     except ProviderError as exc:
@@ -57,35 +77,36 @@ def poll_submission(submission_id: int, *, provider=None) -> str:
         "request_counts": status.counts.as_dict() if status.counts else {},
         "error": status.problem,
     }
-    if status.ended:
-        fields |= {"refused": status.refused, "unanswered_reason": status.unanswered_reason}
-        with transaction.atomic():
-            updated = Submission.objects.filter(pk=submission.pk, state=SubmissionState.OPEN).update(**fields)
-            if updated:
-                set_submission_state(
-                    submission, SubmissionState.ENDED, reason=f"Provider says {status.provider_status}"
-                )
-        if provider.capabilities.delivery == Delivery.PER_REQUEST:
-            # Minutes of requests: a task of its own, so the round goes on polling the rest (a
-            # round that finds it still ended and unclaimed collects it itself).
-            enqueue("ledger.tasks.collect_submission", submission_id)
-            return "ended"
-        return collect_submission(submission_id, provider=provider)
-    Submission.objects.filter(pk=submission.pk).update(**fields)
-    return status.provider_status
+    if not status.ended:
+        Submission.objects.filter(pk=submission.pk).update(**fields)
+        return status.provider_status
+    fields |= {"refused": status.refused, "unanswered_reason": status.unanswered_reason}
+    with transaction.atomic():
+        updated = Submission.objects.filter(pk=submission.pk, state=SubmissionState.OPEN).update(**fields)
+        if updated:
+            set_submission_state(
+                submission, SubmissionState.ENDED, reason=f"Provider says {status.provider_status}"
+            )
+    return "ended"
 
 
-def collect_submission(submission_id: int, *, provider=None) -> str:
-    """Record every result of an ended submission, each the moment it is read. Running it twice,
-    or again after an interrupted download or a killed worker, changes nothing already recorded;
-    a provider paid per request is never asked again for a request whose answer is recorded."""
+def collect_submission(submission_id: int, *, provider=None, seconds: float | None = None) -> str:
+    """Record every result of an ended submission, a chunk of lines (BATCHDESK_COLLECT_CHUNK) a
+    transaction. Running it twice, or again after an interrupted download or a killed worker,
+    changes nothing already recorded; a provider paid per request is never asked again for a
+    request whose answer is recorded.
+
+    After `seconds` (BATCHDESK_COLLECT_SECONDS unless given; `math.inf`: no limit) it stops at a
+    chunk's end, releases the submission and queues a task that goes on where it stopped, so no
+    task outlives the worker's timeout."""
     from ..providers import capabilities, get_provider
     from ..providers.base import Delivery, ProviderError, ResultLine
 
     claim = Submission.objects.claim(submission_id, states=[SubmissionState.ENDED])
     if not claim:
         return "not claimable"
-    submission = Submission.objects.get(pk=submission_id)
+    deadline = time.monotonic() + (settings.BATCHDESK_COLLECT_SECONDS if seconds is None else seconds)
+    submission = Submission.objects.select_related("job__prompt_version").get(pk=submission_id)
     provider = provider or get_provider(submission.provider)
     recorded = set(submission.entries.exclude(outcome="").values_list("custom_id", flat=True))
     requests = []
@@ -93,24 +114,43 @@ def collect_submission(submission_id: int, *, provider=None) -> str:
     if per_request:
         requests = [r for r in build_requests(submission, ItemState.SUBMITTED) if r.custom_id not in recorded]
         recorded = RecordedRequests(submission_id, claim)
+    # A server answering request by request is paid for each answer: each is recorded the moment
+    # it arrives, so a killed worker loses only the requests in flight.
+    chunk = Chunk(submission, size=1 if per_request else settings.BATCHDESK_COLLECT_CHUNK)
     seen: set[str] = set()
     lines = {"succeeded": 0, "failed": 0}
     renewed = timezone.now()
     try:
         for line in provider.results(submission.provider_ref, skip=recorded, requests=requests):
-            if isinstance(line, ResultLine):
-                if record_result(submission, line, seen=seen) != "repeated":
-                    lines["succeeded" if line.succeeded else "failed"] += 1
-            else:
-                note_anomaly(
-                    submission, "unreadable_line", line=line.line_number, problem=line.problem, text=line.text
+            if not isinstance(line, ResultLine):
+                chunk.add(
+                    {
+                        "kind": "unreadable_line",
+                        "line": line.line_number,
+                        "problem": line.problem,
+                        "text": line.text,
+                    }
                 )
+            elif line.custom_id in seen:
+                chunk.add({"kind": "repeated_line", "custom_id": line.custom_id})
+            else:
+                seen.add(line.custom_id)
+                lines["succeeded" if line.succeeded else "failed"] += 1
+                if per_request or line.custom_id not in recorded:
+                    chunk.add(line)
+            if not chunk.full():
+                continue
             if timezone.now() - renewed > LEASE_RENEWAL:  # keep the lease while a long unit streams in
                 if not Submission.objects.renew_claim(submission_id, claim):
-                    return "claim lost"
+                    return "claim lost"  # another worker took over: it records what this one read
                 renewed = timezone.now()
+            chunk.record()
+            if time.monotonic() > deadline:
+                return hand_over(submission_id, claim)
+        chunk.record()
     except ProviderError as exc:
-        # Lines recorded so far stay recorded; the next round reads again and skips them.
+        # Lines read so far are recorded; the next round reads again and skips them.
+        chunk.record()
         Submission.objects.filter(pk=submission_id).update(
             error=str(exc)[:2000], claimed_until=timezone.now() + backoff(1, exc.retry_after)
         )
@@ -118,15 +158,17 @@ def collect_submission(submission_id: int, *, provider=None) -> str:
     if not Submission.objects.renew_claim(submission_id, claim):
         return "claim lost"  # another worker took over; what this one recorded stays recorded
     asked = {r.custom_id for r in requests}
-    for entry in submission.entries.filter(outcome=""):
-        if per_request and entry.custom_id not in asked:
-            # Never asked: its item had moved on (a cancelled job) before its request was made.
-            SubmissionItem.objects.filter(pk=entry.pk, outcome="").update(outcome="not_sent")
+    unanswered = list(submission.entries.filter(outcome="").order_by("id").values_list("pk", "custom_id"))
+    never_asked = [pk for pk, custom_id in unanswered if per_request and custom_id not in asked]
+    # Never asked: its item had moved on (a cancelled job) before its request was made.
+    SubmissionItem.objects.filter(pk__in=never_asked, outcome="").update(outcome="not_sent")
+    for _, custom_id in unanswered:
+        if per_request and custom_id not in asked:
             continue
         if submission.refused:
             # The provider refused the unit itself (e.g. its input): permanent, with its reason.
             line = ResultLine(
-                custom_id=entry.custom_id,
+                custom_id=custom_id,
                 succeeded=False,
                 error_code="batch_refused",
                 error_message=submission.error or "The provider refused the batch",
@@ -135,7 +177,7 @@ def collect_submission(submission_id: int, *, provider=None) -> str:
         elif submission.unanswered_reason:
             # The provider says why it ran no request of these (the unit expired): transient.
             line = ResultLine(
-                custom_id=entry.custom_id,
+                custom_id=custom_id,
                 succeeded=False,
                 error_code=submission.unanswered_reason,
                 error_message=f"The provider ended the batch ({submission.last_observed_status}) without running this request",
@@ -143,35 +185,73 @@ def collect_submission(submission_id: int, *, provider=None) -> str:
                 transient=True,
             )
         else:
-            note_anomaly(submission, "missing_result", custom_id=entry.custom_id)
+            chunk.add({"kind": "missing_result", "custom_id": custom_id})
             line = ResultLine(
-                custom_id=entry.custom_id,
+                custom_id=custom_id,
                 succeeded=False,
                 error_code="missing_result",
                 error_message="The provider returned no line for this request",
                 reason=ReasonCode.MISSING_RESULT,
                 transient=True,
             )
-        record_result(submission, line, seen=seen)
+        chunk.add(line)
+        if chunk.full():
+            chunk.record()
+    chunk.record()
     counts = submission.request_counts or {}
     if (
         counts
         and not requests
-        and (counts.get("succeeded"), counts.get("failed"))
-        != (
-            lines["succeeded"],
-            lines["failed"],
-        )
+        and (counts.get("succeeded"), counts.get("failed")) != (lines["succeeded"], lines["failed"])
     ):
-        note_anomaly(submission, "counts_disagree", provider_counts=counts, lines_in_results=lines)
+        chunk.add({"kind": "counts_disagree", "provider_counts": counts, "lines_in_results": lines})
+        chunk.record()
     with transaction.atomic():
         set_submission_state(submission, SubmissionState.COLLECTED, claimed_until=None, error="")
     refresh_job_state(submission.job_id)
     return "collected"
 
 
+def hand_over(submission_id: int, claim: str) -> str:
+    """This task's time is up: release the submission, still `ended`, to a task that goes on."""
+    Submission.objects.filter(pk=submission_id, claimed_by=claim).update(claimed_until=None)
+    enqueue("ledger.tasks.collect_submission", submission_id)
+    return "continues"
+
+
+class Chunk:
+    """What the results stream gave since the last chunk was recorded, in order, recorded as one
+    transaction by `record_chunk`. Also recorded when its oldest line has waited CHUNK_MAX_AGE
+    (a slow stream), so read lines do not wait long unrecorded."""
+
+    def __init__(self, submission: Submission, *, size: int):
+        self.submission, self.size = submission, max(1, size)
+        self.checker = DraftChecker.of(submission.job.prompt_version)
+        self.parts: list = []
+        self.lines = 0
+        self.started = 0.0
+
+    def add(self, part) -> None:
+        if not self.parts:
+            self.started = time.monotonic()
+        self.parts.append(part)
+        self.lines += not isinstance(part, dict)
+
+    def full(self) -> bool:
+        return self.lines >= self.size or (
+            bool(self.parts) and time.monotonic() - self.started > CHUNK_MAX_AGE
+        )
+
+    def record(self) -> None:
+        if self.parts:
+            record_chunk(self.submission, self.parts, checker=self.checker)
+        self.parts, self.lines = [], 0
+
+
 def record_result(submission: Submission, line, *, seen: set[str] | None = None) -> str:
-    """Match one result line by custom_id and record it. A repeated line makes no second version."""
+    """Match one result line by custom_id and record it. A repeated line makes no second version.
+    One line at a time: `collect_submission` records lines a chunk at a time (`record_chunk`),
+    with the same outcome as this, which stays as the reference it is tested against."""
     seen = seen if seen is not None else set()
     if line.custom_id in seen:
         note_anomaly(submission, "repeated_line", custom_id=line.custom_id)

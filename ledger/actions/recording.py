@@ -1,0 +1,330 @@
+"""Recording result lines set-wise: a chunk of lines in one transaction, each kind of change written
+by one statement for the whole chunk, with exactly the versions, events, states and anomalies
+`record_result` writes one line at a time (tests/ledger/test_recording.py holds them side by side).
+A chunk either commits whole or leaves nothing behind, so a killed worker repeats no line."""
+
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from django.db import connection, models, transaction
+from django.db.models import F, Max
+from django.utils import timezone
+
+from ..models import (
+    Event,
+    GeneratedVersion,
+    Item,
+    ProductStatus,
+    SourceRevision,
+    Submission,
+    SubmissionItem,
+    canonical_json,
+    content_hash,
+)
+from ..setwise import insert_from_select
+from ..states import ItemState, ReasonCode
+from ..validation import DraftChecker, source_text_of
+from .core import backoff, enqueue
+from .jobs import judge_currency
+
+# Transient inference failures are retried this many times in all before the item is given up.
+MAX_INFERENCE_ATTEMPTS = 3
+# An item stopped while its request was out still had its answer paid for: the draft is kept as
+# evidence, and its cost counts as wasted.
+STOPPED_STATES = (ItemState.OBSOLETE, ItemState.WITHDRAWN, ItemState.CANCELLED)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A request of the unit, locked with its item for the chunk."""
+
+    pk: int
+    custom_id: str
+    outcome: str
+    item_id: int
+    state: str
+    inference_failures: int
+    source_revision_id: int
+
+
+def record_chunk(submission: Submission, stream: Sequence, *, checker: DraftChecker) -> None:
+    """Record a chunk of what a results stream gave, in the order it was read: `ResultLine`s
+    (custom_ids not repeated within the collection) and anomalies already known (dicts: an
+    unreadable or repeated line). One transaction."""
+    from ..providers.base import ResultLine
+
+    lines = [line for line in stream if isinstance(line, ResultLine)]
+    with transaction.atomic():
+        rows = (
+            SubmissionItem.objects.select_for_update()
+            .filter(submission_id=submission.pk, custom_id__in=[line.custom_id for line in lines])
+            .order_by("item_id")
+            .values_list(
+                "pk",
+                "custom_id",
+                "outcome",
+                "item_id",
+                "item__state",
+                "item__inference_failures",
+                "item__source_revision_id",
+            )
+        )
+        entries = {row[1]: Entry(*row) for row in rows}
+        anomalies = [
+            part
+            if isinstance(part, dict)
+            else {"kind": "unknown_custom_id", "custom_id": part.custom_id[:100]}
+            for part in stream
+            if isinstance(part, dict) or part.custom_id not in entries
+        ]
+        fresh = [
+            (entries[line.custom_id], line)
+            for line in lines
+            if line.custom_id in entries and not entries[line.custom_id].outcome
+        ]
+        drafts = [(entry, line) for entry, line in fresh if line.succeeded]
+        failures = [(entry, line) for entry, line in fresh if not line.succeeded]
+        for outcome, recorded in (("returned", drafts), ("failed", failures)):
+            if recorded:
+                SubmissionItem.objects.filter(pk__in=[entry.pk for entry, _ in recorded]).update(
+                    outcome=outcome
+                )
+        record_drafts(submission, drafts, checker=checker)
+        record_failures(submission, failures)
+        note_anomalies(submission, anomalies)
+
+
+def record_drafts(submission: Submission, drafts: list, *, checker: DraftChecker) -> None:
+    """Versions for the drafts of items waiting for them (or stopped meanwhile: kept as
+    evidence), checked, and each waiting item moved on: returned, then awaiting review or
+    validation failed, or obsolete or withdrawn when its product changed meanwhile (rule 5)."""
+    kept = [(entry, line) for entry, line in drafts if entry.state in (ItemState.SUBMITTED, *STOPPED_STATES)]
+    if not kept:
+        return
+    numbers = dict(
+        GeneratedVersion.objects.filter(item_id__in=[entry.item_id for entry, _ in kept])
+        .order_by()
+        .values("item_id")
+        .annotate(last=Max("number"))
+        .values_list("item_id", "last")
+    )
+    checked = [(entry, line, *checker.check(line.content)) for entry, line in kept]
+    # The sources of only the drafts that claim something are read, all in one query.
+    claiming = {entry.source_revision_id for entry, _, _, _, claimed in checked if claimed}
+    sources = {
+        pk: source_text_of(title, fields)
+        for pk, title, fields in SourceRevision.objects.filter(pk__in=claiming).values_list(
+            "pk", "title", "fields"
+        )
+    }
+    now = timezone.now()
+    versions, valid, invalid = [], [], defaultdict(list)
+    for entry, line, text, reasons, claimed in checked:
+        if claimed:
+            reasons = reasons + checker.unstated(claimed, sources[entry.source_revision_id])
+        versions.append(
+            {
+                "item_id": entry.item_id,
+                "number": numbers.get(entry.item_id, 0) + 1,
+                "custom_id": line.custom_id,
+                "submission_id": submission.pk,
+                "content": text,
+                "raw_output": line.content,
+                "content_hash": content_hash(text),
+                "input_tokens": line.input_tokens,
+                "output_tokens": line.output_tokens,
+                "usage": {**line.usage, "apportioned": True} if line.apportioned else line.usage,
+                "valid": not reasons,
+                "validation_reasons": [str(reason) for reason in reasons],
+                "created_at": now,
+            }
+        )
+        if entry.state == ItemState.SUBMITTED:
+            if reasons:
+                invalid[("; ".join(reasons), reasons[0].code)].append(line.custom_id)
+            else:
+                valid.append(line.custom_id)
+    insert_rows(GeneratedVersion, versions)
+    waiting = valid + [custom_id for group in invalid.values() for custom_id in group]
+    if not waiting:
+        return
+    item_of = {line.custom_id: entry.item_id for entry, line in kept}
+    stale = set(
+        not_current(Item.objects.filter(pk__in=[item_of[custom_id] for custom_id in waiting])).values_list(
+            "pk", flat=True
+        )
+    )
+    version_events(submission, waiting, from_state=ItemState.SUBMITTED, to=ItemState.RETURNED)
+    # Judged one by one, like record_result: a product that changed meanwhile is rare.
+    stale_ids = [custom_id for custom_id in waiting if item_of[custom_id] in stale]
+    move_waiting(stale_ids, item_of, to=ItemState.RETURNED)
+    fresh_valid = [custom_id for custom_id in valid if item_of[custom_id] not in stale]
+    move_waiting(fresh_valid, item_of, to=ItemState.AWAITING_REVIEW)
+    version_events(submission, fresh_valid, from_state=ItemState.RETURNED, to=ItemState.AWAITING_REVIEW)
+    for (reason, code), custom_ids in invalid.items():
+        fresh_invalid = [custom_id for custom_id in custom_ids if item_of[custom_id] not in stale]
+        move_waiting(fresh_invalid, item_of, to=ItemState.VALIDATION_FAILED, reason=reason, code=code)
+        insert_events(
+            submission,
+            [
+                (item_of[custom_id], ItemState.RETURNED, ItemState.VALIDATION_FAILED, reason, {})
+                for custom_id in fresh_invalid
+            ],
+        )
+    for item in Item.objects.filter(pk__in=stale).order_by("pk"):
+        judge_currency(item)
+
+
+def record_failures(submission: Submission, failures: list) -> None:
+    """Each waiting item whose request failed: inference failed with the provider's reason, then,
+    when the failure is transient, retried alone (or given up after MAX_INFERENCE_ATTEMPTS)."""
+    now = timezone.now()
+    moves = defaultdict(list)
+    events = []
+    for entry, line in failures:
+        if entry.state != ItemState.SUBMITTED:
+            continue
+        reason = f"{line.error_code}: {line.error_message}".strip(": ")
+        code = line.reason or ReasonCode.MODEL_FAILED
+        failures_now = entry.inference_failures + 1
+        data = {"custom_id": line.custom_id, "transient": line.transient}
+        events.append((entry.item_id, ItemState.SUBMITTED, ItemState.INFERENCE_FAILED, reason, data))
+        if not line.transient:
+            moves[(ItemState.INFERENCE_FAILED, reason, code, None)].append(entry.item_id)
+        elif failures_now >= MAX_INFERENCE_ATTEMPTS:
+            given_up = f"Gave up after {failures_now} attempts: {reason}"
+            events.append((entry.item_id, ItemState.INFERENCE_FAILED, ItemState.DEAD_LETTER, given_up, {}))
+            moves[(ItemState.DEAD_LETTER, given_up, code, None)].append(entry.item_id)
+        else:
+            retry = f"Automatic retry after {reason}"
+            delay = backoff(failures_now, line.retry_after)
+            events.append((entry.item_id, ItemState.INFERENCE_FAILED, ItemState.PREPARED, retry, {}))
+            moves[(ItemState.PREPARED, retry, "", now + delay if delay else None)].append(entry.item_id)
+    if not events:
+        return
+    retried = []
+    for (state, reason, code, next_attempt_at), item_ids in moves.items():
+        fields = {"inference_failures": F("inference_failures") + 1}
+        if state == ItemState.PREPARED:
+            fields |= {
+                "inference_attempt": F("inference_attempt") + 1,
+                "submission": None,
+                "approved_version": None,
+                "next_attempt_at": next_attempt_at,
+            }
+            retried += item_ids
+        Item.objects.filter(pk__in=item_ids, state=ItemState.SUBMITTED).update(
+            state=state, reason=reason, reason_code=code, updated_at=now, **fields
+        )
+    insert_events(submission, events)
+    if retried:
+        stale = list(not_current(Item.objects.filter(pk__in=retried)).order_by("pk"))
+        for item in stale:
+            judge_currency(item)
+        if len(stale) < len(retried):
+            enqueue("ledger.tasks.submit_job", submission.job_id)
+
+
+def not_current(items: models.QuerySet) -> models.QuerySet:
+    """Those of `items` whose product was withdrawn or revised since: `currency_problem` for many."""
+    return items.exclude(product__status=ProductStatus.ACTIVE, product__current_revision=F("source_revision"))
+
+
+def move_waiting(custom_ids: list[str], item_of: dict, *, to: str, **reason) -> None:
+    """Items still waiting for their result (locked with their entries) take their next state."""
+    if custom_ids:
+        Item.objects.filter(
+            pk__in=[item_of[custom_id] for custom_id in custom_ids], state=ItemState.SUBMITTED
+        ).update(
+            state=to,
+            reason=reason.get("reason", ""),
+            reason_code=reason.get("code", ""),
+            updated_at=timezone.now(),
+        )
+
+
+def version_events(submission: Submission, custom_ids: list[str], *, from_state: str, to: str) -> None:
+    """One event per version of these custom_ids, naming the version (`data` {"version": id}),
+    written by the database from the versions themselves."""
+    if not custom_ids:
+        return
+    version = (
+        f"{'jsonb_build_object' if connection.vendor == 'postgresql' else 'json_object'}('version', v.id)"
+    )
+    insert_from_select(
+        Event,
+        select={"item": "v.item_id", "job": "i.job_id", "data": version},
+        values={"from_state": from_state, "to_state": to},
+        from_sql=(
+            f"{GeneratedVersion._meta.db_table} v JOIN {Item._meta.db_table} i ON i.id = v.item_id "
+            f"WHERE v.custom_id IN ({', '.join(['%s'] * len(custom_ids))}) ORDER BY v.item_id"
+        ),
+        params=custom_ids,
+    )
+
+
+def insert_events(submission: Submission, events: list[tuple]) -> None:
+    """(item, from, to, reason, data) events of the submission's job, written by the system."""
+    now = timezone.now()
+    insert_rows(
+        Event,
+        [
+            {
+                "item_id": item_id,
+                "job_id": submission.job_id,
+                "submission_id": None,
+                "from_state": from_state,
+                "to_state": to,
+                "actor_id": None,
+                "actor_name": "system",
+                "reason": reason,
+                "data": data,
+                "at": now,
+            }
+            for item_id, from_state, to, reason, data in events
+        ],
+    )
+
+
+def insert_rows(model: type[models.Model], rows: list[dict]) -> None:
+    """Rows (each a dict of every column by attname) in one statement. On PostgreSQL one
+    `INSERT … SELECT FROM unnest(…)` with an array a column; elsewhere `bulk_create`."""
+    if not rows:
+        return
+    if connection.vendor != "postgresql":
+        model.objects.bulk_create(model(**row) for row in rows)
+        return
+    fields = [model._meta.get_field(name) for name in rows[0]]
+    arrays, casts = [], []
+    for field in fields:
+        values = [row[field.attname] for row in rows]
+        if isinstance(field, models.JSONField):
+            values = [json.dumps(value) for value in values]
+        arrays.append(values)
+        casts.append(f"%s::{field.db_type(connection)}[]")
+    columns = ", ".join(connection.ops.quote_name(field.column) for field in fields)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {connection.ops.quote_name(model._meta.db_table)} ({columns}) "
+            f"SELECT * FROM unnest({', '.join(casts)})",
+            arrays,
+        )
+
+
+def note_anomalies(submission: Submission, anomalies: list[dict]) -> None:
+    """Add these to what collection could not match (each kind and subject once, in order)."""
+    if not anomalies:
+        return
+    locked = Submission.objects.select_for_update().get(pk=submission.pk)
+    known = {canonical_json(anomaly) for anomaly in locked.anomalies}
+    added = False
+    for anomaly in anomalies:
+        key = canonical_json(anomaly)
+        if key not in known:
+            known.add(key)
+            locked.anomalies.append(anomaly)
+            added = True
+    if added:
+        Submission.objects.filter(pk=submission.pk).update(anomalies=locked.anomalies)
