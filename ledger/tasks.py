@@ -1,21 +1,55 @@
 """django-q2 entry points. They take ids, treat the ledger tables as the truth and the queue as a
-wake-up call, and are safe to run twice."""
+wake-up call, and are safe to run twice.
+
+The collector's round only decides what is due. Each unit of work (one submission to send, poll,
+reconcile, collect or stop at its provider; one job to plan; a few items to apply) is a task of its
+own, which any worker of any cluster sharing the broker may run. What a pass queues it claims first:
+a submission by its lease, an item by setting its next attempt to the end of a lease. Later passes
+leave a claimed row alone, so nothing is queued twice while its task waits or runs, and a task lost
+with a killed worker is queued again once the lease runs out. The task hands the pass's claim over
+to the action, which takes its own: two workers never act on one row at once. No task works longer
+than TASK_SECONDS before leaving the rest to a task of its own, well inside the worker's timeout."""
 
 import logging
 import os
 import socket
 import time
-from datetime import timedelta
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
+from django_q.tasks import async_task
 
 from . import actions, catalogue
-from .models import CollectorHeartbeat, Item, Submission
+from .models import CollectorHeartbeat, Item, Submission, lease_end
 from .states import ItemState, JobState, SubmissionState
 
 log = logging.getLogger(__name__)
+
+# A task that works through a list stops after this long and queues the rest (the worker's
+# timeout, Q_CLUSTER["timeout"], is 300 s).
+TASK_SECONDS = 60
+# At most this many submissions and items are claimed by one pass; the rest wait for the next.
+MOST_SUBMISSIONS_PER_PASS = 2_000
+MOST_ITEMS_PER_PASS = 10_000
+# Items applied by one task: each attempt is one destination call of at most
+# BATCHDESK_WEBHOOK_TIMEOUT seconds.
+ITEMS_PER_APPLY_TASK = 20
+
+# What each state of a submission is waiting for, as the task that does it.
+SUBMISSION_WORK = {
+    SubmissionState.OPEN: "ledger.tasks.poll_submission",
+    SubmissionState.UNCERTAIN: "ledger.tasks.reconcile_uncertain",
+    SubmissionState.INTENT: "ledger.tasks.send_submission",
+    SubmissionState.ENDED: "ledger.tasks.collect_submission",
+}
+
+# How a pass starts a task: queued for any worker (the round), or run in place (tests).
+Start = Callable[..., object]
 
 
 def lease_holder() -> str:
@@ -24,25 +58,66 @@ def lease_holder() -> str:
 
 
 def submit_job(job_id: int) -> list[int]:
-    return actions.plan_submissions(job_id)
+    return actions.plan_submissions(job_id, until=time.monotonic() + TASK_SECONDS)
 
 
-def send_submission(submission_id: int) -> str:
+def send_submission(submission_id: int, claim: str = "") -> str:
+    hand_over(submission_id, claim)
     return actions.send_submission(submission_id)
 
 
-def collect_submission(submission_id: int) -> str:
-    """Collect an ended submission outside the collector's round: a self-hosted server answering
-    request by request takes minutes, and the round must keep polling everything else."""
+def poll_submission(submission_id: int, claim: str = "", stop: bool = False) -> str:
+    """Ask the provider how an open submission is doing. `stop`: its job was cancelled and the
+    provider has not answered our request to stop it yet (the task cancel_job queued may have been
+    lost), so it is asked again if the batch is still running."""
+    hand_over(submission_id, claim)
+    status = actions.poll_submission(submission_id)
+    if stop:
+        actions.cancel_at_provider(submission_id)
+    return status
+
+
+def reconcile_uncertain(submission_id: int, claim: str = "") -> str:
+    hand_over(submission_id, claim)
+    return actions.reconcile_uncertain(submission_id)
+
+
+def collect_submission(submission_id: int, claim: str = "") -> str:
+    """Collect an ended submission: a task of its own, never inside the collector's round, which
+    goes on deciding everything else meanwhile."""
+    hand_over(submission_id, claim)
     return actions.collect_submission(submission_id)
+
+
+def cancel_at_provider(submission_id: int) -> str:
+    return actions.cancel_at_provider(submission_id)
+
+
+def hand_over(submission_id: int, claim: str) -> None:
+    """Let go of the claim the round took when it queued this task, for the action to take its own
+    (only that claim: a later one belongs to another task)."""
+    if claim:
+        Submission.objects.filter(pk=submission_id, claimed_by=claim).update(claimed_until=None)
 
 
 def apply_item(item_id: int) -> str:
     return actions.apply_item(item_id)
 
 
-def cancel_at_provider(submission_id: int) -> str:
-    return actions.cancel_at_provider(submission_id)
+def apply_items(item_ids: list[int], mark: datetime) -> int:
+    """Apply items the round found due, one after another, for at most TASK_SECONDS; the rest go
+    to a task of their own. `mark` is the next attempt the round set on them when queuing them:
+    an item still carrying it is due to this task (a worker applying it holds another)."""
+    until = time.monotonic() + TASK_SECONDS
+    for done, item_id in enumerate(item_ids):
+        if time.monotonic() > until:
+            async_task("ledger.tasks.apply_items", item_ids[done:], mark)
+            return done
+        Item.objects.filter(pk=item_id, state=ItemState.APPLYING, next_attempt_at=mark).update(
+            next_attempt_at=None
+        )
+        attempt(actions.apply_item, item_id)
+    return len(item_ids)
 
 
 def import_catalogue_file(import_id: int) -> str:
@@ -51,9 +126,9 @@ def import_catalogue_file(import_id: int) -> str:
 
 
 def collect_round(duration: float | None = None) -> int:
-    """One scheduled round of the collector: poll every open submission each
-    BATCHDESK_POLL_SECONDS until the round's minute is used up. Only one round runs at a time;
-    its lease is renewed every poll, so a killed worker's round is taken over within seconds."""
+    """One scheduled round of the collector: a pass over the ledger every BATCHDESK_POLL_SECONDS
+    until the round's minute is used up. Only one round runs at a time; its lease is renewed every
+    pass, so a killed worker's round is taken over within seconds."""
     interval = settings.BATCHDESK_POLL_SECONDS
     duration = 55.0 if duration is None else duration
     heartbeat, _ = CollectorHeartbeat.objects.get_or_create(name="collector")
@@ -80,48 +155,89 @@ def collect_round(duration: float | None = None) -> int:
         CollectorHeartbeat.objects.filter(pk=heartbeat.pk, lease_holder=holder).update(lease_until=None)
 
 
-def poll_everything() -> None:
-    """Poll open submissions, reconcile uncertain ones, and wake work that is due or whose worker died."""
+def poll_everything(start: Start = async_task) -> int:
+    """One pass of the collector: note that it polled, then claim what is due and start one task
+    for each unit of work. Returns how many tasks it started."""
     now = timezone.now()
     CollectorHeartbeat.objects.update_or_create(name="collector", defaults={"last_poll_at": now})
-    submissions = Submission.objects.filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
-    work = {
-        SubmissionState.OPEN: actions.poll_submission,
-        SubmissionState.UNCERTAIN: actions.reconcile_uncertain,
-        SubmissionState.INTENT: actions.send_submission,
-        SubmissionState.ENDED: actions.collect_submission,
-    }
-    for submission_id, state in submissions.filter(state__in=list(work)).values_list("pk", "state"):
-        attempt(work[state], submission_id)
+    started = 0
+    claim, due = claim_due_submissions(now)
     # Batches of cancelled jobs whose provider has not yet answered our request to stop them.
-    unstopped = Submission.objects.filter(
-        state=SubmissionState.OPEN, job__state=JobState.CANCELLED, cancel_answered_at__isnull=True
+    unstopped = set(
+        Submission.objects.filter(
+            pk__in=[pk for pk, state in due if state == SubmissionState.OPEN],
+            job__state=JobState.CANCELLED,
+            cancel_answered_at__isnull=True,
+        ).values_list("pk", flat=True)
     )
-    for submission_id in unstopped.values_list("pk", flat=True):
-        attempt(actions.cancel_at_provider, submission_id)
+    for submission_id, state in due:
+        if submission_id in unstopped:
+            started += attempt(start, SUBMISSION_WORK[state], submission_id, claim, True)
+        else:
+            started += attempt(start, SUBMISSION_WORK[state], submission_id, claim)
+    # Planning takes no claim: two planners of one job skip each other's locked items.
     due_jobs = (
         Item.objects.filter(state=ItemState.PREPARED, submission__isnull=True)
         .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
+        .order_by()
         .values_list("job_id", flat=True)
         .distinct()
     )
     for job_id in due_jobs:
-        attempt(actions.plan_submissions, job_id)
-    # Approved items whose apply task was lost, and applications whose retry is due or whose
-    # worker died holding the lease.
+        started += attempt(start, "ledger.tasks.submit_job", job_id)
+    mark, items = claim_due_applications(now)
+    for first in range(0, len(items), ITEMS_PER_APPLY_TASK):
+        started += attempt(
+            start, "ledger.tasks.apply_items", items[first : first + ITEMS_PER_APPLY_TASK], mark
+        )
+    return started
+
+
+def claim_due_submissions(now: datetime) -> tuple[str, list[tuple[int, str]]]:
+    """Every submission waiting for a worker that none holds, claimed under one token for a lease,
+    in id order: (token, [(id, state)])."""
+    token = uuid.uuid4().hex
+    with transaction.atomic():
+        due = list(
+            Submission.objects.select_for_update(skip_locked=True)
+            .filter(state__in=list(SUBMISSION_WORK))
+            .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
+            .order_by("pk")
+            .values_list("pk", "state")[:MOST_SUBMISSIONS_PER_PASS]
+        )
+        Submission.objects.filter(pk__in=[pk for pk, _ in due]).update(
+            claimed_until=lease_end(), claimed_by=token
+        )
+    return token, due
+
+
+def claim_due_applications(now: datetime) -> tuple[datetime, list[int]]:
+    """Approved items whose apply task was lost, and applications whose retry is due or whose
+    worker died holding the lease, marked as queued: their next attempt is set to the end of a
+    lease (the mark, returned with their ids), so later passes leave them to the task."""
     quiet_since = now - timedelta(seconds=settings.BATCHDESK_LEASE_SECONDS)
     due = Item.objects.filter(
         Q(state=ItemState.APPROVED, updated_at__lt=quiet_since)
+        & (Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
         | Q(state=ItemState.APPLYING, next_attempt_at__lte=now)
         | Q(state=ItemState.APPLYING, next_attempt_at__isnull=True, updated_at__lt=quiet_since)
     )
-    for item_id in due.values_list("pk", flat=True):
-        attempt(actions.apply_item, item_id)
+    mark = lease_end()
+    with transaction.atomic():
+        ids = list(
+            due.select_for_update(skip_locked=True)
+            .order_by("pk")
+            .values_list("pk", flat=True)[:MOST_ITEMS_PER_PASS]
+        )
+        Item.objects.filter(pk__in=ids).update(next_attempt_at=mark)
+    return mark, ids
 
 
-def attempt(work, *args) -> None:
+def attempt(work, *args) -> int:
     """One submission's or item's bad day must not stop the collector for all the others."""
     try:
         work(*args)
     except Exception:
-        log.exception("%s%s failed", work.__name__, args)
+        log.exception("%s%s failed", getattr(work, "__name__", work), args)
+        return 0
+    return 1

@@ -1,6 +1,7 @@
 """Submitting: intents stored before any provider call, claims with leases, sending, adopting a
 batch whose create answer was lost, and reconciling uncertain submissions (rules 3 and 13)."""
 
+import time
 import uuid
 from datetime import timedelta
 
@@ -15,15 +16,20 @@ from .core import NotAllowed, backoff, enqueue, move_items, refresh_job_state
 from .jobs import judge_currency
 
 
-def plan_submissions(job_id: int) -> list[int]:
+def plan_submissions(job_id: int, *, until: float | None = None) -> list[int]:
     """Group the job's unsent prepared items into submission intents. The intent is stored
-    before any provider call, so a crash after sending can be reconciled, never re-sent blindly."""
+    before any provider call, so a crash after sending can be reconciled, never re-sent blindly.
+    Past `until` (a `time.monotonic()` value) the rest is left to a task of its own, so a big job
+    is planned in pieces that each end well inside the worker's timeout."""
     job = Job.objects.get(pk=job_id)
     if job.state == JobState.CANCELLED:
         return []
     created = []
     now = timezone.now()
     while True:
+        if until is not None and time.monotonic() > until:
+            enqueue("ledger.tasks.submit_job", job_id)
+            return created
         with transaction.atomic():
             items = list(
                 Item.objects.select_for_update(skip_locked=True)

@@ -9,11 +9,12 @@ import httpx
 import pytest
 from django.utils import timezone
 
-from ledger import actions, tasks
+from ledger import actions
 from ledger.destinations.webhook import WebhookDestination, destination_message
 from ledger.models import Approval, AttemptOutcome, DestinationAttempt, Event, GeneratedVersion, Item
 from ledger.retrying import retry_after_seconds
 from ledger.states import ItemState
+from tests.collector import poll_everything
 from tests.factories import ItemFactory, JobFactory, UserFactory, add_version
 
 from .receiver import (
@@ -72,7 +73,7 @@ def poll_until_settled() -> None:
     """Run the poller until nothing is being applied, letting every backoff pass at once."""
     for _ in range(2 * actions.MAX_APPLY_ATTEMPTS):
         Item.objects.filter(state=ItemState.APPLYING).update(next_attempt_at=timezone.now())
-        tasks.poll_everything()
+        poll_everything()
         if not Item.objects.filter(state=ItemState.APPLYING).exists():
             return
     raise AssertionError("items are still being applied")

@@ -8,7 +8,7 @@ import pytest
 from ledger.emulators.gemini import GeminiEmulator
 from ledger.models import Item, Submission, SubmissionItem
 from ledger.states import ItemState, ReasonCode
-from ledger.tasks import poll_everything
+from tests.collector import poll_everything
 from tests.factories import JobFactory, ProductFactory
 
 pytestmark = pytest.mark.django_db

@@ -14,7 +14,7 @@ from ledger.models import (
     Submission,
 )
 from ledger.states import ItemState, JobState, SubmissionState
-from ledger.tasks import poll_everything
+from tests.collector import poll_everything
 from tests.factories import ItemFactory, JobFactory, ProductFactory, UserFactory, add_version
 from tests.ledger.test_provider_faults import emulator  # noqa: F401 (the fixture)
 

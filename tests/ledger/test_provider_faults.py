@@ -20,7 +20,7 @@ from ledger.models import Event, GeneratedVersion, Item, Product, Submission, Su
 from ledger.providers import get_provider
 from ledger.providers.base import Delivery, Finding
 from ledger.states import ItemState, JobState, ReasonCode, SubmissionState
-from ledger.tasks import poll_everything
+from tests.collector import poll_everything
 from tests.factories import JobFactory, ProductFactory, UserFactory
 from tests.provider_emulators import BY_NAME, ONE_PER_PROTOCOL, ProviderUnderTest, serving
 
