@@ -21,6 +21,9 @@ MEASURED = (
     "import, unchanged re-import",
     "create_job, every product",
     "create_job: peak memory",
+    "collection of a result file",
+    "collection: peak memory",
+    "end to end, import to every draft awaiting review",
 )
 NUMBER = r"[\d,.]+"
 
@@ -36,9 +39,13 @@ def database_named(output: str) -> str:
     return re.search(r"Database (bd_bench_[0-9a-f]+) on", output).group(1)
 
 
+def end_to_end_database(output: str) -> str:
+    return re.search(r"End to end: database (bd_bench_[0-9a-f]+),", output).group(1)
+
+
 def test_a_small_run_prints_every_figure_and_drops_its_database():
     argv, env = bench_command(200)
-    done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr + done.stdout
     table = done.stdout.split("\n\n")[-1]
     for name in MEASURED:
@@ -51,16 +58,23 @@ def test_a_small_run_prints_every_figure_and_drops_its_database():
         assert re.search(rf"^{re.escape(name)}\s+not measured yet\s.*{re.escape(target)}", table, re.M), table
     assert re.search(rf"^import, new products\s.*\s({NUMBER}) rows/s COPY\s+({NUMBER})\s", table, re.M)
     assert "200 rows in" in done.stdout and "200 items in" in done.stdout
+    assert re.search(
+        rf"^End to end: {NUMBER} s = import {NUMBER} s \+ create_job {NUMBER} s \+ {NUMBER} s to every draft "
+        "awaiting review$",
+        done.stdout,
+        re.M,
+    ), done.stdout
+    assert "End to end FAILED" not in done.stdout
+    assert not exists(server_url(os.environ.get("DATABASE_URL", "")), end_to_end_database(done.stdout))
     name = database_named(done.stdout)
     assert f"Database {name} dropped" in done.stdout
     assert not exists(server_url(os.environ.get("DATABASE_URL", "")), name)
 
 
-@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
-def test_a_run_stopped_halfway_drops_its_database_and_leaves_no_process(stop):
-    argv, env = bench_command(3000)
-    # Its own process group, as in a terminal, where Ctrl-C reaches the bench and what it runs.
-    process = subprocess.Popen(
+def started_bench(products: int) -> subprocess.Popen:
+    argv, env = bench_command(products)
+    # Its own session, as in a terminal, where Ctrl-C reaches the bench and what it runs.
+    return subprocess.Popen(
         argv,
         env=env,
         cwd=ROOT,
@@ -70,19 +84,54 @@ def test_a_run_stopped_halfway_drops_its_database_and_leaves_no_process(stop):
         start_new_session=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
+
+
+def read_until(process: subprocess.Popen, start: str) -> str:
+    seen = []
+    for line in process.stdout:
+        seen.append(line)
+        if line.startswith(start):
+            break
+    return "".join(seen)
+
+
+def processes_in_session(process: subprocess.Popen) -> list[str]:
+    left = subprocess.run(["ps", "-g", str(process.pid), "-o", "pid="], capture_output=True, text=True)
+    return left.stdout.split()
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_run_stopped_halfway_drops_its_database_and_leaves_no_process(stop):
+    process = started_bench(3000)
     try:
-        seen = []
-        for line in process.stdout:
-            seen.append(line)
-            if line.startswith("COPY baseline"):  # the import is running now
-                break
-        name = database_named("".join(seen))
+        name = database_named(read_until(process, "COPY baseline"))  # the import is running now
         assert exists(server_url(os.environ.get("DATABASE_URL", "")), name)
         os.killpg(process.pid, stop)
         process.communicate(timeout=60)
-        left = subprocess.run(["ps", "-g", str(process.pid), "-o", "pid="], capture_output=True, text=True)
+        left = processes_in_session(process)
     finally:
         process.kill()
     assert process.returncode != 0
     assert not exists(server_url(os.environ.get("DATABASE_URL", "")), name)
-    assert left.stdout.strip() == ""
+    assert left == []
+
+
+def test_a_run_stopped_while_its_workers_run_stops_them_and_drops_both_databases():
+    process = started_bench(200)
+    try:
+        # The end to end figure's emulator and worker cluster are running now.
+        output = read_until(process, "End to end: database")
+        names = [database_named(output), end_to_end_database(output)]
+        server = server_url(os.environ.get("DATABASE_URL", ""))
+        assert all(exists(server, name) for name in names)
+        running = processes_in_session(process)
+        os.killpg(process.pid, signal.SIGINT)
+        process.communicate(timeout=120)
+        left = processes_in_session(process)
+    finally:
+        process.kill()
+    # The bench, the emulator, the cluster and its workers.
+    assert len(running) >= 4, running
+    assert process.returncode != 0
+    assert not any(exists(server, name) for name in names)
+    assert left == []

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from django.db import connection, models, transaction
 from django.db.models import F, Max
+from django.db.models.lookups import In
 from django.utils import timezone
 
 from ..models import (
@@ -57,9 +58,15 @@ def record_chunk(submission: Submission, stream: Sequence, *, checker: DraftChec
 
     lines = [line for line in stream if isinstance(line, ResultLine)]
     with transaction.atomic():
+        if connection.vendor == "postgresql":
+            # A chunk lost with the database server (not with a worker) is simply read and recorded
+            # again: the entries it marked are lost with it. The collection's last commit waits
+            # for all of them.
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL synchronous_commit TO OFF")
         rows = (
             SubmissionItem.objects.select_for_update()
-            .filter(submission_id=submission.pk, custom_id__in=[line.custom_id for line in lines])
+            .filter(among("custom_id", [line.custom_id for line in lines]), submission_id=submission.pk)
             .order_by("item_id")
             .values_list(
                 "pk",
@@ -88,7 +95,7 @@ def record_chunk(submission: Submission, stream: Sequence, *, checker: DraftChec
         failures = [(entry, line) for entry, line in fresh if not line.succeeded]
         for outcome, recorded in (("returned", drafts), ("failed", failures)):
             if recorded:
-                SubmissionItem.objects.filter(pk__in=[entry.pk for entry, _ in recorded]).update(
+                SubmissionItem.objects.filter(among("pk", [entry.pk for entry, _ in recorded])).update(
                     outcome=outcome
                 )
         record_drafts(submission, drafts, checker=checker)
@@ -104,7 +111,7 @@ def record_drafts(submission: Submission, drafts: list, *, checker: DraftChecker
     if not kept:
         return
     numbers = dict(
-        GeneratedVersion.objects.filter(item_id__in=[entry.item_id for entry, _ in kept])
+        GeneratedVersion.objects.filter(among("item_id", [entry.item_id for entry, _ in kept]))
         .order_by()
         .values("item_id")
         .annotate(last=Max("number"))
@@ -152,9 +159,9 @@ def record_drafts(submission: Submission, drafts: list, *, checker: DraftChecker
         return
     item_of = {line.custom_id: entry.item_id for entry, line in kept}
     stale = set(
-        not_current(Item.objects.filter(pk__in=[item_of[custom_id] for custom_id in waiting])).values_list(
-            "pk", flat=True
-        )
+        not_current(
+            Item.objects.filter(among("pk", [item_of[custom_id] for custom_id in waiting]))
+        ).values_list("pk", flat=True)
     )
     version_events(submission, waiting, from_state=ItemState.SUBMITTED, to=ItemState.RETURNED)
     # Judged one by one, like record_result: a product that changed meanwhile is rare.
@@ -215,12 +222,12 @@ def record_failures(submission: Submission, failures: list) -> None:
                 "next_attempt_at": next_attempt_at,
             }
             retried += item_ids
-        Item.objects.filter(pk__in=item_ids, state=ItemState.SUBMITTED).update(
+        Item.objects.filter(among("pk", item_ids), state=ItemState.SUBMITTED).update(
             state=state, reason=reason, reason_code=code, updated_at=now, **fields
         )
     insert_events(submission, events)
     if retried:
-        stale = list(not_current(Item.objects.filter(pk__in=retried)).order_by("pk"))
+        stale = list(not_current(Item.objects.filter(among("pk", retried))).order_by("pk"))
         for item in stale:
             judge_currency(item)
         if len(stale) < len(retried):
@@ -236,7 +243,7 @@ def move_waiting(custom_ids: list[str], item_of: dict, *, to: str, **reason) -> 
     """Items still waiting for their result (locked with their entries) take their next state."""
     if custom_ids:
         Item.objects.filter(
-            pk__in=[item_of[custom_id] for custom_id in custom_ids], state=ItemState.SUBMITTED
+            among("pk", [item_of[custom_id] for custom_id in custom_ids]), state=ItemState.SUBMITTED
         ).update(
             state=to,
             reason=reason.get("reason", ""),
@@ -250,18 +257,18 @@ def version_events(submission: Submission, custom_ids: list[str], *, from_state:
     written by the database from the versions themselves."""
     if not custom_ids:
         return
-    version = (
-        f"{'jsonb_build_object' if connection.vendor == 'postgresql' else 'json_object'}('version', v.id)"
-    )
+    postgresql = connection.vendor == "postgresql"
+    version = f"{'jsonb_build_object' if postgresql else 'json_object'}('version', v.id)"
+    custom_id_among = "= ANY(%s)" if postgresql else f"IN ({', '.join(['%s'] * len(custom_ids))})"
     insert_from_select(
         Event,
         select={"item": "v.item_id", "job": "i.job_id", "data": version},
         values={"from_state": from_state, "to_state": to},
         from_sql=(
             f"{GeneratedVersion._meta.db_table} v JOIN {Item._meta.db_table} i ON i.id = v.item_id "
-            f"WHERE v.custom_id IN ({', '.join(['%s'] * len(custom_ids))}) ORDER BY v.item_id"
+            f"WHERE v.custom_id {custom_id_among} ORDER BY v.item_id"
         ),
-        params=custom_ids,
+        params=[custom_ids] if postgresql else custom_ids,
     )
 
 
@@ -296,21 +303,39 @@ def insert_rows(model: type[models.Model], rows: list[dict]) -> None:
     if connection.vendor != "postgresql":
         model.objects.bulk_create(model(**row) for row in rows)
         return
+    import psycopg
+
     fields = [model._meta.get_field(name) for name in rows[0]]
     arrays, casts = [], []
+    connection.ensure_connection()
     for field in fields:
         values = [row[field.attname] for row in rows]
         if isinstance(field, models.JSONField):
             values = [json.dumps(value) for value in values]
         arrays.append(values)
-        casts.append(f"%s::{field.db_type(connection)}[]")
+        casts.append(f"%b::{field.db_type(connection)}[]")
     columns = ", ".join(connection.ops.quote_name(field.column) for field in fields)
-    with connection.cursor() as cursor:
+    # A psycopg cursor binding on the server, in the same transaction: the arrays go as binary
+    # parameters, not quoted into the statement's text character by character (Django's cursor).
+    with psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(
             f"INSERT INTO {connection.ops.quote_name(model._meta.db_table)} ({columns}) "
             f"SELECT * FROM unnest({', '.join(casts)})",
             arrays,
         )
+
+
+class AnyOf(In):
+    """`field IN (…)` for thousands of values: on PostgreSQL `= ANY(%s)` with one array
+    parameter (a statement of thousands of placeholders costs more to compose than to run)."""
+
+    def as_postgresql(self, compiler, connection):
+        lhs, lhs_params = self.process_lhs(compiler, connection)
+        return f"{lhs} = ANY(%s)", (*lhs_params, list(self.rhs))
+
+
+def among(field: str, values) -> AnyOf:
+    return AnyOf(F(field), list(values))
 
 
 def note_anomalies(submission: Submission, anomalies: list[dict]) -> None:
