@@ -65,7 +65,9 @@ def record_chunk(submission: Submission, stream: Sequence, *, checker: DraftChec
             with connection.cursor() as cursor:
                 cursor.execute("SET LOCAL synchronous_commit TO OFF")
         rows = (
-            SubmissionItem.objects.select_for_update()
+            # Rows that stay referenced (events and versions point at items): locked against other
+            # changes, not against rows that refer to them.
+            SubmissionItem.objects.select_for_update(no_key=True)
             .filter(among("custom_id", [line.custom_id for line in lines]), submission_id=submission.pk)
             .order_by("item_id")
             .values_list(

@@ -1,0 +1,142 @@
+"""A worker killed while it collects, at a chunk's boundary and inside a chunk: a real `qcluster`
+records a real emulator's results file a chunk at a time (BATCHDESK_COLLECT_CHUNK=5, as a
+deployment may set it). The test holds a row the worker needs, so the kill comes exactly where it
+should: after two chunks are committed, with the third not begun or half written. A fresh cluster
+then finishes from the ledger: no result lost, none recorded twice, every item's story once."""
+
+import json
+
+import httpx
+import psycopg
+import pytest
+from django_q.tasks import async_task
+
+from ledger import actions
+from ledger.models import Event, GeneratedVersion, Item, Submission, SubmissionItem
+from ledger.states import ItemState, SubmissionState
+from tests.factories import UserFactory
+from tests.processes import emulator_stats, make_catalogue, wait_until
+
+pytestmark = [pytest.mark.pipeline, pytest.mark.django_db(transaction=True)]
+
+PRODUCTS = 20
+CHUNK = 5
+UNDISTURBED_STORY = ["prepared", "submitted", "returned", "awaiting_review"]
+
+
+def output_order(emulator_url: str, provider_ref: str) -> list[str]:
+    """The custom_ids of the provider's results file, in its order (the emulator shuffles it)."""
+    headers = {"Authorization": "Bearer test"}
+    batch = wait_until(
+        lambda: (
+            answer
+            if (answer := httpx.get(f"{emulator_url}/batches/{provider_ref}", headers=headers).json())[
+                "status"
+            ]
+            == "completed"
+            else None
+        ),
+        timeout=60,
+        what="the batch to complete at the provider",
+        every=0.1,
+    )
+    content = httpx.get(f"{emulator_url}/files/{batch['output_file_id']}/content", headers=headers)
+    return [json.loads(line)["custom_id"] for line in content.text.splitlines()]
+
+
+def waiting_on_a_lock(database: psycopg.Connection, table: str) -> bool:
+    """A worker's statement on `table` is waiting for a lock this test holds."""
+    row = database.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND wait_event_type = 'Lock' AND query ILIKE %s",
+        [f"%{table}%"],
+    ).fetchone()
+    return row[0] > 0
+
+
+def recorded(job) -> int:
+    return SubmissionItem.objects.filter(item__job=job).exclude(outcome="").count()
+
+
+@pytest.mark.parametrize("where", ["at a chunk boundary", "inside a chunk"])
+def test_a_worker_killed_while_collecting_loses_and_repeats_nothing(processes, where):
+    emulator_url = processes.emulator("--per-request-ms", "50", "--seed", "1")
+    make_catalogue(PRODUCTS)
+    job = actions.create_job(
+        reference="collect-faults",
+        owner=UserFactory(roles=["catalogue_owner"]),
+        task="product_description",
+        provider="emulator",
+        unit_size=PRODUCTS,
+    )
+    url = processes.env["DATABASE_URL"]
+    with psycopg.connect(url) as gate, psycopg.connect(url, autocommit=True) as watcher:
+        cluster = processes.start("qcluster", BATCHDESK_COLLECT_CHUNK=str(CHUNK))
+        async_task("ledger.tasks.collect_round")
+        submission = wait_until(
+            lambda: Submission.objects.filter(job=job).exclude(provider_ref="").first(),
+            timeout=60,
+            what="the unit to be sent",
+            every=0.05,
+        )
+        # No worker observes the unit's end until the test knows the order of its results file.
+        gate.execute("SELECT id FROM ledger_submission WHERE id = %s FOR UPDATE", [submission.pk])
+        order = output_order(emulator_url, submission.provider_ref)
+        assert len(order) == PRODUCTS
+        with psycopg.connect(url) as holder:
+            # The third chunk holds the results file's lines 11 to 15.
+            if where == "at a chunk boundary":
+                # Its first statement, locking its requests, waits: nothing of it is written.
+                holder.execute(
+                    "SELECT id FROM ledger_submissionitem WHERE custom_id = %s FOR UPDATE", [order[10]]
+                )
+                table = "ledger_submissionitem"
+            else:
+                # Its requests are locked and marked, and its versions wait for the version of line
+                # 13 this test is writing (the same custom_id) to commit or roll back.
+                entry = SubmissionItem.objects.get(custom_id=order[12])
+                holder.execute(
+                    "INSERT INTO ledger_generatedversion (item_id, number, custom_id, submission_id, content, "
+                    "raw_output, content_hash, input_tokens, output_tokens, usage, valid, validation_reasons, "
+                    "created_at) VALUES (%s, 1, %s, %s, '', '', '', 0, 0, '{}', true, '[]', now())",
+                    [entry.item_id, entry.custom_id, submission.pk],
+                )
+                table = "ledger_generatedversion"
+            gate.commit()
+            wait_until(
+                lambda: waiting_on_a_lock(watcher, table),
+                timeout=60,
+                what="the third chunk to wait",
+                every=0.05,
+            )
+            # Exactly two chunks are committed; the third is not (or not yet) there.
+            assert recorded(job) == 2 * CHUNK
+            assert GeneratedVersion.objects.filter(item__job=job).count() == 2 * CHUNK
+            processes.kill(cluster)
+            holder.rollback()
+    assert recorded(job) == 2 * CHUNK
+
+    # A fresh cluster, each of whose collection tasks hands over after one chunk.
+    processes.start("qcluster", BATCHDESK_COLLECT_CHUNK=str(CHUNK), BATCHDESK_COLLECT_SECONDS="0")
+    async_task("ledger.tasks.collect_round")
+    wait_until(
+        lambda: Submission.objects.filter(pk=submission.pk, state=SubmissionState.COLLECTED).exists(),
+        timeout=120,
+        what="the unit to be collected after the kill",
+    )
+
+    submission.refresh_from_db()
+    assert Item.objects.filter(job=job, state=ItemState.AWAITING_REVIEW).count() == PRODUCTS
+    assert submission.anomalies == []
+    for item in Item.objects.filter(job=job):
+        assert item.versions.count() == 1
+        story = list(Event.objects.filter(item=item).order_by("id").values_list("to_state", flat=True))
+        assert story == UNDISTURBED_STORY
+    entries = SubmissionItem.objects.filter(item__job=job)
+    assert set(entries.values_list("outcome", flat=True)) == {"returned"}
+    assert sorted(entries.values_list("custom_id", flat=True)) == sorted(
+        GeneratedVersion.objects.filter(item__job=job).values_list("custom_id", flat=True)
+    )
+    assert sorted(entries.values_list("custom_id", flat=True)) == sorted(order)
+    # Each request ran once at the provider: collecting again asks for nothing to be run.
+    assert max(emulator_stats(emulator_url)["inferences"].values()) == 1
