@@ -1,0 +1,117 @@
+"""An item's and an event's references are checked by the database once per statement (migration
+0015), as strictly as the per-row foreign keys they replace: a statement with one wrong reference is
+refused whole, with SQLSTATE 23503 (an IntegrityError), and changes nothing."""
+
+import pytest
+from django.db import IntegrityError, connection, transaction
+
+from ledger.actions import create_job
+from ledger.models import Event, Item, Submission
+from ledger.states import ItemState, SubmissionState
+from tests.factories import ItemFactory, JobFactory, ProductFactory, UserFactory, add_version
+
+pytestmark = [pytest.mark.django_db, pytest.mark.postgresql_only]  # SQLite, the demo's, checks nothing here
+
+MISSING = 987_654_321
+
+
+def refused(sql: str, params: list) -> str:
+    with pytest.raises(IntegrityError) as caught, transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(sql, params)
+    return str(caught.value)
+
+
+def insert_item(**columns) -> str:
+    names = ", ".join(columns)
+    return refused(
+        f"INSERT INTO ledger_item ({names}, state, reason, reason_code, inference_attempt, "
+        "inference_failures, apply_failures, created_at, updated_at) "
+        f"SELECT {', '.join(['%s'] * len(columns))}, 'prepared', '', '', 1, 0, 0, now(), now()",
+        list(columns.values()),
+    )
+
+
+def test_an_item_must_name_a_job_and_a_revision_of_its_own_product():
+    item = ItemFactory()
+    other = ProductFactory()
+    before = Item.objects.count()
+
+    assert "refers to" in insert_item(
+        job_id=MISSING, product_id=item.product_id, source_revision_id=other.current_revision_id
+    )
+    assert "refers to" in insert_item(
+        job_id=item.job_id, product_id=item.product_id, source_revision_id=MISSING
+    )
+    # A revision that exists, of another product.
+    assert "refers to" in insert_item(
+        job_id=item.job_id, product_id=item.product_id, source_revision_id=other.current_revision_id
+    )
+    assert Item.objects.count() == before
+
+
+def test_one_wrong_row_refuses_the_whole_statement():
+    job = JobFactory()
+    products = [ProductFactory() for _ in range(3)]
+    rows = [(job.pk, p.pk, p.current_revision_id) for p in products] + [(job.pk, products[0].pk, MISSING)]
+    values = ", ".join("(%s, %s, %s, 'prepared', '', '', 1, 0, 0, now(), now())" for _ in rows)
+
+    refused(
+        "INSERT INTO ledger_item (job_id, product_id, source_revision_id, state, reason, reason_code, "
+        f"inference_attempt, inference_failures, apply_failures, created_at, updated_at) VALUES {values}",
+        [value for row in rows for value in row],
+    )
+
+    assert not Item.objects.filter(job=job).exists()
+
+
+def test_an_item_approves_only_its_own_draft_and_joins_only_its_own_jobs_submission():
+    item, other = ItemFactory(), ItemFactory()
+    foreign_draft = add_version(other)
+    foreign_submission = Submission.objects.create(
+        job=other.job, provider="emulator", state=SubmissionState.INTENT
+    )
+
+    refused("UPDATE ledger_item SET approved_version_id = %s WHERE id = %s", [foreign_draft.pk, item.pk])
+    refused("UPDATE ledger_item SET approved_version_id = %s WHERE id = %s", [MISSING, item.pk])
+    refused("UPDATE ledger_item SET submission_id = %s WHERE id = %s", [foreign_submission.pk, item.pk])
+    refused("UPDATE ledger_item SET job_id = %s WHERE id = %s", [other.job_id, item.pk])
+
+    own = add_version(item)
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE ledger_item SET approved_version_id = %s WHERE id = %s", [own.pk, item.pk])
+    item.refresh_from_db()
+    assert item.approved_version_id == own.pk and item.submission_id is None and item.job_id != other.job_id
+
+
+def test_an_event_must_name_things_that_exist_and_an_item_of_its_own_job():
+    item, other = ItemFactory(), ItemFactory()
+    before = Event.objects.count()
+    insert = (
+        "INSERT INTO ledger_event (item_id, job_id, submission_id, actor_id, from_state, to_state, actor_name, "
+        "reason, data, at) VALUES (%s, %s, %s, %s, '', 'prepared', 'system', '', '{}', now())"
+    )
+
+    refused(insert, [MISSING, item.job_id, None, None])
+    refused(insert, [item.pk, other.job_id, None, None])
+    refused(insert, [None, MISSING, None, None])
+    refused(insert, [item.pk, item.job_id, MISSING, None])
+    refused(insert, [item.pk, item.job_id, None, MISSING])
+
+    assert Event.objects.count() == before
+
+
+def test_a_job_of_many_items_passes_the_checks_with_every_reference_right():
+    owner = UserFactory(roles=["catalogue_owner"])
+    products = [ProductFactory() for _ in range(25)]
+
+    job = create_job(reference="checked", owner=owner, task="product_description", provider="emulator")
+
+    items = Item.objects.filter(job=job)
+    assert items.count() == len(products)
+    assert all(
+        item.source_revision.product_id == item.product_id for item in items.select_related("source_revision")
+    )
+    assert (
+        Event.objects.filter(job=job, item__isnull=False, to_state=ItemState.PREPARED, actor=owner).count()
+        == 25
+    )
