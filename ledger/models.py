@@ -13,11 +13,14 @@ from django.utils import timezone
 
 from .states import ItemState, JobState, ReasonCode, SubmissionState
 
+# One encoder for every rendering: json.dumps with these options builds a new one each call.
+_CANONICAL = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
 
 def canonical_json(value) -> str:
     """One rendering per JSON value: keys sorted at every depth, no spaces. Two values are the same
     content exactly when their renderings are equal (Python's `True == 1` does not hold here)."""
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return _CANONICAL.encode(value)
 
 
 def content_hash(value) -> str:
