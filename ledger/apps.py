@@ -1,6 +1,6 @@
 from django.apps import AppConfig
 from django.core import checks
-from django.db.models.signals import post_migrate
+from django.db.models.signals import post_migrate, pre_migrate
 
 
 class LedgerConfig(AppConfig):
@@ -8,10 +8,14 @@ class LedgerConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from . import tallies
         from .bootstrap import after_migrate
         from .pricing import check_price_file
 
         post_migrate.connect(after_migrate, sender=self, dispatch_uid="ledger.after_migrate")
+        # Item tallies' triggers on SQLite are put back around every migrate (ledger/tallies.py).
+        pre_migrate.connect(tallies.before_migrate, sender=self, dispatch_uid="ledger.tallies.before")
+        post_migrate.connect(tallies.after_migrate, sender=self, dispatch_uid="ledger.tallies.after")
         # Costs are shown everywhere: a price file that cannot be read stops every process at
         # startup (`check`, `runserver`, `migrate`, `qcluster`), never a request.
         checks.register(check_price_file, "batchdesk")

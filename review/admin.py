@@ -17,6 +17,7 @@ from ledger.models import (
     Event,
     GeneratedVersion,
     Item,
+    ItemTally,
     Job,
     Product,
     PromptVersion,
@@ -187,6 +188,15 @@ class PublicationAdmin(LedgerAdmin):
     list_display = ("id", "product", "version", "operation_key", "published_at")
     list_select_related = ("product", "version")
     search_fields = ("product__sku", "operation_key")
+
+
+@admin.register(ItemTally)
+class ItemTallyAdmin(LedgerAdmin):
+    """The differences the database's triggers append, per job and state (summed on the screens)."""
+
+    list_display = ("id", "job", "state", "items", "pending_input", "approved_drafts", "all_input")
+    list_filter = ("state",)
+    list_select_related = ("job",)
 
 
 @admin.register(Event)

@@ -23,7 +23,6 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.core.paginator import EmptyPage, Paginator
 from django.db import DatabaseError, IntegrityError, connection
 from django.db.models import Count, Min, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -63,6 +62,7 @@ from ledger.models import (
     Event,
     GeneratedVersion,
     Item,
+    ItemTally,
     Job,
     Product,
     ProductStatus,
@@ -71,9 +71,9 @@ from ledger.models import (
 from ledger.states import ItemState, JobState, SubmissionState, needs_attention
 
 from .forms import MAX_CONTENT_LENGTH, MAX_NOTE_LENGTH
-from .ids import parse_id
 from .job_forms import UNREADABLE, ApiJobForm
 from .operations import attention_by_provider
+from .paging import PageRefused, keyset_page
 from .permissions import APPROVERS, OPERATOR, VIEWERS, has_role, may_cancel
 
 log = logging.getLogger(__name__)
@@ -228,27 +228,35 @@ def text(
     return None
 
 
-def page_of(request: HttpRequest, rows: QuerySet, per_page: int, render: Callable[[list], list]) -> dict:
-    """One page of a list: `{results, count, next, previous}` with absolute links."""
-    number = parse_id(request.GET.get("page", "1"))
-    if number is None:
-        raise invalid({"page": "must be a whole number from 1, in the digits 0 to 9"})
-    paginator = Paginator(rows, per_page)
+def page_of(
+    request: HttpRequest,
+    rows: QuerySet,
+    per_page: int,
+    render: Callable[[list], list],
+    *,
+    order: list[str],
+    count: int | Callable[[], int],
+) -> dict:
+    """One page of a list: `{results, count, next, previous}` with absolute links. `page` is a page
+    number near the start of the list, `last`, or the cursor a `next` or `previous` link carries
+    (review/paging.py); anything else is a 400."""
     try:
-        page = paginator.page(number)
-    except EmptyPage:
-        raise ApiError(404, "not_found", f"There is no page {number}") from None
+        page = keyset_page(rows, order=order, per_page=per_page, page=request.GET.get("page"), count=count)
+    except PageRefused as refusal:
+        raise invalid({"page": str(refusal)}) from None
+    if not page.object_list and (page.number or 1) > 1:
+        raise ApiError(404, "not_found", f"There is no page {page.number}")
 
-    def link(to: int) -> str:
+    def link(to: str) -> str:
         query = request.GET.copy()
-        query["page"] = str(to)
+        query["page"] = to
         return request.build_absolute_uri(f"{request.path}?{query.urlencode()}")
 
     return {
-        "results": render(list(page.object_list)),
-        "count": paginator.count,
-        "next": link(page.next_page_number()) if page.has_next() else None,
-        "previous": link(page.previous_page_number()) if page.has_previous() else None,
+        "results": render(page.object_list),
+        "count": page.count,
+        "next": link(page.next_page) if page.has_next else None,
+        "previous": link(page.previous_page) if page.has_previous else None,
     }
 
 
@@ -275,11 +283,7 @@ def submission_json(submission: Submission) -> dict:
 def jobs_json(request: HttpRequest, jobs: list[Job]) -> list[dict]:
     """Jobs with their counts, submissions and cost, in a fixed number of queries."""
     ids = [job.pk for job in jobs]
-    counts: dict[int, dict[str, int]] = defaultdict(dict)
-    for job_id, state, n in (
-        Item.objects.filter(job_id__in=ids).order_by().values_list("job_id", "state").annotate(Count("pk"))
-    ):
-        counts[job_id][state] = n
+    counts = ItemTally.objects.counts_by_job(ids)
     submissions: dict[int, list[dict]] = defaultdict(list)
     for submission in Submission.objects.filter(job_id__in=ids).order_by("id"):
         submissions[submission.job_id].append(submission_json(submission))
@@ -365,8 +369,17 @@ JOB_FIELDS = ("reference", "task", "provider", "model", "prompt_version", "skus"
 def job_list(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         return start_job(request)
-    rows = Job.objects.select_related("owner", "prompt_version").order_by("-created_at", "-id")
-    return JsonResponse(page_of(request, rows, JOBS_PER_PAGE, lambda page: jobs_json(request, page)))
+    rows = Job.objects.select_related("owner", "prompt_version")
+    return JsonResponse(
+        page_of(
+            request,
+            rows,
+            JOBS_PER_PAGE,
+            lambda page: jobs_json(request, page),
+            order=["-created_at", "-id"],
+            count=Job.objects.count,
+        )
+    )
 
 
 def same_work(job: Job, wanted: dict, owner) -> str | None:
@@ -469,17 +482,29 @@ def cancel(request: HttpRequest, job_id: int) -> HttpResponse:
 def job_items(request: HttpRequest, job_id: int) -> HttpResponse:
     if not Job.objects.filter(pk=job_id).exists():
         return not_found(request, "No job")
-    rows = items().filter(job_id=job_id).order_by("id")
+    rows = items().filter(job_id=job_id)
+    by_state = ItemTally.objects.filter(job_id=job_id).counts_by_state()
+    count: int | Callable[[], int] = sum(by_state.values())
     if state := request.GET.get("state"):
         if state not in ItemState.values:
             raise invalid({"state": "not a state; one of " + ", ".join(ItemState.values)})
         rows = rows.filter(state=state)
+        count = by_state.get(state, 0)
     if sku := request.GET.get("sku"):
         if not SKU_PATTERN.fullmatch(sku):
             raise invalid({"sku": "not a valid SKU"})
+        # One product: its items in this job are few, and counted.
         rows = rows.filter(product__sku=sku)
+        count = rows.count
     return JsonResponse(
-        page_of(request, rows, ITEMS_PER_PAGE, lambda page: [item_json(request, i) for i in page])
+        page_of(
+            request,
+            rows,
+            ITEMS_PER_PAGE,
+            lambda page: [item_json(request, i) for i in page],
+            order=["id"],
+            count=count,
+        )
     )
 
 
@@ -747,7 +772,7 @@ def metric(lines: list[str], name: str, kind: str, help_text: str, samples: dict
 def metrics(request: HttpRequest) -> HttpResponse:
     """Prometheus text exposition. Scrape it with a bearer token, like the API."""
     now = timezone.now()
-    items_by_state = Item.objects.counts_by_state()
+    items_by_state = ItemTally.objects.counts_by_state()
     unfinished = Submission.objects.filter(state__in=UNFINISHED_SUBMISSION_STATES).aggregate(
         n=Count("pk"), oldest=Min("created_at")
     )

@@ -6,11 +6,11 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date
+from functools import partial
 
 from django import forms
 from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, render
@@ -20,6 +20,7 @@ from django.views.decorators.http import require_GET
 from ledger.models import Approval, Item, Job
 
 from .common import word_diff
+from .paging import capped_count, screen_page
 from .permissions import ADMIN, role_required
 
 APPROVALS_PER_PAGE = 50
@@ -108,7 +109,13 @@ def audit(request: HttpRequest) -> HttpResponse:
         if filters.is_valid()
         else Approval.objects.none()
     )
-    page = Paginator(approvals, APPROVALS_PER_PAGE).get_page(request.GET.get("page"))
+    page = screen_page(
+        approvals,
+        order=["-approved_at", "-id"],
+        per_page=APPROVALS_PER_PAGE,
+        page=request.GET.get("page"),
+        count=partial(capped_count, approvals),
+    )
     rows = [AuditRow(a, edit_of(a) if a.edited else None) for a in page.object_list]
     csv_query = request.GET.copy()
     csv_query.pop("page", None)

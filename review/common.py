@@ -2,15 +2,13 @@
 
 import json
 import re
-from collections import defaultdict
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 
-from django.db.models import Count
 from django.http import HttpRequest
 from django_htmx.middleware import HtmxDetails
 
-from ledger.models import Item, Job, SourceRevision
+from ledger.models import ItemTally, Job, SourceRevision
 from ledger.states import ItemState, JobState
 
 # Jobs whose progress still moves on its own; pages showing one keep polling.
@@ -57,11 +55,8 @@ class JobProgress:
 
 
 def progress_of(jobs: list[Job]) -> list[JobProgress]:
-    """Item counts by state for many jobs in one GROUP BY query."""
-    rows = Item.objects.filter(job__in=jobs).order_by().values("job", "state").annotate(n=Count("id"))
-    counts: dict[int, dict[str, int]] = defaultdict(dict)
-    for row in rows:
-        counts[row["job"]][row["state"]] = row["n"]
+    """Item counts by state for many jobs in one query over their tallies."""
+    counts = ItemTally.objects.counts_by_job(job.pk for job in jobs)
     return [JobProgress(job, state_counts(counts[job.pk])) for job in jobs]
 
 

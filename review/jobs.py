@@ -2,8 +2,10 @@
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import partial
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -18,13 +20,14 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseStopPolling
 
 from ledger.actions import CANCELLABLE_ITEM_STATES, NotAllowed, cancel_job, create_job
-from ledger.models import Job, Submission
+from ledger.models import ItemTally, Job, Submission
 from ledger.pricing import PLACES, Price, job_cost, price_for, unknown_price
 from ledger.states import JobState, SubmissionState, needs_attention
 from ledger.validation import render_user_message
 
 from .common import WORKING_JOB_STATES, HtmxHttpRequest, progress_of, state_counts, wants_partial
 from .forms import ItemFilterForm
+from .paging import capped_count, screen_page
 from .permissions import APPROVERS, OPERATOR, VIEWERS, has_role, may_cancel, role_required
 from .screen_forms import JobFilterForm, JobStartForm
 
@@ -225,8 +228,8 @@ class SubmissionRow:
 
 
 def job_progress(job: Job) -> dict:
-    """What moves while a job works: item counts by state (one GROUP BY) and submissions."""
-    by_state = job.items.counts_by_state()
+    """What moves while a job works: item counts by state (from its tallies) and submissions."""
+    by_state = ItemTally.objects.filter(job=job).counts_by_state()
     return {
         "by_state": by_state,
         "counts": state_counts(by_state),
@@ -249,20 +252,27 @@ def job_detail(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     if wants_partial(request):
         context = {"job": job, **job_progress(job), "polling": polling}
         return polled(render(request, "job_detail.html#progress", context), polling)
-    items = job.items.select_related("product", "source_revision").order_by("id")
+    progress = job_progress(job)
+    items = job.items.select_related("product", "source_revision")
+    # How many match: from the tallies, unless a SKU is searched for (then counted, up to a cap).
+    count: int | Callable = sum(progress["by_state"].values())
     filters = ItemFilterForm(request.GET)
     if filters.is_valid():
         if state := filters.cleaned_data["state"]:
             items = items.filter(state=state)
+            count = progress["by_state"].get(state, 0)
         if sku := filters.cleaned_data["sku"]:
             items = items.filter(product__sku__icontains=sku)
+            count = partial(capped_count, items)
     context = {
         "job": job,
-        **job_progress(job),
+        **progress,
         "cost": job_cost(job),
         "polling": polling,
         "filters": filters,
-        "page": Paginator(items, ITEMS_PER_PAGE).get_page(request.GET.get("page")),
+        "page": screen_page(
+            items, order=["id"], per_page=ITEMS_PER_PAGE, page=request.GET.get("page"), count=count
+        ),
     }
     if job.state != JobState.CANCELLED and may_cancel(request.user, job):
         # What cancel_job would stop, from the counts and submissions already on the page.

@@ -37,6 +37,7 @@ from ledger.states import NEEDS_ATTENTION_STATES, ItemState, JobState, ReasonCod
 
 from .common import HtmxHttpRequest, wants_partial
 from .ids import parse_id
+from .paging import screen_page
 from .permissions import OPERATOR, VIEWERS, has_role, role_required
 
 S = ItemState
@@ -234,7 +235,13 @@ def operations(request: HtmxHttpRequest) -> HttpResponse:
         "can_act": can_act,
         "expanded": expanded,
         "group_page": (
-            Paginator(expanded.items(), ITEMS_PER_PAGE).get_page(request.GET.get("page"))
+            screen_page(
+                expanded.items(),
+                order=["updated_at", "id"],
+                per_page=ITEMS_PER_PAGE,
+                page=request.GET.get("page"),
+                count=expanded.count,
+            )
             if expanded
             else None
         ),

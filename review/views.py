@@ -13,8 +13,7 @@ from urllib.parse import urlencode
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.paginator import Paginator
-from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+from django.db.models import OuterRef, Q, QuerySet, Subquery, Sum
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -23,12 +22,13 @@ from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from ledger.actions import NotAllowed, approve_version, currency_problem, reject_version
-from ledger.models import GeneratedVersion, Item, Job
+from ledger.models import GeneratedVersion, Item, ItemTally, Job
 from ledger.pricing import is_apportioned, unknown_price, version_cost
 from ledger.states import ItemState
 
 from .common import HtmxHttpRequest, ShownValue, fields_of, wants_partial, word_diff
 from .forms import LIST_PAGE_SIZE, ApproveForm, ApproveSelectedForm, RejectForm, ReviewPlaceForm
+from .paging import screen_page
 from .permissions import APPROVERS, VIEWERS, has_role, role_required
 
 # Why a draft may not be approved although it waits for review: the product moved on since it was generated.
@@ -159,12 +159,19 @@ class ReviewCard:
         return refusal_of(self.version, self.currency)
 
 
-def review_cards(items: QuerySet[Item]) -> list[ReviewCard]:
-    """Cards for many items in two queries; `currency` read from the products loaded with them."""
+def with_latest_draft(items: QuerySet[Item]) -> QuerySet[Item]:
+    """Items as a card shows them: with job, product and revision, and their latest version's id."""
     latest = GeneratedVersion.objects.filter(item=OuterRef("pk")).order_by("-number").values("pk")[:1]
-    items = list(
-        items.select_related("job", "product", "source_revision").annotate(latest_version_id=Subquery(latest))
+    return items.select_related("job", "product", "source_revision").annotate(
+        latest_version_id=Subquery(latest)
     )
+
+
+def review_cards(items: QuerySet[Item] | list[Item]) -> list[ReviewCard]:
+    """Cards for many items in two queries (items already read `with_latest_draft`: one);
+    `currency` read from the products loaded with them."""
+    if isinstance(items, QuerySet):
+        items = list(with_latest_draft(items))
     versions = GeneratedVersion.objects.in_bulk(i.latest_version_id for i in items if i.latest_version_id)
     cards = []
     for item in items:
@@ -181,6 +188,12 @@ def review_queue_items(job_id: int | None) -> QuerySet[Item]:
     return queue.filter(job_id=job_id) if job_id else queue
 
 
+def waiting_count(job_id: int | None) -> int:
+    """Drafts waiting, from the item tallies (of the job, or of every job)."""
+    tallies = ItemTally.objects.filter(job_id=job_id) if job_id else ItemTally.objects.all()
+    return tallies.counts_by_state().get(ItemState.AWAITING_REVIEW, 0)
+
+
 def queue_url(**params) -> str:
     query = urlencode({name: value for name, value in params.items() if value})
     return reverse("review_queue") + (f"?{query}" if query else "")
@@ -188,12 +201,14 @@ def queue_url(**params) -> str:
 
 def jobs_in_review(selected: int | None) -> list[tuple[int, str, int]]:
     """(id, reference, drafts waiting) for the job filter, newest job first; the selected job always."""
-    rows = list(
-        Item.objects.awaiting_review()
+    rows = [
+        row
+        for row in ItemTally.objects.filter(state=ItemState.AWAITING_REVIEW)
         .order_by("-job_id")
         .values_list("job_id", "job__reference")
-        .annotate(n=Count("id"))
-    )
+        .annotate(n=Sum("items"))
+        if row[2]
+    ]
     if selected and selected not in {job_id for job_id, _, _ in rows}:
         rows += [
             (pk, reference, 0)
@@ -220,9 +235,11 @@ def focus_context(
 ) -> dict:
     """The draft at position `pos` of the queue (clamped to it), and what happened to the one decided on."""
     queue = review_queue_items(job_id)
-    count = queue.count()
+    count = waiting_count(job_id)
     pos = min(max(pos, 1), count)
-    cards = review_cards(queue[pos - 1 : pos]) if count else []
+    # The draft's id first, from the queue's index alone; then its card.
+    at = list(queue.values_list("pk", flat=True)[pos - 1 : pos]) if count else []
+    cards = review_cards(Item.objects.filter(pk__in=at)) if at else []
     card = cards[0] if cards else None
     if card is not None:  # one draft: ask the ledger's own rule, as approving it will
         card = replace(card, currency=currency_problem(card.item))
@@ -273,7 +290,13 @@ def review_queue(request: HtmxHttpRequest) -> HttpResponse:
 
 
 def review_list(request: HtmxHttpRequest, job_id: int | None) -> HttpResponse:
-    page = Paginator(review_queue_items(job_id), LIST_PAGE_SIZE).get_page(request.GET.get("page"))
+    page = screen_page(
+        with_latest_draft(review_queue_items(job_id)),
+        order=["updated_at", "id"],
+        per_page=LIST_PAGE_SIZE,
+        page=request.GET.get("page"),
+        count=waiting_count(job_id),
+    )
     context = {
         "page": page,
         "cards": review_cards(page.object_list),

@@ -160,82 +160,9 @@ DROP FUNCTION IF EXISTS ledger_version_tally_delete();
 """
 
 
-# SQLite (the demo): the same contributions, row by row.
-def sqlite_item_row(row: str, sign: int) -> str:
-    return f"""
-    INSERT INTO ledger_itemtally ({COLUMNS}) VALUES (
-        {row}.job_id, {row}.state, {sign},
-        CASE WHEN {row}.state IN {UNDECIDED} THEN {sign} * COALESCE((SELECT v.input_tokens FROM
-            ledger_generatedversion v WHERE v.item_id = {row}.id ORDER BY v.number DESC LIMIT 1), 0) ELSE 0 END,
-        CASE WHEN {row}.state IN {UNDECIDED} THEN {sign} * COALESCE((SELECT v.output_tokens FROM
-            ledger_generatedversion v WHERE v.item_id = {row}.id ORDER BY v.number DESC LIMIT 1), 0) ELSE 0 END,
-        CASE WHEN {row}.approved_version_id IS NOT NULL AND {row}.state NOT IN {DISCARDED} THEN {sign} ELSE 0 END,
-        CASE WHEN {row}.state NOT IN {DISCARDED} THEN {sign} * COALESCE((SELECT v.input_tokens FROM
-            ledger_generatedversion v WHERE v.id = {row}.approved_version_id), 0) ELSE 0 END,
-        CASE WHEN {row}.state NOT IN {DISCARDED} THEN {sign} * COALESCE((SELECT v.output_tokens FROM
-            ledger_generatedversion v WHERE v.id = {row}.approved_version_id), 0) ELSE 0 END,
-        0, 0, 0);"""
+# SQLite (the demo): the same contributions, row by row, installed by every migrate rather than
+# here (`ledger.tallies`): SQLite rebuilds a table to alter it, which a trigger naming it would stop.
 
-
-def sqlite_version_row(row: str, sign: int) -> str:
-    pending = (
-        f"i.state IN {UNDECIDED} AND NOT EXISTS (SELECT 1 FROM ledger_generatedversion later "
-        f"WHERE later.item_id = {row}.item_id AND later.number > {row}.number)"
-    )
-    approved = f"i.approved_version_id = {row}.id AND i.state NOT IN {DISCARDED}"
-    return f"""
-    INSERT INTO ledger_itemtally ({COLUMNS})
-    SELECT i.job_id, i.state, 0,
-        CASE WHEN {pending} THEN {sign} * {row}.input_tokens ELSE 0 END,
-        CASE WHEN {pending} THEN {sign} * {row}.output_tokens ELSE 0 END,
-        0,
-        CASE WHEN {approved} THEN {sign} * {row}.input_tokens ELSE 0 END,
-        CASE WHEN {approved} THEN {sign} * {row}.output_tokens ELSE 0 END,
-        {sign} * {row}.input_tokens, {sign} * {row}.output_tokens,
-        CASE WHEN json_extract({row}.usage, '$.apportioned') = 1 THEN {sign} ELSE 0 END
-    FROM ledger_item i WHERE i.id = {row}.item_id;"""
-
-
-SQLITE_SQL = [
-    f"CREATE TRIGGER ledger_item_tally_insert AFTER INSERT ON ledger_item BEGIN {sqlite_item_row('NEW', 1)} END;",
-    f"""CREATE TRIGGER ledger_item_tally_update AFTER UPDATE ON ledger_item
-    WHEN OLD.job_id IS NOT NEW.job_id OR OLD.state IS NOT NEW.state
-        OR OLD.approved_version_id IS NOT NEW.approved_version_id
-    BEGIN {sqlite_item_row("OLD", -1)} {sqlite_item_row("NEW", 1)} END;""",
-    f"CREATE TRIGGER ledger_item_tally_delete AFTER DELETE ON ledger_item BEGIN {sqlite_item_row('OLD', -1)} END;",
-    f"""CREATE TRIGGER ledger_version_tally_insert AFTER INSERT ON ledger_generatedversion BEGIN
-    INSERT INTO ledger_itemtally ({COLUMNS})
-    SELECT i.job_id, i.state, 0,
-        CASE WHEN i.state IN {UNDECIDED} THEN NEW.input_tokens - COALESCE((SELECT p.input_tokens FROM
-            ledger_generatedversion p WHERE p.item_id = NEW.item_id AND p.number < NEW.number
-            ORDER BY p.number DESC LIMIT 1), 0) ELSE 0 END,
-        CASE WHEN i.state IN {UNDECIDED} THEN NEW.output_tokens - COALESCE((SELECT p.output_tokens FROM
-            ledger_generatedversion p WHERE p.item_id = NEW.item_id AND p.number < NEW.number
-            ORDER BY p.number DESC LIMIT 1), 0) ELSE 0 END,
-        0, 0, 0, NEW.input_tokens, NEW.output_tokens,
-        CASE WHEN json_extract(NEW.usage, '$.apportioned') = 1 THEN 1 ELSE 0 END
-    FROM ledger_item i WHERE i.id = NEW.item_id;
-    END;""",
-    f"""CREATE TRIGGER ledger_version_tally_update AFTER UPDATE ON ledger_generatedversion
-    WHEN OLD.input_tokens IS NOT NEW.input_tokens OR OLD.output_tokens IS NOT NEW.output_tokens
-        OR OLD.usage IS NOT NEW.usage OR OLD.item_id IS NOT NEW.item_id OR OLD.number IS NOT NEW.number
-    BEGIN
-    {sqlite_version_row("OLD", -1)} {sqlite_version_row("NEW", 1)} END;""",
-    f"""CREATE TRIGGER ledger_version_tally_delete AFTER DELETE ON ledger_generatedversion BEGIN
-    {sqlite_version_row("OLD", -1)} END;""",
-]
-
-SQLITE_REVERSE_SQL = [
-    f"DROP TRIGGER IF EXISTS {name};"
-    for name in (
-        "ledger_item_tally_insert",
-        "ledger_item_tally_update",
-        "ledger_item_tally_delete",
-        "ledger_version_tally_insert",
-        "ledger_version_tally_update",
-        "ledger_version_tally_delete",
-    )
-]
 
 # The tallies of the rows that exist, computed as the triggers would have (in one statement each,
 # on either database).
@@ -258,32 +185,20 @@ BACKFILL_SQL = [
     FROM ledger_generatedversion v JOIN ledger_item i ON i.id = v.item_id
     GROUP BY i.job_id, i.state""",
 ]
-APPORTIONED = {
-    "postgresql": "v.usage -> 'apportioned' = 'true'::jsonb",
-    "sqlite": "json_extract(v.usage, '$.apportioned') = 1",
-}
+APPORTIONED = "v.usage -> 'apportioned' = 'true'::jsonb"
 
 
 def install_tallies(apps, schema_editor):
-    vendor = schema_editor.connection.vendor
-    if vendor == "postgresql":
-        schema_editor.execute(POSTGRESQL_SQL)
-    elif vendor == "sqlite":
-        for statement in SQLITE_SQL:
-            schema_editor.execute(statement)
-    else:
-        raise NotImplementedError(f"Item tallies have no triggers for {vendor}")
+    if schema_editor.connection.vendor != "postgresql":
+        return  # ledger.tallies, after every migrate
+    schema_editor.execute(POSTGRESQL_SQL)
     for statement in BACKFILL_SQL:
-        schema_editor.execute(statement.replace("{apportioned}", APPORTIONED[vendor]))
+        schema_editor.execute(statement.replace("{apportioned}", APPORTIONED))
 
 
 def remove_tallies(apps, schema_editor):
-    vendor = schema_editor.connection.vendor
-    if vendor == "postgresql":
+    if schema_editor.connection.vendor == "postgresql":
         schema_editor.execute(POSTGRESQL_REVERSE_SQL)
-    else:
-        for statement in SQLITE_REVERSE_SQL:
-            schema_editor.execute(statement)
     schema_editor.execute("DELETE FROM ledger_itemtally")
 
 
