@@ -2,7 +2,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from ledger.catalogue import FileChanged, import_catalogue
+from ledger.catalogue import import_catalogue
 
 
 class Command(BaseCommand):
@@ -24,8 +24,6 @@ class Command(BaseCommand):
             report = import_catalogue(options["path"], skip_invalid=options["skip_invalid"])
         except OSError as error:
             raise CommandError(f"Cannot read {options['path']}: {error.strerror or error}") from None
-        except FileChanged as error:
-            raise CommandError(str(error)) from None
         self.stdout.write(report.summary)
         problems = "\n".join(str(error) for error in report.errors)
         if report.unlisted_errors:

@@ -1,0 +1,134 @@
+"""The import reads a usual JSONL row in a few C calls (`_usual_row`) and leaves anything unusual to
+the full reading it replaces for those rows. Whatever it accepts must be staged exactly as the full
+reading stages it: the same record, the same content hash, the same fields; and a whole file must
+read the same either way, refusals and their words included."""
+
+import copy
+import io
+import json
+
+import pytest
+
+from ledger import catalogue
+from ledger.catalogue import Rejection, read_catalogue
+from ledger.models import SourceRevision
+
+TRICKY_LINES = [
+    '{"sku": "A-1", "title": "Lamp", "features": ["LED", "dimmable"], "dimensions": {"w_cm": 30}}',
+    '{"sku":"A-2","title":"  Padded title  ","colour":"  sage  ","empty":"","none":null,"zero":0}',
+    '{"sku": "A-3", "title": "Time: 10:30", "note": "a: b: c", "url": "https://example.com:8080/x"}',
+    '{"sku": "A-4", "title": "Dup", "colour": "red", "colour": "blue"}',
+    '{"sku": "A-5", "title": "Nested dup", "dimensions": {"w_cm": 30, "w_cm": 31}}',
+    '{"sku": "A-6", "title": "Escaped colon", "a\\u003ab": 1, "a:b": 2}',
+    '{"sku": "A-7", "title": "Escaped colon value", "k": "x\\u003Ay"}',
+    '{"sku": "A-8", "title": "Not a number", "price": NaN}',
+    '{"sku": "A-9", "title": "Infinite", "price": Infinity}',
+    '{"sku": "A-10", "title": "Huge", "price": 1e400}',
+    '{"sku": "A-11", "title": "NUL in value", "k": "a\\u0000b"}',
+    '{"sku": "A-12", "title": "NUL\\u0000 in title"}',
+    '{"sku": "A-13", "title": "Surrogate \\ud800"}',
+    '{"sku": "A-14", "title": "Surrogate in field", "k": ["\\udfff"]}',
+    '{"sku": "A-15", "title": "Key surrogate", "\\ud800": 1}',
+    '{"sku": "A-16", "title": "Deep", "k": [[[[[[[[["nine"]]]]]]]]]}',
+    '{"sku": "A-17", "title": "Eight brackets in text", "k": "[[[[{{{{"}',
+    '{"sku": "A-18", "title": "' + "x" * 301 + '"}',
+    '{"sku": "A-19", "title": "   "}',
+    '{"sku": "A-20", "title": "Status", "status": " Withdrawn "}',
+    '{"sku": "A-21", "title": "Status", "status": "ACTIVE"}',
+    '{"sku": "A-22", "title": "Status", "status": "gone"}',
+    '{"sku": "A-23", "title": "Status", "status": 5}',
+    '{"sku": "A-24", "title": "Status", "status": null}',
+    '{"sku": "A-25", "title": "Status", "status": ""}',
+    '{"sku": " A-26 ", "title": "Padded sku"}',
+    '{"sku": "bad sku", "title": "Bad"}',
+    '{"sku": 27, "title": "Number sku"}',
+    '{"sku": "A-28", "title": 28}',
+    '{"sku": "A-29", "title": "Padded key", " colour": "red"}',
+    '{"sku": "A-30", "title": "Empty key", "": "red"}',
+    '{"sku": "A-31", "title": "Key clash", "colour": "red", "colour ": "blue"}',
+    '["A-32", "a list"]',
+    '"A-33"',
+    '{"sku": "A-34", "title": "Unicode \u00e9\u00e8 \U0001f600 \\u00e9", "k": "caf\\u00e9", "\u00fcber": true}',
+    '{"sku": "A-35", "title": "Quotes \\"here\\"", "k": "back\\\\slash", "tab": "a\\tb"}',
+    '{"sku": "A-36", "title": "Numbers", "a": 1, "b": 1.0, "c": -0.0, "d": 12345678901234567890, "e": 1e-7}',
+    '{"sku": "A-37", "title": "Booleans", "a": true, "b": false, "c": [true, null, ""]}',
+    '{"sku": "A-1", "title": "Repeated sku"}',
+    '{"sku": "A-38", "title": "Sku twice", "sku": "A-39"}',
+    '{"sku": "A-40", "title": "Title twice", "title": "Other"}',
+    '{"sku": "A-41", "title": "Status twice", "status": "active", "status": "withdrawn"}',
+    '{"sku": "A-42", "title": "Big int", "k": ' + "9" * 5000 + "}",
+    '{"sku": "A-43", "title": "Whitespace", "k" :  "v" ,  "l":[ 1 , 2 ] }',
+    '{"sku": "A-44", "title": "Null dup", "k": null, "k": "v"}',
+    '{"sku": "A-45", "title": "Blank dup", "k": "", "k": "v"}',
+    '{"sku": "A-46", "title": "Colon key", "a:b": {"c:d": "e:f"}}',
+    "{oops",
+    "",
+    "   ",
+    '{"sku": "A-47", "title": "Trailing"}   ',
+    '{"sku": "A-48", "title": "Objects in lists", "variants": [{"colour": "grey", "stock": 3}, {"colour": "red"}]}',
+]
+
+
+def full_reading(line: catalogue._Line, seen: catalogue._SeenSkus):
+    rows = list(catalogue._read_jsonl((line,)))
+    assert len(rows) <= 1
+    if not rows:
+        return None
+    row = rows[0]
+    return catalogue._staged(row if isinstance(row, Rejection) else catalogue._check(*row, seen))
+
+
+def as_line(number: int, text: str) -> catalogue._Line:
+    return catalogue._Line(number, text + "\n", len(text.encode("utf-8", "surrogatepass")), None)
+
+
+def test_every_row_it_accepts_is_staged_as_the_full_reading_stages_it():
+    seen = catalogue._SeenSkus()  # the SKUs of the lines before, as the full reading knows them
+    accepted = 0
+    for number, text in enumerate(TRICKY_LINES, start=1):
+        line = as_line(number, text)
+        usual = catalogue._usual_row(line, copy.deepcopy(seen))
+        full = full_reading(line, seen)
+        if usual is None:
+            continue
+        accepted += 1
+        if isinstance(full, Rejection):
+            assert usual == full, text
+            continue
+        assert usual.record == full.record, text
+        assert usual.content_hash == full.content_hash, text
+        assert usual.content_hash == SourceRevision.hash_content(full.record.title, full.record.fields)
+        assert json.loads(usual.fields) == json.loads(full.fields), text
+    # Most real rows take the quick way; the test is void if none did.
+    assert accepted >= 12
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"sku": "A-4", "title": "Dup", "colour": "red", "colour": "blue"}',
+        '{"sku": "A-5", "title": "Nested dup", "dimensions": {"w_cm": 30, "w_cm": 31}}',
+        '{"sku": "A-38", "title": "Sku twice", "sku": "A-39"}',
+        '{"sku": "A-44", "title": "Null dup", "k": null, "k": "v"}',
+        '{"sku": "A-6", "title": "Escaped colon", "a\\u003ab": 1, "a:b": 2}',
+        '{"sku": "A-8", "title": "Not a number", "price": NaN}',
+        '{"sku": "A-10", "title": "Huge", "price": 1e400}',
+        '{"sku": "A-13", "title": "Surrogate \\ud800"}',
+        '{"sku": "A-16", "title": "Deep", "k": [[[[[[[[["nine"]]]]]]]]]}',
+    ],
+)
+def test_what_it_cannot_vouch_for_goes_the_full_way(text):
+    assert catalogue._usual_row(as_line(1, text), catalogue._SeenSkus()) is None
+
+
+def test_a_whole_file_reads_the_same_with_and_without_the_quick_way(monkeypatch):
+    content = ("\n".join(TRICKY_LINES) + "\n").encode("utf-8", "surrogatepass")
+
+    quick = list(read_catalogue(io.BytesIO(content)))
+    monkeypatch.setattr(catalogue, "_usual_row", lambda line, seen: None)
+    full = list(read_catalogue(io.BytesIO(content)))
+
+    assert quick == full
+    assert any(isinstance(row, Rejection) for row in full) and any(
+        not isinstance(row, Rejection) for row in full
+    )
