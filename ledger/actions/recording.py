@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.db import connection, models, transaction
-from django.db.models import F, Max
+from django.db.models import F, Max, OuterRef, Subquery
 from django.db.models.lookups import In
 from django.utils import timezone
 
@@ -17,6 +17,7 @@ from ..models import (
     Event,
     GeneratedVersion,
     Item,
+    Product,
     ProductStatus,
     SourceRevision,
     Submission,
@@ -48,6 +49,8 @@ class Entry:
     state: str
     inference_failures: int
     source_revision_id: int
+    # Its product is active and this is its current revision (`currency_problem` is None).
+    current: bool
 
 
 def record_chunk(submission: Submission, stream: Sequence, *, checker: DraftChecker) -> None:
@@ -57,6 +60,8 @@ def record_chunk(submission: Submission, stream: Sequence, *, checker: DraftChec
     from ..providers.base import ResultLine
 
     lines = [line for line in stream if isinstance(line, ResultLine)]
+    # Read beside the lock, not locked: a product is never held by a collection.
+    product = Product.objects.filter(pk=OuterRef("item__product_id"))
     with transaction.atomic():
         if connection.vendor == "postgresql":
             # A chunk lost with the database server (not with a worker) is simply read and recorded
@@ -70,6 +75,10 @@ def record_chunk(submission: Submission, stream: Sequence, *, checker: DraftChec
             SubmissionItem.objects.select_for_update(no_key=True)
             .filter(among("custom_id", [line.custom_id for line in lines]), submission_id=submission.pk)
             .order_by("item_id")
+            .annotate(
+                product_status=Subquery(product.values("status")),
+                product_revision=Subquery(product.values("current_revision_id")),
+            )
             .values_list(
                 "pk",
                 "custom_id",
@@ -78,9 +87,23 @@ def record_chunk(submission: Submission, stream: Sequence, *, checker: DraftChec
                 "item__state",
                 "item__inference_failures",
                 "item__source_revision_id",
+                "product_status",
+                "product_revision",
             )
         )
-        entries = {row[1]: Entry(*row) for row in rows}
+        entries = {
+            custom_id: Entry(
+                pk,
+                custom_id,
+                outcome,
+                item,
+                state,
+                failures,
+                revision,
+                current=status == ProductStatus.ACTIVE and current_revision == revision,
+            )
+            for pk, custom_id, outcome, item, state, failures, revision, status, current_revision in rows
+        }
         anomalies = [
             part
             if isinstance(part, dict)
@@ -160,11 +183,7 @@ def record_drafts(submission: Submission, drafts: list, *, checker: DraftChecker
     if not waiting:
         return
     item_of = {line.custom_id: entry.item_id for entry, line in kept}
-    stale = set(
-        not_current(
-            Item.objects.filter(among("pk", [item_of[custom_id] for custom_id in waiting]))
-        ).values_list("pk", flat=True)
-    )
+    stale = {entry.item_id for entry, _ in kept if not entry.current}
     version_events(submission, waiting, from_state=ItemState.SUBMITTED, to=ItemState.RETURNED)
     # Judged one by one, like record_result: a product that changed meanwhile is rare.
     stale_ids = [custom_id for custom_id in waiting if item_of[custom_id] in stale]
@@ -191,7 +210,7 @@ def record_failures(submission: Submission, failures: list) -> None:
     when the failure is transient, retried alone (or given up after MAX_INFERENCE_ATTEMPTS)."""
     now = timezone.now()
     moves = defaultdict(list)
-    events = []
+    events, stale = [], []
     for entry, line in failures:
         if entry.state != ItemState.SUBMITTED:
             continue
@@ -200,6 +219,8 @@ def record_failures(submission: Submission, failures: list) -> None:
         failures_now = entry.inference_failures + 1
         data = {"custom_id": line.custom_id, "transient": line.transient}
         events.append((entry.item_id, ItemState.SUBMITTED, ItemState.INFERENCE_FAILED, reason, data))
+        if not entry.current:
+            stale.append(entry.item_id)
         if not line.transient:
             moves[(ItemState.INFERENCE_FAILED, reason, code, None)].append(entry.item_id)
         elif failures_now >= MAX_INFERENCE_ATTEMPTS:
@@ -229,16 +250,12 @@ def record_failures(submission: Submission, failures: list) -> None:
         )
     insert_events(submission, events)
     if retried:
-        stale = list(not_current(Item.objects.filter(among("pk", retried))).order_by("pk"))
-        for item in stale:
+        # Judged one by one, like retry_inference: a product that changed meanwhile is rare.
+        stale_retried = sorted(set(stale) & set(retried))
+        for item in Item.objects.filter(pk__in=stale_retried).order_by("pk"):
             judge_currency(item)
-        if len(stale) < len(retried):
+        if len(stale_retried) < len(retried):
             enqueue("ledger.tasks.submit_job", submission.job_id)
-
-
-def not_current(items: models.QuerySet) -> models.QuerySet:
-    """Those of `items` whose product was withdrawn or revised since: `currency_problem` for many."""
-    return items.exclude(product__status=ProductStatus.ACTIVE, product__current_revision=F("source_revision"))
 
 
 def move_waiting(custom_ids: list[str], item_of: dict, *, to: str, **reason) -> None:
@@ -298,8 +315,8 @@ def insert_events(submission: Submission, events: list[tuple]) -> None:
 
 
 def insert_rows(model: type[models.Model], rows: list[dict]) -> None:
-    """Rows (each a dict of every column by attname) in one statement. On PostgreSQL one
-    `INSERT … SELECT FROM unnest(…)` with an array a column; elsewhere `bulk_create`."""
+    """Rows (each a dict of every column by attname) in one statement: on PostgreSQL a `COPY`,
+    elsewhere `bulk_create`."""
     if not rows:
         return
     if connection.vendor != "postgresql":
@@ -308,23 +325,18 @@ def insert_rows(model: type[models.Model], rows: list[dict]) -> None:
     import psycopg
 
     fields = [model._meta.get_field(name) for name in rows[0]]
-    arrays, casts = [], []
-    connection.ensure_connection()
-    for field in fields:
-        values = [row[field.attname] for row in rows]
-        if isinstance(field, models.JSONField):
-            values = [json.dumps(value) for value in values]
-        arrays.append(values)
-        casts.append(f"%b::{field.db_type(connection)}[]")
+    names = [field.attname for field in fields]
+    json_names = {field.attname for field in fields if isinstance(field, models.JSONField)}
     columns = ", ".join(connection.ops.quote_name(field.column) for field in fields)
-    # A psycopg cursor binding on the server, in the same transaction: the arrays go as binary
-    # parameters, not quoted into the statement's text character by character (Django's cursor).
-    with psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(
-            f"INSERT INTO {connection.ops.quote_name(model._meta.db_table)} ({columns}) "
-            f"SELECT * FROM unnest({', '.join(casts)})",
-            arrays,
-        )
+    connection.ensure_connection()
+    # psycopg's COPY, on the transaction's own connection: rows written as they are formatted
+    # (by psycopg's C code), with no statement to compose. Triggers fire as for an INSERT.
+    with (
+        psycopg.Cursor(connection.connection) as cursor,
+        cursor.copy(f"COPY {connection.ops.quote_name(model._meta.db_table)} ({columns}) FROM STDIN") as copy,
+    ):
+        for row in rows:
+            copy.write_row([json.dumps(row[name]) if name in json_names else row[name] for name in names])
 
 
 class AnyOf(In):
@@ -332,8 +344,15 @@ class AnyOf(In):
     parameter (a statement of thousands of placeholders costs more to compose than to run)."""
 
     def as_postgresql(self, compiler, connection):
+        values = list(self.rhs)
+        if not values:
+            return self.as_sql(compiler, connection)  # matches nothing, as `IN` says
         lhs, lhs_params = self.process_lhs(compiler, connection)
-        return f"{lhs} = ANY(%s)", (*lhs_params, list(self.rhs))
+        if all(type(value) is int for value in values):
+            # Ids: one text parameter, read as an array by the server (psycopg dumps a list
+            # element by element).
+            return f"{lhs} = ANY(%s::bigint[])", (*lhs_params, "{" + ",".join(map(str, values)) + "}")
+        return f"{lhs} = ANY(%s)", (*lhs_params, values)
 
 
 def among(field: str, values) -> AnyOf:
