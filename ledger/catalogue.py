@@ -482,6 +482,24 @@ def _merge(cursor, report: ImportReport) -> None:
         )
 
 
+def _lock_the_changed(cursor) -> None:
+    """Lock the chunk's products that will change, in SKU order as any other writer of several
+    products does, and read them again as they are now. An unchanged row writes nothing and locks
+    nothing: should another writer change its product meanwhile, the import came first."""
+    cursor.execute(
+        f"SELECT p.id FROM {_PRODUCTS} p JOIN {_ROWS} ON k.product_id = p.id "
+        f"WHERE {_REVISED} OR {_WITHDRAWING} OR {_REACTIVATING} ORDER BY p.sku FOR UPDATE OF p"
+    )
+    locked = [product_id for (product_id,) in cursor.fetchall()]
+    if locked:
+        cursor.execute(
+            f"UPDATE {_KNOWN} SET old_status = p.status, old_number = r.number, old_hash = r.content_hash "
+            f"FROM {_PRODUCTS} p LEFT JOIN {_REVISIONS} r ON r.id = p.current_revision_id "
+            f"WHERE p.id = {_KNOWN}.product_id AND p.id = ANY(%s)",
+            [locked],
+        )
+
+
 def _write(chunk: list[_Staged], report: ImportReport) -> None:
     """Write one chunk set-wise: stage it, then a few statements create the new products and their
     first revisions, add a revision where the content hash changed and change statuses. A row the
@@ -492,14 +510,14 @@ def _write(chunk: list[_Staged], report: ImportReport) -> None:
         cursor.execute(f"DELETE FROM {_STAGING}")
         cursor.execute(f"DELETE FROM {_KNOWN}")
         _stage(cursor, chunk)
-        # The chunk's products are locked in SKU order, as any other writer of several products does.
-        lock = " FOR UPDATE OF p" if connection.vendor == "postgresql" else ""
         cursor.execute(
             f"INSERT INTO {_KNOWN} (sku, product_id, old_status, old_number, old_hash) "
             f"SELECT p.sku, p.id, p.status, r.number, r.content_hash FROM {_PRODUCTS} p "
             f"LEFT JOIN {_REVISIONS} r ON r.id = p.current_revision_id "
-            f"WHERE p.sku IN (SELECT sku FROM {_STAGING}) ORDER BY p.sku{lock}"
+            f"WHERE p.sku IN (SELECT sku FROM {_STAGING})"
         )
+        if connection.vendor == "postgresql":
+            _lock_the_changed(cursor)
         stopping = sorted(_STOPPABLE_STATES)
         cursor.execute(
             f"SELECT s.sku, k.old_status FROM {_ROWS} WHERE ({_REVISED} OR {_WITHDRAWING}) "
