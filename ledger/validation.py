@@ -187,7 +187,7 @@ def plain_schema_check(schema: object):
     if not isinstance(schema, dict) or set(schema) - PLAIN_KEYWORDS:
         return None
     kind = schema.get("type")
-    if kind not in PLAIN_TYPES:
+    if not isinstance(kind, str) or kind not in PLAIN_TYPES:
         return None
     is_type = PLAIN_TYPES[kind]
     if kind == "string":
@@ -204,7 +204,11 @@ def plain_schema_check(schema: object):
     properties = schema.get("properties", {})
     required = schema.get("required", [])
     extra_allowed = schema.get("additionalProperties", True)
-    if not isinstance(properties, dict) or not isinstance(required, list) or not isinstance(extra_allowed, bool):
+    if (
+        not isinstance(properties, dict)
+        or not isinstance(required, list)
+        or not isinstance(extra_allowed, bool)
+    ):
         return None
     checks = {name: plain_schema_check(sub) for name, sub in properties.items()}
     if None in checks.values():
