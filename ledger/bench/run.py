@@ -8,22 +8,18 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import collection, end_to_end, importing, job_creation
+from . import collection, end_to_end, importing, job_creation, screens
 from .base import Bench, Figure
 from .catalogue_file import write_catalogue
 from .database import database_url, fresh_database, server_url
 from .measuring import manage
 
-# The run's order matters: the job is created over the products the import wrote, and its first
-# items are collected. The end to end figure runs on a database of its own.
-FIGURES = (importing, job_creation, collection, end_to_end)
+# The run's order matters: the job is created over the products the import wrote, its first items
+# are collected, and the screens show all of it. The end to end figure runs on a database of its own.
+FIGURES = (importing, job_creation, collection, screens, end_to_end)
 
 # Issue 9's other figures, with their targets, until each has its module.
-NOT_MEASURED_YET = (
-    ("two worker clusters on Redis against one", "≥ 1.7 × one cluster's throughput"),
-    ("screens and list endpoints, any page", "≤ 50 ms, beside Django admin's changelist"),
-    ("catalogue search by title or SKU", "≤ 50 ms at 1.2 M products"),
-)
+NOT_MEASURED_YET = (("two worker clusters on Redis against one", "≥ 1.7 × one cluster's throughput"),)
 
 
 def run_bench(*, products: int, say: Callable[[str], None]) -> list[Figure]:
