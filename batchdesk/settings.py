@@ -234,6 +234,9 @@ REDIS_URL = os.environ.get("REDIS_URL", "")
 Q_CLUSTER = {
     "name": "batchdesk",
     "workers": int(os.environ.get("BATCHDESK_WORKERS", "2")),
+    # A cluster takes from the shared queue only as many tasks as it has workers (django-q2 takes
+    # their square by default): the rest stay for the other clusters sharing the broker.
+    "queue_limit": int(os.environ.get("BATCHDESK_WORKERS", "2")),
     # The ledger tables are the truth; a task that outlives `timeout` is killed and the queue
     # hands it out again after `retry`, which must therefore be larger.
     "timeout": 300,

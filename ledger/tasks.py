@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 # A task that works through a list stops after this long and queues the rest (the worker's
 # timeout, Q_CLUSTER["timeout"], is 300 s).
 TASK_SECONDS = 60
+# A round ends when the next scheduled one (a minute later) takes over, or after this long.
+ROUND_SECONDS = 150
 # At most this many submissions and items are claimed by one pass; the rest wait for the next.
 MOST_SUBMISSIONS_PER_PASS = 2_000
 MOST_ITEMS_PER_PASS = 10_000
@@ -53,8 +55,9 @@ Start = Callable[..., object]
 
 
 def lease_holder() -> str:
-    """Which process holds the collector's lease (worked out per call: workers are forked)."""
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """Which round holds the collector's lease: its process (worked out per call: workers are
+    forked) and a name of its own."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def submit_job(job_id: int) -> list[int]:
@@ -127,32 +130,30 @@ def import_catalogue_file(import_id: int) -> str:
 
 def collect_round(duration: float | None = None) -> int:
     """One scheduled round of the collector: a pass over the ledger every BATCHDESK_POLL_SECONDS
-    until the round's minute is used up. Only one round runs at a time; its lease is renewed every
-    pass, so a killed worker's round is taken over within seconds."""
+    until the next round takes over (the schedule starts one a minute), or ROUND_SECONDS at most.
+    The newest round takes the lease and an older one that finds it taken ends: one worker at a
+    time keeps the round, the passes never pause between rounds, and a round whose worker was
+    killed is replaced by the next one."""
     interval = settings.BATCHDESK_POLL_SECONDS
-    duration = 55.0 if duration is None else duration
+    duration = ROUND_SECONDS if duration is None else duration
     heartbeat, _ = CollectorHeartbeat.objects.get_or_create(name="collector")
     holder = lease_holder()
+    held = CollectorHeartbeat.objects.filter(pk=heartbeat.pk)
     rounds = 0
     deadline = time.monotonic() + duration
+    held.update(lease_holder=holder)
     try:
         while True:
-            now = timezone.now()
-            lease = now + timedelta(seconds=2 * interval + 5)
-            held = (
-                CollectorHeartbeat.objects.filter(pk=heartbeat.pk)
-                .filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now) | Q(lease_holder=holder))
-                .update(lease_until=lease, lease_holder=holder)
-            )
-            if held:
-                poll_everything()
-                rounds += 1
-            # Without the lease another round is polling; wait, and take over if its worker died.
+            lease = timezone.now() + timedelta(seconds=2 * interval + 5)
+            if not held.filter(lease_holder=holder).update(lease_until=lease):
+                return rounds  # a newer round took over
+            poll_everything()
+            rounds += 1
             if time.monotonic() + interval > deadline:
                 return rounds
             time.sleep(interval)
     finally:
-        CollectorHeartbeat.objects.filter(pk=heartbeat.pk, lease_holder=holder).update(lease_until=None)
+        held.filter(lease_holder=holder).update(lease_until=None)
 
 
 def poll_everything(start: Start = async_task) -> int:

@@ -237,7 +237,7 @@ def test_killing_the_cluster_while_applying_publishes_each_draft_once(processes)
         assert Event.objects.filter(item=item, to_state=ItemState.APPLIED).count() == 1
 
 
-def test_two_clusters_on_redis_submit_and_apply_each_thing_once(processes):
+def test_two_clusters_on_redis_send_collect_and_apply_each_thing_once(processes):
     n_products = 30
     emulator_url = processes.emulator("--per-request-ms", "20")
     # A Redis database of this test database's own, so concurrent test runs never share a queue.
@@ -254,7 +254,16 @@ def test_two_clusters_on_redis_submit_and_apply_each_thing_once(processes):
         what="every item to await review",
     )
     assert_ledger_as_undisturbed(job, emulator_url, n_products, BY_NAME["emulator"])
+    # Each unit was sent, seen to end and collected once, whichever cluster's worker did it.
+    stats = emulator_stats(emulator_url)
+    submissions = Submission.objects.filter(job=job)
+    assert stats["creates"] == submissions.count() == n_products // 5
+    for submission in submissions:
+        story = list(submission.events.order_by("id").values_list("to_state", flat=True))
+        assert story == ["intent", "open", "ended", "collected"]
 
+    # The approvals' own tasks go to the database's queue, which no cluster reads: the round
+    # finds the approved items and queues their application.
     for item in Item.objects.filter(job=job):
         version = item.versions.get()
         actions.approve_version(
@@ -267,6 +276,9 @@ def test_two_clusters_on_redis_submit_and_apply_each_thing_once(processes):
     )
     assert DestinationAttempt.objects.filter(item__job=job).count() == n_products
     assert Product.objects.exclude(published_version=None).count() == n_products
+    for item in Item.objects.filter(job=job):
+        story = list(Event.objects.filter(item=item).order_by("id").values_list("to_state", flat=True))
+        assert story == [*UNDISTURBED_STORY, "approved", "applying", "applied"]
 
 
 @pytest.mark.parametrize("provider", ONE_PER_PROTOCOL, ids=str)
