@@ -26,11 +26,15 @@ CHUNK_MAX_AGE = 2.0
 class RecordedRequests:
     """The custom_ids of a submission whose answer is recorded, read from the ledger at the moment
     a synchronous provider is about to ask for one (read before spending). Each look renews this
-    worker's lease; once the lease is lost, every request counts as taken, so nothing is sent."""
+    worker's lease; once the lease is lost (or the worker stops asking), every request counts as
+    taken, so nothing more is sent."""
 
     def __init__(self, submission_id: int, claim: str):
         self.submission_id, self.claim = submission_id, claim
         self.lost = False
+
+    def stop_asking(self) -> None:
+        self.lost = True
 
     def __contains__(self, custom_id: object) -> bool:
         if self.lost or not Submission.objects.renew_claim(self.submission_id, self.claim):
@@ -120,6 +124,7 @@ def collect_submission(submission_id: int, *, provider=None, seconds: float | No
     seen: set[str] = set()
     lines = {"succeeded": 0, "failed": 0}
     renewed = timezone.now()
+    handing_over = False
     try:
         for line in provider.results(submission.provider_ref, skip=recorded, requests=requests):
             if not isinstance(line, ResultLine):
@@ -145,9 +150,16 @@ def collect_submission(submission_id: int, *, provider=None, seconds: float | No
                     return "claim lost"  # another worker took over: it records what this one read
                 renewed = timezone.now()
             chunk.record()
-            if time.monotonic() > deadline:
-                return hand_over(submission_id, claim)
+            if not handing_over and time.monotonic() > deadline:
+                if not per_request:
+                    return hand_over(submission_id, claim)
+                # A server answering request by request: nothing more is asked, and the answers
+                # to requests already asked (and paid for) are recorded before handing over.
+                recorded.stop_asking()
+                handing_over = True
         chunk.record()
+        if handing_over:
+            return hand_over(submission_id, claim)
     except ProviderError as exc:
         # Lines read so far are recorded; the next round reads again and skips them.
         chunk.record()
