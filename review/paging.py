@@ -11,12 +11,12 @@ The screens treat a bad `page` as the first page; the API answers 400 (`PageRefu
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import reduce
-from operator import or_
 
 from django.core import signing
 from django.core.exceptions import ValidationError
-from django.db.models import Model, Q, QuerySet
+from django.db import connections, router
+from django.db.models import BooleanField, Model, QuerySet
+from django.db.models.expressions import RawSQL
 
 # How deep page numbers reach (in rows skipped): beyond it, only cursors.
 PAGE_NUMBER_DEPTH = 5_000
@@ -128,19 +128,23 @@ def _read_token(model: type[Model], order: Sequence[str], token: str) -> tuple[s
     return direction, key
 
 
-def _beyond(order: Sequence[str], key: list, *, backwards: bool) -> Q:
-    """Rows strictly after `key` in `order` (strictly before it, `backwards`). The first field's
-    bound is given on its own too, so the database reads an index range rather than filtering."""
-    clauses, equal = [], Q()
-    for name, value in zip(order, key, strict=True):
-        column = name.removeprefix("-")
-        ascending = not name.startswith("-")
-        lookup = "gt" if ascending != backwards else "lt"
-        clauses.append(equal & Q(**{f"{column}__{lookup}": value}))
-        equal &= Q(**{column: value})
-    first = order[0].removeprefix("-")
-    bound = "gte" if (not order[0].startswith("-")) != backwards else "lte"
-    return Q(**{f"{first}__{bound}": key[0]}) & reduce(or_, clauses)
+def _beyond(model: type[Model], order: Sequence[str], key: list, *, backwards: bool) -> RawSQL:
+    """Rows strictly after `key` in `order` (strictly before it, `backwards`), as one row-value
+    comparison, `(a, b) > (%s, %s)`: the database reads an index on (a, b) from that point on. Every
+    field of `order` runs the same way (all ascending or all descending)."""
+    if len({name.startswith("-") for name in order}) != 1:
+        raise ValueError("a keyset order runs one way: every field ascending, or every one descending")
+    ascending = not order[0].startswith("-")
+    table = model._meta.db_table
+    columns = ", ".join(f'"{table}"."{model._meta.get_field(name).column}"' for name in _field_names(order))
+    sign = ">" if ascending != backwards else "<"
+    marks = ", ".join(["%s"] * len(key))
+    connection = connections[router.db_for_read(model)]
+    values = [
+        model._meta.get_field(name).get_db_prep_value(value, connection)
+        for name, value in zip(_field_names(order), key, strict=True)
+    ]
+    return RawSQL(f"({columns}) {sign} ({marks})", values, output_field=BooleanField())
 
 
 def _reversed(order: Sequence[str]) -> list[str]:
@@ -186,12 +190,16 @@ def keyset_page(
     else:
         direction, key = _read_token(rows.model, order, token)
         if direction == "after":
-            fetched = list(rows.filter(_beyond(order, key, backwards=False)).order_by(*order)[: per_page + 1])
+            fetched = list(
+                rows.filter(_beyond(rows.model, order, key, backwards=False)).order_by(*order)[: per_page + 1]
+            )
             more_after, more_before = len(fetched) > per_page, True
             shown = fetched[:per_page]
         else:
             fetched = list(
-                rows.filter(_beyond(order, key, backwards=True)).order_by(*_reversed(order))[: per_page + 1]
+                rows.filter(_beyond(rows.model, order, key, backwards=True)).order_by(*_reversed(order))[
+                    : per_page + 1
+                ]
             )
             more_after, more_before = True, len(fetched) > per_page
             shown = fetched[:per_page][::-1]
