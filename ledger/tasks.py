@@ -26,6 +26,8 @@ from django_q.tasks import async_task
 
 from . import actions, catalogue
 from .models import CollectorHeartbeat, Item, Submission, lease_end
+from .providers import capabilities
+from .providers.base import Delivery
 from .states import ItemState, JobState, SubmissionState
 
 log = logging.getLogger(__name__)
@@ -65,18 +67,40 @@ def submit_job(job_id: int) -> list[int]:
 
 
 def send_submission(submission_id: int, claim: str = "") -> str:
+    """Send one intent. A server answering request by request has nothing to wait for: its unit
+    has ended once sent, so this task goes on to collect it rather than queue two more."""
     hand_over(submission_id, claim)
-    return actions.send_submission(submission_id)
+    sent = actions.send_submission(submission_id)
+    if sent == "sent" and answers_at_once(submission_id):
+        if held := Submission.objects.claim(submission_id, states=[SubmissionState.OPEN]):
+            return poll_submission(submission_id, held)
+    return sent
+
+
+def answers_at_once(submission_id: int) -> bool:
+    provider = Submission.objects.values_list("provider", flat=True).get(pk=submission_id)
+    return capabilities(provider).delivery == Delivery.PER_REQUEST
 
 
 def poll_submission(submission_id: int, claim: str = "", stop: bool = False) -> str:
     """Ask the provider how an open submission is doing. `stop`: its job was cancelled and the
     provider has not answered our request to stop it yet (the task cancel_job queued may have been
-    lost), so it is asked again if the batch is still running."""
-    hand_over(submission_id, claim)
+    lost), so it is asked again if the batch is still running.
+
+    A unit that has ended is collected by poll_submission itself, which needs the claim free;
+    only a server answering request by request leaves it to a task of its own. That worker is
+    here already, so it collects, holding the claim until then so that no pass of the round
+    queues the collection meanwhile (the task queued for it finds nothing left to do)."""
+    at_once = answers_at_once(submission_id)
+    if not at_once:
+        hand_over(submission_id, claim)
     status = actions.poll_submission(submission_id)
     if stop:
         actions.cancel_at_provider(submission_id)
+    if at_once:
+        hand_over(submission_id, claim)
+        if status == "ended":
+            return actions.collect_submission(submission_id)
     return status
 
 

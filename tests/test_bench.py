@@ -24,6 +24,7 @@ MEASURED = (
     "collection of a result file",
     "collection: peak memory",
     "end to end, import to every draft awaiting review",
+    "two worker clusters on Redis against one",
 )
 NUMBER = r"[\d,.]+"
 
