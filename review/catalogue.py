@@ -28,7 +28,7 @@ from ledger.models import (
 
 from .common import HtmxHttpRequest, ShownValue, fields_of, shown_value, wants_partial
 from .jobs import polled
-from .paging import capped_count, screen_page
+from .paging import COUNT_CAP, capped_count, screen_page
 from .permissions import APPROVERS, VIEWERS, has_role, role_required
 from .screen_forms import CatalogueImportForm, ProductFilterForm
 
@@ -39,11 +39,13 @@ def matching_products(q: str) -> QuerySet:
     """Ids of the products whose SKU or current title contains `q`, whatever the case: two searches
     that each read a trigram index on PostgreSQL (migration 0014), joined by UNION, so neither
     forces a scan of the whole catalogue."""
-    by_sku = Product.objects.filter(sku__icontains=q).values("pk")
-    by_title = Product.objects.filter(
-        current_revision__in=SourceRevision.objects.filter(title__icontains=q).values("pk")
-    ).values("pk")
-    return by_sku.union(by_title)
+    by_sku = Product.objects.order_by().filter(sku__icontains=q).values("pk")
+    by_title = (
+        Product.objects.order_by()
+        .filter(current_revision__in=SourceRevision.objects.filter(title__icontains=q).values("pk"))
+        .values("pk")
+    )
+    return by_sku.union(by_title).order_by()
 
 
 @require_GET
@@ -54,7 +56,10 @@ def catalogue(request: HtmxHttpRequest) -> HttpResponse:
     filters = ProductFilterForm(request.GET)
     if filters.is_valid():
         if q := filters.cleaned_data["q"].strip():
-            products = products.filter(pk__in=matching_products(q))
+            # The trigram search once, for the page and its count; past the count's cap, the
+            # search itself is the list.
+            found = list(matching_products(q).values_list("pk", flat=True)[: COUNT_CAP + 1])
+            products = products.filter(pk__in=found if len(found) <= COUNT_CAP else matching_products(q))
         if status := filters.cleaned_data["status"]:
             products = products.filter(status=status)
     context = {
