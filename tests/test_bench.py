@@ -51,7 +51,9 @@ def test_a_small_run_prints_every_figure_and_drops_its_database():
     table = done.stdout.split("\n\n")[-1]
     for name in MEASURED:
         row = re.search(
-            rf"^{re.escape(name)}\s+({NUMBER}) (rows/s|items/s|results/s|MB)\s+(.+?)\s{{2,}}(\S+)\s", table, re.M
+            rf"^{re.escape(name)}\s+({NUMBER}) (rows/s|items/s|results/s|MB)\s+(.+?)\s{{2,}}(\S+)\s",
+            table,
+            re.M,
         )
         assert row, f"{name!r} is missing from the table:\n{table}"
         assert float(row.group(1).replace(",", "")) > 0
