@@ -9,6 +9,16 @@ from tests.factories import JobFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
+
+@pytest.fixture(autouse=True)
+def back_to_the_latest_schema():
+    """The tests after this one, on this database, need every migration: put them all back."""
+    yield
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
+
 BEFORE = [("ledger", "0010_backfill_reason_codes")]
 AFTER = [("ledger", "0011_provider_neutral_submissions")]
 
