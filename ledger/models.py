@@ -106,11 +106,10 @@ class PromptVersion(models.Model):
         return f"{self.task} v{self.version}"
 
 
-# What a job is when its starter does not say (the model is the provider's: settings.PROVIDERS),
-# and the largest unit any provider is sent.
+# What a job is when its starter does not say (the model is the provider's: settings.PROVIDERS).
+# The largest unit is each provider's own (its adapter's `capabilities.max_requests`).
 DEFAULT_DESTINATION = "catalogue"
 DEFAULT_UNIT_SIZE = 500
-MAX_UNIT_SIZE = 50_000
 # A job may name at most this many SKUs (more: leave them out for every active product).
 MAX_NAMED_SKUS = 20_000
 

@@ -14,7 +14,6 @@ from ledger.destinations import destination_names
 from ledger.models import (
     DEFAULT_DESTINATION,
     MAX_NAMED_SKUS,
-    MAX_UNIT_SIZE,
     Product,
     ProductStatus,
     PromptVersion,
@@ -82,10 +81,10 @@ class JobForm(forms.Form):
     # Empty: the provider's default model, and the usual unit size within its limit.
     model = forms.CharField(max_length=128, required=False, help_text="Empty: the provider's default model.")
     destination = forms.ChoiceField(initial=DEFAULT_DESTINATION)
+    # At most the chosen provider's limit (checked in `clean`): no one number fits every provider.
     unit_size = forms.IntegerField(
         required=False,
         min_value=1,
-        max_value=MAX_UNIT_SIZE,
         label="Unit size",
         help_text="Requests per provider batch.",
     )
@@ -94,8 +93,11 @@ class JobForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["provider"].refresh()
         limits = [(name, provider_limit(name)[0]) for name, _ in self.fields["provider"].choices]
-        if shown := [f"{name} {limit:,}" for name, limit in limits if limit is not None]:
-            self.fields["unit_size"].help_text = f"Requests per provider batch; at most {', '.join(shown)}."
+        if limits := [(name, limit) for name, limit in limits if limit is not None]:
+            shown = ", ".join(f"{name} {limit:,}" for name, limit in limits)
+            self.fields["unit_size"].help_text = f"Requests per provider batch; at most {shown}."
+            # The browser's own check lets the largest through; `clean` holds each provider to its own.
+            self.fields["unit_size"].widget.attrs["max"] = max(limit for _, limit in limits)
         self.fields["destination"].choices = [(name, name) for name in destination_names()]
         self.prompt: PromptVersion | None = None
 

@@ -6,7 +6,6 @@ from django.db import transaction
 from ..models import (
     DEFAULT_DESTINATION,
     MAX_NAMED_SKUS,
-    MAX_UNIT_SIZE,
     Event,
     Item,
     Job,
@@ -42,7 +41,7 @@ def create_job(
         raise NotAllowed(f"Unknown destination {destination!r}; known: {', '.join(destination_names())}")
     model = model or default_model(provider)
     unit_size = unit_size or default_unit_size(provider)
-    limit = min(MAX_UNIT_SIZE, capabilities(provider).max_requests)
+    limit = capabilities(provider).max_requests
     if not 1 <= unit_size <= limit:
         raise NotAllowed(f"unit_size must be between 1 and {limit:,} ({provider}'s limit for one batch)")
     prompts = PromptVersion.objects.filter(task=task)

@@ -9,7 +9,8 @@ from django.test import Client
 from django.urls import reverse
 
 from ledger import providers
-from ledger.models import MAX_UNIT_SIZE, Job
+from ledger.actions import create_job
+from ledger.models import Job
 from ledger.providers.openai import OpenAIBatchProvider
 from review.job_forms import ApiJobForm, JobForm
 from review.screen_forms import JobStartForm
@@ -27,7 +28,7 @@ def test_both_doors_use_the_one_form():
 @pytest.mark.parametrize(
     "field, value",
     [
-        ("unit_size", MAX_UNIT_SIZE + 1),
+        ("unit_size", 50_001),
         ("unit_size", 0),
         ("provider", "nobody"),
         ("destination", "nowhere"),
@@ -115,6 +116,30 @@ def test_the_unit_size_is_capped_by_the_providers_limit(client, monkeypatch):
     assert "openai 100" in JobForm().fields["unit_size"].help_text
     _, _, response = both_doors(client, provider="openai", unit_size="100", reference="other")
     assert response.status_code == 202, response.content
+
+
+def test_a_unit_may_be_as_large_as_its_provider_takes_and_no_larger(client, monkeypatch):
+    """Anthropic takes 100,000 requests in a batch, OpenAI 50,000: neither is the other's limit."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    screen, api, response = both_doors(client, provider="anthropic", unit_size="100000")
+    assert response.status_code == 202, response.content
+    assert Job.objects.get().unit_size == 100_000
+    assert screen == {}
+    screen, api, response = both_doors(client, provider="anthropic", unit_size="100001", reference="more")
+    message = "At most 100,000 requests: anthropic's limit for one batch."
+    assert screen["unit_size"] == [message] and api["unit_size"] == message
+    screen, api, response = both_doors(client, provider="openai", unit_size="50001", reference="openai")
+    message = "At most 50,000 requests: openai's limit for one batch."
+    assert screen["unit_size"] == [message] and api["unit_size"] == message
+    assert Job.objects.count() == 1
+    # The browser lets through the largest unit a configured provider takes; the form does the rest.
+    assert JobForm().fields["unit_size"].widget.attrs["max"] == 100_000
+    owner = UserFactory(roles=["catalogue_owner"])
+    job = create_job(
+        reference="by-verb", owner=owner, task="product_description", provider="anthropic", unit_size=100_000
+    )
+    assert job.unit_size == 100_000
 
 
 def test_a_provider_whose_adapter_is_missing_is_refused_clearly(client, monkeypatch):
