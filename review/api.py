@@ -68,6 +68,7 @@ from ledger.models import (
     ProductStatus,
     Submission,
 )
+from ledger.providers import configured_provider_names
 from ledger.states import ItemState, JobState, SubmissionState, needs_attention
 
 from .forms import MAX_CONTENT_LENGTH, MAX_NOTE_LENGTH
@@ -768,6 +769,31 @@ def metric(lines: list[str], name: str, kind: str, help_text: str, samples: dict
     lines += [f"{name}{labels} {value}" for labels, value in samples.items()]
 
 
+def failures_by_provider() -> dict[tuple[str, str], int]:
+    """Failed inferences and failed destination attempts by (kind, provider of their job), every
+    configured provider's series present from the start. Two grouped counts over the few rows of
+    their partial indexes."""
+    inference = (
+        Event.objects.filter(to_state=ItemState.INFERENCE_FAILED)
+        .order_by()
+        .values_list("job__provider")
+        .annotate(n=Count("pk"))
+    )
+    destination = (
+        DestinationAttempt.objects.filter(outcome__in=DESTINATION_FAILURES)
+        .order_by()
+        .values_list("item__job__provider")
+        .annotate(n=Count("pk"))
+    )
+    kinds = {"inference": inference, "destination": destination}
+    counts = {(kind, provider): 0 for kind in kinds for provider in configured_provider_names()}
+    for kind, rows in kinds.items():
+        for provider, n in rows:
+            key = (kind, provider or "unknown")  # an event that names no job
+            counts[key] = counts.get(key, 0) + n
+    return dict(sorted(counts.items()))
+
+
 @endpoint(GET=VIEWERS)
 def metrics(request: HttpRequest) -> HttpResponse:
     """Prometheus text exposition. Scrape it with a bearer token, like the API."""
@@ -777,8 +803,7 @@ def metrics(request: HttpRequest) -> HttpResponse:
         n=Count("pk"), oldest=Min("created_at")
     )
     oldest_age = (now - unfinished["oldest"]).total_seconds() if unfinished["oldest"] else 0
-    inference_failures = Event.objects.filter(to_state=ItemState.INFERENCE_FAILED).count()
-    destination_failures = DestinationAttempt.objects.filter(outcome__in=DESTINATION_FAILURES).count()
+    failures = failures_by_provider()
     polled = last_poll_at()
     lines: list[str] = []
     metric(
@@ -806,8 +831,12 @@ def metrics(request: HttpRequest) -> HttpResponse:
         lines,
         "batchdesk_failures_total",
         "counter",
-        "Failed inferences (results with no usable answer) and failed destination attempts.",
-        {'{kind="inference"}': inference_failures, '{kind="destination"}': destination_failures},
+        "Failed inferences (results with no usable answer, retried or not) and failed destination "
+        "attempts, by the provider of their job.",
+        {
+            f'{{kind="{kind}",provider="{label_value(provider)}"}}': count
+            for (kind, provider), count in failures.items()
+        },
     )
     metric(
         lines,

@@ -107,8 +107,8 @@ def test_metrics_in_prometheus_text(as_operator):
     assert samples[("batchdesk_items", "applied")] == 0
     assert samples[("batchdesk_open_submissions", None)] == 1
     assert 590 < samples[("batchdesk_oldest_open_submission_age_seconds", None)] < 700
-    assert samples[("batchdesk_failures_total", "inference")] == 1
-    assert samples[("batchdesk_failures_total", "destination")] == 1
+    assert samples[("batchdesk_failures_total", ("inference", "emulator"))] == 1
+    assert samples[("batchdesk_failures_total", ("destination", "emulator"))] == 1
     # 120 input and 60 output tokens of gpt-4o-mini at half price.
     assert samples[("batchdesk_spend_total", None)] == pytest.approx((120 * 0.15 + 60 * 0.60) / 1e6 * 0.5)
     # The item that failed inference needs an operator: counted under its job's provider.
@@ -150,6 +150,36 @@ def test_metrics_break_items_needing_attention_down_by_provider(as_operator, mon
     assert ("anthropic", "dead_letter") not in attention
     assert not any(state == "awaiting_review" for _, state in attention)
     assert sum(attention.values()) == 5
+
+
+def test_metrics_break_failures_down_by_provider(as_operator, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    monkeypatch.setenv("GEMINI_API_KEY", "test-key")
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    for provider, failures in [("openai", 2), ("anthropic", 3), ("emulator", 0)]:
+        job = JobFactory(provider=provider)
+        # Retried by itself or not, each failed inference counts: the item may be fine again now.
+        item = ItemFactory(job=job, awaiting_review=True)
+        for _ in range(failures):
+            Event.objects.create(item=item, job=job, from_state="submitted", to_state="inference_failed")
+    approved = ItemFactory(job=JobFactory(provider="openai"), approved=True)
+    DestinationAttempt.objects.create(
+        item=approved,
+        version=add_version(approved),
+        destination="catalogue",
+        operation_key="k",
+        outcome="rejected",
+    )
+    samples = parse(as_operator.get("/metrics").content.decode())
+    failures = {key: n for (name, key), n in samples.items() if name == "batchdesk_failures_total"}
+    assert failures[("inference", "openai")] == 2
+    assert failures[("inference", "anthropic")] == 3  # not configured any more: still counted
+    assert failures[("inference", "emulator")] == 0
+    assert failures[("inference", "gemini")] == 0  # configured providers always have their series
+    assert failures[("destination", "openai")] == 1
+    assert failures[("destination", "emulator")] == 0
+    assert ("destination", "anthropic") not in failures
+    assert sum(failures.values()) == 6
 
 
 def test_metrics_count_tokens_of_models_without_a_price_apart(as_operator):
