@@ -397,3 +397,37 @@ def test_a_killed_collector_loses_only_the_requests_in_flight(emulator, tmp_path
     paid_twice = [custom_id for custom_id, times in inferences.items() if times > 1]
     assert len(paid_twice) <= 2  # at most the two that were in flight when the worker died
     assert all(inferences[custom_id] == 1 for custom_id in lines[:killed_after])
+
+
+# A deployment's process: the adapter built by the registry from settings, which read the
+# environment once at start, collecting one unit.
+FROM_THE_ENVIRONMENT = """
+import django
+django.setup()
+from ledger.providers import get_provider
+from tests.providers.test_openai_compatible_adapter import requests
+
+provider = get_provider("openai_compatible")
+lines = list(provider.results("local-k", requests=requests(12)))
+assert len(lines) == 12 and all(line.succeeded for line in lines), lines
+"""
+
+
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_openai_compatible_concurrency_in_the_environment_bounds_the_requests_in_flight(
+    emulator, concurrency
+):
+    emulator.configure(per_request_ms=150)
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "batchdesk.test_settings",
+        "OPENAI_COMPATIBLE_BASE_URL": emulator.base_url,
+        "OPENAI_COMPATIBLE_CONCURRENCY": str(concurrency),
+    }
+
+    subprocess.run([sys.executable, "-c", FROM_THE_ENVIRONMENT], cwd=ROOT, env=env, check=True, timeout=120)
+
+    stats = emulator.stats()
+    assert sum(stats["inferences"].values()) == 12
+    # Never more than the setting (the default, 4, would allow more), and as many as it allows.
+    assert stats["max_in_flight"] == concurrency
