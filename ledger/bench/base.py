@@ -17,6 +17,8 @@ class Bench:
     # Peak memory of a Django process that only starts and connects: what "flat" is measured from.
     idle: Run
     say: Callable[[str], None]
+    # How long the self-hosted server of the two-cluster figure takes to answer one request.
+    server_answer_ms: int
 
     def manage(self, *args: str) -> Run:
         return manage(*args, env=self.env)

@@ -2,7 +2,7 @@
 throughput on a job with many units).
 
 What a second machine adds is workers that can wait. The job goes to a self-hosted model server
-(the `openai_compatible` emulator) that answers each request in PER_REQUEST_MS of real time (a
+(the `openai_compatible` emulator) that answers each request in SERVER_ANSWER_MS (`--server-answer-ms`) of real time (a
 few hundred tokens from a busy server) on a thread of its own, as a server with room for many
 requests at once does: a worker collecting a unit spends its time waiting for answers
 (CONCURRENCY in flight, one unit's worth), not computing. The job's time is then set by how many
@@ -38,9 +38,9 @@ from .measuring import MANAGE, CommandFailed, manage
 
 WORKERS = 4
 UNITS = 21
-# One request per thread of a worker's: a unit is one wait of PER_REQUEST_MS.
+# One request per thread of a worker's: a unit is one wait of the server's answer time.
 UNIT_SIZE = CONCURRENCY = 8
-PER_REQUEST_MS = 8000
+SERVER_ANSWER_MS = 8000
 TARGET = 1.7
 DEFAULT_REDIS = "redis://127.0.0.1:6379"
 
@@ -182,7 +182,7 @@ def emulator(bench: Bench, started: list[subprocess.Popen]) -> str:
     """The self-hosted model server's emulator on a free port: its base URL."""
     args = ["run_emulator", "--protocol", "openai_compatible", "--port", "0"]
     process = start(
-        started, [*args, "--per-request-ms", str(PER_REQUEST_MS)], bench.env, stdout=subprocess.PIPE
+        started, [*args, "--per-request-ms", str(bench.server_answer_ms)], bench.env, stdout=subprocess.PIPE
     )
     announced = process.stdout.readline()
     url = next((word for word in announced.split() if word.startswith("http://")), None)

@@ -17,13 +17,48 @@ from .measuring import manage
 # The run's order matters: the job is created over the products the import wrote, its first items
 # are collected, the screens show all of it, and two small jobs of its products go through one
 # worker cluster, then two. The end to end figure runs on a database of its own.
-FIGURES = (importing, job_creation, collection, screens, clusters, end_to_end)
+FIGURES = {
+    "import": importing,
+    "create_job": job_creation,
+    "collection": collection,
+    "screens": screens,
+    "clusters": clusters,
+    "end_to_end": end_to_end,
+}
+# What each figure needs measured before it, on the run's database.
+NEEDS = {
+    "import": (),
+    "create_job": ("import",),
+    "collection": ("import", "create_job"),
+    "screens": ("import", "create_job", "collection"),
+    "clusters": ("import", "create_job"),
+    "end_to_end": (),
+}
+
+
+def figures_to_run(chosen: list[str] | None) -> list[str]:
+    """The chosen figures (all by default) and what they need, in the run's order."""
+    if not chosen:
+        return list(FIGURES)
+    unknown = [name for name in chosen if name not in FIGURES]
+    if unknown:
+        raise ValueError(f"Unknown figure {', '.join(unknown)}; the figures are {', '.join(FIGURES)}")
+    wanted = {need for name in chosen for need in (name, *NEEDS[name])}
+    return [name for name in FIGURES if name in wanted]
+
 
 # Issue 9's other figures, with their targets, until each has its module.
 NOT_MEASURED_YET: tuple[tuple[str, str], ...] = ()
 
 
-def run_bench(*, products: int, say: Callable[[str], None]) -> list[Figure]:
+def run_bench(
+    *,
+    products: int,
+    say: Callable[[str], None],
+    figures: list[str] | None = None,
+    server_answer_ms: int = clusters.SERVER_ANSWER_MS,
+) -> list[Figure]:
+    names = figures_to_run(figures)
     server = server_url(os.environ.get("DATABASE_URL", ""))
     with fresh_database(server) as name, tempfile.TemporaryDirectory(prefix="bd_bench_") as folder:
         say(f"Database {name} on {server} (dropped at the end)")
@@ -48,12 +83,20 @@ def run_bench(*, products: int, say: Callable[[str], None]) -> list[Figure]:
         say(
             f"A Django process that only starts and connects: {idle.seconds:,.2f} s, peak {idle.peak_mb:,.0f} MB"
         )
-        bench = Bench(products=products, catalogue=catalogue, database_url=url, env=env, idle=idle, say=say)
-        figures = []
-        for module in FIGURES:
-            figures.extend(module.measure(bench))
+        bench = Bench(
+            products=products,
+            catalogue=catalogue,
+            database_url=url,
+            env=env,
+            idle=idle,
+            say=say,
+            server_answer_ms=server_answer_ms,
+        )
+        measured = []
+        for figure in names:
+            measured.extend(FIGURES[figure].measure(bench))
     say(f"Database {name} dropped")
-    return figures
+    return measured
 
 
 def table(figures: list[Figure]) -> str:
