@@ -15,7 +15,6 @@ traceback is logged and never sent.
 
 import json
 import logging
-from collections import defaultdict
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 from functools import wraps
@@ -81,6 +80,10 @@ log = logging.getLogger(__name__)
 
 JOBS_PER_PAGE = 25
 ITEMS_PER_PAGE = 50
+# A job shows its first submissions (by id) inline; `submissions_url` pages through all of them
+# (a million items at 500 a unit are 2,000 submissions).
+SUBMISSIONS_SHOWN = 100
+SUBMISSIONS_PER_PAGE = 100
 OPERATORS = (OPERATOR,)
 # A token used again within this time is not written again: reading stays free of writes.
 LAST_USED_PRECISION = timedelta(minutes=1)
@@ -282,12 +285,19 @@ def submission_json(submission: Submission) -> dict:
 
 
 def jobs_json(request: HttpRequest, jobs: list[Job]) -> list[dict]:
-    """Jobs with their counts, submissions and cost, in a fixed number of queries."""
+    """Jobs with their counts, first submissions and cost: a fixed number of queries, and one for each
+    job's first SUBMISSIONS_SHOWN submissions."""
     ids = [job.pk for job in jobs]
     counts = ItemTally.objects.counts_by_job(ids)
-    submissions: dict[int, list[dict]] = defaultdict(list)
-    for submission in Submission.objects.filter(job_id__in=ids).order_by("id"):
-        submissions[submission.job_id].append(submission_json(submission))
+    submission_counts = dict(
+        Submission.objects.filter(job_id__in=ids).order_by().values_list("job_id").annotate(n=Count("id"))
+    )
+    submissions: dict[int, list[dict]] = {
+        job.pk: [submission_json(s) for s in job.submissions.order_by("id")[:SUBMISSIONS_SHOWN]]
+        if submission_counts.get(job.pk)
+        else []
+        for job in jobs
+    }
     costs = pricing.jobs_cost(ids)
     return [
         {
@@ -310,6 +320,8 @@ def jobs_json(request: HttpRequest, jobs: list[Job]) -> list[dict]:
             "counts": {state: counts[job.pk].get(state, 0) for state in ItemState.values},
             "needs_attention": needs_attention(counts[job.pk]),
             "submissions": submissions[job.pk],
+            "submission_count": submission_counts.get(job.pk, 0),
+            "submissions_url": request.build_absolute_uri(reverse("api:job_submissions", args=[job.pk])),
             "cost": costs[job.pk],
         }
         for job in jobs
@@ -505,6 +517,24 @@ def job_items(request: HttpRequest, job_id: int) -> HttpResponse:
             lambda page: [item_json(request, i) for i in page],
             order=["id"],
             count=count,
+        )
+    )
+
+
+@endpoint(GET=VIEWERS)
+def job_submissions(request: HttpRequest, job_id: int) -> HttpResponse:
+    """Every submission of the job, oldest first, a page at a time."""
+    if not Job.objects.filter(pk=job_id).exists():
+        return not_found(request, "No job")
+    rows = Submission.objects.filter(job_id=job_id)
+    return JsonResponse(
+        page_of(
+            request,
+            rows,
+            SUBMISSIONS_PER_PAGE,
+            lambda page: [submission_json(s) for s in page],
+            order=["id"],
+            count=rows.count,
         )
     )
 

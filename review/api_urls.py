@@ -14,6 +14,7 @@ urlpatterns = [
     path("jobs/<id:job_id>", api.job_detail, name="job"),
     path("jobs/<id:job_id>/cancel", api.cancel, name="cancel_job"),
     path("jobs/<id:job_id>/items", api.job_items, name="job_items"),
+    path("jobs/<id:job_id>/submissions", api.job_submissions, name="job_submissions"),
     path("items/<id:item_id>", api.item_detail, name="item"),
     path("items/<id:item_id>/versions/<id:version_id>/approve", api.approve, name="approve"),
     path("items/<id:item_id>/versions/<id:version_id>/reject", api.reject, name="reject"),

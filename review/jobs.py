@@ -33,6 +33,8 @@ from .screen_forms import JobFilterForm, JobStartForm
 
 JOBS_PER_PAGE = 25
 ITEMS_PER_PAGE = 50
+# A job of a million items at 500 a unit has 2,000 submissions: the page shows them a page at a time.
+SUBMISSIONS_PER_PAGE = 25
 
 
 def polled(response: HttpResponse, polling: bool) -> HttpResponse:
@@ -227,14 +229,23 @@ class SubmissionRow:
         ]
 
 
-def job_progress(job: Job) -> dict:
-    """What moves while a job works: item counts by state (from its tallies) and submissions."""
+def job_progress(job: Job, submissions_page: str | None = None) -> dict:
+    """What moves while a job works: item counts by state (from its tallies) and a page of its
+    submissions (`submissions_page`: a page number or cursor, review/paging.py), with their count."""
     by_state = ItemTally.objects.filter(job=job).counts_by_state()
+    submissions = screen_page(
+        job.submissions.all(),
+        order=["id"],
+        per_page=SUBMISSIONS_PER_PAGE,
+        page=submissions_page,
+        count=job.submissions.count,
+    )
     return {
         "by_state": by_state,
         "counts": state_counts(by_state),
         "needs_attention": needs_attention(by_state),
-        "submissions": [SubmissionRow(s) for s in job.submissions.order_by("id")],
+        "submissions_page": submissions,
+        "submissions": [SubmissionRow(s) for s in submissions.object_list],
     }
 
 
@@ -249,10 +260,11 @@ def job_detail(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     if wants_partial(request) and request.htmx.target == "job-cost":
         context = {"job": job, "cost": job_cost(job), "polling": polling}
         return polled(render(request, "job_detail.html#cost", context), polling)
+    submissions_page = request.GET.get("submissions_page")
     if wants_partial(request):
-        context = {"job": job, **job_progress(job), "polling": polling}
+        context = {"job": job, **job_progress(job, submissions_page), "polling": polling}
         return polled(render(request, "job_detail.html#progress", context), polling)
-    progress = job_progress(job)
+    progress = job_progress(job, submissions_page)
     items = job.items.select_related("product", "source_revision")
     # How many match: from the tallies, unless a SKU is searched for (then counted, up to a cap).
     count: int | Callable = sum(progress["by_state"].values())
@@ -275,10 +287,10 @@ def job_detail(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
         ),
     }
     if job.state != JobState.CANCELLED and may_cancel(request.user, job):
-        # What cancel_job would stop, from the counts and submissions already on the page.
+        # What cancel_job would stop: the items from the counts on the page, the running batches counted.
         cancel = {
             "items": sum(context["by_state"].get(state, 0) for state in CANCELLABLE_ITEM_STATES),
-            "batches": sum(row.submission.state == SubmissionState.OPEN for row in context["submissions"]),
+            "batches": job.submissions.filter(state=SubmissionState.OPEN).count(),
         }
         context["cancel"] = cancel if cancel["items"] or cancel["batches"] else None
     return render(request, "job_detail.html", context)

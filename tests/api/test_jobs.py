@@ -6,6 +6,7 @@ from django.test.utils import CaptureQueriesContext
 
 from ledger.models import MAX_NAMED_SKUS, Event, Item, Job, PromptVersion, Submission
 from ledger.states import ItemState, JobState
+from review.api import SUBMISSIONS_SHOWN
 from tests.api.conftest import assert_error
 from tests.factories import ItemFactory, JobFactory, ProductFactory, UserFactory, add_version
 
@@ -237,6 +238,32 @@ def test_a_job_shows_counts_for_every_state_submissions_and_cost(as_operator):
         "anomalies": [{"kind": "unknown_custom_id", "custom_id": "bd-x"}],
     }.items() <= submission.items()
     assert float(body["cost"]["total"]) > 0 and body["cost"]["input_tokens"] == draft.input_tokens
+
+
+def test_a_job_shows_its_first_submissions_and_pages_through_all_of_them(as_operator):
+    """A job of a million items at 500 a unit has 2,000 submissions: the job shows the first ones and
+    how many there are; `submissions_url` pages through every one."""
+    job = JobFactory()
+    made = Submission.objects.bulk_create(
+        Submission(job=job, provider="emulator", model="m", intent_key=f"bd_{n}", provider_ref=f"batch_{n}")
+        for n in range(SUBMISSIONS_SHOWN + 5)
+    )
+    other = JobFactory()
+    Submission.objects.create(job=other, provider="emulator", model="m", intent_key="bd_other")
+    body = as_operator.get(f"/api/jobs/{job.pk}").json()
+    assert [s["id"] for s in body["submissions"]] == [s.pk for s in made[:SUBMISSIONS_SHOWN]]
+    assert body["submission_count"] == SUBMISSIONS_SHOWN + 5
+    listed = as_operator.get("/api/jobs").json()["results"]
+    assert {j["id"]: j["submission_count"] for j in listed} == {job.pk: SUBMISSIONS_SHOWN + 5, other.pk: 1}
+    seen, url = [], body["submissions_url"]
+    while url:
+        page = as_operator.get(url).json()
+        assert page["count"] == SUBMISSIONS_SHOWN + 5
+        seen += [s["id"] for s in page["results"]]
+        url = page["next"]
+    assert seen == [s.pk for s in made]
+    assert as_operator.get(f"/api/jobs/{job.pk}/submissions?page=junk").status_code == 400
+    assert_error(as_operator.get("/api/jobs/999999/submissions"), 404, "not_found")
 
 
 def test_an_unknown_job_is_404(as_owner):

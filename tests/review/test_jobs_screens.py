@@ -402,6 +402,49 @@ def test_the_job_page_shows_cost_and_submissions_with_anomalies(client, owner, j
     assert "<script>alert" not in html and "text: &lt;script&gt;" in html
 
 
+def many_submissions(job, n: int, *, open_every: int = 1) -> list[Submission]:
+    return Submission.objects.bulk_create(
+        Submission(
+            job=job,
+            provider="emulator",
+            model="gpt-4o-mini",
+            intent_key=f"bd_many_{number}",
+            provider_ref=f"batch_{number:03d}",
+            state=SubmissionState.OPEN if number % open_every == 0 else SubmissionState.COLLECTED,
+        )
+        for number in range(n)
+    )
+
+
+def test_the_job_page_shows_its_submissions_a_page_at_a_time(client, operator, job):
+    """A job of a million items has thousands of submissions: a page of them, their count, and links
+    through the rest; cancelling still counts every running one."""
+    made = many_submissions(job, 31, open_every=2)
+    ItemFactory(job=job, submitted=True)
+    Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING)
+    client.force_login(operator)
+    url = reverse("job_detail", args=[job.pk])
+    first = client.get(url)
+    html = first.content.decode()
+    shown = [row.submission.pk for row in first.context["submissions"]]
+    assert shown == [s.pk for s in made[:25]]
+    assert "31 batches" in html and "batch_024" in html and "batch_025" not in html
+    assert first.context["cancel"]["batches"] == 16  # every open one, not only those on the page
+    following = first.context["submissions_page"].next_page
+    second = client.get(url, {"submissions_page": following, "state": ItemState.SUBMITTED})
+    assert [row.submission.pk for row in second.context["submissions"]] == [s.pk for s in made[25:]]
+    assert len(second.context["page"].object_list) == 1  # the items' filter is kept
+    # The progress panel polls its own address, on the same page of submissions.
+    assert 'hx-get="' + url + "?submissions_page=" in second.content.decode()
+    poll = client.get(
+        url, {"submissions_page": following}, headers={"HX-Request": "true", "HX-Target": "job-progress"}
+    )
+    assert "batch_030" in poll.content.decode() and "batch_000" not in poll.content.decode()
+    last = client.get(url, {"submissions_page": "last"})
+    assert [row.submission.pk for row in last.context["submissions"]] == [s.pk for s in made[-25:]]
+    assert client.get(url, {"submissions_page": "junk"}).context["submissions"][0].submission.pk == made[0].pk
+
+
 def test_the_job_page_filters_and_paginates(client, owner, job):
     ItemFactory(job=job, product__sku="ASH-1", state=ItemState.DEAD_LETTER, reason="Gave up")
     ItemFactory.create_batch(51, job=job, awaiting_review=True)
