@@ -21,6 +21,9 @@ the real service: here `expire_after_ms`, or `expire_rate` of batches) has none 
 
 Results are inline, so there is no download: `cut_downloads` does not apply. Per-request
 expiry does not exist on Gemini either: `expire_rate` picks whole batches that expire.
+`keyless_responses` writes every inlined response without its request's `metadata`, as users
+report the service answering (googleapis/python-genai#2008, googleapis/js-genai#1191), though
+the REST reference and the SDK's `InlinedResponse` have the field.
 """
 
 import base64
@@ -38,7 +41,7 @@ from werkzeug.routing import Rule
 from werkzeug.wrappers import Request
 
 from . import textgen
-from .server import ApiError, EmulatorServer, LoseAnswer
+from .server import ApiError, EmulatorServer, FaultKnobs, LoseAnswer, flag, knob
 
 MAX_INLINE_BYTES = 20 * 1024 * 1024  # inline requests in one create call [GEM-GUIDE]
 DEFAULT_PAGE_SIZE = 50
@@ -124,6 +127,12 @@ def chat_body(model: str, request: dict) -> dict:
 
 
 @dataclass
+class GeminiKnobs(FaultKnobs):
+    # Every inlined response comes without its request's metadata (so without our key).
+    keyless_responses: bool = knob(False, flag)
+
+
+@dataclass
 class _Request:
     key: Any  # metadata.key as sent (a string from any well-behaved client)
     request: dict
@@ -159,6 +168,7 @@ class GeminiEmulator(EmulatorServer):
     base_path = "/v1beta"
     api_prefix = "/v1beta/"
     create_rule = ("POST", r"/v1beta/models/[^/]+:batchGenerateContent")
+    knobs_class = GeminiKnobs
 
     def __init__(self, *, pending_ms: float = 50, **kwargs: Any) -> None:
         """`pending_ms`: how long a batch waits before it starts running; `kwargs`: host, port,
@@ -430,7 +440,7 @@ class GeminiEmulator(EmulatorServer):
             answer = {"error": {"code": INVALID_ARGUMENT, "message": message}}
         else:
             answer = {"error": {"code": INTERNAL, "message": "Internal error encountered."}}
-        if request.key is not None:
+        if request.key is not None and not self.knobs.keyless_responses:
             answer["metadata"] = {"key": request.key}
         return answer
 

@@ -170,6 +170,13 @@ def parse_inlined(number: int, entry: object, *, secrets: Iterable[str] = ()) ->
         return parse_failure(number, _shown(entry), key, exc, secrets=secrets)
 
 
+def response_key(entry: object) -> str | None:
+    """The custom_id an inlined response names in `metadata.key`, if it names one."""
+    metadata = entry.get("metadata") if isinstance(entry, dict) else None
+    key = metadata.get("key") if isinstance(metadata, dict) else None
+    return key if isinstance(key, str) and key else None
+
+
 def _shown(entry: object) -> str:
     try:
         return json.dumps(entry, ensure_ascii=False)
@@ -183,9 +190,8 @@ def _parse_inlined(number: int, entry: object, *, secrets: Iterable[str]) -> Res
 
     if not isinstance(entry, dict):
         return UnreadableLine(number, shown(), "not an object")
-    metadata = entry.get("metadata")
-    key = metadata.get("key") if isinstance(metadata, dict) else None
-    if not isinstance(key, str) or not key:
+    key = response_key(entry)
+    if key is None:
         return UnreadableLine(number, shown(), "no metadata.key")
     error = entry.get("error")
     if isinstance(error, dict):
@@ -393,6 +399,18 @@ class GeminiBatchProvider(HttpBatchProvider):
                 f"file, which BatchDesk never asks for: {file_name[:200]}"
                 if file_name
                 else f"batch {provider_ref} ({state_word(operation) or 'no state'}) gave no responses",
+                secrets=self.secrets,
+            )
+        if entries and not any(map(response_key, entries)):
+            # Users report the service answering inline requests without their metadata. Every
+            # answer is then anonymous: matching by position would be a guess (responses are
+            # reported out of order too), and recording the requests as missing would send again,
+            # and pay again for, work that was done. The unit waits, saying why, for an operator.
+            raise ProviderError(
+                f"batch {provider_ref} answered {len(entries)} responses, none naming its request "
+                "(no metadata.key): they are never matched by position, and their requests are not "
+                "sent again (they ran, and were paid for). Nothing is recorded until the answers "
+                "name their requests, or an operator cancels the job.",
                 secrets=self.secrets,
             )
         for number, entry in enumerate(entries or [], start=1):

@@ -115,3 +115,32 @@ def test_repeated_unknown_and_malformed_answers_change_nothing_but_are_recorded(
         kinds.count("unknown_custom_id"),
         kinds.count("unreadable_line"),
     ) == (4, 1, 2)
+
+
+def test_answers_that_name_no_request_are_neither_guessed_by_position_nor_paid_for_again(emulator):
+    """Gemini has been reported to answer inline requests without their metadata: then no answer
+    says which request it is. Matching them by position would be a guess (rule 2); sending the
+    requests again would pay twice for work that was done (rule 3). The unit waits, saying why."""
+    emulator.configure(keyless_responses=True)
+    job = job_with_items(3)
+
+    def read_once_ended():
+        poll_everything()
+        submission = Submission.objects.filter(job=job).first()
+        return submission is not None and "metadata.key" in submission.error
+
+    deadline = time.monotonic() + 20
+    while not read_once_ended():
+        assert time.monotonic() < deadline, Submission.objects.filter(job=job).values("state", "error")
+        time.sleep(0.05)
+    for _ in range(5):  # more rounds change nothing
+        poll_everything()
+
+    submission = Submission.objects.get(job=job)
+    assert submission.state == "ended"
+    assert "3 responses" in submission.error and "never matched by position" in submission.error
+    assert job.items.counts_by_state() == {ItemState.SUBMITTED: 3}
+    assert not SubmissionItem.objects.filter(submission=submission).exclude(outcome="").exists()
+    stats = emulator.stats()
+    assert stats["creates"] == 1
+    assert sorted(stats["inferences"].values()) == [1, 1, 1]

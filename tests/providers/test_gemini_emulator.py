@@ -354,9 +354,17 @@ def test_cut_downloads_has_nothing_to_cut_results_arrive_whole_in_the_batch(emul
     assert emulator.stats()["downloads"] == {}
 
 
+def test_keyless_responses_answer_without_the_requests_metadata(emulator, http):
+    emulator.configure(keyless_responses=True)
+    done = ended(http, create(http, ["k1", "k2"])["name"])
+    entries = done["response"]["inlinedResponses"]["inlinedResponses"]
+    assert len(entries) == 2 and all("metadata" not in entry for entry in entries)
+    assert emulator.stats()["inferences"] == {"k1": 1, "k2": 1}  # run and paid for all the same
+
+
 def test_every_common_knob_is_accepted_as_a_keyword():
     with GeminiEmulator(**asdict(FaultKnobs())) as emulator:
-        assert emulator.config() == asdict(FaultKnobs())
+        assert emulator.config() == {**asdict(FaultKnobs()), "keyless_responses": False}
     with pytest.raises(ApiError) as refused:
         GeminiEmulator(no_such_knob=1)
     assert refused.value.body["error"]["status"] == "INVALID_ARGUMENT"
