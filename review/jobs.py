@@ -22,6 +22,7 @@ from django_htmx.http import HttpResponseStopPolling
 from ledger.actions import CANCELLABLE_ITEM_STATES, NotAllowed, cancel_job, create_job
 from ledger.models import ItemTally, Job, Submission
 from ledger.pricing import PLACES, Price, job_cost, price_for, unknown_price
+from ledger.providers import capabilities
 from ledger.states import JobState, SubmissionState, needs_attention
 from ledger.validation import render_user_message
 
@@ -108,6 +109,8 @@ class Estimate:
     price: Price | None
     provider: str
     model: str
+    # The provider reports usage only for a whole batch: each draft's tokens will be its share.
+    apportioned: bool = False
 
     @property
     def input_tokens(self) -> int:
@@ -144,6 +147,7 @@ def estimate_job(form: JobStartForm) -> Estimate:
         price=price_for(data["provider"], data["model"]),
         provider=data["provider"],
         model=data["model"],
+        apportioned=not capabilities(data["provider"]).usage_per_request,
     )
 
 

@@ -133,6 +133,20 @@ def test_the_estimate_step_shows_requests_and_cost_and_starts_nothing(client, ow
     assert ledger_size() == before
 
 
+def test_the_estimate_says_when_a_providers_usage_will_be_apportioned(client, owner, products, monkeypatch):
+    monkeypatch.setenv("CLOUDFLARE_API_TOKEN", "test-token")
+    monkeypatch.setenv("CLOUDFLARE_ACCOUNT_ID", "test-account")
+    client.force_login(owner)
+    model = "@cf/meta/llama-3.3-70b-instruct-fp8-fast"
+    shared = client.post(reverse("job_start"), start(provider="cloudflare", model=model))
+    assert shared.context["estimate"].apportioned
+    assert 'data-testid="estimate-apportioned"' in shared.content.decode()
+    assert "cloudflare reports usage only for a whole batch" in shared.content.decode()
+    own = client.post(reverse("job_start"), start())
+    assert not own.context["estimate"].apportioned
+    assert 'data-testid="estimate-apportioned"' not in own.content.decode()
+
+
 def test_a_dearer_model_is_estimated_dearer(client, owner, products):
     client.force_login(owner)
     cheap = client.post(reverse("job_start"), start(model="gpt-4o-mini")).context["estimate"]
