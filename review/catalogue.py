@@ -8,7 +8,6 @@ from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.files.uploadhandler import FileUploadHandler, StopUpload
-from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.template.defaultfilters import filesizeformat
@@ -28,24 +27,12 @@ from ledger.models import (
 
 from .common import HtmxHttpRequest, ShownValue, fields_of, shown_value, wants_partial
 from .jobs import polled
-from .paging import COUNT_CAP, capped_count, screen_page
+from .paging import capped_count, screen_page
 from .permissions import APPROVERS, VIEWERS, has_role, role_required
 from .screen_forms import CatalogueImportForm, ProductFilterForm
+from .search import FOUND_CAP, found_products, search
 
 PRODUCTS_PER_PAGE = 50
-
-
-def matching_products(q: str) -> QuerySet:
-    """Ids of the products whose SKU or current title contains `q`, whatever the case: two searches
-    that each read a trigram index on PostgreSQL (migration 0014), joined by UNION, so neither
-    forces a scan of the whole catalogue."""
-    by_sku = Product.objects.order_by().filter(sku__icontains=q).values("pk")
-    by_title = (
-        Product.objects.order_by()
-        .filter(current_revision__in=SourceRevision.objects.filter(title__icontains=q).values("pk"))
-        .values("pk")
-    )
-    return by_sku.union(by_title).order_by()
 
 
 @require_GET
@@ -54,14 +41,28 @@ def matching_products(q: str) -> QuerySet:
 def catalogue(request: HtmxHttpRequest) -> HttpResponse:
     products = Product.objects.select_related("current_revision")
     filters = ProductFilterForm(request.GET)
+    counted, search_capped, found = True, False, None
     if filters.is_valid():
         if q := filters.cleaned_data["q"].strip():
-            # The trigram search once, for the page and its count; past the count's cap, the
-            # search itself is the list.
-            found = list(matching_products(q).values_list("pk", flat=True)[: COUNT_CAP + 1])
-            products = products.filter(pk__in=found if len(found) <= COUNT_CAP else matching_products(q))
+            how = search(q, cap=FOUND_CAP)
+            if how.walk is not None:
+                # Text common all over the catalogue: read in SKU order, a page found after a few
+                # hundred rows; counting would check every row.
+                products, counted = products.filter(how.walk), False
+            else:
+                # The index search once, for the page and its count; of more than FOUND_CAP
+                # matches, the first FOUND_CAP found.
+                products, search_capped = found_products(products, how), how.capped
+                if not search_capped:
+                    found = len(how.ids)
         if status := filters.cleaned_data["status"]:
-            products = products.filter(status=status)
+            products, found = products.filter(status=status), None
+    if search_capped:
+        count = (FOUND_CAP, True)
+    elif found is not None:
+        count = found  # every product found is on the list
+    else:
+        count = partial(capped_count, products) if counted else None
     context = {
         "filters": filters,
         "page": screen_page(
@@ -69,8 +70,9 @@ def catalogue(request: HtmxHttpRequest) -> HttpResponse:
             order=["sku"],
             per_page=PRODUCTS_PER_PAGE,
             page=request.GET.get("page"),
-            count=partial(capped_count, products),
+            count=count,
         ),
+        "search_capped": search_capped,
         "can_import": has_role(request.user, *APPROVERS),
     }
     return render(request, "catalogue_list.html", context)

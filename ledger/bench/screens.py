@@ -177,6 +177,9 @@ def serve_figures() -> None:
     sample = products.order_by("sku")[products.count() // 3]
     title = SourceRevision.objects.get(pk=sample.current_revision_id).title
     sku_part = sample.sku[:-1]
+    # A word in one title of eight ("lamp"), and the first characters of a thousand SKUs.
+    common_word = title.split()[1] if len(title.split()) > 1 else title.split()[0]
+    sku_prefix = sample.sku[:-3]
 
     # (name, address, extra headers, baseline name, the admin's address)
     checks = [
@@ -223,6 +226,20 @@ def serve_figures() -> None:
             {},
             "admin products ?q=",
             f"/admin/ledger/product/?q={quote(sku_part)}",
+        ),
+        (
+            "screen /catalogue/ search by a common word",
+            f"/catalogue/?q={quote(common_word)}",
+            {},
+            "admin revisions ?q=",
+            f"/admin/ledger/sourcerevision/?q={quote(common_word)}",
+        ),
+        (
+            "screen /catalogue/ search by a SKU prefix of 1,000",
+            f"/catalogue/?q={quote(sku_prefix)}",
+            {},
+            "admin products ?q=",
+            f"/admin/ledger/product/?q={quote(sku_prefix)}",
         ),
         ("API /api/jobs", "/api/jobs", bearer, "admin jobs", "/admin/ledger/job/"),
         ("API /api/jobs/{id}", f"/api/jobs/{job.pk}", bearer, "admin jobs", "/admin/ledger/job/"),

@@ -1,0 +1,258 @@
+"""The catalogue's search by SKU or title ("contains", whatever the case) at a million products.
+
+On PostgreSQL the two columns have trigram indexes (migration 0017). Asking one for everything the
+text contains is slow in two cases, and this module avoids both:
+
+- Text whose trigrams are in nearly every row (`BENCH-` in every SKU, ` cm,` in every title):
+  the index reads each trigram's list of rows, a million entries each. So the index is asked only
+  for the few rarest pieces of the text (each a necessary condition: a row that contains the text
+  contains every piece of it), and the rows it finds are checked for the whole text.
+- A common word (one product in eight is a lamp): the index would find 150,000 rows to sort by SKU.
+  Then the products are read in SKU order and checked one by one instead, which finds a page after
+  a few hundred rows; the count is not read (it would mean checking every row).
+
+How rare each piece is, and how common the whole text is, come from a sample of the catalogue
+(a few thousand products, taken again every few minutes): a wrong guess only costs time, never a
+different answer. SQLite, the demo's database, searches by scanning."""
+
+import time
+from dataclasses import dataclass
+
+from django.db import connection
+from django.db.models import Q, QuerySet, Value
+from django.db.models.functions import StrIndex, Upper
+
+from ledger.models import Product, SourceRevision
+
+SAMPLE_SIZE = 4_000
+SAMPLE_SECONDS = 300
+# At most this many pieces of the text are looked up in an index.
+PIECES = 3
+# More matches than this through the indexes: the first ones found are listed (the count says
+# "more than"); a longer search finds fewer.
+FOUND_CAP = 1_000
+# Text found all over the catalogue is searched by reading in SKU order when a page is found within
+# this many products; it must be found this many times in the sample to tell.
+WALK_ROWS = 30_000
+MIN_FOUND_TO_WALK = 20
+PAGE_ROWS = 51
+# A piece with a trigram in more of the sample than this only adds reading to the lookup.
+USELESS_SHARE = 0.5
+# LIKE's own characters: a piece never holds one.
+_LIKE_SPECIAL = set("%_\\")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """Products drawn at random: how many products there are, and the sample's SKUs and titles
+    (upper case, in SKU order), and for each trigram the sample rows holding it (`trigram_rows`)."""
+
+    products: int
+    skus: list[str]
+    titles: list[str]
+    sku_trigrams: dict[str, int]
+    title_trigrams: dict[str, int]
+
+    def walk_length(self, q: str) -> float:
+        """How many products a reader in SKU order would read, at most, to fill a page of the ones
+        whose SKU or title contains `q`, wherever the page starts (estimated: the longest run of the
+        sample without one, and the rows a page takes at the sample's share); infinite when the
+        sample has too few of them to tell."""
+        text = q.upper()
+        found = [
+            position
+            for position, (sku, title) in enumerate(zip(self.skus, self.titles, strict=True))
+            if text in sku or text in title
+        ]
+        if len(found) < MIN_FOUND_TO_WALK:
+            return float("inf")
+        gaps = [b - a for a, b in zip([-1, *found], [*found, len(self.skus)], strict=True)]
+        per_row = self.products / len(self.skus)
+        return max(gaps) * per_row + PAGE_ROWS * len(self.skus) / len(found)
+
+
+_samples: dict[str, tuple[float, Sample]] = {}
+
+
+def forget_sample() -> None:
+    _samples.clear()
+
+
+def trigrams(text: str) -> set[str]:
+    """pg_trgm's trigrams of a value: each run of letters and digits, lower case, padded with two
+    spaces before and one after."""
+    found = set()
+    for word in _words(text.lower()):
+        padded = f"  {word} "
+        found.update(padded[i : i + 3] for i in range(len(padded) - 2))
+    return found
+
+
+def _words(text: str) -> list[str]:
+    words, current = [], []
+    for char in text:
+        if char.isalnum():
+            current.append(char)
+        elif current:
+            words.append("".join(current))
+            current = []
+    if current:
+        words.append("".join(current))
+    return words
+
+
+def like_trigrams(piece: str) -> set[str]:
+    """The trigrams pg_trgm looks up for `LIKE '%piece%'`: a word is padded on a side only where the
+    piece shows where it ends (a character that is not a letter or digit)."""
+    found = set()
+    text = piece.lower()
+    start = None
+    for position in range(len(text) + 1):
+        inside = position < len(text) and text[position].isalnum()
+        if inside and start is None:
+            start = position
+        elif not inside and start is not None:
+            word = ("  " if start > 0 else "") + text[start:position] + (" " if position < len(text) else "")
+            found.update(word[i : i + 3] for i in range(len(word) - 2))
+            start = None
+    return found
+
+
+def trigram_rows(values: list[str]) -> dict[str, int]:
+    """For each trigram, the values holding it, as the bits of an int (bit i: values[i])."""
+    rows: dict[str, int] = {}
+    for position, value in enumerate(values):
+        bit = 1 << position
+        for trigram in trigrams(value):
+            rows[trigram] = rows.get(trigram, 0) | bit
+    return rows
+
+
+def rare_pieces(q: str, rows: dict[str, int], sample_size: int, *, pieces: int = PIECES) -> list[str]:
+    """Up to `pieces` three-character pieces of `q` that together leave the fewest rows of a sample
+    of `sample_size` values (`rows`: trigram_rows of it), leaving out pieces nearly every value has
+    (they only add reading); [] when `q` has no piece an index can use (then the whole text is
+    asked for)."""
+    everyone = (1 << sample_size) - 1
+    candidates = []
+    for start in range(len(q) - 2):
+        piece = q[start : start + 3]
+        if not piece.isascii() or _LIKE_SPECIAL & set(piece):
+            continue
+        found = like_trigrams(piece)
+        if not found:
+            continue
+        reading = sum(rows.get(t, 0).bit_count() for t in found)
+        if max(rows.get(t, 0).bit_count() for t in found) > USELESS_SHARE * sample_size:
+            continue
+        holding = everyone
+        for trigram in found:
+            holding &= rows.get(trigram, 0)
+        candidates.append((piece, holding, reading))
+    chosen: list[str] = []
+    left = everyone
+    while candidates and len(chosen) < pieces:
+        piece, holding, _ = min(candidates, key=lambda c: ((left & c[1]).bit_count(), c[2]))
+        if chosen and (left & holding) == left:
+            break  # it leaves every row the others leave
+        chosen.append(piece)
+        left &= holding
+        candidates = [c for c in candidates if c[0].upper() != piece.upper()]
+        if not left:
+            break
+    return chosen
+
+
+def sample() -> Sample:
+    """The catalogue's sample, taken again after SAMPLE_SECONDS."""
+    key = connection.settings_dict["NAME"]
+    taken = _samples.get(key)
+    if taken is not None and time.monotonic() - taken[0] < SAMPLE_SECONDS:
+        return taken[1]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT reltuples FROM pg_class WHERE oid = 'ledger_product'::regclass")
+        (estimate,) = cursor.fetchone()
+        if estimate is None or estimate < SAMPLE_SIZE * 4:
+            cursor.execute("SELECT count(*) FROM ledger_product")
+            (estimate,) = cursor.fetchone()
+        percent = min(100.0, 100.0 * SAMPLE_SIZE / max(estimate, 1))
+        # SYSTEM reads whole pages at random: a few dozen pages, not the table.
+        cursor.execute(
+            """
+            SELECT upper(p.sku::text), upper(coalesce(r.title, '')::text)
+            FROM ledger_product p TABLESAMPLE SYSTEM (%s)
+            LEFT JOIN ledger_sourcerevision r ON r.id = p.current_revision_id
+            ORDER BY p.sku
+            """,
+            [percent],
+        )
+        rows = cursor.fetchall()
+    skus = [sku for sku, _ in rows]
+    titles = [title for _, title in rows]
+    made = Sample(
+        products=int(estimate),
+        skus=skus,
+        titles=titles,
+        sku_trigrams=trigram_rows(skus),
+        title_trigrams=trigram_rows(titles),
+    )
+    _samples[key] = (time.monotonic(), made)
+    return made
+
+
+def _containing(rows: QuerySet, field: str, q: str, pieces: list[str]) -> QuerySet:
+    """Rows whose `field` contains `q`: the index looks up `pieces`, then each row found is checked
+    for the whole text (`strpos`, which no index answers, so the lookup stays on the pieces)."""
+    if not pieces:
+        return rows.filter(**{f"{field}__icontains": q})
+    for piece in pieces:
+        rows = rows.filter(**{f"{field}__icontains": piece})
+    return rows.alias(whole_text_at=StrIndex(Upper(field), Upper(Value(q)))).filter(whole_text_at__gt=0)
+
+
+@dataclass(frozen=True)
+class Search:
+    """What a search selects: `walk`, a filter to read in SKU order (text common all over the
+    catalogue), or `ids` (and their `skus`), the products found through the indexes: all of them,
+    or, `capped`, the first `cap` found of more."""
+
+    walk: Q | None = None
+    ids: list[int] | None = None
+    skus: list[str] | None = None
+    capped: bool = False
+
+
+def search(q: str, *, cap: int) -> Search:
+    """How to find the products whose SKU or current title contains `q`."""
+    plain = Q(sku__icontains=q) | Q(current_revision__title__icontains=q)
+    more = False  # more revisions found than `cap` (some may be old ones)
+    if connection.vendor != "postgresql":
+        by_sku = Product.objects.filter(sku__icontains=q)
+        by_title = Product.objects.filter(current_revision__title__icontains=q)
+    else:
+        catalogue = sample()
+        if catalogue.walk_length(q) <= WALK_ROWS:
+            return Search(walk=plain)
+        size = len(catalogue.skus)
+        by_sku = _containing(Product.objects.all(), "sku", q, rare_pieces(q, catalogue.sku_trigrams, size))
+        titles = _containing(
+            SourceRevision.objects.order_by(), "title", q, rare_pieces(q, catalogue.title_trigrams, size)
+        )
+        # The revisions first, then their products by key: asked as one query, the planner may
+        # read every product to meet the few revisions found.
+        revisions = list(titles.values_list("pk", flat=True)[: cap + 1])
+        more = len(revisions) > cap
+        by_title = Product.objects.filter(current_revision__in=revisions)
+    # Each side on its own, so that each stops after `cap` + 1 (a UNION would read all of both first).
+    found = dict(by_sku.order_by().values_list("pk", "sku")[: cap + 1])
+    found.update(by_title.order_by().values_list("pk", "sku")[: cap + 1])
+    ids = sorted(found)[:cap]
+    return Search(ids=ids, skus=[found[pk] for pk in ids], capped=more or len(found) > cap)
+
+
+def found_products(rows: QuerySet, how: Search) -> QuerySet:
+    """`rows` of the products found, also bounded by their first and last SKU. Matches are often
+    neighbours in SKU order (`BENCH-004` finds BENCH-00400000 to BENCH-00409999); the bounds let
+    the database start reading its SKU index where they start, not at the first product."""
+    rows = rows.filter(pk__in=how.ids)
+    return rows.filter(sku__gte=min(how.skus), sku__lte=max(how.skus)) if how.skus else rows
