@@ -441,10 +441,16 @@ class SubmissionItem(models.Model):
 
 
 class GeneratedVersion(models.Model):
-    item = models.ForeignKey(Item, on_delete=models.PROTECT, related_name="versions")
+    # References checked by the database once per statement (migration 0018), not per row: a chunk
+    # of a collection writes thousands of versions. The item is indexed by `version_number_unique`.
+    item = models.ForeignKey(
+        Item, on_delete=models.PROTECT, related_name="versions", db_index=False, db_constraint=False
+    )
     number = models.PositiveIntegerField()
-    custom_id = models.CharField(max_length=64, unique=True)
-    submission = models.ForeignKey(Submission, on_delete=models.PROTECT, null=True, related_name="versions")
+    custom_id = models.CharField(max_length=64)
+    submission = models.ForeignKey(
+        Submission, on_delete=models.PROTECT, null=True, related_name="versions", db_constraint=False
+    )
     content = models.TextField()
     # The structured output as returned (when the prompt asks for JSON).
     raw_output = models.TextField(blank=True)
@@ -458,7 +464,11 @@ class GeneratedVersion(models.Model):
 
     class Meta:
         ordering = ["item", "number"]
-        constraints = [models.UniqueConstraint(fields=["item", "number"], name="version_number_unique")]
+        constraints = [
+            models.UniqueConstraint(fields=["item", "number"], name="version_number_unique"),
+            # A constraint rather than `unique=True`, which adds a second index for LIKE.
+            models.UniqueConstraint(fields=["custom_id"], name="version_custom_id_unique"),
+        ]
 
     def __str__(self) -> str:
         return f"item {self.item_id} v{self.number}"

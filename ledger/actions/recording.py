@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.db import connection, models, transaction
-from django.db.models import F, Max, OuterRef, Subquery
+from django.db.models import F, OuterRef, Subquery
 from django.db.models.lookups import In
 from django.utils import timezone
 
@@ -25,7 +25,6 @@ from ..models import (
     canonical_json,
     content_hash,
 )
-from ..setwise import insert_from_select
 from ..states import ItemState, ReasonCode
 from ..validation import DraftChecker, source_text_of
 from .core import backoff, enqueue
@@ -51,6 +50,8 @@ class Entry:
     source_revision_id: int
     # Its product is active and this is its current revision (`currency_problem` is None).
     current: bool
+    # The number of its item's latest version (0: none yet).
+    last_number: int
 
 
 def record_chunk(submission: Submission, stream: Sequence, *, checker: DraftChecker) -> None:
@@ -61,14 +62,17 @@ def record_chunk(submission: Submission, stream: Sequence, *, checker: DraftChec
 
     lines = [line for line in stream if isinstance(line, ResultLine)]
     # Read beside the lock, not locked: a product is never held by a collection.
-    product = Product.objects.filter(pk=OuterRef("item__product_id"))
+    product = Product.objects.filter(pk=OuterRef("item__product_id")).order_by()
+    last_version = GeneratedVersion.objects.filter(item_id=OuterRef("item_id")).order_by("-number")
     with transaction.atomic():
         if connection.vendor == "postgresql":
-            # A chunk lost with the database server (not with a worker) is simply read and recorded
-            # again: the entries it marked are lost with it. The collection's last commit waits
-            # for all of them.
             with connection.cursor() as cursor:
-                cursor.execute("SET LOCAL synchronous_commit TO OFF")
+                # A chunk lost with the database server (not with a worker) is simply read and
+                # recorded again: the entries it marked are lost with it. The collection's last
+                # commit waits for all of them. And the rows a chunk reads and writes are a few
+                # thousand, each found by its key in memory: the default cost of a random read (a
+                # spinning disk's) has the planner scan and hash whole tables of items instead.
+                cursor.execute("SET LOCAL synchronous_commit TO OFF; SET LOCAL random_page_cost = 1.1")
         rows = (
             # Rows that stay referenced (events and versions point at items): locked against other
             # changes, not against rows that refer to them.
@@ -76,8 +80,9 @@ def record_chunk(submission: Submission, stream: Sequence, *, checker: DraftChec
             .filter(among("custom_id", [line.custom_id for line in lines]), submission_id=submission.pk)
             .order_by("item_id")
             .annotate(
-                product_status=Subquery(product.values("status")),
-                product_revision=Subquery(product.values("current_revision_id")),
+                product_status=Subquery(product.values("status")[:1]),
+                product_revision=Subquery(product.values("current_revision_id")[:1]),
+                last_number=Subquery(last_version.values("number")[:1]),
             )
             .values_list(
                 "pk",
@@ -89,6 +94,7 @@ def record_chunk(submission: Submission, stream: Sequence, *, checker: DraftChec
                 "item__source_revision_id",
                 "product_status",
                 "product_revision",
+                "last_number",
             )
         )
         entries = {
@@ -101,8 +107,9 @@ def record_chunk(submission: Submission, stream: Sequence, *, checker: DraftChec
                 failures,
                 revision,
                 current=status == ProductStatus.ACTIVE and current_revision == revision,
+                last_number=last_number or 0,
             )
-            for pk, custom_id, outcome, item, state, failures, revision, status, current_revision in rows
+            for pk, custom_id, outcome, item, state, failures, revision, status, current_revision, last_number in rows
         }
         anomalies = [
             part
@@ -123,25 +130,26 @@ def record_chunk(submission: Submission, stream: Sequence, *, checker: DraftChec
                 SubmissionItem.objects.filter(among("pk", [entry.pk for entry, _ in recorded])).update(
                     outcome=outcome
                 )
-        record_drafts(submission, drafts, checker=checker)
-        record_failures(submission, failures)
+        # Every event of the chunk is written by one statement, each item's in the order they
+        # happen; then the items whose product changed meanwhile are judged, after them.
+        events: list[tuple] = []
+        stale = record_drafts(submission, drafts, events, checker=checker)
+        stale += record_failures(submission, failures, events)
+        insert_events(submission, events)
+        # Judged one by one, like record_result: a product that changed meanwhile is rare.
+        for item in Item.objects.filter(pk__in=stale).order_by("pk"):
+            judge_currency(item)
         note_anomalies(submission, anomalies)
 
 
-def record_drafts(submission: Submission, drafts: list, *, checker: DraftChecker) -> None:
+def record_drafts(submission: Submission, drafts: list, events: list, *, checker: DraftChecker) -> list[int]:
     """Versions for the drafts of items waiting for them (or stopped meanwhile: kept as
     evidence), checked, and each waiting item moved on: returned, then awaiting review or
-    validation failed, or obsolete or withdrawn when its product changed meanwhile (rule 5)."""
+    validation failed, or obsolete or withdrawn when its product changed meanwhile (rule 5).
+    Adds the events to `events`; returns the items whose product changed meanwhile, to be judged."""
     kept = [(entry, line) for entry, line in drafts if entry.state in (ItemState.SUBMITTED, *STOPPED_STATES)]
     if not kept:
-        return
-    numbers = dict(
-        GeneratedVersion.objects.filter(among("item_id", [entry.item_id for entry, _ in kept]))
-        .order_by()
-        .values("item_id")
-        .annotate(last=Max("number"))
-        .values_list("item_id", "last")
-    )
+        return []
     checked = [(entry, line, *checker.check(line.content)) for entry, line in kept]
     # The sources of only the drafts that claim something are read, all in one query.
     claiming = {entry.source_revision_id for entry, _, _, _, claimed in checked if claimed}
@@ -152,14 +160,14 @@ def record_drafts(submission: Submission, drafts: list, *, checker: DraftChecker
         )
     }
     now = timezone.now()
-    versions, valid, invalid = [], [], defaultdict(list)
+    versions, judged = [], []
     for entry, line, text, reasons, claimed in checked:
         if claimed:
             reasons = reasons + checker.unstated(claimed, sources[entry.source_revision_id])
         versions.append(
             {
                 "item_id": entry.item_id,
-                "number": numbers.get(entry.item_id, 0) + 1,
+                "number": entry.last_number + 1,
                 "custom_id": line.custom_id,
                 "submission_id": submission.pk,
                 "content": text,
@@ -174,43 +182,43 @@ def record_drafts(submission: Submission, drafts: list, *, checker: DraftChecker
             }
         )
         if entry.state == ItemState.SUBMITTED:
-            if reasons:
-                invalid[("; ".join(reasons), reasons[0].code)].append(line.custom_id)
-            else:
-                valid.append(line.custom_id)
+            judged.append((entry, line.custom_id, reasons))
     insert_rows(GeneratedVersion, versions)
-    waiting = valid + [custom_id for group in invalid.values() for custom_id in group]
-    if not waiting:
-        return
-    item_of = {line.custom_id: entry.item_id for entry, line in kept}
-    stale = {entry.item_id for entry, _ in kept if not entry.current}
-    version_events(submission, waiting, from_state=ItemState.SUBMITTED, to=ItemState.RETURNED)
-    # Judged one by one, like record_result: a product that changed meanwhile is rare.
-    stale_ids = [custom_id for custom_id in waiting if item_of[custom_id] in stale]
-    move_waiting(stale_ids, item_of, to=ItemState.RETURNED)
-    fresh_valid = [custom_id for custom_id in valid if item_of[custom_id] not in stale]
-    move_waiting(fresh_valid, item_of, to=ItemState.AWAITING_REVIEW)
-    version_events(submission, fresh_valid, from_state=ItemState.RETURNED, to=ItemState.AWAITING_REVIEW)
-    for (reason, code), custom_ids in invalid.items():
-        fresh_invalid = [custom_id for custom_id in custom_ids if item_of[custom_id] not in stale]
-        move_waiting(fresh_invalid, item_of, to=ItemState.VALIDATION_FAILED, reason=reason, code=code)
-        insert_events(
-            submission,
-            [
-                (item_of[custom_id], ItemState.RETURNED, ItemState.VALIDATION_FAILED, reason, {})
-                for custom_id in fresh_invalid
-            ],
-        )
-    for item in Item.objects.filter(pk__in=stale).order_by("pk"):
-        judge_currency(item)
+    if not judged:
+        return []
+    version_of = dict(
+        GeneratedVersion.objects.filter(among("custom_id", [custom_id for _, custom_id, _ in judged]))
+        .order_by()
+        .values_list("custom_id", "pk")
+    )
+    stale, valid, invalid = [], [], defaultdict(list)
+    for entry, custom_id, reasons in judged:
+        version = {"version": version_of[custom_id]}
+        events.append((entry.item_id, ItemState.SUBMITTED, ItemState.RETURNED, "", version))
+        if not entry.current:
+            stale.append(entry.item_id)
+        elif reasons:
+            reason = "; ".join(reasons)
+            invalid[(reason, reasons[0].code)].append(entry.item_id)
+            events.append((entry.item_id, ItemState.RETURNED, ItemState.VALIDATION_FAILED, reason, {}))
+        else:
+            valid.append(entry.item_id)
+            events.append((entry.item_id, ItemState.RETURNED, ItemState.AWAITING_REVIEW, "", version))
+    move_waiting(stale, to=ItemState.RETURNED)
+    move_waiting(valid, to=ItemState.AWAITING_REVIEW)
+    for (reason, code), item_ids in invalid.items():
+        move_waiting(item_ids, to=ItemState.VALIDATION_FAILED, reason=reason, code=code)
+    return stale
 
 
-def record_failures(submission: Submission, failures: list) -> None:
+def record_failures(submission: Submission, failures: list, events: list) -> list[int]:
     """Each waiting item whose request failed: inference failed with the provider's reason, then,
-    when the failure is transient, retried alone (or given up after MAX_INFERENCE_ATTEMPTS)."""
+    when the failure is transient, retried alone (or given up after MAX_INFERENCE_ATTEMPTS).
+    Adds the events to `events`; returns the retried items whose product changed meanwhile, to be
+    judged."""
     now = timezone.now()
     moves = defaultdict(list)
-    events, stale = [], []
+    stale = []
     for entry, line in failures:
         if entry.state != ItemState.SUBMITTED:
             continue
@@ -232,8 +240,6 @@ def record_failures(submission: Submission, failures: list) -> None:
             delay = backoff(failures_now, line.retry_after)
             events.append((entry.item_id, ItemState.INFERENCE_FAILED, ItemState.PREPARED, retry, {}))
             moves[(ItemState.PREPARED, retry, "", now + delay if delay else None)].append(entry.item_id)
-    if not events:
-        return
     retried = []
     for (state, reason, code, next_attempt_at), item_ids in moves.items():
         fields = {"inference_failures": F("inference_failures") + 1}
@@ -248,47 +254,24 @@ def record_failures(submission: Submission, failures: list) -> None:
         Item.objects.filter(among("pk", item_ids), state=ItemState.SUBMITTED).update(
             state=state, reason=reason, reason_code=code, updated_at=now, **fields
         )
-    insert_events(submission, events)
-    if retried:
-        # Judged one by one, like retry_inference: a product that changed meanwhile is rare.
-        stale_retried = sorted(set(stale) & set(retried))
-        for item in Item.objects.filter(pk__in=stale_retried).order_by("pk"):
-            judge_currency(item)
-        if len(stale_retried) < len(retried):
-            enqueue("ledger.tasks.submit_job", submission.job_id)
+    if not retried:
+        return []
+    # A retried item whose product changed meanwhile stops instead (like retry_inference).
+    stale_retried = sorted(set(stale) & set(retried))
+    if len(stale_retried) < len(retried):
+        enqueue("ledger.tasks.submit_job", submission.job_id)
+    return stale_retried
 
 
-def move_waiting(custom_ids: list[str], item_of: dict, *, to: str, **reason) -> None:
+def move_waiting(item_ids: list[int], *, to: str, **reason) -> None:
     """Items still waiting for their result (locked with their entries) take their next state."""
-    if custom_ids:
-        Item.objects.filter(
-            among("pk", [item_of[custom_id] for custom_id in custom_ids]), state=ItemState.SUBMITTED
-        ).update(
+    if item_ids:
+        Item.objects.filter(among("pk", item_ids), state=ItemState.SUBMITTED).update(
             state=to,
             reason=reason.get("reason", ""),
             reason_code=reason.get("code", ""),
             updated_at=timezone.now(),
         )
-
-
-def version_events(submission: Submission, custom_ids: list[str], *, from_state: str, to: str) -> None:
-    """One event per version of these custom_ids, naming the version (`data` {"version": id}),
-    written by the database from the versions themselves."""
-    if not custom_ids:
-        return
-    postgresql = connection.vendor == "postgresql"
-    version = f"{'jsonb_build_object' if postgresql else 'json_object'}('version', v.id)"
-    custom_id_among = "= ANY(%s)" if postgresql else f"IN ({', '.join(['%s'] * len(custom_ids))})"
-    insert_from_select(
-        Event,
-        select={"item": "v.item_id", "job": "i.job_id", "data": version},
-        values={"from_state": from_state, "to_state": to},
-        from_sql=(
-            f"{GeneratedVersion._meta.db_table} v JOIN {Item._meta.db_table} i ON i.id = v.item_id "
-            f"WHERE v.custom_id {custom_id_among} ORDER BY v.item_id"
-        ),
-        params=[custom_ids] if postgresql else custom_ids,
-    )
 
 
 def insert_events(submission: Submission, events: list[tuple]) -> None:

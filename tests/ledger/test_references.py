@@ -6,7 +6,7 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 
 from ledger.actions import create_job
-from ledger.models import Event, Item, Submission
+from ledger.models import Event, GeneratedVersion, Item, Submission
 from ledger.states import ItemState, SubmissionState
 from tests.factories import ItemFactory, JobFactory, ProductFactory, UserFactory, add_version
 
@@ -115,3 +115,50 @@ def test_a_job_of_many_items_passes_the_checks_with_every_reference_right():
         Event.objects.filter(job=job, item__isnull=False, to_state=ItemState.PREPARED, actor=owner).count()
         == 25
     )
+
+
+def insert_versions(rows: list[tuple]) -> str:
+    """(item, submission, custom_id) rows, written by one statement."""
+    values = ", ".join("(%s, 1, %s, %s, '', '', '', 0, 0, '{}', true, '[]', now())" for _ in rows)
+    return (
+        "INSERT INTO ledger_generatedversion (item_id, number, submission_id, custom_id, content, raw_output, "
+        f"content_hash, input_tokens, output_tokens, usage, valid, validation_reasons, created_at) VALUES {values}",
+        [value for row in rows for value in row],
+    )
+
+
+def test_a_draft_must_name_an_item_and_a_submission_of_the_items_job():
+    """Migration 0018: a draft's references are checked once per statement, as strictly as the
+    foreign keys they replace, and a little more (its submission is of its item's job)."""
+    item, other = ItemFactory(), ItemFactory()
+    own = Submission.objects.create(
+        job=item.job, provider="emulator", intent_key="own", state=SubmissionState.INTENT
+    )
+    foreign = Submission.objects.create(
+        job=other.job, provider="emulator", intent_key="foreign", state=SubmissionState.INTENT
+    )
+
+    assert "refers to" in refused(*insert_versions([(MISSING, None, "bd-a")]))
+    assert "refers to" in refused(*insert_versions([(item.pk, MISSING, "bd-b")]))
+    assert "refers to" in refused(*insert_versions([(item.pk, foreign.pk, "bd-c")]))
+    # One wrong row among right ones: the whole statement is refused.
+    refused(
+        *insert_versions([(item.pk, own.pk, "bd-d"), (other.pk, None, "bd-e"), (other.pk, own.pk, "bd-f")])
+    )
+    assert not GeneratedVersion.objects.exists()
+
+    with connection.cursor() as cursor:
+        cursor.execute(*insert_versions([(item.pk, own.pk, "bd-g"), (other.pk, foreign.pk, "bd-h")]))
+    assert sorted(GeneratedVersion.objects.values_list("custom_id", "submission_id")) == [
+        ("bd-g", own.pk),
+        ("bd-h", foreign.pk),
+    ]
+
+    draft = GeneratedVersion.objects.get(custom_id="bd-g")
+    refused("UPDATE ledger_generatedversion SET item_id = %s WHERE id = %s", [other.pk, draft.pk])
+    refused("UPDATE ledger_generatedversion SET submission_id = %s WHERE id = %s", [foreign.pk, draft.pk])
+    refused("UPDATE ledger_generatedversion SET submission_id = %s WHERE id = %s", [MISSING, draft.pk])
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE ledger_generatedversion SET submission_id = NULL WHERE id = %s", [draft.pk])
+    draft.refresh_from_db()
+    assert draft.item_id == item.pk and draft.submission_id is None
