@@ -49,13 +49,17 @@ LIST_PAGE_SIZE = 50
 
 
 class ReviewPlaceForm(forms.Form):
-    """Where a reviewer is: focus or list mode, a job filter, and a draft by position (1 = oldest) or item.
+    """Where a reviewer is: focus or list mode, a job filter, and a draft by position (1 = oldest, with
+    the cursor of the draft before it once past the first) or item.
     Read from the address (GET) and from the hidden fields of a decision (POST); bad values are ignored."""
 
     mode = forms.ChoiceField(required=False, choices=[("focus", "One draft at a time"), ("list", "List")])
     job = IdField(required=False)
     pos = IdField(required=False)
     item = IdField(required=False)
+    # The draft before the one at `pos`, as a signed cursor (review/paging.py): the draft shown is the
+    # first one after it, found from the queue's index whatever the position.
+    after = forms.CharField(required=False, max_length=1000)
 
 
 class ItemIdsField(forms.Field):

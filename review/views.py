@@ -28,7 +28,7 @@ from ledger.states import ItemState
 
 from .common import HtmxHttpRequest, ShownValue, fields_of, wants_partial, word_diff
 from .forms import LIST_PAGE_SIZE, ApproveForm, ApproveSelectedForm, RejectForm, ReviewPlaceForm
-from .paging import screen_page
+from .paging import PageRefused, _beyond, _read_token, _reversed, _token, screen_page
 from .permissions import APPROVERS, VIEWERS, has_role, role_required
 
 # Why a draft may not be approved although it waits for review: the product moved on since it was generated.
@@ -224,33 +224,82 @@ def place_of(data) -> dict:
     return form.cleaned_data
 
 
+QUEUE_ORDER = ["updated_at", "id"]
+
+
+def cursor_key(token: str | None) -> list | None:
+    """The queue key a cursor names, or None for no cursor or a bad one (then the position is used)."""
+    if not token:
+        return None
+    try:
+        direction, key = _read_token(Item, QUEUE_ORDER, token)
+    except PageRefused:
+        return None
+    return key if direction == "after" else None
+
+
 def focus_context(
     request: HttpRequest,
     *,
     job_id: int | None,
     pos: int,
+    after: str | None = None,
     decided: Item | None = None,
     outcome: str = "",
     error: str = "",
 ) -> dict:
-    """The draft at position `pos` of the queue (clamped to it), and what happened to the one decided on."""
+    """The draft at position `pos` of the queue (clamped to it), and what happened to the one decided on.
+
+    With `after`, the cursor of the draft before it, the draft is the first one after that, read from
+    the queue's index wherever it is; `pos` is then only shown. Without it (the first draft, or a
+    position typed in), the queue is counted into from its nearer end. The links to the next and
+    previous drafts, and the place a decision comes back to, carry the cursor of the draft before
+    theirs."""
     queue = review_queue_items(job_id)
     count = waiting_count(job_id)
     pos = min(max(pos, 1), count)
-    # The draft's id first, from the queue's index alone; then its card.
-    at = list(queue.values_list("pk", flat=True)[pos - 1 : pos]) if count else []
-    cards = review_cards(Item.objects.filter(pk__in=at)) if at else []
+    at: tuple | None = None
+    key = cursor_key(after) if pos > 1 else None
+    if key is not None:
+        at = (
+            queue.filter(_beyond(Item, QUEUE_ORDER, key, backwards=False))
+            .values_list("pk", "updated_at")
+            .first()
+        )
+    if at is None and count:
+        if pos - 1 <= count - pos:
+            at = queue.values_list("pk", "updated_at")[pos - 1 : pos].first()
+        else:
+            backwards = queue.order_by(*_reversed(QUEUE_ORDER))
+            at = backwards.values_list("pk", "updated_at")[count - pos : count - pos + 1].first()
+    # The drafts before it, nearest first: the cursors of this place and of the previous one.
+    before = []
+    if at is not None and pos > 1:
+        current = [at[1], at[0]]
+        before = [
+            [moment, pk]
+            for pk, moment in queue.filter(_beyond(Item, QUEUE_ORDER, current, backwards=True))
+            .order_by(*_reversed(QUEUE_ORDER))
+            .values_list("pk", "updated_at")[:2]
+        ]
+    cursors = [_token("after", [moment.isoformat(), pk]) for moment, pk in before]
+    here = cursors[0] if cursors else None
+    cards = review_cards(Item.objects.filter(pk=at[0])) if at is not None else []
     card = cards[0] if cards else None
     if card is not None:  # one draft: ask the ledger's own rule, as approving it will
         card = replace(card, currency=currency_problem(card.item))
+    following = _token("after", [at[1].isoformat(), at[0]]) if at is not None else None
     return {
         "card": card,
         "pos": pos,
         "count": count,
         "job_id": job_id,
-        "previous_url": queue_url(job=job_id, pos=pos - 1) if pos > 1 else "",
-        "next_url": queue_url(job=job_id, pos=pos + 1) if pos < count else "",
-        "return_to": queue_url(job=job_id, pos=pos),
+        "after": here,
+        "previous_url": queue_url(job=job_id, pos=pos - 1, after=cursors[1] if len(cursors) > 1 else None)
+        if pos > 1
+        else "",
+        "next_url": queue_url(job=job_id, pos=pos + 1, after=following) if pos < count else "",
+        "return_to": queue_url(job=job_id, pos=pos, after=here),
         "decided": decided,
         "outcome": outcome,
         "error": error,
@@ -282,7 +331,8 @@ def review_queue(request: HtmxHttpRequest) -> HttpResponse:
         if found is None:  # decided already: its own page says what became of it
             return redirect("item_detail", item.pk)
         pos = found
-    context = focus_context(request, job_id=job_id, pos=pos)
+    after = None if place.get("item") else place.get("after")
+    context = focus_context(request, job_id=job_id, pos=pos, after=after)
     if wants_partial(request) and not request.htmx.history_restore_request:
         return render(request, "review_queue.html#focus", context)
     context["jobs"] = jobs_in_review(job_id)
@@ -339,7 +389,13 @@ def render_focus(
         context = focus_context(request, job_id=job_id, pos=still_waiting, error=error)
     else:
         context = focus_context(
-            request, job_id=job_id, pos=place.get("pos") or 1, decided=item, outcome=outcome, error=error
+            request,
+            job_id=job_id,
+            pos=place.get("pos") or 1,
+            after=place.get("after"),
+            decided=item,
+            outcome=outcome,
+            error=error,
         )
     response = render(request, "review_queue.html#focus", context, status=status)
     response["HX-Replace-Url"] = context["return_to"]  # a reload shows the draft now on screen

@@ -1,6 +1,7 @@
 """The review desk through Django's test client: focus mode (one draft, its diff, cost and position),
 drafts that may no longer be approved, list mode with bulk approval, and editing before approving."""
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -64,6 +65,10 @@ def focus(client, **params):
     return client.get(reverse("review_queue"), params)
 
 
+def focus_at(client, url: str, **headers):
+    return client.get(url, headers=headers)
+
+
 def listing(client, **params):
     return client.get(reverse("review_queue"), {"mode": "list", **params})
 
@@ -119,7 +124,7 @@ def test_focus_mode_shows_one_draft_with_its_position_and_cost(client, owner):
     assert f"Cost ${version_cost(drafts[0])} · 120 tokens in, 60 out" in html
     assert "Passed every validation rule." in html
     assert "Nothing is published for this product yet" in html
-    assert f'href="{reverse("review_queue")}?pos=2" rel="next"' in html
+    assert f'href="{reverse("review_queue")}?pos=2&amp;after=' in html
     assert 'rel="prev"' not in html
 
     second = focus(client, pos=2).content.decode()
@@ -217,8 +222,10 @@ def test_approving_in_focus_mode_answers_with_the_outcome_and_the_next_draft(cli
     assert "Approved — being applied" in html
     assert "Now: A specific version was approved; waiting to be applied" in html
     assert drafts[2].content in html and "2 of 2" in html  # the next draft took its place
-    assert response.headers["HX-Replace-Url"] == "/review/?pos=2"
+    assert response.headers["HX-Replace-Url"].startswith("/review/?pos=2&after=")
     assert Item.objects.get(pk=drafts[1].item_id).state == ItemState.APPROVED
+    # A reload shows the same draft.
+    assert focus_at(client, response.headers["HX-Replace-Url"]).context["card"].version == drafts[2]
 
 
 def test_approving_the_last_draft_steps_back_to_the_one_before(client, owner):
@@ -254,16 +261,76 @@ def test_without_javascript_a_decision_returns_to_the_same_position(client, owne
     drafts = queue_of(3)
     client.force_login(owner)
     page = focus(client, pos=2)
-    assert 'name="next" value="/review/?pos=2"' in page.content.decode()
+    place = page.context["return_to"]
+    assert place.startswith("/review/?pos=2&after=")
+    assert f'name="next" value="{place.replace("&", "&amp;")}"' in page.content.decode()
     response = client.post(
         reverse("approve_item", args=[drafts[1].item_id]),
-        approve_data(drafts[1], next="/review/?pos=2"),
+        approve_data(drafts[1], next=place),
         follow=True,
     )
     html = response.content.decode()
-    assert response.redirect_chain == [("/review/?pos=2", 302)]
+    assert response.redirect_chain == [(place, 302)]
     assert f"{drafts[1].item.product.sku}: Approved — being applied." in html
     assert drafts[2].content in html and "2 of 2" in html
+
+
+def offsets(queries) -> list[int]:
+    """The OFFSETs the queries asked for: each reads and skips that many rows."""
+    return [int(n) for q in queries for n in re.findall(r"OFFSET (\d+)", q["sql"])]
+
+
+def test_stepping_through_the_queue_counts_nothing_whatever_the_position(client, owner):
+    """A million drafts waiting: the next and previous links carry the cursor of the draft before
+    theirs, so the draft is read from the queue's index, never by skipping the ones before it."""
+    drafts = queue_of(6)
+    client.force_login(owner)
+    page, seen = focus(client), []
+    while True:
+        seen.append(page.context["card"].version)
+        assert f"{len(seen)} of 6" in page.content.decode()
+        if not page.context["next_url"]:
+            break
+        with CaptureQueriesContext(connection) as queries:
+            page = focus_at(client, page.context["next_url"], **HTMX)
+        assert offsets(queries.captured_queries) == []
+    assert seen == drafts
+    back = []
+    while page.context["previous_url"]:
+        with CaptureQueriesContext(connection) as queries:
+            page = focus_at(client, page.context["previous_url"])
+        assert offsets(queries.captured_queries) == []
+        back.append(page.context["card"].version)
+    assert back == drafts[-2::-1]
+
+
+def test_a_position_typed_in_is_counted_from_the_nearer_end(client, owner):
+    drafts = queue_of(6)
+    client.force_login(owner)
+    for pos in range(1, 7):
+        with CaptureQueriesContext(connection) as queries:
+            page = focus(client, pos=pos)
+        assert page.context["card"].version == drafts[pos - 1]
+        assert max(offsets(queries.captured_queries), default=0) <= 2
+    # A cursor that is not one of ours is ignored: the position decides.
+    assert focus(client, pos=3, after="forged").context["card"].version == drafts[2]
+
+
+def test_a_decision_deep_in_the_queue_moves_on_without_counting(client, owner):
+    drafts = queue_of(5)
+    client.force_login(owner)
+    page = focus(client)
+    for _ in range(3):
+        page = focus_at(client, page.context["next_url"])
+    assert page.context["card"].version == drafts[3] and page.context["pos"] == 4
+    with CaptureQueriesContext(connection) as queries:
+        response = client.post(
+            reverse("approve_item", args=[drafts[3].item_id]),
+            approve_data(drafts[3], pos=4, after=page.context["after"]),
+            headers=HTMX,
+        )
+    assert offsets(queries.captured_queries) == []
+    assert response.context["card"].version == drafts[4] and "4 of 4" in response.content.decode()
 
 
 def test_editing_before_approving_keeps_both_texts(client, owner, item, draft):
