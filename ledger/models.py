@@ -46,6 +46,10 @@ class Product(models.Model):
     )
     published_revision = models.PositiveIntegerField(null=True, blank=True)
     published_at = models.DateTimeField(null=True, blank=True)
+    # The digest of the catalogue line that made the product what it is now (its current revision
+    # and status): a re-import meeting the same line again knows it changes nothing without reading
+    # it. Any other change of revision or status clears it (a trigger, migration 0019, PostgreSQL).
+    line_digest = models.BinaryField(null=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
