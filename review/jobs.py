@@ -269,7 +269,10 @@ def job_detail(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
         context = {"job": job, **job_progress(job, submissions_page), "polling": polling}
         return polled(render(request, "job_detail.html#progress", context), polling)
     progress = job_progress(job, submissions_page)
-    items = job.items.select_related("product", "source_revision")
+    # What a row shows (SKU, revision, state, reason): not the source's fields nor the published text.
+    items = job.items.select_related("product", "source_revision").defer(
+        "source_revision__fields", "product__published_content"
+    )
     # How many match: from the tallies, unless a SKU is searched for (then counted, up to a cap).
     count: int | Callable = sum(progress["by_state"].values())
     filters = ItemFilterForm(request.GET)

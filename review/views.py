@@ -18,6 +18,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.text import Truncator
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
@@ -37,6 +38,8 @@ CURRENCY_NOTES = {
     ItemState.WITHDRAWN: "The product was withdrawn — nothing will be published",
 }
 INVALID_NOTE = "Only a valid draft can be approved"
+# How much of each draft the list shows.
+PREVIEW_CHARS = 140
 
 
 def published_text(item: Item) -> str:
@@ -141,7 +144,7 @@ class ReviewCard:
     def diff(self) -> list[tuple[str, str]]:
         return word_diff(self.published, self.version.content) if self.version else []
 
-    @property
+    @cached_property
     def cost(self) -> Decimal | None:
         """None without a draft, or when the job's model has no known price (`price_note` says so)."""
         return version_cost(self.version) if self.version else None
@@ -154,9 +157,18 @@ class ReviewCard:
     def apportioned(self) -> bool:
         return bool(self.version) and is_apportioned(self.version)
 
-    @property
+    @cached_property
     def refusal(self) -> str:
         return refusal_of(self.version, self.currency)
+
+    @cached_property
+    def preview(self) -> str:
+        """The start of the draft, as `truncatechars:PREVIEW_CHARS` shows it (plain ASCII text is cut
+        directly: the filter looks at every character for combining marks, which ASCII has none of)."""
+        text = (self.version.content if self.version else "") or "No draft recorded."
+        if text.isascii():
+            return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
+        return Truncator(text).chars(PREVIEW_CHARS)
 
 
 def with_latest_draft(items: QuerySet[Item]) -> QuerySet[Item]:
@@ -341,7 +353,10 @@ def review_queue(request: HtmxHttpRequest) -> HttpResponse:
 
 def review_list(request: HtmxHttpRequest, job_id: int | None) -> HttpResponse:
     page = screen_page(
-        with_latest_draft(review_queue_items(job_id)),
+        # What the list shows of each row: not the source's fields nor the published text.
+        with_latest_draft(review_queue_items(job_id)).defer(
+            "source_revision__fields", "product__published_content"
+        ),
         order=["updated_at", "id"],
         per_page=LIST_PAGE_SIZE,
         page=request.GET.get("page"),

@@ -416,6 +416,20 @@ def test_list_mode_shows_the_start_of_each_draft(client, owner, item):
     assert "Oak. " * 29 not in html
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["short", "x" * 140, "x" * 141, "word " * 60, "é" * 200, "e\u0301" * 150, "", "ab\ncd " * 40],
+)
+def test_the_list_preview_is_what_truncatechars_shows(text):
+    from django.template.defaultfilters import truncatechars
+
+    from review.views import PREVIEW_CHARS, ReviewCard
+
+    card = ReviewCard(item=Item(), version=GeneratedVersion(content=text))
+    assert card.preview == truncatechars(text or "No draft recorded.", PREVIEW_CHARS)
+    assert ReviewCard(item=Item(), version=None).preview == "No draft recorded."
+
+
 def test_list_mode_filters_by_job(client, owner):
     job = JobFactory()
     others = queue_of(2)
