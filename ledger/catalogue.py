@@ -335,7 +335,8 @@ def _staging_table() -> Iterator[None]:
         )
         cursor.execute(
             f"CREATE TEMPORARY TABLE {_KNOWN} (sku varchar(64) NOT NULL, product_id bigint NOT NULL, "
-            "old_status varchar(16), old_number integer, old_hash varchar(64), old_revision_id bigint)"
+            "old_status varchar(16), old_number integer, old_hash varchar(64), old_revision_id bigint, "
+            "new_revision_id bigint)"
         )
     yield
     with connection.cursor() as cursor:
@@ -486,38 +487,11 @@ def _merge(cursor, report: ImportReport) -> None:
     report.withdrawn += withdrawn
     report.reactivated += reactivated
     report.unchanged += unchanged
-    if created:
-        new = f"{_STAGING} s WHERE NOT EXISTS (SELECT 1 FROM {_KNOWN} k WHERE k.sku = s.sku)"
-        insert_from_select(
-            Product,
-            select={"sku": "s.sku", "status": f"COALESCE(s.status, '{ProductStatus.ACTIVE}')"},
-            from_sql=f"{new} ORDER BY s.sku",
-        )
-        cursor.execute(
-            f"INSERT INTO {_KNOWN} (sku, product_id) SELECT p.sku, p.id FROM {_PRODUCTS} p "
-            f"WHERE p.sku IN (SELECT s.sku FROM {new})"
-        )
     now = timezone.now()
-    if created or revised:
-        insert_from_select(
-            SourceRevision,
-            select={
-                "product": "k.product_id",
-                "number": "COALESCE(k.old_number, 0) + 1",
-                "title": "s.title",
-                "fields": "s.fields",
-                "content_hash": "s.content_hash",
-            },
-            from_sql=f"{_ROWS} WHERE {_REVISED} ORDER BY s.sku",
-        )
-        # The status too, so the line's digest is written by the one statement that changes both.
-        cursor.execute(
-            f"UPDATE {_PRODUCTS} SET current_revision_id = r.id, status = COALESCE(s.status, {_PRODUCTS}.status), "
-            f"line_digest = s.line_digest, updated_at = %s FROM {_ROWS} "
-            f"JOIN {_REVISIONS} r ON r.product_id = k.product_id AND r.number = COALESCE(k.old_number, 0) + 1 "
-            f"WHERE {_PRODUCTS}.id = k.product_id AND {_REVISED}",
-            [now],
-        )
+    if connection.vendor == "postgresql":
+        _write_revisions_with_their_ids(cursor, created=created, revised=revised, now=now)
+    else:
+        _write_revisions(cursor, created=created, revised=revised, now=now)
     if withdrawn or reactivated:
         cursor.execute(
             f"UPDATE {_PRODUCTS} SET status = s.status, line_digest = s.line_digest, updated_at = %s "
@@ -534,6 +508,89 @@ def _merge(cursor, report: ImportReport) -> None:
             f"AND {_PRODUCTS}.line_digest IS DISTINCT FROM s.line_digest "
             f"AND {_PRODUCTS}.current_revision_id = k.old_revision_id AND {_PRODUCTS}.status = k.old_status "
             f"AND NOT ({_REVISED}) AND NOT ({_WITHDRAWING}) AND NOT ({_REACTIVATING})"
+        )
+
+
+# The staged rows of new products.
+_NEW = f"{_STAGING} s WHERE NOT EXISTS (SELECT 1 FROM {_KNOWN} k WHERE k.sku = s.sku)"
+
+
+def _write_revisions_with_their_ids(cursor, *, created: int, revised: int, now) -> None:
+    """New products and new revisions, each row written once: a revision's id is taken from its
+    sequence before it is written, so a new product is created already pointing at its first
+    revision and a revised one is updated once (PostgreSQL checks both references at commit)."""
+    cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [_REVISIONS])
+    (sequence,) = cursor.fetchone()
+    next_id = f"nextval('{sequence}'::regclass)"
+    if created:
+        insert_from_select(
+            Product,
+            select={
+                "sku": "s.sku",
+                "status": f"COALESCE(s.status, '{ProductStatus.ACTIVE}')",
+                "current_revision": next_id,
+                "line_digest": "s.line_digest",
+            },
+            from_sql=f"{_NEW} ORDER BY s.sku",
+        )
+        cursor.execute(
+            f"INSERT INTO {_KNOWN} (sku, product_id, new_revision_id) "
+            f"SELECT p.sku, p.id, p.current_revision_id FROM {_PRODUCTS} p WHERE p.sku IN (SELECT s.sku FROM {_NEW})"
+        )
+    if revised:
+        cursor.execute(
+            f"UPDATE {_KNOWN} k SET new_revision_id = {next_id} FROM {_STAGING} s "
+            f"WHERE k.sku = s.sku AND k.old_status IS NOT NULL AND {_REVISED}"
+        )
+    if created or revised:
+        cursor.execute(
+            f"INSERT INTO {_REVISIONS} (id, product_id, number, title, fields, content_hash, created_at) "
+            f"SELECT k.new_revision_id, k.product_id, COALESCE(k.old_number, 0) + 1, s.title, s.fields, "
+            f"s.content_hash, %s FROM {_ROWS} WHERE k.new_revision_id IS NOT NULL ORDER BY s.sku",
+            [now],
+        )
+    if revised:
+        # The status too, so the line's digest is written by the one statement that changes both.
+        cursor.execute(
+            f"UPDATE {_PRODUCTS} SET current_revision_id = k.new_revision_id, "
+            f"status = COALESCE(s.status, {_PRODUCTS}.status), line_digest = s.line_digest, updated_at = %s "
+            f"FROM {_ROWS} WHERE {_PRODUCTS}.id = k.product_id AND k.old_status IS NOT NULL "
+            f"AND k.new_revision_id IS NOT NULL",
+            [now],
+        )
+
+
+def _write_revisions(cursor, *, created: int, revised: int, now) -> None:
+    """`_write_revisions_with_their_ids` on SQLite, which has no sequences: new products first,
+    then every new revision, then the products pointed at them."""
+    if created:
+        insert_from_select(
+            Product,
+            select={"sku": "s.sku", "status": f"COALESCE(s.status, '{ProductStatus.ACTIVE}')"},
+            from_sql=f"{_NEW} ORDER BY s.sku",
+        )
+        cursor.execute(
+            f"INSERT INTO {_KNOWN} (sku, product_id) SELECT p.sku, p.id FROM {_PRODUCTS} p "
+            f"WHERE p.sku IN (SELECT s.sku FROM {_NEW})"
+        )
+    if created or revised:
+        insert_from_select(
+            SourceRevision,
+            select={
+                "product": "k.product_id",
+                "number": "COALESCE(k.old_number, 0) + 1",
+                "title": "s.title",
+                "fields": "s.fields",
+                "content_hash": "s.content_hash",
+            },
+            from_sql=f"{_ROWS} WHERE {_REVISED} ORDER BY s.sku",
+        )
+        cursor.execute(
+            f"UPDATE {_PRODUCTS} SET current_revision_id = r.id, status = COALESCE(s.status, {_PRODUCTS}.status), "
+            f"line_digest = s.line_digest, updated_at = %s FROM {_ROWS} "
+            f"JOIN {_REVISIONS} r ON r.product_id = k.product_id AND r.number = COALESCE(k.old_number, 0) + 1 "
+            f"WHERE {_PRODUCTS}.id = k.product_id AND {_REVISED}",
+            [now],
         )
 
 
@@ -591,8 +648,11 @@ def _write_staged(chunk: list[_Staged], report: ImportReport) -> None:
     may have to stop goes through `record_product`, which judges them (rare in a bulk import)."""
     records = {staged.record.sku: staged.record for staged in chunk}
     with connection.cursor() as cursor:
-        cursor.execute(f"DELETE FROM {_STAGING}")
-        cursor.execute(f"DELETE FROM {_KNOWN}")
+        if connection.vendor == "postgresql":
+            cursor.execute(f"TRUNCATE {_STAGING}, {_KNOWN}")  # cheaper than deleting every row
+        else:
+            cursor.execute(f"DELETE FROM {_STAGING}")
+            cursor.execute(f"DELETE FROM {_KNOWN}")
         _stage(cursor, chunk)
         cursor.execute(
             f"INSERT INTO {_KNOWN} (sku, product_id, old_status, old_number, old_hash, old_revision_id) "
