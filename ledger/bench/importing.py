@@ -22,12 +22,18 @@ def measure(bench: Bench) -> list[Figure]:
         run = bench.manage("import_catalogue", str(bench.catalogue))
         if expected not in run.output:
             raise CommandFailed(f"{name}: expected {expected!r}, the command said:\n{run.output}")
-        bench.say(f"{name}: {described(run, rows, 'rows')}")
-        ratio = run.per_second(rows) / copy.per_second(rows)
+        # Both processes start Python; the import's also starts Django, which the idle run times
+        # (its connection included): counted out, as for the collection, so the rate is the import's.
+        importing = max(run.seconds - bench.idle.seconds, 1e-6)
+        rate = rows / importing
+        bench.say(
+            f"{name}: {described(run, rows, 'rows')}; {importing:,.2f} s after Django started = {rate:,.0f} rows/s"
+        )
+        ratio = rate / copy.per_second(rows)
         figures.append(
             Figure(
                 name=name,
-                value=f"{run.per_second(rows):,.0f} rows/s",
+                value=f"{rate:,.0f} rows/s",
                 baseline=f"{copy.per_second(rows):,.0f} rows/s COPY",
                 ratio=ratio,
                 target=f"ratio ≥ {share:.2f} ({share:.0%} of COPY)",
