@@ -28,14 +28,17 @@ from ledger.validation import render_user_message
 
 from .common import WORKING_JOB_STATES, HtmxHttpRequest, progress_of, state_counts, wants_partial
 from .forms import ItemFilterForm
-from .paging import capped_count, screen_page
+from .paging import COUNT_CAP, capped_count, screen_page
 from .permissions import APPROVERS, OPERATOR, VIEWERS, has_role, may_cancel, role_required
 from .screen_forms import JobFilterForm, JobStartForm
+from .search import products_with_sku
 
 JOBS_PER_PAGE = 25
 ITEMS_PER_PAGE = 50
 # A job of a million items at 500 a unit has 2,000 submissions: the page shows them a page at a time.
 SUBMISSIONS_PER_PAGE = 25
+# A SKU filter looks for the job's items of at most this many products whose SKU contains it.
+SKU_PRODUCTS_CAP = 200
 
 
 def polled(response: HttpResponse, polling: bool) -> HttpResponse:
@@ -276,19 +279,35 @@ def job_detail(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     # How many match: from the tallies, unless a SKU is searched for (then counted, up to a cap).
     count: int | Callable = sum(progress["by_state"].values())
     filters = ItemFilterForm(request.GET)
+    sku_capped = False
     if filters.is_valid():
         if state := filters.cleaned_data["state"]:
             items = items.filter(state=state)
             count = progress["by_state"].get(state, 0)
         if sku := filters.cleaned_data["sku"]:
-            items = items.filter(product__sku__icontains=sku)
-            count = partial(capped_count, items)
+            found = products_with_sku(sku, cap=SKU_PRODUCTS_CAP)
+            if found is None:  # a SKU text common in the catalogue: the items' join finds rows soon
+                items = items.filter(product__sku__icontains=sku)
+                count = partial(capped_count, items)
+            else:
+                # The products through the SKU's index, then this job's items of them by key (asked
+                # in one query, the planner may read the job's items in order to meet a few).
+                products, sku_capped = found
+                matching = list(
+                    items.order_by()
+                    .filter(product_id__in=products)
+                    .values_list("pk", flat=True)[: COUNT_CAP + 1]
+                )
+                items = items.filter(pk__in=matching[:COUNT_CAP])
+                count = (min(len(matching), COUNT_CAP), len(matching) > COUNT_CAP)
     context = {
         "job": job,
         **progress,
         "cost": job_cost(job),
         "polling": polling,
         "filters": filters,
+        "sku_capped": sku_capped,
+        "found_cap": SKU_PRODUCTS_CAP,
         "page": screen_page(
             items, order=["id"], per_page=ITEMS_PER_PAGE, page=request.GET.get("page"), count=count
         ),

@@ -15,6 +15,7 @@ How rare each piece is, and how common the whole text is, come from a sample of 
 (a few thousand products, taken again every few minutes): a wrong guess only costs time, never a
 different answer. SQLite, the demo's database, searches by scanning."""
 
+import re
 import time
 from dataclasses import dataclass
 
@@ -24,8 +25,8 @@ from django.db.models.functions import StrIndex, Upper
 
 from ledger.models import Product, SourceRevision
 
-SAMPLE_SIZE = 4_000
-SAMPLE_SECONDS = 300
+SAMPLE_SIZE = 3_000
+SAMPLE_SECONDS = 600
 # At most this many pieces of the text are looked up in an index.
 PIECES = 3
 # More matches than this through the indexes: the first ones found are listed (the count says
@@ -53,7 +54,7 @@ class Sample:
     sku_trigrams: dict[str, int]
     title_trigrams: dict[str, int]
 
-    def walk_length(self, q: str) -> float:
+    def walk_length(self, q: str, *, titles: bool = True) -> float:
         """How many products a reader in SKU order would read, at most, to fill a page of the ones
         whose SKU or title contains `q`, wherever the page starts (estimated: the longest run of the
         sample without one, and the rows a page takes at the sample's share); infinite when the
@@ -62,7 +63,7 @@ class Sample:
         found = [
             position
             for position, (sku, title) in enumerate(zip(self.skus, self.titles, strict=True))
-            if text in sku or text in title
+            if text in sku or (titles and text in title)
         ]
         if len(found) < MIN_FOUND_TO_WALK:
             return float("inf")
@@ -78,27 +79,17 @@ def forget_sample() -> None:
     _samples.clear()
 
 
+_WORD = re.compile(r"[^\W_]+")
+
+
 def trigrams(text: str) -> set[str]:
     """pg_trgm's trigrams of a value: each run of letters and digits, lower case, padded with two
     spaces before and one after."""
-    found = set()
-    for word in _words(text.lower()):
+    found: set[str] = set()
+    for word in _WORD.findall(text.lower()):
         padded = f"  {word} "
-        found.update(padded[i : i + 3] for i in range(len(padded) - 2))
+        found.update([padded[i : i + 3] for i in range(len(padded) - 2)])
     return found
-
-
-def _words(text: str) -> list[str]:
-    words, current = [], []
-    for char in text:
-        if char.isalnum():
-            current.append(char)
-        elif current:
-            words.append("".join(current))
-            current = []
-    if current:
-        words.append("".join(current))
-    return words
 
 
 def like_trigrams(piece: str) -> set[str]:
@@ -120,12 +111,27 @@ def like_trigrams(piece: str) -> set[str]:
 
 def trigram_rows(values: list[str]) -> dict[str, int]:
     """For each trigram, the values holding it, as the bits of an int (bit i: values[i])."""
-    rows: dict[str, int] = {}
+    bitmaps: dict[str, bytearray] = {}
+    size = (len(values) + 7) // 8
     for position, value in enumerate(values):
-        bit = 1 << position
+        byte, bit = divmod(position, 8)
         for trigram in trigrams(value):
-            rows[trigram] = rows.get(trigram, 0) | bit
-    return rows
+            bitmap = bitmaps.get(trigram)
+            if bitmap is None:
+                bitmap = bitmaps[trigram] = bytearray(size)
+            bitmap[byte] |= 1 << bit
+    return {trigram: int.from_bytes(bitmap, "little") for trigram, bitmap in bitmaps.items()}
+
+
+def _bitmaps(holding, size: int) -> dict[str, int]:
+    """(trigram, positions) as trigram_rows gives them: the positions as the bits of an int."""
+    made = {}
+    for trigram, positions in holding:
+        bitmap = bytearray((size + 7) // 8)
+        for position in positions:
+            bitmap[position >> 3] |= 1 << (position & 7)
+        made[trigram] = int.from_bytes(bitmap, "little")
+    return made
 
 
 def rare_pieces(q: str, rows: dict[str, int], sample_size: int, *, pieces: int = PIECES) -> list[str]:
@@ -164,7 +170,8 @@ def rare_pieces(q: str, rows: dict[str, int], sample_size: int, *, pieces: int =
 
 
 def sample() -> Sample:
-    """The catalogue's sample, taken again after SAMPLE_SECONDS."""
+    """The catalogue's sample, taken again after SAMPLE_SECONDS. The database splits the values
+    into trigrams (pg_trgm's own `show_trgm`) and says which sample rows hold each."""
     key = connection.settings_dict["NAME"]
     taken = _samples.get(key)
     if taken is not None and time.monotonic() - taken[0] < SAMPLE_SECONDS:
@@ -177,24 +184,34 @@ def sample() -> Sample:
             (estimate,) = cursor.fetchone()
         percent = min(100.0, 100.0 * SAMPLE_SIZE / max(estimate, 1))
         # SYSTEM reads whole pages at random: a few dozen pages, not the table.
+        # One statement: the sample, in SKU order, and for each trigram the positions holding it.
         cursor.execute(
             """
-            SELECT upper(p.sku::text), upper(coalesce(r.title, '')::text)
-            FROM ledger_product p TABLESAMPLE SYSTEM (%s)
-            LEFT JOIN ledger_sourcerevision r ON r.id = p.current_revision_id
-            ORDER BY p.sku
+            WITH drawn AS MATERIALIZED (
+                SELECT (row_number() OVER (ORDER BY p.sku) - 1)::int AS position,
+                       upper(p.sku::text) AS sku, upper(coalesce(r.title, '')::text) AS title
+                FROM ledger_product p TABLESAMPLE SYSTEM (%s)
+                LEFT JOIN ledger_sourcerevision r ON r.id = p.current_revision_id
+            )
+            SELECT 'v', sku || chr(31) || title, ARRAY[position] FROM drawn
+            UNION ALL
+            SELECT 's', t, array_agg(position) FROM drawn, unnest(show_trgm(sku)) t GROUP BY t
+            UNION ALL
+            SELECT 't', t, array_agg(position) FROM drawn, unnest(show_trgm(title)) t GROUP BY t
             """,
             [percent],
         )
-        rows = cursor.fetchall()
+        holding = cursor.fetchall()
+    values = sorted((positions[0], text.split("\x1f", 1)) for kind, text, positions in holding if kind == "v")
+    rows = [pair for _, pair in values]
     skus = [sku for sku, _ in rows]
     titles = [title for _, title in rows]
     made = Sample(
         products=int(estimate),
         skus=skus,
         titles=titles,
-        sku_trigrams=trigram_rows(skus),
-        title_trigrams=trigram_rows(titles),
+        sku_trigrams=_bitmaps(((t, positions) for kind, t, positions in holding if kind == "s"), len(rows)),
+        title_trigrams=_bitmaps(((t, positions) for kind, t, positions in holding if kind == "t"), len(rows)),
     )
     _samples[key] = (time.monotonic(), made)
     return made
@@ -256,3 +273,20 @@ def found_products(rows: QuerySet, how: Search) -> QuerySet:
     the database start reading its SKU index where they start, not at the first product."""
     rows = rows.filter(pk__in=how.ids)
     return rows.filter(sku__gte=min(how.skus), sku__lte=max(how.skus)) if how.skus else rows
+
+
+def products_with_sku(q: str, *, cap: int) -> tuple[list[int], bool] | None:
+    """The products whose SKU contains `q`, found through the SKU's trigram index by its rarest
+    pieces: (the first `cap` ids found, whether there are more). None where a plain filter serves
+    better: SKU text common all over the catalogue (then reading in order finds rows soon), or
+    SQLite."""
+    if connection.vendor != "postgresql":
+        return None
+    catalogue = sample()
+    if catalogue.walk_length(q, titles=False) <= WALK_ROWS:
+        return None
+    pieces = rare_pieces(q, catalogue.sku_trigrams, len(catalogue.skus))
+    ids = list(
+        _containing(Product.objects.order_by(), "sku", q, pieces).values_list("pk", flat=True)[: cap + 1]
+    )
+    return ids[:cap], len(ids) > cap

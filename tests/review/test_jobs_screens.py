@@ -459,6 +459,34 @@ def test_the_job_page_shows_its_submissions_a_page_at_a_time(client, operator, j
     assert client.get(url, {"submissions_page": "junk"}).context["submissions"][0].submission.pk == made[0].pk
 
 
+def test_the_job_page_finds_items_by_sku_through_the_catalogue_s_index(client, owner, job, monkeypatch):
+    """A SKU filter on a million-item job: the products through the SKU's trigram index, then the
+    job's items of them; the same items as a plain filter on the join."""
+    from review import search as searching
+
+    searching.forget_sample()
+    monkeypatch.setattr(searching, "WALK_ROWS", 0)  # never the plain filter, however common
+    for sku in ("ASH-1", "ASH-22", "OAK-1"):
+        ItemFactory(job=job, product__sku=sku, awaiting_review=True)
+    ItemFactory(product__sku="ASH-3", awaiting_review=True)  # of another job
+    client.force_login(owner)
+    url = reverse("job_detail", args=[job.pk])
+
+    def skus(**params) -> list[str]:
+        return [i.product.sku for i in client.get(url, params).context["page"]]
+
+    assert skus(sku="ash") == ["ASH-1", "ASH-22"]
+    assert skus(sku="SH-2") == ["ASH-22"]
+    assert skus(sku="ash", state=ItemState.DEAD_LETTER) == []
+    assert skus(sku="nothing") == []
+    if connection.vendor == "postgresql":
+        monkeypatch.setattr("review.jobs.SKU_PRODUCTS_CAP", 1)
+        capped = client.get(url, {"sku": "ash"})
+        assert len(capped.context["page"].object_list) == 1 and capped.context["sku_capped"]
+        assert "among the first 1 products found whose SKU contains it" in capped.content.decode()
+    searching.forget_sample()
+
+
 def test_the_job_page_filters_and_paginates(client, owner, job):
     ItemFactory(job=job, product__sku="ASH-1", state=ItemState.DEAD_LETTER, reason="Gave up")
     ItemFactory.create_batch(51, job=job, awaiting_review=True)

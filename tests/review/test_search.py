@@ -119,6 +119,18 @@ def test_the_search_lists_what_a_plain_search_finds(client, owner, catalogue, q)
 
 
 @pytest.mark.postgresql_only
+def test_the_sample_s_trigrams_are_pg_trgm_s(catalogue):
+    """The sample is split into trigrams by the database (show_trgm); the text searched for, by
+    Python: both must agree."""
+    taken = searching.sample()
+    assert len(taken.skus) == Product.objects.count() == len(taken.titles)
+    assert taken.skus == sorted(taken.skus)
+    assert trigram_rows(taken.skus) == taken.sku_trigrams
+    assert trigram_rows(taken.titles) == taken.title_trigrams
+    assert searching.sample() is taken  # kept for SAMPLE_SECONDS
+
+
+@pytest.mark.postgresql_only
 def test_common_text_is_read_in_sku_order_and_rare_text_through_the_indexes(catalogue):
     assert connection.vendor == "postgresql"
     common, rare = searching.search("lamp", cap=100), searching.search("Side table 13 cm", cap=100)
