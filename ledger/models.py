@@ -162,6 +162,10 @@ class ItemQuerySet(models.QuerySet):
         )
 
 
+# Item states not indexed by age (`item_state_age`): every item of a new job is in the first, then the second.
+UNAGED_STATES = [ItemState.PREPARED, ItemState.SUBMITTED]
+
+
 class Item(models.Model):
     """(job, product, source revision at snapshot time): one unit of business work."""
 
@@ -174,8 +178,9 @@ class Item(models.Model):
     product = models.ForeignKey(
         Product, on_delete=models.PROTECT, related_name="items", db_index=False, db_constraint=False
     )
+    # Items of a revision are found through its product (`item_product_state`): no index of its own.
     source_revision = models.ForeignKey(
-        SourceRevision, on_delete=models.PROTECT, related_name="items", db_constraint=False
+        SourceRevision, on_delete=models.PROTECT, related_name="items", db_index=False, db_constraint=False
     )
     state = models.CharField(max_length=24, choices=ItemState.choices, default=ItemState.PREPARED)
     reason = models.TextField(blank=True)
@@ -222,7 +227,13 @@ class Item(models.Model):
             # the review queue and the operations groups, oldest first.
             models.Index(fields=["job", "state", "id"], name="item_job_state"),
             models.Index(fields=["job", "id"], name="item_job"),
-            models.Index(fields=["state", "updated_at", "id"], name="item_state_age"),
+            # Not the states a whole job passes through at once (a million items created, then sent),
+            # which nothing lists across jobs by age: creating or sending them leaves this index alone.
+            models.Index(
+                fields=["state", "updated_at", "id"],
+                name="item_state_age",
+                condition=~Q(state__in=UNAGED_STATES),
+            ),
             models.Index(fields=["product", "state"], name="item_product_state"),
             # Mostly empty columns: only the rows that have one are indexed.
             models.Index(
@@ -591,7 +602,8 @@ class Event(models.Model):
         ordering = ["id"]
         indexes = [
             models.Index(fields=["item", "id"], name="event_item"),
-            models.Index(fields=["job", "id"], name="event_job"),
+            # A job's own events (its state, its submissions'); an item's are found through the item.
+            models.Index(fields=["job", "id"], name="event_job", condition=Q(item__isnull=True)),
             models.Index(
                 fields=["submission"], name="event_submission", condition=Q(submission__isnull=False)
             ),

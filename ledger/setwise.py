@@ -13,8 +13,36 @@ def insert_from_select(
     values: Mapping[str, object] | None = None,
     from_sql: str,
     params: Sequence = (),
+    with_: Mapping[str, tuple[str, Sequence]] | None = None,
 ) -> int:
     """`INSERT INTO <model's table> (…) SELECT … FROM <from_sql>`; returns the number of rows written.
+
+    `with_` names statements (from `insert_select_sql`, or any query with its params) that
+    `from_sql` reads as tables: `WITH name AS (…) INSERT …`, one statement. An `INSERT … RETURNING`
+    there writes its rows in the same statement, and the database hands its returned rows on
+    without their passing through Python or being read again.
+    """
+    sql, args = insert_select_sql(model, select=select, values=values, from_sql=from_sql, params=params)
+    if with_:
+        sql = "WITH " + ", ".join(f"{name} AS ({query})" for name, (query, _) in with_.items()) + " " + sql
+        args = [*(arg for _, query_args in with_.values() for arg in query_args), *args]
+    connection = connections[router.db_for_write(model)]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, args)
+        return cursor.rowcount
+
+
+def insert_select_sql(
+    model: type[models.Model],
+    *,
+    select: Mapping[str, str],
+    values: Mapping[str, object] | None = None,
+    from_sql: str,
+    params: Sequence = (),
+    returning: Sequence[str] = (),
+) -> tuple[str, list]:
+    """The SQL and params of `insert_from_select`, unexecuted; `returning` names the columns of the
+    written rows it gives back (`RETURNING`), for another statement to read with `with_`.
 
     `select` maps field names to SQL expressions over `from_sql` (one value per row); `values`
     maps field names to one Python value for every row (a related object or its key for a foreign
@@ -57,6 +85,6 @@ def insert_from_select(
         f"INSERT INTO {connection.ops.quote_name(opts.db_table)} ({', '.join(columns)}) "
         f"SELECT {', '.join(expressions)} FROM {from_sql}"
     )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*constants, *params])
-        return cursor.rowcount
+    if returning:
+        sql += f" RETURNING {', '.join(connection.ops.quote_name(column) for column in returning)}"
+    return sql, [*constants, *params]

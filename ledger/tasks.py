@@ -20,12 +20,12 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 from django_q.tasks import async_task
 
 from . import actions, catalogue
-from .models import CollectorHeartbeat, Item, Submission, lease_end
+from .models import CollectorHeartbeat, Item, Job, Submission, lease_end
 from .providers import capabilities
 from .providers.base import Delivery
 from .states import ItemState, JobState, SubmissionState
@@ -200,14 +200,13 @@ def poll_everything(start: Start = async_task) -> int:
             started += attempt(start, SUBMISSION_WORK[state], submission_id, claim, True)
         else:
             started += attempt(start, SUBMISSION_WORK[state], submission_id, claim)
-    # Planning takes no claim: two planners of one job skip each other's locked items.
-    due_jobs = (
-        Item.objects.filter(state=ItemState.PREPARED, submission__isnull=True)
-        .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
-        .order_by()
-        .values_list("job_id", flat=True)
-        .distinct()
-    )
+    # Planning takes no claim: two planners of one job skip each other's locked items. Asked job by
+    # job (one index probe each, stopping at the first unsent item), not by reading every prepared
+    # item: a new job of a million items is all prepared.
+    unsent = Item.objects.filter(
+        job=OuterRef("pk"), state=ItemState.PREPARED, submission__isnull=True
+    ).filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
+    due_jobs = Job.objects.filter(Exists(unsent)).order_by().values_list("pk", flat=True)
     for job_id in due_jobs:
         started += attempt(start, "ledger.tasks.submit_job", job_id)
     mark, items = claim_due_applications(now)

@@ -1,7 +1,7 @@
 """Jobs: freezing a set of items, and whether an item's draft is still for its product's current
 revision (withdrawn or obsolete items move out of the way; the current revision is queued)."""
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from ..models import (
     DEFAULT_DESTINATION,
@@ -13,7 +13,7 @@ from ..models import (
     ProductStatus,
     PromptVersion,
 )
-from ..setwise import insert_from_select
+from ..setwise import insert_from_select, insert_select_sql
 from ..states import ItemState, JobState, ReasonCode
 from .core import NotAllowed, actor_name, change_state, enqueue
 
@@ -76,28 +76,35 @@ def create_job(
             destination=destination,
             unit_size=unit_size,
         )
-        # Items in SKU order, as the catalogue lists them; each item's event in the items' order.
-        items = insert_from_select(
-            Item,
-            select={"product": "id", "source_revision": "current_revision_id"},
-            values={"job": job},
-            from_sql=f"{products_sql} ORDER BY sku",
-            params=products_params,
-        )
-        if not items:
-            raise NotAllowed("No active products to work on")
-        insert_from_select(
-            Event,
-            select={"item": "id"},
-            values={
+        # Items in SKU order, as the catalogue lists them, and each item's event, in the items' order.
+        items = {
+            "select": {"product": "id", "source_revision": "current_revision_id"},
+            "values": {"job": job},
+            "from_sql": f"{products_sql} ORDER BY sku",
+            "params": products_params,
+        }
+        events = {
+            "select": {"item": "id"},
+            "values": {
                 "job": job,
                 "to_state": ItemState.PREPARED,
                 "actor": owner,
                 "actor_name": actor_name(owner),
             },
-            from_sql=f"{Item._meta.db_table} WHERE job_id = %s ORDER BY id",
-            params=[job.pk],
-        )
+        }
+        if connection.vendor == "postgresql":
+            # One statement: the events are written from the rows the items' INSERT returns, in the
+            # order it wrote them (ids given in SKU order), without reading the items back or sorting.
+            new_items = insert_select_sql(Item, **items, returning=["id"])
+            written = insert_from_select(
+                Event, **events, from_sql="new_items", with_={"new_items": new_items}
+            )
+        else:  # SQLite, the demo's database, writes no rows from a WITH clause
+            written = insert_from_select(Item, **items)
+            events_from = f"{Item._meta.db_table} WHERE job_id = %s ORDER BY id"
+            insert_from_select(Event, **events, from_sql=events_from, params=[job.pk])
+        if not written:
+            raise NotAllowed("No active products to work on")
         Event.objects.create(job=job, to_state=JobState.PREPARING, actor=owner, actor_name=actor_name(owner))
         enqueue("ledger.tasks.submit_job", job.pk)
     return job
