@@ -12,8 +12,10 @@ text contains is slow in two cases, and this module avoids both:
   a few hundred rows; the count is not read (it would mean checking every row).
 
 How rare each piece is, and how common the whole text is, come from a sample of the catalogue
-(a few thousand products, taken again every few minutes): a wrong guess only costs time, never a
-different answer. SQLite, the demo's database, searches by scanning."""
+(3,000 products drawn by pages, split into trigrams by pg_trgm; each web process takes it again
+every ten minutes, which costs the search that does it 0.1-0.4 s at 1.2 million products): a wrong
+guess only costs time, never a different answer. SQLite, the demo's database, searches by
+scanning."""
 
 import re
 import time
