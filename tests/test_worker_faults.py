@@ -64,6 +64,22 @@ def expected_story(item) -> list[str]:
     return ["prepared", "submission_uncertain", *["prepared"] * released, *UNDISTURBED_STORY[1:]]
 
 
+def all_reviewable_and_closed(job, n_products: int):
+    """Every item awaits review and every unit is collected (or failed). Items can get there first:
+    a worker killed between recording a unit's last results and closing it leaves the unit to the
+    next worker, once its lease has run out."""
+
+    def done() -> bool:
+        return (
+            Item.objects.filter(job=job, state=ItemState.AWAITING_REVIEW).count() == n_products
+            and not Submission.objects.filter(job=job)
+            .exclude(state__in=[SubmissionState.COLLECTED, SubmissionState.FAILED])
+            .exists()
+        )
+
+    return done
+
+
 def assert_ledger_as_undisturbed(
     job, emulator_url: str, n_products: int, provider, *, in_flight: "AnswersInFlight | None" = None
 ) -> None:
@@ -193,11 +209,11 @@ def test_killing_the_cluster_during_submission_and_collection_loses_and_repeats_
     settle(
         job,
         processes,
-        done=lambda: Item.objects.filter(job=job, state=ItemState.AWAITING_REVIEW).count() == n_products,
+        done=all_reviewable_and_closed(job, n_products),
         provider=provider,
         operator=operator,
         timeout=150,
-        what="every item to await review after the kills",
+        what="every item to await review and every unit to be closed after the kills",
     )
     assert_ledger_as_undisturbed(job, emulator_url, n_products, provider, in_flight=in_flight)
 
@@ -249,9 +265,9 @@ def test_two_clusters_on_redis_send_collect_and_apply_each_thing_once(processes)
     # With Redis the test's own enqueued tasks go nowhere the clusters listen: the collector's
     # schedule alone must find the work in the ledger.
     wait_until(
-        lambda: Item.objects.filter(job=job, state=ItemState.AWAITING_REVIEW).count() == n_products,
+        all_reviewable_and_closed(job, n_products),
         timeout=150,
-        what="every item to await review",
+        what="every item to await review and every unit to be closed",
     )
     assert_ledger_as_undisturbed(job, emulator_url, n_products, BY_NAME["emulator"])
     # Each unit was sent, seen to end and collected once, whichever cluster's worker did it.
@@ -390,11 +406,11 @@ def test_a_worker_that_died_after_its_create_call_left_is_reconciled_as_the_prov
     resent = settle(
         job,
         processes,
-        done=lambda: Item.objects.filter(job=job, state=ItemState.AWAITING_REVIEW).count() == n_products,
+        done=all_reviewable_and_closed(job, n_products),
         provider=provider,
         operator=operator,
         timeout=90,
-        what="every item to await review",
+        what="every item to await review and every unit to be closed",
     )
     assert_ledger_as_undisturbed(job, emulator_url, n_products, provider)
     dead.refresh_from_db()
