@@ -22,7 +22,8 @@ import time
 from dataclasses import dataclass
 
 from django.db import connection
-from django.db.models import Q, QuerySet, Value
+from django.db.models import BooleanField, Q, QuerySet, Value
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import StrIndex, Upper
 
 from ledger.models import Product, SourceRevision
@@ -39,8 +40,9 @@ FOUND_CAP = 1_000
 WALK_ROWS = 30_000
 MIN_FOUND_TO_WALK = 20
 PAGE_ROWS = 51
-# A piece with a trigram in more of the sample than this only adds reading to the lookup.
-USELESS_SHARE = 0.5
+# Checking a row the index found for the whole text costs about this many times what reading one
+# entry of a trigram's list of rows does.
+RECHECK_WEIGHT = 50
 # LIKE's own characters: a piece never holds one.
 _LIKE_SPECIAL = set("%_\\")
 
@@ -137,10 +139,11 @@ def _bitmaps(holding, size: int) -> dict[str, int]:
 
 
 def rare_pieces(q: str, rows: dict[str, int], sample_size: int, *, pieces: int = PIECES) -> list[str]:
-    """Up to `pieces` three-character pieces of `q` that together leave the fewest rows of a sample
-    of `sample_size` values (`rows`: trigram_rows of it), leaving out pieces nearly every value has
-    (they only add reading); [] when `q` has no piece an index can use (then the whole text is
-    asked for)."""
+    """Up to `pieces` three-character pieces of `q` for the index to look up, chosen on a sample of
+    `sample_size` values (`rows`: trigram_rows of it) for the least work: each trigram looked up
+    reads the rows holding it, and each row the pieces leave is checked for the whole text
+    (RECHECK_WEIGHT times the cost of reading one). [] when `q` has no piece an index can use (then
+    the whole text is asked for)."""
     everyone = (1 << sample_size) - 1
     candidates = []
     for start in range(len(q) - 2):
@@ -150,24 +153,24 @@ def rare_pieces(q: str, rows: dict[str, int], sample_size: int, *, pieces: int =
         found = like_trigrams(piece)
         if not found:
             continue
-        reading = sum(rows.get(t, 0).bit_count() for t in found)
-        if max(rows.get(t, 0).bit_count() for t in found) > USELESS_SHARE * sample_size:
-            continue
         holding = everyone
         for trigram in found:
             holding &= rows.get(trigram, 0)
-        candidates.append((piece, holding, reading))
+        candidates.append((piece, holding, found))
+
+    def work(left: int, looked_up: set[str]) -> int:
+        return left.bit_count() * RECHECK_WEIGHT + sum(rows.get(t, 0).bit_count() for t in looked_up)
+
     chosen: list[str] = []
-    left = everyone
+    left, looked_up = everyone, set()
     while candidates and len(chosen) < pieces:
-        piece, holding, _ = min(candidates, key=lambda c: ((left & c[1]).bit_count(), c[2]))
-        if chosen and (left & holding) == left:
-            break  # it leaves every row the others leave
+        piece, holding, found = min(candidates, key=lambda c: (work(left & c[1], looked_up | c[2]), c[0]))
+        if chosen and work(left & holding, looked_up | found) >= work(left, looked_up):
+            break  # it saves less than it costs
         chosen.append(piece)
         left &= holding
+        looked_up |= found
         candidates = [c for c in candidates if c[0].upper() != piece.upper()]
-        if not left:
-            break
     return chosen
 
 
@@ -229,6 +232,17 @@ def _containing(rows: QuerySet, field: str, q: str, pieces: list[str]) -> QueryS
     return rows.alias(whole_text_at=StrIndex(Upper(field), Upper(Value(q)))).filter(whole_text_at__gt=0)
 
 
+def among(model, field: str, values: list) -> Q | RawSQL:
+    """`field` is one of `values`. On PostgreSQL the values go as one array (`= ANY(%s)`): a thousand
+    placeholders cost Django and the driver more than the query costs the database."""
+    if connection.vendor != "postgresql":
+        return Q(**{f"{field}__in": values})
+    column = model._meta.get_field(field).column
+    return RawSQL(
+        f'"{model._meta.db_table}"."{column}" = ANY(%s)', [list(values)], output_field=BooleanField()
+    )
+
+
 @dataclass(frozen=True)
 class Search:
     """What a search selects: `walk`, a filter to read in SKU order (text common all over the
@@ -261,7 +275,7 @@ def search(q: str, *, cap: int) -> Search:
         # read every product to meet the few revisions found.
         revisions = list(titles.values_list("pk", flat=True)[: cap + 1])
         more = len(revisions) > cap
-        by_title = Product.objects.filter(current_revision__in=revisions)
+        by_title = Product.objects.filter(among(Product, "current_revision", revisions))
     # Each side on its own, so that each stops after `cap` + 1 (a UNION would read all of both first).
     found = dict(by_sku.order_by().values_list("pk", "sku")[: cap + 1])
     found.update(by_title.order_by().values_list("pk", "sku")[: cap + 1])
@@ -273,7 +287,7 @@ def found_products(rows: QuerySet, how: Search) -> QuerySet:
     """`rows` of the products found, also bounded by their first and last SKU. Matches are often
     neighbours in SKU order (`BENCH-004` finds BENCH-00400000 to BENCH-00409999); the bounds let
     the database start reading its SKU index where they start, not at the first product."""
-    rows = rows.filter(pk__in=how.ids)
+    rows = rows.filter(among(Product, "id", how.ids))
     return rows.filter(sku__gte=min(how.skus), sku__lte=max(how.skus)) if how.skus else rows
 
 

@@ -49,7 +49,9 @@ def test_pieces_that_narrow_together_are_chosen():
     titles = [f"{noun} {size} cm, {colour}" for noun in NOUNS for colour in COLOURS for size in range(10, 60)]
     pieces = rare_pieces("Desk lamp 54 cm, ochre", trigram_rows(titles), len(titles))
     left = [t for t in titles if all(p.upper() in t.upper() for p in pieces)]
-    assert left == ["Desk lamp 54 cm, ochre"]
+    assert "Desk lamp 54 cm, ochre" in left and len(left) <= 4  # of 600
+    # A piece is not worth a trigram in a third of the rows when a rarer one narrows as much.
+    assert not {"sk ", "p 5", " 54"} & set(pieces)
     assert rare_pieces("54", trigram_rows(titles), len(titles)) == []  # no piece of three characters
     assert rare_pieces("a%b_c", trigram_rows(titles), len(titles)) == []  # LIKE's own characters
 
