@@ -5,7 +5,9 @@ import re
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 
+from django.conf import settings
 from django.http import HttpRequest
+from django.urls import get_script_prefix, get_urlconf, reverse
 from django_htmx.middleware import HtmxDetails
 
 from ledger.models import ItemTally, Job, SourceRevision
@@ -110,3 +112,20 @@ def word_diff(before: str, after: str) -> list[tuple[str, str]]:
         if j2 > j1:
             pieces.append(("insert", "".join(new[j1:j2])))
     return pieces
+
+
+# --- addresses of many rows --------------------------------------------------------------------
+
+_ID_MARK = 918_273_645_546
+_id_urls: dict[tuple, str] = {}
+
+
+def url_of(name: str, pk: int) -> str:
+    """`reverse(name, args=[pk])` for an address with one id in it, at a fraction of the cost: a
+    list of fifty rows with three links each spent 4 ms in `reverse` (Django matches every
+    pattern's converters each time). The address is reversed once with a mark in the id's place."""
+    key = (name, get_script_prefix(), get_urlconf() or settings.ROOT_URLCONF)
+    pattern = _id_urls.get(key)
+    if pattern is None:
+        pattern = _id_urls[key] = reverse(name, args=[_ID_MARK]).replace(str(_ID_MARK), "{}", 1)
+    return pattern.format(int(pk))

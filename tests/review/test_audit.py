@@ -405,3 +405,29 @@ def test_staff_admins_see_the_ledger_and_other_staff_do_not(client, one_of_each)
     assert client.get(admin_url(Item, "changelist")).status_code == 200
     client.force_login(UserFactory(roles=["operator"]))
     assert client.get(admin_url(Item, "changelist")).status_code == 302
+
+
+def test_the_rows_links_and_times_are_what_url_and_date_make(settings):
+    """The audit makes each row's links and time in Python; they are what the template tags made."""
+    from django.template import Context, Template
+    from django.urls import reverse, set_script_prefix
+    from django.utils import timezone
+
+    from review.audit import AuditRow
+    from review.common import url_of
+
+    for name in ("job_detail", "item_detail", "audit_events"):
+        for pk in (1, 42, 2**40):
+            assert url_of(name, pk) == reverse(name, args=[pk])
+    set_script_prefix("/desk/")
+    try:
+        assert url_of("item_detail", 7) == reverse("item_detail", args=[7]) == "/desk/items/7/"
+    finally:
+        set_script_prefix("/")
+    settings.TIME_ZONE = "Europe/Berlin"
+    moment = timezone.now()
+    row = AuditRow(Approval(approved_at=moment), None)
+    shown = Template("""{{ at|date:'c' }} {{ at|date:"Y-m-d H:i" }}""")
+    with timezone.override("Europe/Berlin"):
+        assert f"{row.approved_at_iso} {row.approved_at_shown}" == shown.render(Context({"at": moment}))
+        assert "+01:00" in row.approved_at_iso or "+02:00" in row.approved_at_iso
