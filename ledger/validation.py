@@ -5,6 +5,7 @@ import json
 import re
 from collections.abc import Iterator
 
+import jiter
 import jsonschema
 
 from .models import PromptVersion, SourceRevision, canonical_json
@@ -100,7 +101,7 @@ class DraftChecker:
         text = output
         if self.validator is not None:
             try:
-                data = json.loads(output)
+                data = read_json(output)
             except ValueError:
                 return (
                     output,
@@ -153,6 +154,16 @@ class DraftChecker:
             for word, pattern in claimed
             if not pattern.search(source)
         ]
+
+
+def read_json(text: str) -> object:
+    """`json.loads(text)`, read by jiter (pydantic's parser, several times faster) when it can: it
+    refuses what the json module reads beyond strict JSON (NaN, Infinity, a lone surrogate), which
+    the json module then reads."""
+    try:
+        return jiter.from_json(text.encode(), allow_inf_nan=False, cache_mode="keys")
+    except (UnicodeEncodeError, ValueError):
+        return json.loads(text)
 
 
 @functools.lru_cache(maxsize=64)

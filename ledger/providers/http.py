@@ -25,10 +25,16 @@ def _finite(text: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
+# One decoder for every line (`json.loads` with arguments builds a new one at each call).
+_DECODER = json.JSONDecoder(parse_constant=lambda name: None, parse_float=_finite)
+
+
 def loads(text: str) -> object:
     """JSON as a provider wrote it, with NaN, Infinity and numbers too large for a float read as
     null: none of them is JSON, and a JSON column would refuse to store them."""
-    return json.loads(text, parse_constant=lambda name: None, parse_float=_finite)
+    if text.startswith("\ufeff"):
+        return json.loads(text)  # refused, with the json module's own words for it
+    return _DECODER.decode(text)
 
 
 def unreadable_result(

@@ -303,3 +303,26 @@ def test_collecting_the_same_output_again_in_chunks_changes_nothing(settings):
 
     assert ledger_of(job) == before
     assert Event.objects.filter(item__job=job).count() == item_events
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        [],
+        {},
+        {"version": 12},
+        {"version": True},
+        {"version": "12"},
+        {"version": 1, "more": 2},
+        ["a"],
+        0,
+        "",
+        None,
+        False,
+    ],
+    ids=repr,
+)
+def test_json_a_chunk_writes_directly_is_what_the_json_module_writes(value):
+    from ledger.actions.recording import json_text
+
+    assert json_text(value) == json.dumps(value)
