@@ -52,7 +52,7 @@ from .models import (
     ProductStatus,
     SourceRevision,
 )
-from .setwise import insert_from_select
+from .setwise import insert_from_select, insert_select_sql
 from .states import ItemState, sources_for
 
 log = logging.getLogger(__name__)
@@ -523,7 +523,8 @@ def _write_revisions_with_their_ids(cursor, *, created: int, revised: int, now) 
     (sequence,) = cursor.fetchone()
     next_id = f"nextval('{sequence}'::regclass)"
     if created:
-        insert_from_select(
+        # The new products' ids come back from the statement that writes them.
+        products, params = insert_select_sql(
             Product,
             select={
                 "sku": "s.sku",
@@ -532,10 +533,12 @@ def _write_revisions_with_their_ids(cursor, *, created: int, revised: int, now) 
                 "line_digest": "s.line_digest",
             },
             from_sql=f"{_NEW} ORDER BY s.sku",
+            returning=("sku", "id", "current_revision_id"),
         )
         cursor.execute(
-            f"INSERT INTO {_KNOWN} (sku, product_id, new_revision_id) "
-            f"SELECT p.sku, p.id, p.current_revision_id FROM {_PRODUCTS} p WHERE p.sku IN (SELECT s.sku FROM {_NEW})"
+            f"WITH created AS ({products}) INSERT INTO {_KNOWN} (sku, product_id, new_revision_id) "
+            "SELECT sku, id, current_revision_id FROM created",
+            params,
         )
     if revised:
         cursor.execute(
