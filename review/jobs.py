@@ -26,7 +26,7 @@ from ledger.providers import capabilities
 from ledger.states import JobState, SubmissionState, needs_attention
 from ledger.validation import render_user_message
 
-from .common import WORKING_JOB_STATES, HtmxHttpRequest, progress_of, state_counts, wants_partial
+from .common import WORKING_JOB_STATES, HtmxHttpRequest, progress_of, state_counts, url_of, wants_partial
 from .forms import ItemFilterForm
 from .paging import COUNT_CAP, capped_count, screen_page
 from .permissions import APPROVERS, OPERATOR, VIEWERS, has_role, may_cancel, role_required
@@ -36,7 +36,7 @@ from .search import among, products_with_sku
 JOBS_PER_PAGE = 25
 ITEMS_PER_PAGE = 50
 # A job of a million items at 500 a unit has 2,000 submissions: the page shows them a page at a time.
-SUBMISSIONS_PER_PAGE = 25
+SUBMISSIONS_PER_PAGE = 10
 # A SKU filter looks for the job's items of at most this many products whose SKU contains it.
 SKU_PRODUCTS_CAP = 200
 
@@ -300,6 +300,11 @@ def job_detail(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
                 )
                 items = items.filter(among(Item, "id", matching[:COUNT_CAP]))
                 count = (min(len(matching), COUNT_CAP), len(matching) > COUNT_CAP)
+    page = screen_page(
+        items, order=["id"], per_page=ITEMS_PER_PAGE, page=request.GET.get("page"), count=count
+    )
+    for item in page.object_list:
+        item.detail_url = url_of("item_detail", item.pk)
     context = {
         "job": job,
         **progress,
@@ -308,9 +313,7 @@ def job_detail(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
         "filters": filters,
         "sku_capped": sku_capped,
         "found_cap": SKU_PRODUCTS_CAP,
-        "page": screen_page(
-            items, order=["id"], per_page=ITEMS_PER_PAGE, page=request.GET.get("page"), count=count
-        ),
+        "page": page,
     }
     if job.state != JobState.CANCELLED and may_cancel(request.user, job):
         # What cancel_job would stop: the items from the counts on the page, the running batches counted.

@@ -11,6 +11,7 @@ from django.urls import reverse
 from ledger.models import Event, Item, Job, ProductStatus, PromptVersion, Submission
 from ledger.pricing import price_for
 from ledger.states import ItemState, JobState, SubmissionState
+from review.jobs import SUBMISSIONS_PER_PAGE
 from tests.factories import ItemFactory, JobFactory, ProductFactory, UserFactory, add_version
 
 pytestmark = pytest.mark.django_db
@@ -433,7 +434,8 @@ def many_submissions(job, n: int, *, open_every: int = 1) -> list[Submission]:
 def test_the_job_page_shows_its_submissions_a_page_at_a_time(client, operator, job):
     """A job of a million items has thousands of submissions: a page of them, their count, and links
     through the rest; cancelling still counts every running one."""
-    made = many_submissions(job, 31, open_every=2)
+    per_page = SUBMISSIONS_PER_PAGE
+    made = many_submissions(job, 2 * per_page + 3, open_every=2)
     ItemFactory(job=job, submitted=True)
     Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING)
     client.force_login(operator)
@@ -441,21 +443,26 @@ def test_the_job_page_shows_its_submissions_a_page_at_a_time(client, operator, j
     first = client.get(url)
     html = first.content.decode()
     shown = [row.submission.pk for row in first.context["submissions"]]
-    assert shown == [s.pk for s in made[:25]]
-    assert "31 batches" in html and "batch_024" in html and "batch_025" not in html
-    assert first.context["cancel"]["batches"] == 16  # every open one, not only those on the page
+    assert shown == [s.pk for s in made[:per_page]]
+    assert f"{len(made)} batches" in html and made[per_page - 1].provider_ref in html
+    assert made[per_page].provider_ref not in html
+    # Every open one, not only those on the page.
+    assert first.context["cancel"]["batches"] == sum(s.state == SubmissionState.OPEN for s in made)
     following = first.context["submissions_page"].next_page
     second = client.get(url, {"submissions_page": following, "state": ItemState.SUBMITTED})
-    assert [row.submission.pk for row in second.context["submissions"]] == [s.pk for s in made[25:]]
+    assert [row.submission.pk for row in second.context["submissions"]] == [
+        s.pk for s in made[per_page : 2 * per_page]
+    ]
     assert len(second.context["page"].object_list) == 1  # the items' filter is kept
     # The progress panel polls its own address, on the same page of submissions.
     assert 'hx-get="' + url + "?submissions_page=" in second.content.decode()
     poll = client.get(
         url, {"submissions_page": following}, headers={"HX-Request": "true", "HX-Target": "job-progress"}
     )
-    assert "batch_030" in poll.content.decode() and "batch_000" not in poll.content.decode()
+    assert made[per_page].provider_ref in poll.content.decode()
+    assert made[0].provider_ref not in poll.content.decode()
     last = client.get(url, {"submissions_page": "last"})
-    assert [row.submission.pk for row in last.context["submissions"]] == [s.pk for s in made[-25:]]
+    assert [row.submission.pk for row in last.context["submissions"]] == [s.pk for s in made[-per_page:]]
     assert client.get(url, {"submissions_page": "junk"}).context["submissions"][0].submission.pk == made[0].pk
 
 
