@@ -4,30 +4,41 @@ JSON also accepts snake_case on input, so both are read).
 
 - `POST /v1beta/models/{model}:batchGenerateContent` with
   `{"batch": {"displayName", "inputConfig": {"requests": {"requests": [{"request", "metadata": {"key"}}]}}}}`
-  answers a long-running Operation `{"name": "batches/…", "metadata": GenerateContentBatch}`.
-- `GET /v1beta/batches/{id}` the Operation; once ended `done: true`, and the responses inline,
-  both in `metadata.output` (where the SDK reads them) and in `response` (where the REST guide
-  reads them), each `{"response": GenerateContentResponse | "error": google.rpc.Status,
-  "metadata": {"key"}}`.
+  or `"inputConfig": {"fileName": "files/…"}` answers a long-running Operation
+  `{"name": "batches/…", "metadata": GenerateContentBatch}`.
+- `GET /v1beta/batches/{id}` the Operation; once ended `done: true`, and the results both in
+  `metadata.output` (where the SDK reads them) and in `response` (where the REST guide reads
+  them): inline batches `inlinedResponses.inlinedResponses`, each `{"response":
+  GenerateContentResponse | "error": google.rpc.Status, "metadata": {"key"}}`; file batches
+  `responsesFile: "files/batch-…"`, a JSONL file of `{"key", "response" | "error"}` lines.
 - `GET /v1beta/batches?pageSize&pageToken` `{"operations": [...], "nextPageToken"}`, newest first.
 - `POST /v1beta/batches/{id}:cancel` `{}`; `DELETE /v1beta/batches/{id}` `{}`.
+- The Files API as the SDK and the REST guide use it: a resumable upload started with
+  `POST /upload/v1beta/files` (`X-Goog-Upload-Protocol: resumable`, `X-Goog-Upload-Command:
+  start`, `X-Goog-Upload-Header-Content-Length`, body `{"file": {"displayName"}}`), answered with
+  an `X-Goog-Upload-URL`; the bytes are posted there (`X-Goog-Upload-Command: upload[, finalize]`,
+  `X-Goog-Upload-Offset`), the last answer `X-Goog-Upload-Status: final` and `{"file": File}`.
+  `GET /v1beta/files/{id}`; a generated file's bytes at `GET /download/v1beta/files/{id}:download?alt=media`
+  (the REST guide) or `GET /v1beta/files/{id}:download?alt=media` (the SDK).
 - Errors in Google's envelope `{"error": {"code", "message", "status"}}`.
 
 Nothing runs in the background: a batch is brought up to date from timestamps whenever it is
 read. It is `BATCH_STATE_PENDING` for `pending_ms`, then `RUNNING`, one request per
-`per_request_ms` of simulated time, then `SUCCEEDED` with every response inline. A cancelled
-batch keeps the responses of the requests that ran before the cancel; an expired batch (48 h on
-the real service: here `expire_after_ms`, or `expire_rate` of batches) has none at all.
+`per_request_ms` of simulated time, then `SUCCEEDED` with every response. A cancelled batch keeps
+the responses of the requests that ran before the cancel; an expired batch (48 h on the real
+service: here `expire_after_ms`, or `expire_rate` of batches) has none at all.
 
-Results are inline, so there is no download: `cut_downloads` does not apply. Per-request
-expiry does not exist on Gemini either: `expire_rate` picks whole batches that expire.
-`keyless_responses` writes every inlined response without its request's `metadata`, as users
-report the service answering (googleapis/python-genai#2008, googleapis/js-genai#1191), though
-the REST reference and the SDK's `InlinedResponse` have the field.
+`cut_downloads` cuts the download of a responses file; inline results have no download to cut.
+Per-request expiry does not exist on Gemini either: `expire_rate` picks whole batches that
+expire. `keyless_responses` writes every response without its request's key (inline: no
+`metadata`; file: no `key`), as users report the service answering inline requests
+(googleapis/python-genai#2008, googleapis/js-genai#1191), though the REST reference and the SDK's
+`InlinedResponse` have the field.
 """
 
 import base64
 import hashlib
+import json
 import math
 import random
 import time
@@ -38,12 +49,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from werkzeug.routing import Rule
-from werkzeug.wrappers import Request
+from werkzeug.wrappers import Request, Response
 
 from . import textgen
-from .server import ApiError, EmulatorServer, FaultKnobs, LoseAnswer, flag, knob
+from .server import ApiError, Download, EmulatorServer, FaultKnobs, LoseAnswer, flag, knob
 
 MAX_INLINE_BYTES = 20 * 1024 * 1024  # inline requests in one create call [GEM-GUIDE]
+MAX_FILE_BYTES = 2_000_000_000  # an input file, "2 GB" read as the smaller figure [GEM-GUIDE]
+FILE_LIFETIME = 48 * 3600  # the Files API keeps a file 48 hours (unconfirmed for batch output)
+UPLOAD_GRANULARITY = 8 * 1024 * 1024  # X-Goog-Upload-Chunk-Granularity, as the SDK's chunks
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000
 ENDED = {"BATCH_STATE_SUCCEEDED", "BATCH_STATE_FAILED", "BATCH_STATE_CANCELLED", "BATCH_STATE_EXPIRED"}
@@ -128,7 +142,7 @@ def chat_body(model: str, request: dict) -> dict:
 
 @dataclass
 class GeminiKnobs(FaultKnobs):
-    # Every inlined response comes without its request's metadata (so without our key).
+    # Every response comes without its request's key (inline: no `metadata`; file: no `key`).
     keyless_responses: bool = knob(False, flag)
 
 
@@ -157,10 +171,34 @@ class _Batch:
     expiring: bool = False  # picked by `expire_rate`: runs nothing, ends EXPIRED
     inlined: list[dict] | None = None  # the inlined responses, written when the batch ends
     stats: dict = field(default_factory=dict)
+    input_file: str = ""  # `files/…` when the requests came in a file: the responses go in one too
+    responses_file: str = ""  # `files/batch-…`, written when a file batch ends with responses
 
     @property
     def name(self) -> str:
         return f"batches/{self.id}"
+
+
+@dataclass
+class _File:
+    id: str
+    display_name: str
+    mime_type: str
+    content: bytes
+    created: float
+    source: str  # UPLOADED (by a client) or GENERATED (a batch's responses)
+
+    @property
+    def name(self) -> str:
+        return f"files/{self.id}"
+
+
+@dataclass
+class _Upload:
+    display_name: str
+    mime_type: str
+    declared: int | None  # X-Goog-Upload-Header-Content-Length, when the start said it
+    data: bytearray = field(default_factory=bytearray)
 
 
 class GeminiEmulator(EmulatorServer):
@@ -178,6 +216,8 @@ class GeminiEmulator(EmulatorServer):
         self._attempts: Counter = Counter()
         self._inferences: Counter = Counter()
         self._intents: Counter = Counter()  # batches created per display name, deleted ones too
+        self._files: dict[str, _File] = {}
+        self._uploads: dict[str, _Upload] = {}
         super().__init__(**kwargs)
 
     # --- the protocol's plumbing ------------------------------------------------------------
@@ -189,6 +229,11 @@ class GeminiEmulator(EmulatorServer):
             Rule("/v1beta/batches/<batch_id>", endpoint="get_batch", methods=["GET"]),
             Rule("/v1beta/batches/<batch_id>", endpoint="delete_batch", methods=["DELETE"]),
             Rule("/v1beta/batches/<batch_id>:cancel", endpoint="cancel_batch", methods=["POST"]),
+            Rule("/upload/v1beta/files", endpoint="upload_file", methods=["POST"]),
+            Rule("/v1beta/files/<file_id>", endpoint="get_file", methods=["GET"]),
+            Rule("/v1beta/files/<file_id>", endpoint="delete_file", methods=["DELETE"]),
+            Rule("/v1beta/files/<file_id>:download", endpoint="download_file", methods=["GET"]),
+            Rule("/download/v1beta/files/<file_id>:download", endpoint="download_file", methods=["GET"]),
         ]
 
     def error(
@@ -220,6 +265,7 @@ class GeminiEmulator(EmulatorServer):
             "inferences": dict(self._inferences),
             "batches": len(self._batches),
             "batches_by_intent": dict(self._intents),
+            "files": {file.name: file.source for file in self._files.values()},
         }
 
     def advance(self) -> None:
@@ -243,20 +289,30 @@ class GeminiEmulator(EmulatorServer):
                 400, "* BatchGenerateContentRequest.batch.display_name: display_name is required"
             )
         input_config = _get(batch_body, "inputConfig")
-        if _get(input_config, "fileName") is not None:
-            raise self.error(
-                400, "The emulator serves inline requests only, not files/…", code="UNIMPLEMENTED"
-            )
-        entries = _get(_get(input_config, "requests"), "requests")
-        if not isinstance(entries, list) or not entries:
-            raise self.error(400, "* BatchGenerateContentRequest.batch.input_config: requests are required")
-        for number, entry in enumerate(entries):
-            if not isinstance(_get(entry, "request"), dict):
-                raise self.error(400, f"* requests[{number}].request: a GenerateContentRequest is required")
-            if not isinstance(_get(entry, "metadata") or {}, dict):
-                raise self.error(400, f"* requests[{number}].metadata: must be a map of strings")
+        file_name = _get(input_config, "fileName")
+        unreadable = ""
+        if file_name is not None:
+            # The lines are read when the batch is created; one that cannot be read fails the
+            # whole batch when it would start, as repeated keys do.
+            entries, unreadable = self._file_entries(file_name)
+        else:
+            entries = _get(_get(input_config, "requests"), "requests")
+            if not isinstance(entries, list) or not entries:
+                raise self.error(
+                    400, "* BatchGenerateContentRequest.batch.input_config: requests are required"
+                )
+            for number, entry in enumerate(entries):
+                if not isinstance(_get(entry, "request"), dict):
+                    raise self.error(
+                        400, f"* requests[{number}].request: a GenerateContentRequest is required"
+                    )
+                if not isinstance(_get(entry, "metadata") or {}, dict):
+                    raise self.error(400, f"* requests[{number}].metadata: must be a map of strings")
         keys = Counter((_get(entry, "metadata") or {}).get("key") for entry in entries)
         repeated = sorted(str(key) for key, times in keys.items() if key is not None and times > 1)
+        refusal = unreadable or (
+            f"Duplicate request keys in the batch: {', '.join(repeated)[:500]}" if repeated else ""
+        )
         with self.lock:
             now = time.time()
             requests = []
@@ -272,9 +328,8 @@ class GeminiEmulator(EmulatorServer):
                 updated=now,
                 requests=requests,
                 # Accepted, then failed as a whole: the service checks keys when it runs the batch.
-                refusal=f"Duplicate request keys in the batch: {', '.join(repeated)[:500]}"
-                if repeated
-                else "",
+                refusal=refusal,
+                input_file=file_name or "",
             )
             self._batches[batch.id] = batch
             self._intents[display_name] += 1
@@ -327,6 +382,194 @@ class GeminiEmulator(EmulatorServer):
             del self._batches[batch_id]
             return {}
 
+    # --- the Files API ------------------------------------------------------------------------
+
+    def _outside_api(self, request: Request) -> None:
+        """Calls under `/upload/` and `/download/` are not under `/v1beta/`: checked and admitted
+        (fault knobs) here as the shared plumbing does for the rest."""
+        if not request.path.startswith(self.api_prefix):
+            self.authenticate(request)
+            self.admit(request.method, request.path)
+
+    def upload_file(self, request: Request) -> Response:
+        """The resumable upload: a start (no `upload_id`), then the bytes to the upload URL."""
+        upload_id = request.args.get("upload_id")
+        if upload_id is None:
+            return self._start_upload(request)
+        # The upload URL is its own credential (the SDK sends no key there); faults still apply.
+        self.admit(request.method, request.path)
+        command = {part.strip() for part in request.headers.get("X-Goog-Upload-Command", "").split(",")}
+        with self.lock:
+            upload = self._uploads.get(upload_id)
+            if upload is None:
+                raise self.error(404, "No upload session with this id (finished, or never started).")
+            if "query" in command:
+                return self._upload_answer("active", received=len(upload.data))
+            if "upload" not in command:
+                raise self.error(400, "X-Goog-Upload-Command must be upload, finalize or query.")
+            try:
+                offset = int(request.headers.get("X-Goog-Upload-Offset", ""))
+            except ValueError:
+                raise self.error(400, "X-Goog-Upload-Offset is required.") from None
+            if offset != len(upload.data):
+                raise self.error(400, f"Offset {offset} does not continue the upload at {len(upload.data)}.")
+            upload.data += request.get_data()
+            if len(upload.data) > MAX_FILE_BYTES:
+                del self._uploads[upload_id]
+                raise self.error(400, f"The file is larger than {MAX_FILE_BYTES} bytes.")
+            if "finalize" not in command:
+                return self._upload_answer("active", received=len(upload.data))
+            if upload.declared is not None and upload.declared != len(upload.data):
+                del self._uploads[upload_id]
+                raise self.error(400, f"Received {len(upload.data)} bytes, {upload.declared} were announced.")
+            del self._uploads[upload_id]
+            stored = self._store(upload.display_name, upload.mime_type, bytes(upload.data), source="UPLOADED")
+            body = {"file": self._file_resource(stored, request)}
+        return self._upload_answer("final", body=body)
+
+    def _start_upload(self, request: Request) -> Response:
+        self._outside_api(request)
+        if request.headers.get("X-Goog-Upload-Protocol", "").lower() != "resumable":
+            raise self.error(400, "Only the resumable upload protocol is served (X-Goog-Upload-Protocol).")
+        if request.headers.get("X-Goog-Upload-Command", "").strip().lower() != "start":
+            raise self.error(400, "A resumable upload starts with X-Goog-Upload-Command: start.")
+        declared_text = request.headers.get("X-Goog-Upload-Header-Content-Length")
+        try:
+            declared = None if declared_text is None else int(declared_text)
+        except ValueError:
+            raise self.error(400, "X-Goog-Upload-Header-Content-Length must be a number.") from None
+        if declared is not None and declared > MAX_FILE_BYTES:
+            raise self.error(400, f"The file is larger than {MAX_FILE_BYTES} bytes.")
+        body = self.json_body(request) if request.get_data() else {}
+        file_body = _get(body, "file") or {}
+        display_name = _get(file_body, "displayName")
+        upload = _Upload(
+            display_name=display_name if isinstance(display_name, str) else "",
+            mime_type=request.headers.get("X-Goog-Upload-Header-Content-Type")
+            or str(_get(file_body, "mimeType") or "application/octet-stream"),
+            declared=declared,
+        )
+        upload_id = uuid.uuid4().hex + uuid.uuid4().hex
+        with self.lock:
+            self._uploads[upload_id] = upload
+        url = f"{request.host_url.rstrip('/')}/upload/v1beta/files?upload_id={upload_id}&upload_protocol=resumable"
+        response = self._upload_answer("active")
+        response.headers["X-Goog-Upload-URL"] = url
+        response.headers["X-Goog-Upload-Chunk-Granularity"] = str(UPLOAD_GRANULARITY)
+        return response
+
+    @staticmethod
+    def _upload_answer(status: str, *, body: dict | None = None, received: int | None = None) -> Response:
+        response = Response(
+            json.dumps(body) if body is not None else b"",
+            mimetype="application/json" if body is not None else "text/plain",
+        )
+        response.headers["X-Goog-Upload-Status"] = status
+        if received is not None:
+            response.headers["X-Goog-Upload-Size-Received"] = str(received)
+        return response
+
+    def get_file(self, request: Request, file_id: str) -> dict:
+        with self.lock:
+            return self._file_resource(self._file(file_id), request)
+
+    def delete_file(self, request: Request, file_id: str) -> dict:
+        with self.lock:
+            self._file(file_id)
+            del self._files[file_id]
+            return {}
+
+    def download_file(self, request: Request, file_id: str) -> Download:
+        self._outside_api(request)
+        if request.args.get("alt") != "media":
+            raise self.error(400, "Downloading a file's bytes takes alt=media.")
+        with self.lock:
+            stored = self._file(file_id)
+            if stored.source != "GENERATED":
+                # As the SDK says: only generated files can be downloaded.
+                raise self.error(
+                    400, f"File {stored.name} was uploaded; only generated files can be downloaded."
+                )
+        return self.download(stored.name, stored.content, "application/jsonl")
+
+    def _file(self, file_id: str) -> _File:
+        stored = self._files.get(file_id)
+        if stored is None:
+            raise self.error(
+                403,
+                f"You do not have permission to access the File {file_id} or it may not exist.",
+                code="PERMISSION_DENIED",
+            )
+        return stored
+
+    def _store(
+        self, display_name: str, mime_type: str, content: bytes, *, source: str, file_id: str = ""
+    ) -> _File:
+        """Keep a file (callers hold the lock)."""
+        stored = _File(
+            id=file_id or uuid.uuid4().hex[:12],
+            display_name=display_name,
+            mime_type=mime_type,
+            content=content,
+            created=time.time(),
+            source=source,
+        )
+        self._files[stored.id] = stored
+        return stored
+
+    def _file_resource(self, stored: _File, request: Request) -> dict:
+        root = request.host_url.rstrip("/")
+        resource = {
+            "name": stored.name,
+            "displayName": stored.display_name,
+            "mimeType": stored.mime_type,
+            "sizeBytes": str(len(stored.content)),
+            "createTime": _timestamp(stored.created),
+            "updateTime": _timestamp(stored.created),
+            "expirationTime": _timestamp(stored.created + FILE_LIFETIME),
+            "sha256Hash": base64.b64encode(hashlib.sha256(stored.content).hexdigest().encode()).decode(),
+            "uri": f"{root}/v1beta/{stored.name}",
+            "state": "ACTIVE",
+            "source": stored.source,
+        }
+        if stored.source == "GENERATED":
+            resource["downloadUri"] = f"{root}/download/v1beta/{stored.name}:download?alt=media"
+        return {key: value for key, value in resource.items() if value != ""}
+
+    def _file_entries(self, file_name: Any) -> tuple[list[dict], str]:
+        """The requests of an uploaded JSONL file as inline entries, and why the batch will fail
+        when one of its lines cannot be read ("" when all can)."""
+        file_id = file_name.removeprefix("files/") if isinstance(file_name, str) else ""
+        with self.lock:
+            stored = self._files.get(file_id)
+        if stored is None or not file_id:
+            raise self.error(
+                400, f"* BatchGenerateContentRequest.batch.input_config.file_name: {file_name} not found"
+            )
+        entries: list[dict] = []
+        problems: list[str] = []
+        for number, text in enumerate(stored.content.decode("utf-8", "replace").splitlines(), start=1):
+            if not text.strip():
+                continue
+            try:
+                line = json.loads(text)
+            except ValueError:
+                problems.append(f"line {number}: not JSON")
+                continue
+            if not isinstance(line, dict) or not isinstance(_get(line, "request"), dict):
+                problems.append(f"line {number}: no GenerateContentRequest in 'request'")
+                continue
+            entry: dict = {"request": _get(line, "request")}
+            if line.get("key") is not None:
+                entry["metadata"] = {"key": line["key"]}
+            entries.append(entry)
+        if not entries and not problems:
+            raise self.error(
+                400,
+                f"* BatchGenerateContentRequest.batch.input_config.file_name: {file_name} has no requests",
+            )
+        return entries, ("Invalid input file: " + "; ".join(problems)[:500]) if problems else ""
+
     # --- the simulation (callers hold the lock) ------------------------------------------
 
     def _batch(self, batch_id: str) -> _Batch:
@@ -348,12 +591,17 @@ class GeminiEmulator(EmulatorServer):
             "state": batch.state,
             "name": batch.name,
         }
+        if batch.input_file:
+            metadata["inputConfig"] = {"fileName": batch.input_file}
         operation: dict = {"name": batch.name, "metadata": metadata}
         if batch.ended is not None:
             metadata["endTime"] = _timestamp(batch.ended)
             operation["done"] = True
             if batch.state == "BATCH_STATE_FAILED":
                 operation["error"] = {"code": INVALID_ARGUMENT, "message": batch.refusal}
+            elif batch.responses_file:
+                metadata["output"] = {"responsesFile": batch.responses_file}
+                operation["response"] = {"@type": OUTPUT_TYPE, **metadata["output"]}
             elif batch.inlined is not None:
                 metadata["output"] = {"inlinedResponses": {"inlinedResponses": batch.inlined}}
                 operation["response"] = {"@type": OUTPUT_TYPE, **metadata["output"]}
@@ -426,7 +674,21 @@ class GeminiEmulator(EmulatorServer):
                 "successfulRequestCount": succeeded + self.knobs.count_mismatch,
                 "failedRequestCount": len(ran) - succeeded,
             }
-            batch.inlined = self._spoil(batch, ran, at)
+            spoiled = self._spoil(batch, ran, at)
+            if batch.input_file:
+                content = b"".join(_file_line(answer) + b"\n" for answer in spoiled)
+                # Named after the batch, as Google's are (`files/batch-…`; a file id is at most 40
+                # lowercase letters, digits and dashes).
+                stored = self._store(
+                    f"{batch.name}-responses",
+                    "application/jsonl",
+                    content,
+                    source="GENERATED",
+                    file_id=f"batch-{batch.id[:32]}",
+                )
+                batch.responses_file = stored.name
+            else:
+                batch.inlined = spoiled
         else:
             batch.stats = {"requestCount": len(batch.requests)}
 
@@ -495,3 +757,16 @@ class GeminiEmulator(EmulatorServer):
         for answer in extra:
             spoiled.insert(rng.randint(0, len(spoiled)), answer)
         return spoiled
+
+
+def _file_line(answer: dict) -> bytes:
+    """An inlined response as a line of a responses file: `{"key", "response" | "error"}`. An answer
+    whose key is not a string is written as the broken line it stands for (not JSON)."""
+    line = {name: value for name, value in answer.items() if name != "metadata"}
+    metadata = answer.get("metadata")
+    if isinstance(metadata, dict):
+        key = metadata.get("key")
+        if not isinstance(key, str):
+            return f'{{"key": {json.dumps(key)}, "response": {{"candidates": ['.encode()
+        line = {"key": key, **line}
+    return json.dumps(line, ensure_ascii=False, separators=(",", ":")).encode("utf-8")

@@ -32,6 +32,8 @@ class Delivery(StrEnum):
     FILE = "file"  # a results file is downloaded once the unit has ended
     INLINE = "inline"  # the results come inside the provider's answer about the unit
     PER_REQUEST = "per_request"  # a synchronous server answers each request as it is made
+    # Small units inline, larger ones in a file the unit names once it has ended (Gemini).
+    INLINE_OR_FILE = "inline_or_file"
 
 
 @dataclass(frozen=True)

@@ -1,17 +1,25 @@
 """Gemini API Batch Mode over httpx (reference/providers.md §4), with the REST shapes the official
-`google-genai` SDK sends and reads (`google/genai/batches.py`):
+`google-genai` SDK sends and reads (`google/genai/batches.py`, `files.py`, `_api_client.py`):
 
 - create `POST /models/{model}:batchGenerateContent` with
   `{"batch": {"displayName": <intent key>, "inputConfig": {"requests": {"requests": [
-  {"request": GenerateContentRequest, "metadata": {"key": <custom_id>}}]}}}}`, answered with a
+  {"request": GenerateContentRequest, "metadata": {"key": <custom_id>}}]}}}}` for a unit that fits
+  inline, or `"inputConfig": {"fileName": "files/…"}` for a larger one, answered with a
   long-running Operation named `batches/{id}` (our provider reference);
+- a file is uploaded first through the Files API's resumable upload: `POST /upload/v1beta/files`
+  (`X-Goog-Upload-Protocol: resumable`, `X-Goog-Upload-Command: start`, body `{"file":
+  {"displayName"}}`) answers an `X-Goog-Upload-URL`, where the JSONL bytes go in one
+  `upload, finalize` call, answered with `{"file": {"name": "files/…"}}`; each line is
+  `{"key": <custom_id>, "request": GenerateContentRequest}`;
 - `GET /batches/{id}`: the Operation, its `metadata` a GenerateContentBatch (`state`
-  `BATCH_STATE_*`, `batchStats`, `displayName`); once ended `done: true` and the responses inline
-  in `response.inlinedResponses.inlinedResponses` (the REST guide) or
-  `metadata.output.inlinedResponses.inlinedResponses` (where the SDK reads them);
+  `BATCH_STATE_*`, `batchStats`, `displayName`); once ended `done: true` and the results in
+  `response` (the REST guide) or `metadata.output` (where the SDK reads them): inline
+  `inlinedResponses.inlinedResponses`, or `responsesFile: "files/…"`, downloaded (streamed) from
+  `GET /download/v1beta/{file}:download?alt=media`, one `{"key", "response" | "error"}` a line;
 - `GET /batches?pageSize&pageToken` (`operations`, `nextPageToken`); `POST /batches/{id}:cancel`.
 
-Responses are matched to requests by `metadata.key` only, never by position.
+Responses are matched to requests by their key (`metadata.key` inline, `key` in a file) only,
+never by position.
 """
 
 import json
@@ -19,7 +27,7 @@ import os
 import re
 from collections.abc import Container, Iterable, Iterator
 from datetime import datetime
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 
@@ -40,7 +48,7 @@ from .base import (
     classify_http_status,
     token_count,
 )
-from .http import PARSE_ERRORS, HttpBatchProvider, parse_failure
+from .http import PARSE_ERRORS, HttpBatchProvider, loads, parse_failure
 
 # REST says BATCH_STATE_*; the SDKs say JOB_STATE_*. Both are read by their suffix.
 ENDED_STATES = {"SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"}
@@ -89,6 +97,19 @@ RPC_ERRORS = {
 TEXT_FINISHES = {"STOP", "MAX_TOKENS", "FINISH_REASON_UNSPECIFIED", ""}
 COMPACT = (",", ":")
 RETRY_DELAY = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s*$")
+# What is sent inline, and what goes in a file (settings.PROVIDERS["gemini"] may lower either:
+# `inline_max_requests`, `inline_max_bytes`). Inline: the create body is at most 20 MB [GEM-GUIDE],
+# read as 20,000,000 bytes (the smaller reading), and every answer comes back inside one GET of
+# the batch, which 5,000 requests keep to a few MB at our output sizes (about 1-2 KB each).
+INLINE_MAX_REQUESTS = 5_000
+INLINE_MAX_BYTES = 20_000_000
+# By file: an input file is at most 2 GB [GEM-GUIDE], read as 2,000,000,000 bytes. Google states no
+# request count per batch; 50,000 is BatchDesk's (OpenAI's documented figure): a batch expires
+# whole on Gemini, so one unit's loss stays bounded, and its results file (about 100 MB at our
+# sizes) streams in well inside a collection task.
+FILE_MAX_REQUESTS = 50_000
+FILE_MAX_BYTES = 2_000_000_000
+UPLOAD_MIME_TYPE = "application/jsonl"
 
 
 def model_name(model: str) -> str:
@@ -110,6 +131,14 @@ def inline_request(request: InferenceRequest) -> dict:
     if request.system_message:
         body["systemInstruction"] = {"parts": [{"text": request.system_message}]}
     return {"request": body, "metadata": {"key": request.custom_id}}
+
+
+def file_line(request: InferenceRequest) -> bytes:
+    """One line of an input file: `{"key": custom_id, "request": GenerateContentRequest}` and its
+    newline, in the compact form the inline entry has (so it is never the larger of the two)."""
+    entry = inline_request(request)
+    line = {"key": request.custom_id, "request": entry["request"]}
+    return json.dumps(line, ensure_ascii=False, separators=COMPACT).encode("utf-8") + b"\n"
 
 
 def state_word(operation: dict) -> str:
@@ -184,15 +213,57 @@ def _shown(entry: object) -> str:
         return repr(entry)
 
 
+def file_key(line: object) -> str | None:
+    """The custom_id a line of a responses file names in `key` (or, should Google write it the
+    inline way, `metadata.key`), if it names one."""
+    key = line.get("key") if isinstance(line, dict) else None
+    if key is None:
+        return response_key(line)
+    return key if isinstance(key, str) and key else None
+
+
+def parse_file_line(number: int, text: str, *, secrets: Iterable[str] = ()) -> ResultLine | UnreadableLine:
+    """One line of a responses file (`number` counts from 1): `{"key", "response" | "error"}`.
+    Without a string key it cannot be matched to a request: unreadable, never guessed from its
+    position."""
+    try:
+        line = loads(text)
+    except ValueError as exc:
+        return UnreadableLine(number, scrub_credentials(text, secrets)[:500], f"not JSON: {exc}")
+    try:
+        return _parse_file_line(number, line, secrets=secrets)
+    except PARSE_ERRORS as exc:
+        return parse_failure(number, text, file_key(line), exc, secrets=secrets)
+
+
+def _parse_file_line(number: int, line: object, *, secrets: Iterable[str]) -> ResultLine | UnreadableLine:
+    if (
+        isinstance(line, dict)
+        and not isinstance(line.get("error"), dict)
+        and isinstance(line.get("status"), dict)
+    ):
+        # A "status object" (the guide's words for a failed line) under `status`: read as `error`.
+        line = {**line, "error": line["status"]}
+    return _parse_answer(number, line, file_key(line), "no key", secrets=secrets)
+
+
 def _parse_inlined(number: int, entry: object, *, secrets: Iterable[str]) -> ResultLine | UnreadableLine:
+    return _parse_answer(number, entry, response_key(entry), "no metadata.key", secrets=secrets)
+
+
+def _parse_answer(
+    number: int, entry: object, key: str | None, keyless: str, *, secrets: Iterable[str]
+) -> ResultLine | UnreadableLine:
+    """One answer, inline or from a file, already known to name `key` (None: it names none, and
+    is unreadable with the problem `keyless`)."""
+
     def shown() -> str:
         return scrub_credentials(_shown(entry), secrets)[:500]
 
     if not isinstance(entry, dict):
         return UnreadableLine(number, shown(), "not an object")
-    key = response_key(entry)
     if key is None:
-        return UnreadableLine(number, shown(), "no metadata.key")
+        return UnreadableLine(number, shown(), keyless)
     error = entry.get("error")
     if isinstance(error, dict):
         code, reason, transient, http_status = classify_error(error)
@@ -261,15 +332,24 @@ class GeminiBatchProvider(HttpBatchProvider):
     capabilities = Capabilities(
         finding=Finding.BY_KEY,  # the intent key is the batch's `displayName`, found by listing
         can_cancel=True,
-        # The inline limit is 20 MB in, and every answer comes back inside one GET of the batch:
-        # 5,000 requests keep that answer to a few MB at our output sizes (about 1-2 KB each).
-        max_requests=5_000,
-        # 20 MB for the whole create body, read as 20,000,000 bytes (the smaller reading); the
-        # envelope (about 110 bytes with the intent key) fits in what is kept back.
-        max_bytes=19_990_000,
-        delivery=Delivery.INLINE,
+        # A unit too large to go inline goes in a file (see INLINE_* and FILE_* above).
+        max_requests=FILE_MAX_REQUESTS,
+        # Counted as inline entries, which are never smaller than the file's lines.
+        max_bytes=FILE_MAX_BYTES,
+        delivery=Delivery.INLINE_OR_FILE,
         usage_per_request=True,
     )
+
+    def __init__(
+        self,
+        *,
+        client: httpx.Client,
+        inline_max_requests: int = INLINE_MAX_REQUESTS,
+        inline_max_bytes: int = INLINE_MAX_BYTES,
+    ):
+        super().__init__(client=client)
+        self.inline_max_requests = inline_max_requests
+        self.inline_max_bytes = inline_max_bytes
 
     @classmethod
     def from_settings(cls, config: dict) -> "GeminiBatchProvider":
@@ -280,14 +360,28 @@ class GeminiBatchProvider(HttpBatchProvider):
             headers={"x-goog-api-key": api_key},
             timeout=httpx.Timeout(120.0, connect=10.0),
         )
-        return cls(client=client)
+        return cls(
+            client=client,
+            inline_max_requests=min(
+                INLINE_MAX_REQUESTS, config.get("inline_max_requests", INLINE_MAX_REQUESTS)
+            ),
+            inline_max_bytes=min(INLINE_MAX_BYTES, config.get("inline_max_bytes", INLINE_MAX_BYTES)),
+        )
 
     def request_bytes(self, request: InferenceRequest) -> int:
-        # The entry and the comma after it, in the compact form `submit` sends.
+        # The entry and the comma after it, in the compact form `submit` sends inline (a line of
+        # a file, with its newline, is shorter: it counts within the file's limit too).
         return (
             len(json.dumps(inline_request(request), ensure_ascii=False, separators=COMPACT).encode("utf-8"))
             + 1
         )
+
+    def _service_url(self, kind: str, path: str) -> str:
+        """An address beside the API's: `/upload/v1beta/…` or `/download/v1beta/…` for a base URL
+        ending `/v1beta` (the version is the base URL's last segment)."""
+        base = str(self.client.base_url).rstrip("/")
+        root, _, version = base.rpartition("/")
+        return f"{root}/{kind}/{version}/{path.lstrip('/')}"
 
     @staticmethod
     def _retry_after(response: httpx.Response) -> float | None:
@@ -306,18 +400,31 @@ class GeminiBatchProvider(HttpBatchProvider):
                 return retry_after_seconds(match.group(1))
         return None
 
+    def goes_inline(self, requests: list[InferenceRequest], intent_key: str) -> bool:
+        """Whether this unit is sent inline: within the inline request count and, as sent, the
+        inline byte limit. Otherwise it is sent as a file."""
+        if len(requests) > self.inline_max_requests:
+            return False
+        envelope = {"batch": {"displayName": intent_key, "inputConfig": {"requests": {"requests": []}}}}
+        size = len(json.dumps(envelope, ensure_ascii=False, separators=COMPACT).encode("utf-8")) - 1
+        for request in requests:
+            size += self.request_bytes(request)
+            if size > self.inline_max_bytes:
+                return False
+        return True
+
     def submit(self, *, requests: list[InferenceRequest], intent_key: str, metadata: dict) -> str:
         """Gemini batches carry no metadata but their display name: the intent key goes there,
-        and `metadata` is not sent."""
+        and `metadata` is not sent. A unit that does not go inline is uploaded as a JSONL file
+        first; the batch is created from it."""
         models = {model_name(request.model) for request in requests}
         if len(models) != 1:
             raise ProviderError(f"one model per Gemini batch, got {sorted(models)}", status=400)
-        body = {
-            "batch": {
-                "displayName": intent_key,
-                "inputConfig": {"requests": {"requests": [inline_request(r) for r in requests]}},
-            }
-        }
+        if self.goes_inline(requests, intent_key):
+            input_config: dict = {"requests": {"requests": [inline_request(r) for r in requests]}}
+        else:
+            input_config = {"fileName": self._upload(requests, intent_key)}
+        body = {"batch": {"displayName": intent_key, "inputConfig": input_config}}
         path = f"/{quote(models.pop(), safe='/')}:batchGenerateContent"
         # Serialised as `request_bytes` counts it, so the 20 MB limit is checked on what is sent.
         payload = json.dumps(body, ensure_ascii=False, separators=COMPACT).encode("utf-8")
@@ -330,6 +437,53 @@ class GeminiBatchProvider(HttpBatchProvider):
         if not isinstance(name, str) or not name.startswith("batches/"):
             # Created, but we cannot tell which batch it is: reconcile as if the answer were lost.
             raise AnswerLost(f"POST {path} answered without a batch name", secrets=self.secrets)
+        return name
+
+    def _upload(self, requests: list[InferenceRequest], intent_key: str) -> str:
+        """Upload the unit as a JSONL file (the Files API's resumable upload, in one piece); its
+        name, `files/…`. No batch exists yet: a failure here is an ordinary ProviderError, and a
+        file left behind by one expires by itself (48 hours)."""
+        lines = [file_line(request) for request in requests]
+        size = sum(map(len, lines))
+        start = self._call(
+            "POST",
+            self._service_url("upload", "files"),
+            headers={
+                "X-Goog-Upload-Protocol": "resumable",
+                "X-Goog-Upload-Command": "start",
+                "X-Goog-Upload-Header-Content-Length": str(size),
+                "X-Goog-Upload-Header-Content-Type": UPLOAD_MIME_TYPE,
+                "content-type": "application/json; charset=utf-8",
+            },
+            content=json.dumps({"file": {"displayName": intent_key}}, separators=COMPACT).encode(),
+        )
+        upload_url = start.headers.get("x-goog-upload-url")
+        if not upload_url:
+            raise ProviderError(
+                "POST /upload/…/files answered without an X-Goog-Upload-URL", secrets=self.secrets
+            )
+        # Only ever to the API's own scheme and host (as the SDK does): our key goes nowhere else.
+        base = urlsplit(str(self.client.base_url))
+        upload_url = urlunsplit(urlsplit(upload_url)._replace(scheme=base.scheme, netloc=base.netloc))
+        done = self._call(
+            "POST",
+            upload_url,
+            headers={
+                "X-Goog-Upload-Command": "upload, finalize",
+                "X-Goog-Upload-Offset": "0",
+                "content-length": str(size),
+            },
+            content=iter(lines),  # streamed: the lines are not joined into one more copy
+        )
+        status = done.headers.get("x-goog-upload-status", "")
+        uploaded = self._json(done).get("file")
+        name = uploaded.get("name") if isinstance(uploaded, dict) else None
+        if status.lower() != "final" or not isinstance(name, str) or not name.startswith("files/"):
+            raise ProviderError(
+                f"the upload of {len(requests)} requests did not end with a file "
+                f"(X-Goog-Upload-Status {status or 'missing'})",
+                secrets=self.secrets,
+            )
         return name
 
     def find_units(
@@ -389,32 +543,70 @@ class GeminiBatchProvider(HttpBatchProvider):
     ) -> Iterator[ResultLine | UnreadableLine]:
         operation = self._json(self._call("GET", f"/{provider_ref}"))
         entries = inlined_responses(operation)
+        file_name = responses_file(operation) if not entries else ""
         suffix = state_word(operation).rsplit("_STATE_", 1)[-1]
+        if file_name:
+            yield from self._file_results(
+                provider_ref, file_name, ended_without_results=suffix in NO_RESULT_STATES
+            )
+            return
         if not entries and suffix not in NO_RESULT_STATES:
             # Finished (or said to be) with no answer at all: the ledger would record every
             # request missing and send again work that succeeded. Not yet readable: ask again.
-            file_name = responses_file(operation)
             raise ProviderError(
-                f"batch {provider_ref} ({state_word(operation) or 'no state'}) has its results in a "
-                f"file, which BatchDesk never asks for: {file_name[:200]}"
-                if file_name
-                else f"batch {provider_ref} ({state_word(operation) or 'no state'}) gave no responses",
+                f"batch {provider_ref} ({state_word(operation) or 'no state'}) gave no responses",
                 secrets=self.secrets,
             )
         if entries and not any(map(response_key, entries)):
-            # Users report the service answering inline requests without their metadata. Every
-            # answer is then anonymous: matching by position would be a guess (responses are
-            # reported out of order too), and recording the requests as missing would send again,
-            # and pay again for, work that was done. The unit waits, saying why, for an operator.
-            raise ProviderError(
-                f"batch {provider_ref} answered {len(entries)} responses, none naming its request "
-                "(no metadata.key): they are never matched by position, and their requests are not "
-                "sent again (they ran, and were paid for). Nothing is recorded until the answers "
-                "name their requests, or an operator cancels the job.",
-                secrets=self.secrets,
-            )
+            raise self._anonymous(provider_ref, len(entries))
         for number, entry in enumerate(entries or [], start=1):
             yield parse_inlined(number, entry, secrets=self.secrets)
+
+    def _anonymous(self, provider_ref: str, count: int) -> ProviderError:
+        # Users report the service answering inline requests without their metadata (a file's
+        # lines without their key would be the same). Every answer is then anonymous: matching by position would be a guess (responses are
+        # reported out of order too), and recording the requests as missing would send again,
+        # and pay again for, work that was done. The unit waits, saying why, for an operator.
+        return ProviderError(
+            f"batch {provider_ref} answered {count} responses, none naming its request "
+            "(no metadata.key or key): they are never matched by position, and their requests are "
+            "not sent again (they ran, and were paid for). Nothing is recorded until the answers "
+            "name their requests, or an operator cancels the job.",
+            secrets=self.secrets,
+        )
+
+    def _file_results(
+        self, provider_ref: str, file_name: str, *, ended_without_results: bool
+    ) -> Iterator[ResultLine | UnreadableLine]:
+        """The lines of a responses file, streamed as they download. A download cut short is a
+        ProviderError after the lines already read (the ledger records them; the next try reads
+        the file again and skips what is recorded). Lines naming no request are unreadable, as
+        inline; when no line of the whole file names one, nothing is yielded and the unit waits
+        for an operator, as an inline batch does (the keyless lines are held back until a line
+        with a key shows the file is not all anonymous)."""
+        if not re.fullmatch(r"files/[A-Za-z0-9_-]+", file_name):
+            raise ProviderError(
+                f"batch {provider_ref} names a responses file BatchDesk cannot ask for: {file_name[:200]}",
+                secrets=self.secrets,
+            )
+        url = self._service_url("download", f"{file_name}:download") + "?alt=media"
+        held: list[UnreadableLine] = []
+        keyed = False
+        for line in self._stream_results(url, what=file_name, parse=parse_file_line):
+            if keyed:
+                yield line
+            elif isinstance(line, ResultLine):
+                keyed = True
+                yield from held
+                held.clear()
+                yield line
+            else:
+                held.append(line)
+        if held:
+            raise self._anonymous(provider_ref, len(held))
+        if not keyed and not ended_without_results:
+            # An empty file for a batch that ran: as with no inline responses, ask again.
+            raise ProviderError(f"batch {provider_ref} gave an empty {file_name}", secrets=self.secrets)
 
     def cancel(self, provider_ref: str) -> str:
         try:

@@ -5,8 +5,9 @@ import time
 
 import pytest
 
+from ledger import actions
 from ledger.emulators.gemini import GeminiEmulator
-from ledger.models import Item, Submission, SubmissionItem
+from ledger.models import GeneratedVersion, Item, Submission, SubmissionItem
 from ledger.states import ItemState, ReasonCode
 from tests.collector import poll_everything
 from tests.factories import JobFactory, ProductFactory
@@ -144,3 +145,124 @@ def test_answers_that_name_no_request_are_neither_guessed_by_position_nor_paid_f
     stats = emulator.stats()
     assert stats["creates"] == 1
     assert sorted(stats["inferences"].values()) == [1, 1, 1]
+
+
+# --- units sent as a file ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def by_file(emulator, settings):
+    """Every unit goes by file: the inline limit is set to nothing, as a deployment may lower it
+    (`settings.PROVIDERS["gemini"]["inline_max_requests"]`)."""
+    settings.PROVIDERS = {
+        **settings.PROVIDERS,
+        "gemini": {**settings.PROVIDERS["gemini"], "inline_max_requests": 0},
+    }
+    return emulator
+
+
+def uploaded(emulator) -> int:
+    return sum(source == "UPLOADED" for source in emulator.stats()["files"].values())
+
+
+def test_a_job_sent_by_file_runs_through_gemini_to_review(by_file):
+    job = job_with_items(7, unit_size=3)
+
+    counts = run_collector(job)
+
+    assert counts == {ItemState.AWAITING_REVIEW: 7}
+    assert_paid_once(by_file, job)
+    submissions = Submission.objects.filter(job=job)
+    assert submissions.count() == 3 == uploaded(by_file)
+    assert {s.last_observed_status for s in submissions} == {"BATCH_STATE_SUCCEEDED"}
+    assert all(s.anomalies == [] for s in submissions)
+    # Each unit's responses file was downloaded once, and each draft carries its own usage.
+    assert sorted(by_file.stats()["downloads"].values()) == [1, 1, 1]
+    for version in GeneratedVersion.objects.filter(item__job=job):
+        assert version.usage["totalTokenCount"] > 0
+
+
+def test_a_cut_download_of_a_responses_file_is_repeated_harmlessly(by_file):
+    by_file.configure(cut_downloads=1)
+    job = job_with_items(8, unit_size=8)
+    [submission_id] = actions.plan_submissions(job.pk)
+    actions.send_submission(submission_id)
+    results = []
+    for _ in range(200):
+        results.append(actions.poll_submission(submission_id))
+        if results[-1] in ("collected", "interrupted"):
+            break
+        time.sleep(0.02)
+
+    assert results[-1] == "interrupted"
+    half = GeneratedVersion.objects.filter(item__job=job).count()
+    assert 0 < half < 8
+    assert "interrupted" in Submission.objects.get(pk=submission_id).error
+    Submission.objects.filter(pk=submission_id).update(claimed_until=None)
+    assert actions.collect_submission(submission_id) == "collected"
+
+    assert GeneratedVersion.objects.filter(item__job=job).count() == 8
+    assert Submission.objects.get(pk=submission_id).anomalies == []
+    assert job.items.counts_by_state() == {ItemState.AWAITING_REVIEW: 8}
+    assert list(by_file.stats()["downloads"].values()) == [2]
+    assert_paid_once(by_file, job)
+
+
+def test_repeated_unknown_and_keyless_lines_of_a_file_change_nothing_but_are_recorded(by_file):
+    by_file.configure(duplicate_lines=1.0, unknown_lines=1, malformed_lines=2)
+    job = job_with_items(4)
+
+    counts = run_collector(job)
+
+    assert counts == {ItemState.AWAITING_REVIEW: 4}
+    for item in job.items.all():
+        assert item.versions.count() == 1
+    [submission] = Submission.objects.filter(job=job)
+    kinds = [a["kind"] for a in submission.anomalies]
+    assert (
+        kinds.count("repeated_line"),
+        kinds.count("unknown_custom_id"),
+        kinds.count("unreadable_line"),
+    ) == (4, 1, 2)
+    problems = sorted(
+        a["problem"].split(":")[0] for a in submission.anomalies if a["kind"] == "unreadable_line"
+    )
+    assert problems == ["no key", "not JSON"]
+    assert_paid_once(by_file, job)
+
+
+def test_a_file_whose_lines_name_no_request_is_neither_guessed_nor_paid_for_again(by_file):
+    by_file.configure(keyless_responses=True)
+    job = job_with_items(3)
+
+    deadline = time.monotonic() + 20
+    while True:
+        poll_everything()
+        submission = Submission.objects.filter(job=job).first()
+        if submission is not None and "none naming its request" in submission.error:
+            break
+        assert time.monotonic() < deadline, Submission.objects.filter(job=job).values("state", "error")
+        time.sleep(0.05)
+    for _ in range(5):  # more rounds change nothing
+        poll_everything()
+
+    submission = Submission.objects.get(job=job)
+    assert submission.state == "ended"
+    assert job.items.counts_by_state() == {ItemState.SUBMITTED: 3}
+    assert not SubmissionItem.objects.filter(submission=submission).exclude(outcome="").exists()
+    assert submission.anomalies == []
+    stats = by_file.stats()
+    assert stats["creates"] == 1 and uploaded(by_file) == 1
+    assert sorted(stats["inferences"].values()) == [1, 1, 1]
+
+
+def test_a_lost_create_answer_after_an_upload_is_adopted_not_sent_twice(by_file):
+    by_file.configure(lose_create_responses=[1])
+    job = job_with_items(5)
+
+    counts = run_collector(job)
+
+    assert counts == {ItemState.AWAITING_REVIEW: 5}
+    stats = by_file.stats()
+    assert stats["creates"] == 1 and list(stats["batches_by_intent"].values()) == [1]
+    assert_paid_once(by_file, job)

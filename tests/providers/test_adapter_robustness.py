@@ -339,7 +339,6 @@ def test_a_finished_gemini_batch_without_responses_is_asked_again_not_read_as_em
     [
         ({"done": True, "metadata": {"state": "BATCH_STATE_SUCCEEDED"}}, "no responses"),
         ({"done": True}, "no responses"),
-        ({"done": True, "response": {"responsesFile": "files/r1"}}, "in a file"),
         ({"done": True, "response": {"inlinedResponses": {"inlinedResponses": []}}}, "no responses"),
     ],
 )
@@ -347,6 +346,58 @@ def test_a_gemini_batch_done_without_inline_responses_is_a_provider_error(operat
     provider = answering(gemini.GeminiBatchProvider, {"/batches/b1": operation}, "http://g.test/v1beta")
     with pytest.raises(ProviderError, match=said):
         list(provider.results("batches/b1"))
+
+
+def test_a_gemini_batch_with_a_responses_file_is_read_from_the_download_beside_the_api():
+    operation = {
+        "done": True,
+        "metadata": {"state": "BATCH_STATE_SUCCEEDED"},
+        "response": {"responsesFile": "files/r1"},
+    }
+    line = {"key": "bd-1-1", "response": {"candidates": [{"content": {"parts": [{"text": "hi"}]}}]}}
+    provider = answering(
+        gemini.GeminiBatchProvider,
+        {
+            "/v1beta/batches/b1": operation,
+            "/download/v1beta/files/r1:download": json.dumps(line).encode() + b"\n",
+        },
+        "http://g.test/v1beta",
+    )
+    [read] = provider.results("batches/b1")
+    assert (read.custom_id, read.succeeded, read.content) == ("bd-1-1", True, "hi")
+
+
+@pytest.mark.parametrize(
+    ("answers", "said"),
+    [
+        ({"/download/v1beta/files/r1:download": b"\n"}, "empty files/r1"),
+        ({}, "answered 404"),
+    ],
+)
+def test_a_gemini_responses_file_that_is_empty_or_missing_is_a_provider_error(answers, said):
+    operation = {
+        "done": True,
+        "metadata": {"state": "BATCH_STATE_SUCCEEDED"},
+        "response": {"responsesFile": "files/r1"},
+    }
+    provider = answering(
+        gemini.GeminiBatchProvider, {"/v1beta/batches/b1": operation, **answers}, "http://g.test/v1beta"
+    )
+    with pytest.raises(ProviderError, match=said):
+        list(provider.results("batches/b1"))
+
+
+@pytest.mark.parametrize("file_name", ["files/../batches/x", "https://elsewhere.test/files/r1", "r1"])
+def test_a_gemini_responses_file_of_an_odd_name_is_never_asked_for(file_name):
+    operation = {"done": True, "response": {"responsesFile": file_name}}
+    asked = []
+    provider = answering(
+        gemini.GeminiBatchProvider, {"/v1beta/batches/b1": operation}, "http://g.test/v1beta"
+    )
+    provider.client.event_hooks["request"].append(asked.append)
+    with pytest.raises(ProviderError, match="cannot ask for"):
+        list(provider.results("batches/b1"))
+    assert len(asked) == 1
 
 
 @pytest.mark.parametrize("state", ["BATCH_STATE_EXPIRED", "BATCH_STATE_FAILED", "JOB_STATE_CANCELLED"])

@@ -19,7 +19,15 @@ from ledger.providers.base import (
     UnitCounts,
     UnreadableLine,
 )
-from ledger.providers.gemini import GeminiBatchProvider, inline_request, parse_inlined
+from ledger.providers.gemini import (
+    INLINE_MAX_BYTES,
+    INLINE_MAX_REQUESTS,
+    GeminiBatchProvider,
+    file_line,
+    inline_request,
+    parse_file_line,
+    parse_inlined,
+)
 from ledger.states import ReasonCode
 
 KEY = "AIzaSyTESTKEY-0123456789abcdefghijklmnop"
@@ -81,9 +89,10 @@ def test_capabilities_say_what_gemini_batch_mode_can_do():
     capabilities = GeminiBatchProvider.capabilities
     assert capabilities.finding == Finding.BY_KEY
     assert capabilities.can_cancel
-    assert capabilities.delivery == Delivery.INLINE
+    assert capabilities.delivery == Delivery.INLINE_OR_FILE
     assert capabilities.usage_per_request
-    assert capabilities.max_bytes <= 20 * 1024 * 1024
+    # Inline up to 5,000 requests and 20 MB; by file up to 50,000 requests and 2 GB.
+    assert (capabilities.max_requests, capabilities.max_bytes) == (50_000, 2_000_000_000)
 
 
 def test_submit_poll_and_read_inline_results_matched_by_key(emulator, provider):
@@ -369,3 +378,233 @@ def test_request_bytes_add_up_to_the_body_sent(emulator, provider):
     # Every byte but the envelope's (about 110 bytes with the intent key) is counted.
     assert sizes < len(bodies[0]) <= sizes + 110
     assert "苹果碗".encode() in bodies[0]
+
+
+# --- units sent as a file ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def by_file(emulator, settings, monkeypatch):
+    """The adapter as the ledger builds it, with the inline limit set so that every unit goes by
+    file (`settings.PROVIDERS["gemini"]["inline_max_requests"]`)."""
+    settings.PROVIDERS = {
+        **django_settings.PROVIDERS,
+        "gemini": {
+            **django_settings.PROVIDERS["gemini"],
+            "base_url": emulator.base_url,
+            "inline_max_requests": 0,
+        },
+    }
+    monkeypatch.setenv("GEMINI_API_KEY", KEY)
+    adapter = get_provider("gemini")
+    yield adapter
+    adapter.client.close()
+
+
+def calls_of(provider) -> list:
+    seen = []
+    provider.client.event_hooks["request"].append(lambda request: seen.append(request))
+    return seen
+
+
+def test_a_unit_is_inline_up_to_the_inline_limits_and_a_file_beyond(provider):
+    sent = requests(3)
+    assert provider.goes_inline(sent, "bd_i")
+    assert (provider.inline_max_requests, provider.inline_max_bytes) == (
+        INLINE_MAX_REQUESTS,
+        INLINE_MAX_BYTES,
+    )
+    provider.inline_max_requests = 2
+    assert not provider.goes_inline(sent, "bd_i")
+    provider.inline_max_requests = INLINE_MAX_REQUESTS
+    # The inline limit counts the body as sent: envelope and entries.
+    body = len(
+        json.dumps(
+            {
+                "batch": {
+                    "displayName": "bd_i",
+                    "inputConfig": {"requests": {"requests": [inline_request(r) for r in sent]}},
+                }
+            },
+            ensure_ascii=False,
+            separators=(",", ":"),
+        ).encode()
+    )
+    provider.inline_max_bytes = body
+    assert provider.goes_inline(sent, "bd_i")
+    provider.inline_max_bytes = body - 1
+    assert not provider.goes_inline(sent, "bd_i")
+
+
+def test_a_file_line_names_its_request_by_key_and_is_never_longer_than_the_inline_entry():
+    request = requests(1)[0]
+    line = json.loads(file_line(request))
+    assert line == {"key": "bd-0-1", "request": inline_request(request)["request"]}
+    assert file_line(request).endswith(b"\n") and file_line(request).count(b"\n") == 1
+    assert len(file_line(request)) < GeminiBatchProvider.request_bytes(None, request)
+
+
+def test_a_unit_sent_by_file_is_uploaded_created_from_the_file_and_read_back_by_key(emulator, by_file):
+    emulator.configure(per_request_ms=5)
+    sent = requests(12)
+    calls = calls_of(by_file)
+
+    ref = by_file.submit(requests=sent, intent_key="bd_intent_file", metadata={})
+    status = wait_ended(by_file, ref)
+    lines = list(by_file.results(ref))
+
+    start, upload, create = calls[:3]
+    assert (start.method, start.url.path) == ("POST", "/upload/v1beta/files")
+    assert start.headers["x-goog-upload-protocol"] == "resumable"
+    assert start.headers["x-goog-upload-command"] == "start"
+    assert start.headers["x-goog-api-key"] == KEY
+    assert json.loads(start.content) == {"file": {"displayName": "bd_intent_file"}}
+    assert upload.url.params["upload_id"] and upload.headers["x-goog-upload-command"] == "upload, finalize"
+    assert int(upload.headers["content-length"]) == int(start.headers["x-goog-upload-header-content-length"])
+    batch = json.loads(create.content)["batch"]
+    assert batch["displayName"] == "bd_intent_file"
+    [file_name] = [name for name, source in emulator.stats()["files"].items() if source == "UPLOADED"]
+    assert batch["inputConfig"] == {"fileName": file_name}
+    download = calls[-1]
+    assert (download.url.path, download.url.params["alt"]) == (
+        f"/download/v1beta/files/batch-{ref.removeprefix('batches/')[:32]}:download",
+        "media",
+    )
+
+    assert status.provider_status == "BATCH_STATE_SUCCEEDED" and not status.refused
+    assert status.counts == UnitCounts(total=12, succeeded=12, failed=0)
+    assert sorted(line.custom_id for line in lines) == sorted(r.custom_id for r in sent)
+    for line in lines:
+        assert isinstance(line, ResultLine) and line.succeeded
+        assert set(json.loads(line.content)) == {"headline", "description"}
+        assert line.usage["totalTokenCount"] == line.input_tokens + line.output_tokens > 0
+    assert emulator.stats()["inferences"] == {r.custom_id: 1 for r in sent}
+
+
+def test_a_file_batch_fails_per_request_as_an_inline_one_does(emulator, by_file):
+    emulator.configure(fail_rate=0.4)
+    sent = requests(20) + requests(2, prefix="empty", user_message="")
+    ref = by_file.submit(requests=sent, intent_key="bd_file_fail", metadata={})
+
+    wait_ended(by_file, ref)
+    failed = [line for line in by_file.results(ref) if not line.succeeded]
+
+    assert {(line.error_code, line.reason, line.transient) for line in failed} == {
+        ("INTERNAL", ReasonCode.MODEL_SERVER_ERROR, True),
+        ("INVALID_ARGUMENT", ReasonCode.REQUEST_INVALID, False),
+    }
+    assert {line.custom_id for line in failed if line.error_code == "INVALID_ARGUMENT"} == {
+        "empty-0-1",
+        "empty-1-1",
+    }
+
+
+def test_a_cut_download_gives_the_lines_read_then_an_error_and_the_next_read_gives_all(emulator, by_file):
+    sent = requests(30)
+    ref = by_file.submit(requests=sent, intent_key="bd_file_cut", metadata={})
+    wait_ended(by_file, ref)
+    emulator.configure(cut_downloads=1)
+
+    first = []
+    with pytest.raises(ProviderError) as cut:
+        for line in by_file.results(ref):
+            first.append(line)
+    again = list(by_file.results(ref))
+
+    assert cut.value.transient and "interrupted" in str(cut.value)
+    assert 0 < len(first) < 30 and all(isinstance(line, ResultLine) for line in first)
+    assert sorted(line.custom_id for line in again) == sorted(r.custom_id for r in sent)
+    assert list(emulator.stats()["downloads"].values()) == [2]
+    assert emulator.stats()["inferences"] == {r.custom_id: 1 for r in sent}
+
+
+def test_repeated_unknown_and_keyless_lines_of_a_file_are_passed_on_never_matched_by_position(
+    emulator, by_file
+):
+    emulator.configure(duplicate_lines=1.0, unknown_lines=1, malformed_lines=2)
+    sent = requests(4)
+    ref = by_file.submit(requests=sent, intent_key="bd_file_spoiled", metadata={})
+    wait_ended(by_file, ref)
+
+    lines = list(by_file.results(ref))
+
+    results = [line for line in lines if isinstance(line, ResultLine)]
+    unreadable = [line for line in lines if isinstance(line, UnreadableLine)]
+    assert sorted(line.custom_id for line in results) == sorted(
+        [r.custom_id for r in sent] * 2 + ["unknown-1"]
+    )
+    assert sorted(line.problem.split(":")[0] for line in unreadable) == ["no key", "not JSON"]
+
+
+def test_a_file_whose_lines_all_name_no_request_is_an_error_and_nothing_is_read(emulator, by_file):
+    emulator.configure(keyless_responses=True)
+    ref = by_file.submit(requests=requests(3), intent_key="bd_file_keyless", metadata={})
+    wait_ended(by_file, ref)
+
+    with pytest.raises(ProviderError) as anonymous:
+        list(by_file.results(ref))
+
+    assert "3 responses, none naming its request" in str(anonymous.value)
+    assert "never matched by position" in str(anonymous.value)
+
+
+def test_a_file_batch_cancelled_part_way_keeps_what_ran_in_its_file(emulator, by_file):
+    emulator.configure(per_request_ms=50)
+    ref = by_file.submit(requests=requests(50), intent_key="bd_file_cancel", metadata={})
+    time.sleep(0.2)
+
+    assert by_file.cancel(ref) == "BATCH_STATE_CANCELLED"
+    lines = list(by_file.results(ref))
+
+    assert 0 < len(lines) < 50 and all(line.succeeded for line in lines)
+
+
+def test_a_refused_upload_is_an_ordinary_error_and_creates_no_batch(emulator, by_file):
+    emulator.configure(rate_limit_calls=1, rate_limit_path="POST /upload/v1beta/files", retry_after=3)
+    with pytest.raises(ProviderError) as limited:
+        by_file.submit(requests=requests(2), intent_key="bd_file_429", metadata={})
+
+    assert not isinstance(limited.value, AnswerLost)
+    assert (limited.value.status, limited.value.transient, limited.value.retry_after) == (429, True, 3)
+    assert emulator.stats()["batches"] == 0 and emulator.stats()["creates"] == 0
+
+
+def test_a_lost_create_answer_after_an_upload_is_found_again_by_display_name(emulator, by_file):
+    emulator.configure(lose_create_responses=[1])
+    with pytest.raises(AnswerLost):
+        by_file.submit(requests=requests(3), intent_key="bd_file_lost", metadata={})
+
+    [found] = by_file.find_units(intent_key="bd_file_lost", sent_at=timezone.now(), request_count=3)
+    wait_ended(by_file, found)
+
+    assert sorted(line.custom_id for line in by_file.results(found)) == ["bd-0-1", "bd-1-1", "bd-2-1"]
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ('{"key": "a", "error": {"code": 8, "message": "quota"}}', ("a", "RESOURCE_EXHAUSTED", True)),
+        ('{"key": "a", "status": {"code": 3, "message": "bad"}}', ("a", "INVALID_ARGUMENT", False)),
+        ('{"metadata": {"key": "a"}, "error": {"code": 13}}', ("a", "INTERNAL", True)),
+    ],
+)
+def test_a_failed_line_of_a_file_is_classified_as_inline(text, expected):
+    line = parse_file_line(1, text)
+    assert isinstance(line, ResultLine) and not line.succeeded
+    assert (line.custom_id, line.error_code, line.transient) == expected
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ('{"key": "a", "response": {"candidates": [', "not JSON"),
+        ('["a"]', "not an object"),
+        ('{"response": {"candidates": []}}', "no key"),
+        ('{"key": 7, "response": {}}', "no key"),
+        ('{"key": "", "response": {}}', "no key"),
+    ],
+)
+def test_lines_of_a_file_that_cannot_be_matched_are_unreadable_not_raised(text, problem):
+    line = parse_file_line(3, text, secrets=[KEY])
+    assert isinstance(line, UnreadableLine)
+    assert line.line_number == 3 and line.problem.startswith(problem)

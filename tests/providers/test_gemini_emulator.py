@@ -1,5 +1,6 @@
 """The Gemini Batch Mode emulator over raw HTTP: its shapes, its clock and each of its knobs."""
 
+import json
 import time
 from dataclasses import asdict
 
@@ -347,7 +348,7 @@ def test_count_mismatch_claims_one_success_more_than_the_results_hold(emulator, 
     assert len(keys_of(done)) == 2
 
 
-def test_cut_downloads_has_nothing_to_cut_results_arrive_whole_in_the_batch(emulator, http):
+def test_cut_downloads_has_nothing_to_cut_in_an_inline_batch(emulator, http):
     emulator.configure(cut_downloads=3)
     done = ended(http, create(http, ["w1", "w2"])["name"])
     assert sorted(keys_of(done)) == ["w1", "w2"]
@@ -368,3 +369,222 @@ def test_every_common_knob_is_accepted_as_a_keyword():
     with pytest.raises(ApiError) as refused:
         GeminiEmulator(no_such_knob=1)
     assert refused.value.body["error"]["status"] == "INVALID_ARGUMENT"
+
+
+# --- the Files API and batches made from a file ---------------------------------------------------
+
+
+def jsonl(keys, text: str = "Write a description.\nTitle: Ash bowl") -> bytes:
+    return b"".join(
+        json.dumps({"key": key, "request": entry(key, text)["request"]}).encode() + b"\n" for key in keys
+    )
+
+
+def root_of(emulator) -> str:
+    return emulator.base_url.removesuffix("/v1beta")
+
+
+def start_upload(emulator, content: bytes, display_name: str = "bd_intent") -> httpx.Response:
+    return httpx.post(
+        f"{root_of(emulator)}/upload/v1beta/files",
+        headers={
+            **HEADERS,
+            "X-Goog-Upload-Protocol": "resumable",
+            "X-Goog-Upload-Command": "start",
+            "X-Goog-Upload-Header-Content-Length": str(len(content)),
+            "X-Goog-Upload-Header-Content-Type": "application/jsonl",
+        },
+        json={"file": {"displayName": display_name}},
+    )
+
+
+def upload(emulator, content: bytes, display_name: str = "bd_intent") -> dict:
+    started = start_upload(emulator, content, display_name)
+    assert started.status_code == 200 and started.headers["x-goog-upload-status"] == "active"
+    done = httpx.post(
+        started.headers["x-goog-upload-url"],
+        headers={"X-Goog-Upload-Command": "upload, finalize", "X-Goog-Upload-Offset": "0"},
+        content=content,
+    )
+    assert done.status_code == 200 and done.headers["x-goog-upload-status"] == "final", done.text
+    return done.json()["file"]
+
+
+def create_from_file(http, file_name: str, display_name: str = "bd_intent") -> dict:
+    payload = {"batch": {"displayName": display_name, "inputConfig": {"fileName": file_name}}}
+    response = http.post("/models/gemini-2.5-flash:batchGenerateContent", json=payload)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def download(emulator, file_name: str, *, sdk_path: bool = False) -> httpx.Response:
+    prefix = "/v1beta" if sdk_path else "/download/v1beta"
+    return httpx.get(
+        f"{root_of(emulator)}{prefix}/{file_name}:download", params={"alt": "media"}, headers=HEADERS
+    )
+
+
+def file_lines(emulator, operation: dict) -> list:
+    name = operation["response"]["responsesFile"]
+    response = download(emulator, name)
+    assert response.status_code == 200
+    return [json.loads(text) for text in response.text.splitlines()]
+
+
+def test_a_resumable_upload_keeps_a_file_in_chunks_at_their_offsets(emulator, http):
+    content = jsonl(["a", "b"])
+    started = start_upload(emulator, content, "bd_up")
+    url = started.headers["x-goog-upload-url"]
+    assert "upload_id=" in url and url.startswith(f"{root_of(emulator)}/upload/v1beta/files?")
+
+    first = httpx.post(
+        url, headers={"X-Goog-Upload-Command": "upload", "X-Goog-Upload-Offset": "0"}, content=content[:10]
+    )
+    skipped = httpx.post(
+        url,
+        headers={"X-Goog-Upload-Command": "upload, finalize", "X-Goog-Upload-Offset": "11"},
+        content=content[11:],
+    )
+    last = httpx.post(
+        url,
+        headers={"X-Goog-Upload-Command": "upload, finalize", "X-Goog-Upload-Offset": "10"},
+        content=content[10:],
+    )
+
+    assert first.headers["x-goog-upload-status"] == "active" and first.content == b""
+    assert skipped.status_code == 400 and "Offset 11" in skipped.json()["error"]["message"]
+    stored = last.json()["file"]
+    assert last.headers["x-goog-upload-status"] == "final"
+    assert stored["name"].startswith("files/") and stored["displayName"] == "bd_up"
+    assert (stored["sizeBytes"], stored["mimeType"], stored["state"], stored["source"]) == (
+        str(len(content)),
+        "application/jsonl",
+        "ACTIVE",
+        "UPLOADED",
+    )
+    assert http.get(f"/{stored['name']}").json() == stored
+    # The session is used up; a finished upload cannot be appended to.
+    assert (
+        httpx.post(url, headers={"X-Goog-Upload-Command": "upload", "X-Goog-Upload-Offset": "0"}).status_code
+        == 404
+    )
+
+
+def test_an_upload_needs_the_key_the_resumable_protocol_and_its_announced_size(emulator):
+    root = root_of(emulator)
+    assert (
+        httpx.post(
+            f"{root}/upload/v1beta/files",
+            headers={"X-Goog-Upload-Protocol": "resumable", "X-Goog-Upload-Command": "start"},
+        ).status_code
+        == 403
+    )
+    plain = httpx.post(f"{root}/upload/v1beta/files", headers=HEADERS, content=b"x")
+    assert plain.status_code == 400 and "resumable" in plain.json()["error"]["message"]
+    started = start_upload(emulator, b"12345")
+    short = httpx.post(
+        started.headers["x-goog-upload-url"],
+        headers={"X-Goog-Upload-Command": "upload, finalize", "X-Goog-Upload-Offset": "0"},
+        content=b"1234",
+    )
+    assert short.status_code == 400 and "5 were announced" in short.json()["error"]["message"]
+    assert emulator.stats()["files"] == {}
+
+
+def test_a_batch_from_a_file_answers_in_a_responses_file_of_keyed_lines(emulator, http):
+    stored = upload(emulator, jsonl(["f1", "f2", "f3"]))
+    created = create_from_file(http, stored["name"], "bd_file")
+    assert created["metadata"]["inputConfig"] == {"fileName": stored["name"]}
+    assert created["metadata"]["batchStats"]["requestCount"] == "3"
+
+    done = ended(http, created["name"])
+
+    name = done["response"]["responsesFile"]
+    assert done["metadata"]["output"] == {"responsesFile": name}
+    assert "inlinedResponses" not in done["response"] and name.startswith("files/batch-")
+    lines = file_lines(emulator, done)
+    assert sorted(line["key"] for line in lines) == ["f1", "f2", "f3"]
+    assert all(set(line) == {"key", "response"} for line in lines)
+    assert download(emulator, name, sdk_path=True).content == download(emulator, name).content
+    generated = http.get(f"/{name}").json()
+    assert generated["source"] == "GENERATED" and generated["downloadUri"].endswith(
+        f"/{name}:download?alt=media"
+    )
+    assert emulator.stats()["inferences"] == {"f1": 1, "f2": 1, "f3": 1}
+
+
+def test_only_generated_files_download_with_alt_media_and_the_key(emulator, http):
+    stored = upload(emulator, jsonl(["d1"]))
+    done = ended(http, create_from_file(http, stored["name"])["name"])
+    name = done["response"]["responsesFile"]
+    root = root_of(emulator)
+
+    assert download(emulator, stored["name"]).status_code == 400
+    assert httpx.get(f"{root}/download/v1beta/{name}:download", headers=HEADERS).status_code == 400
+    assert httpx.get(f"{root}/download/v1beta/{name}:download", params={"alt": "media"}).status_code == 403
+    assert download(emulator, "files/nope").status_code == 403
+
+
+def test_a_batch_from_a_missing_or_empty_file_is_refused_and_a_bad_line_fails_it(emulator, http):
+    payload = {"batch": {"displayName": "bd_x", "inputConfig": {"fileName": "files/nope"}}}
+    missing = http.post("/models/gemini-2.5-flash:batchGenerateContent", json=payload)
+    assert missing.status_code == 400 and "not found" in missing.json()["error"]["message"]
+    empty = upload(emulator, b"\n")
+    payload["batch"]["inputConfig"]["fileName"] = empty["name"]
+    assert http.post("/models/gemini-2.5-flash:batchGenerateContent", json=payload).status_code == 400
+    assert emulator.stats()["batches"] == 0
+
+    broken = upload(emulator, jsonl(["b1"]) + b"{not json\n")
+    done = ended(http, create_from_file(http, broken["name"])["name"])
+
+    assert done["metadata"]["state"] == "BATCH_STATE_FAILED"
+    assert "line 2" in done["error"]["message"] and "response" not in done
+
+
+def test_cut_downloads_cuts_a_responses_file_mid_line(emulator, http):
+    done = ended(
+        http, create_from_file(http, upload(emulator, jsonl([f"c{n}" for n in range(20)]))["name"])["name"]
+    )
+    name = done["response"]["responsesFile"]
+    whole = download(emulator, name).content
+    emulator.configure(cut_downloads=1)
+
+    with pytest.raises(httpx.TransportError):
+        download(emulator, name)
+    again = download(emulator, name)
+
+    assert again.content == whole
+    assert emulator.stats()["downloads"] == {name: 3}
+
+
+def test_a_file_batchs_lines_are_spoiled_as_inline_ones_are(emulator, http):
+    emulator.configure(duplicate_lines=1.0, unknown_lines=1, malformed_lines=2)
+    done = ended(http, create_from_file(http, upload(emulator, jsonl(["s1", "s2"]))["name"])["name"])
+    texts = download(emulator, done["response"]["responsesFile"]).text.splitlines()
+
+    readable = []
+    for text in texts:
+        try:
+            readable.append(json.loads(text))
+        except ValueError:
+            readable.append(None)
+    assert readable.count(None) == 1
+    keys = sorted(str(line.get("key")) for line in readable if line)
+    assert keys == ["None", "s1", "s1", "s2", "s2", "unknown-1"]
+
+
+def test_keyless_responses_write_file_lines_without_a_key(emulator, http):
+    emulator.configure(keyless_responses=True)
+    done = ended(http, create_from_file(http, upload(emulator, jsonl(["k1", "k2"]))["name"])["name"])
+    lines = file_lines(emulator, done)
+    assert len(lines) == 2 and all("key" not in line and "response" in line for line in lines)
+
+
+def test_a_cancelled_file_batch_keeps_what_ran_in_its_file(emulator, http):
+    emulator.configure(per_request_ms=50)
+    created = create_from_file(http, upload(emulator, jsonl([f"x{n}" for n in range(40)]))["name"])
+    time.sleep(0.2)
+    assert http.post(f"/{created['name']}:cancel").json() == {}
+    done = http.get(f"/{created['name']}").json()
+    assert done["metadata"]["state"] == "BATCH_STATE_CANCELLED"
+    assert 0 < len(file_lines(emulator, done)) < 40

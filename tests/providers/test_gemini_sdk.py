@@ -1,7 +1,9 @@
 """The official `google-genai` SDK, pointed at the Gemini emulator, creates an inline batch,
-polls it, lists batches, reads the inlined responses and cancels one: the emulator speaks the
-shapes the SDK sends and reads."""
+polls it, lists batches, reads the inlined responses and cancels one; it uploads a JSONL file,
+creates a batch from it and downloads its responses file: the emulator speaks the shapes the SDK
+sends and reads."""
 
+import io
 import json
 import time
 
@@ -159,3 +161,82 @@ def test_the_sdk_understands_googles_error_envelope_and_retries_a_429(emulator):
     assert job.name.startswith("batches/")
     stats = emulator.stats()
     assert stats["rejected_calls"] == 2 and stats["creates"] == 3 and stats["batches"] == 1
+
+
+def test_the_sdk_uploads_a_file_creates_a_batch_from_it_and_downloads_its_responses(emulator, tmp_path):
+    client = client_for(emulator)
+    sent = {f"bd-{n}-1": f"Walnut shelf {n}" for n in range(5)}
+    path = tmp_path / "requests.jsonl"
+    with path.open("w") as out:
+        for key, title in sent.items():
+            request = {
+                "contents": [{"role": "user", "parts": [{"text": f"Write a description.\nTitle: {title}"}]}],
+                "systemInstruction": {"parts": [{"text": "You write product descriptions."}]},
+                "generationConfig": {
+                    "maxOutputTokens": 300,
+                    "responseMimeType": "application/json",
+                    "responseJsonSchema": SCHEMA,
+                },
+            }
+            out.write(json.dumps({"key": key, "request": request}) + "\n")
+
+    uploaded = client.files.upload(
+        file=str(path), config=types.UploadFileConfig(display_name="bd_file_sdk", mime_type="jsonl")
+    )
+    assert uploaded.name.startswith("files/") and uploaded.display_name == "bd_file_sdk"
+    assert uploaded.size_bytes == path.stat().st_size
+    assert uploaded.state == types.FileState.ACTIVE and uploaded.source == types.FileSource.UPLOADED
+
+    job = client.batches.create(
+        model="gemini-2.5-flash", src=uploaded.name, config={"display_name": "bd_file_sdk"}
+    )
+    assert job.name.startswith("batches/") and job.display_name == "bd_file_sdk"
+    done = wait(client, job.name)
+
+    assert done.state == types.JobState.JOB_STATE_SUCCEEDED
+    assert done.dest.inlined_responses is None and done.dest.file_name.startswith("files/batch-")
+    content = client.files.download(file=done.dest.file_name)
+    lines = [json.loads(text) for text in content.decode().splitlines()]
+    assert sorted(line["key"] for line in lines) == sorted(sent)
+    for line in lines:
+        answer = types.GenerateContentResponse.model_validate(line["response"])
+        assert set(json.loads(answer.text)) == {"headline", "description"}
+        assert answer.usage_metadata.prompt_token_count > 0
+    # The responses file is generated, so the SDK may download it by its File object too.
+    generated = client.files.get(name=done.dest.file_name)
+    assert generated.source == types.FileSource.GENERATED and generated.download_uri
+    streamed = io.BytesIO()
+    client.files.download(file=generated, destination=streamed)
+    assert streamed.getvalue() == content
+    assert emulator.stats()["inferences"] == dict.fromkeys(sent, 1)
+
+
+def test_the_sdk_uploads_in_chunks_across_its_chunk_size(emulator, monkeypatch):
+    """The SDK sends files in 8 MB chunks (`upload` then `upload, finalize`); a small chunk size
+    shows the emulator joins them at their offsets."""
+    from google.genai import _api_client
+
+    monkeypatch.setattr(_api_client, "CHUNK_SIZE", 100)
+    client = client_for(emulator)
+    content = b"".join(
+        json.dumps(
+            {"key": f"c{n}", "request": {"contents": [{"parts": [{"text": f"Title: Cup {n}"}]}]}}
+        ).encode()
+        + b"\n"
+        for n in range(6)
+    )
+
+    uploaded = client.files.upload(file=io.BytesIO(content), config={"mime_type": "application/jsonl"})
+    done = wait(
+        client,
+        client.batches.create(
+            model="gemini-2.5-flash", src=uploaded.name, config={"display_name": "bd_chunks"}
+        ).name,
+    )
+
+    assert uploaded.size_bytes == len(content) > 300
+    assert done.state == types.JobState.JOB_STATE_SUCCEEDED
+    assert sorted(
+        json.loads(text)["key"]
+        for text in client.files.download(file=done.dest.file_name).decode().splitlines()
+    ) == [f"c{n}" for n in range(6)]
