@@ -1,5 +1,6 @@
 """An item's and an event's references are checked by the database once per statement (migration
-0015), as strictly as the per-row foreign keys they replace: a statement with one wrong reference is
+0015; migration 0021 plans each check for the statement's size), as strictly as the per-row foreign keys
+they replace: a statement with one wrong reference is
 refused whole, with SQLSTATE 23503 (an IntegrityError), and changes nothing."""
 
 import pytest
@@ -115,6 +116,71 @@ def test_a_job_of_many_items_passes_the_checks_with_every_reference_right():
         Event.objects.filter(job=job, item__isnull=False, to_state=ItemState.PREPARED, actor=owner).count()
         == 25
     )
+
+
+# Rows enough for the database to match a statement against the table in one pass (migration 0021)
+# rather than probe it row by row; the answer must not depend on which it does.
+MANY = 20_000
+
+
+@pytest.mark.parametrize("wrong", [None, "item", "item of another job", "user"])
+def test_a_statement_of_many_events_is_checked_as_strictly_as_one_of_a_few(wrong):
+    item, other = ItemFactory(), ItemFactory()
+    owner = UserFactory()
+    before = Event.objects.count()
+    item_id = {"item": MISSING, "item of another job": other.pk}.get(wrong, item.pk)
+    actor_id = MISSING if wrong == "user" else owner.pk
+    insert = (
+        "INSERT INTO ledger_event (item_id, job_id, actor_id, from_state, to_state, actor_name, reason, data, at) "
+        "SELECT CASE WHEN g = %s THEN %s ELSE %s END, %s, CASE WHEN g = %s THEN %s ELSE %s END, "
+        "'', 'prepared', 'system', '', '{}', now() FROM generate_series(1, %s) g"
+    )
+    params = [MANY - 7, item_id, item.pk, item.job_id, MANY - 7, actor_id, owner.pk, MANY]
+
+    if wrong is None:
+        with connection.cursor() as cursor:
+            cursor.execute(insert, params)
+        assert Event.objects.count() == before + MANY
+    else:
+        assert "refers to" in refused(insert, params)
+        assert Event.objects.count() == before
+
+
+@pytest.mark.parametrize("wrong", [None, "revision of another product", "job"])
+def test_a_statement_of_many_items_is_checked_as_strictly_as_one_of_a_few(wrong):
+    job, stranger = JobFactory(), ProductFactory()
+    before = Item.objects.count()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "WITH products AS (INSERT INTO ledger_product (sku, status, published_content, created_at, updated_at) "
+            "SELECT 'MANY-' || g, 'active', '', now(), now() FROM generate_series(1, %s) g RETURNING id) "
+            "INSERT INTO ledger_sourcerevision (product_id, number, title, fields, content_hash, created_at) "
+            "SELECT id, 1, 'Many', '{}', '', now() FROM products",
+            [MANY],
+        )
+    revision = (
+        "r.id"
+        if wrong != "revision of another product"
+        else (
+            f"CASE WHEN r.product_id = (SELECT max(product_id) FROM ledger_sourcerevision) "
+            f"THEN {stranger.current_revision_id} ELSE r.id END"
+        )
+    )
+    job_id = f"CASE WHEN r.product_id = (SELECT max(product_id) FROM ledger_sourcerevision) THEN {MISSING} ELSE %s END"
+    insert = (
+        "INSERT INTO ledger_item (job_id, product_id, source_revision_id, state, reason, reason_code, "
+        "inference_attempt, inference_failures, apply_failures, created_at, updated_at) "
+        f"SELECT {job_id if wrong == 'job' else '%s'}, r.product_id, {revision}, 'prepared', '', '', 1, 0, 0, now(), now() "
+        "FROM ledger_sourcerevision r JOIN ledger_product p ON p.id = r.product_id WHERE p.sku LIKE 'MANY-%%'"
+    )
+
+    if wrong is None:
+        with connection.cursor() as cursor:
+            cursor.execute(insert, [job.pk])
+        assert Item.objects.count() == before + MANY
+    else:
+        assert "refers to" in refused(insert, [job.pk])
+        assert Item.objects.count() == before
 
 
 def insert_versions(rows: list[tuple]) -> str:
