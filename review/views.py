@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.db.models import OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models import OuterRef, QuerySet, Subquery, Sum
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -254,7 +254,7 @@ def focus_context(
     request: HttpRequest,
     *,
     job_id: int | None,
-    pos: int,
+    pos: int | None,
     after: str | None = None,
     decided: Item | None = None,
     outcome: str = "",
@@ -263,15 +263,16 @@ def focus_context(
     """The draft at position `pos` of the queue (clamped to it), and what happened to the one decided on.
 
     With `after`, the cursor of the draft before it, the draft is the first one after that, read from
-    the queue's index wherever it is; `pos` is then only shown. Without it (the first draft, or a
-    position typed in), the queue is counted into from its nearer end. The links to the next and
-    previous drafts, and the place a decision comes back to, carry the cursor of the draft before
-    theirs."""
+    the queue's index wherever it is; `pos` is then only shown, and may be None (not known: a draft
+    opened by its item deep in the queue). Without it (the first draft, or a position typed in), the
+    queue is counted into from its nearer end. The links to the next and previous drafts, and the
+    place a decision comes back to, carry the cursor of the draft before theirs."""
     queue = review_queue_items(job_id)
     count = waiting_count(job_id)
-    pos = min(max(pos, 1), count)
+    key = cursor_key(after) if pos is None or pos > 1 else None
+    if pos is not None or key is None:
+        pos = min(max(pos or 1, 1), count)
     at: tuple | None = None
-    key = cursor_key(after) if pos > 1 else None
     if key is not None:
         at = (
             queue.filter(_beyond(Item, QUEUE_ORDER, key, backwards=False))
@@ -279,6 +280,7 @@ def focus_context(
             .first()
         )
     if at is None and count:
+        pos = pos or 1
         if pos - 1 <= count - pos:
             at = queue.values_list("pk", "updated_at")[pos - 1 : pos].first()
         else:
@@ -286,7 +288,7 @@ def focus_context(
             at = backwards.values_list("pk", "updated_at")[count - pos : count - pos + 1].first()
     # The drafts before it, nearest first: the cursors of this place and of the previous one.
     before = []
-    if at is not None and pos > 1:
+    if at is not None and pos != 1:
         current = [at[1], at[0]]
         before = [
             [moment, pk]
@@ -294,6 +296,8 @@ def focus_context(
             .order_by(*_reversed(QUEUE_ORDER))
             .values_list("pk", "updated_at")[:2]
         ]
+        if pos is None and len(before) < 2:
+            pos = len(before) + 1  # near the start: known after all
     cursors = [_token("after", [moment.isoformat(), pk]) for moment, pk in before]
     here = cursors[0] if cursors else None
     cards = review_cards(Item.objects.filter(pk=at[0])) if at is not None else []
@@ -301,16 +305,24 @@ def focus_context(
     if card is not None:  # one draft: ask the ledger's own rule, as approving it will
         card = replace(card, currency=currency_problem(card.item))
     following = _token("after", [at[1].isoformat(), at[0]]) if at is not None else None
+    if pos is None:
+        previous_url = queue_url(job=job_id, after=cursors[1]) if len(cursors) > 1 else queue_url(job=job_id)
+        next_url = queue_url(job=job_id, after=following) if following else ""
+    else:
+        previous_url = (
+            queue_url(job=job_id, pos=pos - 1, after=cursors[1] if len(cursors) > 1 else None)
+            if pos > 1
+            else ""
+        )
+        next_url = queue_url(job=job_id, pos=pos + 1, after=following) if pos < count else ""
     return {
         "card": card,
         "pos": pos,
         "count": count,
         "job_id": job_id,
         "after": here,
-        "previous_url": queue_url(job=job_id, pos=pos - 1, after=cursors[1] if len(cursors) > 1 else None)
-        if pos > 1
-        else "",
-        "next_url": queue_url(job=job_id, pos=pos + 1, after=following) if pos < count else "",
+        "previous_url": previous_url,
+        "next_url": next_url,
         "return_to": queue_url(job=job_id, pos=pos, after=here),
         "decided": decided,
         "outcome": outcome,
@@ -319,12 +331,31 @@ def focus_context(
     }
 
 
-def position_in(queue: QuerySet[Item], item: Item) -> int | None:
-    """Where a waiting item stands in the queue (1 = oldest), or None when it is not in it."""
+# Where a draft opened by its item stands is counted up to this many drafts from either end of the
+# queue; deeper, it is not shown (counting costs what the count is).
+POSITION_COUNT_CAP = 5_000
+
+
+def place_in(job_id: int | None, item: Item) -> tuple[int | None, str | None] | None:
+    """Where a waiting item stands in the queue (of the job, or of every job): (its position, or None
+    when deeper than POSITION_COUNT_CAP from both ends; the cursor of the draft before it), or None
+    when it is not in the queue."""
+    queue = review_queue_items(job_id)
     if not queue.filter(pk=item.pk).exists():
         return None
-    before = Q(updated_at__lt=item.updated_at) | Q(updated_at=item.updated_at, pk__lt=item.pk)
-    return queue.filter(before).count() + 1
+    key = [item.updated_at, item.pk]
+    earlier = queue.filter(_beyond(Item, QUEUE_ORDER, key, backwards=True))
+    previous = earlier.order_by(*_reversed(QUEUE_ORDER)).values_list("updated_at", "pk").first()
+    after = _token("after", [previous[0].isoformat(), previous[1]]) if previous else None
+    ahead = earlier.order_by()[:POSITION_COUNT_CAP].count()
+    if ahead < POSITION_COUNT_CAP:
+        return ahead + 1, after
+    behind = (
+        queue.filter(_beyond(Item, QUEUE_ORDER, key, backwards=False)).order_by()[:POSITION_COUNT_CAP].count()
+    )
+    if behind < POSITION_COUNT_CAP:
+        return max(waiting_count(job_id) - behind, 1), after
+    return None, after
 
 
 @require_GET
@@ -336,14 +367,13 @@ def review_queue(request: HtmxHttpRequest) -> HttpResponse:
     job_id = place.get("job")
     if place.get("mode") == "list":
         return review_list(request, job_id)
-    pos = place.get("pos") or 1
+    pos, after = place.get("pos"), place.get("after")
     if item_id := place.get("item"):
         item = get_object_or_404(Item, pk=item_id)
-        found = position_in(review_queue_items(job_id), item)
+        found = place_in(job_id, item)
         if found is None:  # decided already: its own page says what became of it
             return redirect("item_detail", item.pk)
-        pos = found
-    after = None if place.get("item") else place.get("after")
+        pos, after = found
     context = focus_context(request, job_id=job_id, pos=pos, after=after)
     if wants_partial(request) and not request.htmx.history_restore_request:
         return render(request, "review_queue.html#focus", context)
@@ -399,14 +429,15 @@ def render_focus(
     place = place_of(request.POST)
     job_id = place.get("job")
     item = Item.objects.select_related("product").get(pk=item_id)
-    still_waiting = None if outcome else position_in(review_queue_items(job_id), item)
+    still_waiting = None if outcome else place_in(job_id, item)
     if still_waiting:
-        context = focus_context(request, job_id=job_id, pos=still_waiting, error=error)
+        pos, after = still_waiting
+        context = focus_context(request, job_id=job_id, pos=pos, after=after, error=error)
     else:
         context = focus_context(
             request,
             job_id=job_id,
-            pos=place.get("pos") or 1,
+            pos=place.get("pos"),
             after=place.get("after"),
             decided=item,
             outcome=outcome,

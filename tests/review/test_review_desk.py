@@ -316,6 +316,32 @@ def test_a_position_typed_in_is_counted_from_the_nearer_end(client, owner):
     assert focus(client, pos=3, after="forged").context["card"].version == drafts[2]
 
 
+def test_a_draft_opened_by_its_item_deep_in_the_queue_is_not_counted_to(client, owner, monkeypatch):
+    """The list's rows open their draft by item: its place is counted only near either end of the
+    queue; deeper, the desk shows the draft and how many wait, and steps on by cursors."""
+    monkeypatch.setattr("review.views.POSITION_COUNT_CAP", 2)
+    drafts = queue_of(7)
+    client.force_login(owner)
+    assert focus(client, item=drafts[1].item_id).context["pos"] == 2
+    assert focus(client, item=drafts[5].item_id).context["pos"] == 6  # counted from the end
+    with CaptureQueriesContext(connection) as queries:
+        deep = focus(client, item=drafts[3].item_id)
+    assert deep.context["card"].version == drafts[3] and deep.context["pos"] is None
+    assert offsets(queries.captured_queries) == []
+    assert "7 waiting" in deep.content.decode() and "pos=" not in deep.context["next_url"]
+    following = focus_at(client, deep.context["next_url"])
+    assert following.context["card"].version == drafts[4]
+    back = focus_at(client, deep.context["previous_url"])
+    assert back.context["card"].version == drafts[2]
+    # A decision there moves on to the next draft, by the cursor.
+    response = client.post(
+        reverse("approve_item", args=[drafts[3].item_id]),
+        approve_data(drafts[3], after=deep.context["after"]),
+        headers=HTMX,
+    )
+    assert response.context["card"].version == drafts[4]
+
+
 def test_a_decision_deep_in_the_queue_moves_on_without_counting(client, owner):
     drafts = queue_of(5)
     client.force_login(owner)
