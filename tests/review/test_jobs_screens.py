@@ -7,6 +7,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from django.utils import timezone
 
 from ledger.models import Event, Item, Job, ProductStatus, PromptVersion, Submission
 from ledger.pricing import price_for
@@ -178,13 +179,16 @@ def test_starting_a_job_freezes_the_chosen_products(client, owner, products, cho
     assert f"Job spring started with {len(skus)} items." in page.content.decode()
 
 
-def test_a_job_without_a_reference_is_named_after_its_task_and_time(client, owner, products):
+def test_a_job_without_a_reference_is_named_after_its_task_and_time(client, owner, products, monkeypatch):
+    # Both jobs start within the same second, whatever the machine's load.
+    started = timezone.now()
+    monkeypatch.setattr(timezone, "now", lambda: started)
     client.force_login(owner)
     for _ in range(2):
         assert client.post(reverse("job_start"), start(step="start")).status_code == 302
     first, second = Job.objects.order_by("id").values_list("reference", flat=True)
-    assert first.startswith("product_description-20")
-    assert second != first and second.startswith(first)
+    assert first == f"product_description-{started:%Y%m%d-%H%M%S}"
+    assert second == f"{first}-2"
 
 
 def test_a_chosen_prompt_version_is_used(client, owner, products):
