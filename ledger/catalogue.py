@@ -632,15 +632,17 @@ def _write(chunk: list["_Staged | _Recognised"], report: ImportReport) -> None:
 
 def _confirm(recognised: list["_Recognised"]) -> None:
     """Each recognised line's product still has that line's digest (the digest is cleared whenever
-    the product changes otherwise); if one does not, the import starts again reading every line."""
-    with psycopg.Cursor(connection.connection) as cursor:  # arrays sent in binary, as they are
+    the product changes otherwise); if one does not, the import starts again reading every line.
+    The products are read by their keys (an index scan however fresh the table's statistics) and
+    compared here."""
+    with psycopg.Cursor(connection.connection) as cursor:  # ids sent in binary, digests read as bytes
         cursor.execute(
-            f"SELECT COUNT(*) FROM unnest(%b::bigint[], %b::bytea[]) AS r(product_id, digest) "
-            f"JOIN {_PRODUCTS} p ON p.id = r.product_id AND p.line_digest = r.digest",
-            [[row.product_id for row in recognised], [row.digest for row in recognised]],
+            f"SELECT id, line_digest FROM {_PRODUCTS} WHERE id = ANY(%b::bigint[])",
+            [[row.product_id for row in recognised]],
+            binary=True,
         )
-        (confirmed,) = cursor.fetchone()
-    if confirmed != len(recognised):
+        digests = dict(cursor.fetchall())
+    if any(digests.get(row.product_id) != row.digest for row in recognised):
         raise _LineNotRecognised
 
 
