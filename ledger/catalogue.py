@@ -12,7 +12,8 @@ meanwhile, and the rest of the file is only checked. A usual JSONL row is read a
 few C calls (`_usual_row`); anything unusual is read and worded in full. A report keeps the first
 100 problems and counts the others.
 The one thing that grows with the file is finding a SKU repeated anywhere in it: at most 32
-bytes a SKU (`_SeenSkus`).
+bytes a SKU (`_SeenSkus`); and with the catalogue, the digests of the lines that made its products
+(`_KnownLines`, 24 bytes a product).
 """
 
 import csv
@@ -1174,14 +1175,15 @@ def _check(line: int, data: dict[str, object], seen: "_SeenSkus") -> Record | Re
 
 
 class _SeenSkus:
-    """The line each SKU of a file was first seen on, in at most 32 bytes a SKU (48 for a moment
-    while the table doubles), whatever the number of SKUs: an open-addressing table of 64-bit
-    digests of the SKUs (`sku_digest`) beside their lines, in two arrays. Two different SKUs sharing a
+    """The line each SKU of a file was first seen on, whatever the number of SKUs: an open-addressing
+    table of 64-bit digests of the SKUs (`sku_digest`) beside their 32-bit line numbers, in two
+    arrays of 12 bytes a slot, kept between three eighths and three quarters full: 16 to 32 bytes a
+    SKU (25 MB at 1.2 million, 38 MB for a moment while it doubles). Two different SKUs sharing a
     digest would be reported as a repeat; in a file of a million SKUs the odds are about 1 in 37 million."""
 
     def __init__(self) -> None:
         self._digests = array("Q", bytes(8 * 1024))  # 0: an empty slot
-        self._lines = array("Q", bytes(8 * 1024))
+        self._lines = array("I", bytes(4 * 1024))
         self._count = 0
 
     def first_line(self, sku: str, line: int) -> int | None:
@@ -1195,7 +1197,7 @@ class _SeenSkus:
             return self._lines[slot]
         self._digests[slot], self._lines[slot] = digest, line
         self._count += 1
-        if 2 * self._count > len(self._digests):
+        if 4 * self._count > 3 * len(self._digests):
             self._double()
         return None
 
@@ -1209,7 +1211,7 @@ class _SeenSkus:
     def _double(self) -> None:
         digests, lines = self._digests, self._lines
         self._digests = array("Q", bytes(16 * len(digests)))
-        self._lines = array("Q", bytes(16 * len(lines)))
+        self._lines = array("I", bytes(8 * len(lines)))
         for digest, line in zip(digests, lines, strict=True):
             if digest:
                 slot = self._slot(digest)
@@ -1249,27 +1251,36 @@ class _KnownLines:
     start of an import: a line met again is unchanged, and is neither decoded, parsed nor hashed
     as content. Three arrays of 64-bit numbers sorted by the line's digest: its first 8 bytes,
     the product's SKU digest (for `_SeenSkus`) and the product's id: 24 bytes a product (29 MB at
-    1.2 million, twice that while they are read). Each recognised line is confirmed by the database
+    1.2 million), read a batch at a time. Each recognised line is confirmed by the database
     (`_confirm`) with its whole digest before it counts."""
 
-    def __init__(self, records: bytes) -> None:
+    _BATCH = 50_000
+
+    def __init__(self) -> None:
+        self.prefixes, self.skus, self.ids = array("Q"), array("Q"), array("Q")
+
+    def _add(self, records: bytes) -> None:
         numbers = memoryview(records).cast("Q")
-        self.prefixes, self.skus, self.ids = (array("Q", numbers[start::3]) for start in range(3))
-        if sys.byteorder == "little":  # PostgreSQL sends them big-endian
-            for column in (self.prefixes, self.skus, self.ids):
-                column.byteswap()
+        for column, start in ((self.prefixes, 0), (self.skus, 1), (self.ids, 2)):
+            values = array("Q", numbers[start::3])
+            if sys.byteorder == "little":  # PostgreSQL sends them big-endian
+                values.byteswap()
+            column.extend(values)
 
     @classmethod
     def load(cls) -> "_KnownLines":
-        # A cursor of the driver's own, in the import's transaction, for the bytes as they are sent.
-        with psycopg.Cursor(connection.connection) as cursor:
+        known = cls()
+        # A cursor of the driver's own, in the import's transaction, for the bytes as they are sent;
+        # on the server (named), so a batch at a time is held.
+        with psycopg.ServerCursor(connection.connection, "bd_known_lines") as cursor:
             cursor.execute(
-                "SELECT string_agg(substring(line_digest FROM 1 FOR 8) || substring(line_digest FROM 17 FOR 8) "
-                f"|| int8send(id), ''::bytea ORDER BY line_digest) FROM {_PRODUCTS} WHERE octet_length(line_digest) = 24",
+                "SELECT substring(line_digest FROM 1 FOR 8) || substring(line_digest FROM 17 FOR 8) "
+                f"|| int8send(id) FROM {_PRODUCTS} WHERE octet_length(line_digest) = 24 ORDER BY line_digest",
                 binary=True,
             )
-            (records,) = cursor.fetchone()
-        return cls(records or b"")
+            while rows := cursor.fetchmany(cls._BATCH):
+                known._add(b"".join(record for (record,) in rows))
+        return known
 
     def find(self, digest: bytes) -> tuple[int, int] | None:
         """(product id, SKU digest) of the product whose line has this digest, if any."""

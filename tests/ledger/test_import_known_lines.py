@@ -202,3 +202,14 @@ def test_csv_rows_are_always_read(tmp_path):
     assert report.summary == "created 0, revised 0, unchanged 2, withdrawn 0, rejected 0"
     assert report.recognised == 0
     assert set(digests().values()) == {None}
+
+
+def test_the_known_lines_are_read_a_batch_at_a_time(tmp_path, monkeypatch):
+    monkeypatch.setattr(catalogue._KnownLines, "_BATCH", 2)
+    path = write(tmp_path / "catalogue.jsonl", [line(n) for n in range(1, 6)])
+    import_catalogue(path)
+
+    report = import_catalogue(path)
+
+    assert report.recognised == 5
+    assert report.summary == "created 0, revised 0, unchanged 5, withdrawn 0, rejected 0"
