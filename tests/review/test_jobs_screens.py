@@ -493,7 +493,8 @@ def test_the_job_page_finds_items_by_sku_through_the_catalogue_s_index(client, o
     if connection.vendor == "postgresql":
         monkeypatch.setattr("review.jobs.SKU_PRODUCTS_CAP", 1)
         capped = client.get(url, {"sku": "ash"})
-        assert len(capped.context["page"].object_list) == 1 and capped.context["sku_capped"]
+        # One product of three is looked at, in the index's order: this job's (one item) or not (none).
+        assert len(capped.context["page"].object_list) <= 1 and capped.context["sku_capped"]
         assert "among the first 1 products found whose SKU contains it" in capped.content.decode()
     searching.forget_sample()
 
