@@ -53,7 +53,7 @@ from .models import (
     ProductStatus,
     SourceRevision,
 )
-from .setwise import insert_from_select, insert_select_sql
+from .setwise import insert_from_select, insert_select_sql, next_id_sql
 from .states import ItemState, sources_for
 
 log = logging.getLogger(__name__)
@@ -520,9 +520,7 @@ def _write_revisions_with_their_ids(cursor, *, created: int, revised: int, now) 
     """New products and new revisions, each row written once: a revision's id is taken from its
     sequence before it is written, so a new product is created already pointing at its first
     revision and a revised one is updated once (PostgreSQL checks both references at commit)."""
-    cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [_REVISIONS])
-    (sequence,) = cursor.fetchone()
-    next_id = f"nextval('{sequence}'::regclass)"
+    next_id = next_id_sql(SourceRevision)
     if created:
         # The new products' ids come back from the statement that writes them.
         products, params = insert_select_sql(

@@ -2,6 +2,7 @@
 would have given every column it is not told about: nothing per row passes through Python."""
 
 from collections.abc import Mapping, Sequence
+from functools import cache
 
 from django.db import connections, models, router
 
@@ -88,3 +89,17 @@ def insert_select_sql(
     if returning:
         sql += f" RETURNING {', '.join(connection.ops.quote_name(column) for column in returning)}"
     return sql, [*constants, *params]
+
+
+def next_id_sql(model: type[models.Model]) -> str:
+    """SQL giving the next id of the model's table from its own sequence (PostgreSQL), so rows can
+    be given their ids before they are written, and what refers to them written without reading
+    them back."""
+    return f"nextval('{_id_sequence(router.db_for_write(model), model._meta.db_table)}'::regclass)"
+
+
+@cache
+def _id_sequence(alias: str, table: str) -> str:
+    with connections[alias].cursor() as cursor:
+        cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [table])
+        return cursor.fetchone()[0]

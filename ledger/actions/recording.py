@@ -25,6 +25,7 @@ from ..models import (
     canonical_json,
     content_hash,
 )
+from ..setwise import next_id_sql
 from ..states import ItemState, ReasonCode
 from ..validation import DraftChecker, source_text_of
 from .core import backoff, enqueue
@@ -353,10 +354,7 @@ def reserved_ids(model: type[models.Model], count: int) -> list[int]:
     if connection.vendor != "postgresql" or not count:
         return []
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
-            [model._meta.db_table, count],
-        )
+        cursor.execute(f"SELECT {next_id_sql(model)} FROM generate_series(1, %s)", [count])
         return [pk for (pk,) in cursor.fetchall()]
 
 
