@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from ledger.bench.database import exists, server_url
-from ledger.bench.run import NOT_MEASURED_YET, figures_to_run
+from ledger.bench.run import NOT_MEASURED_YET, figures_to_run, ratio_shown
 
 ROOT = Path(__file__).resolve().parent.parent
 MEASURED = (
@@ -74,6 +74,15 @@ def test_a_small_run_prints_every_figure_and_drops_its_database():
     name = database_named(done.stdout)
     assert f"Database {name} dropped" in done.stdout
     assert not exists(server_url(os.environ.get("DATABASE_URL", "")), name)
+
+
+@pytest.mark.parametrize(
+    "ratio, shown",
+    [(2e8, "200,000,000"), (1234.5, "1,234"), (0.0821, "0.0821"), (1.0, "1"), (0.00001234, "0.000012")],
+)
+def test_a_ratio_is_never_shown_in_exponent_form(ratio, shown):
+    # A 200-row import can end within the noise of Django's start, which made its ratio "1.2e+03".
+    assert ratio_shown(ratio) == shown
 
 
 def started_bench(products: int, *options: str) -> subprocess.Popen:

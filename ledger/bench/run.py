@@ -99,6 +99,16 @@ def run_bench(
     return measured
 
 
+def ratio_shown(ratio: float) -> str:
+    """Three significant digits, never in exponent form: a tiny run can make a ratio huge (an import
+    over before the idle Django start's noise) or tiny, and the table is read by people and tests."""
+    if ratio >= 100:
+        return f"{ratio:,.0f}"
+    if ratio >= 0.001:
+        return f"{ratio:.3g}"
+    return f"{ratio:.6f}"
+
+
 def table(figures: list[Figure]) -> str:
     header = ("figure", "value", "baseline", "ratio", "target", "result")
     rows = [
@@ -106,7 +116,7 @@ def table(figures: list[Figure]) -> str:
             figure.name,
             figure.value,
             figure.baseline,
-            "—" if figure.ratio is None else f"{figure.ratio:,.3g}",
+            "—" if figure.ratio is None else ratio_shown(figure.ratio),
             figure.target,
             {True: "pass", False: "FAIL", None: "—"}[figure.passed],
         )
