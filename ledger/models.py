@@ -113,7 +113,15 @@ class PromptVersion(models.Model):
 # What a job is when its starter does not say (the model is the provider's: settings.PROVIDERS).
 # The largest unit is each provider's own (its adapter's `capabilities.max_requests`).
 DEFAULT_DESTINATION = "catalogue"
-DEFAULT_UNIT_SIZE = 500
+# Requests a unit (one provider batch) holds when a job does not say, within each provider's own
+# cap (`default_unit_size`). Each unit costs a create, its polls and a collection round, and planning,
+# sending and collecting each wait their turn in the queue: at 500, a 1.2-million-product catalogue
+# made 2,400 units and the queue, not the provider, set the pace. At 5,000 the same catalogue is 240
+# units, still enough for every worker of several clusters to have one; what a unit risks stays
+# small: a batch that expires part-way sends its unrun requests again by themselves (transient,
+# rule 8), a unit sent is about 6 MB of requests held by one worker, and the first drafts reach
+# reviewers after one unit's turn rather than the whole job's.
+DEFAULT_UNIT_SIZE = 5_000
 # A job may name at most this many SKUs (more: leave them out for every active product).
 MAX_NAMED_SKUS = 20_000
 
@@ -227,6 +235,14 @@ class Item(models.Model):
             # the review queue and the operations groups, oldest first.
             models.Index(fields=["job", "state", "id"], name="item_job_state"),
             models.Index(fields=["job", "id"], name="item_job"),
+            # Items waiting to be planned into a unit. Planned items stay `prepared` until their unit
+            # is sent, so without it planning a unit, and the collector's look for a job with work
+            # to plan, read past every item planned before (planning a job was quadratic in its size).
+            models.Index(
+                fields=["job", "id"],
+                name="item_unplanned",
+                condition=Q(state=ItemState.PREPARED, submission__isnull=True),
+            ),
             # Not the states a whole job passes through at once (a million items created, then sent),
             # which nothing lists across jobs by age: creating or sending them leaves this index alone.
             models.Index(

@@ -63,7 +63,7 @@ def lease_holder() -> str:
 
 
 def submit_job(job_id: int) -> list[int]:
-    return actions.plan_submissions(job_id, until=time.monotonic() + TASK_SECONDS)
+    return actions.plan_submissions(job_id, until=time.monotonic() + TASK_SECONDS, claim=True)
 
 
 def send_submission(submission_id: int, claim: str = "") -> str:
@@ -83,24 +83,25 @@ def answers_at_once(submission_id: int) -> bool:
 
 
 def poll_submission(submission_id: int, claim: str = "", stop: bool = False) -> str:
-    """Ask the provider how an open submission is doing. `stop`: its job was cancelled and the
-    provider has not answered our request to stop it yet (the task cancel_job queued may have been
-    lost), so it is asked again if the batch is still running.
+    """Ask the provider how an open submission is doing, and collect it here if it has ended.
+    `stop`: its job was cancelled and the provider has not answered our request to stop it yet
+    (the task cancel_job queued may have been lost), so it is asked again if the batch is still
+    running.
 
-    A unit that has ended is collected by poll_submission itself, which needs the claim free;
-    only a server answering request by request leaves it to a task of its own. That worker is
-    here already, so it collects, holding the claim until then so that no pass of the round
-    queues the collection meanwhile (the task queued for it finds nothing left to do)."""
-    at_once = answers_at_once(submission_id)
-    if not at_once:
-        hand_over(submission_id, claim)
-    status = actions.poll_submission(submission_id)
+    The pass's claim is held while the provider is asked (its answer may take a while: an
+    emulator brings a batch up to date when it is read), so that no pass queues a second poll
+    meanwhile; a poll queued then took the ended unit's claim first, and its collection waited
+    for that poll to come round in the queue. It is handed over once the answer is recorded, for
+    the collection to take its own."""
+    from .providers import get_provider
+
+    provider = get_provider(Submission.objects.values_list("provider", flat=True).get(pk=submission_id))
+    status = actions.observe_submission(submission_id, provider=provider)
     if stop:
         actions.cancel_at_provider(submission_id)
-    if at_once:
-        hand_over(submission_id, claim)
-        if status == "ended":
-            return actions.collect_submission(submission_id)
+    hand_over(submission_id, claim)
+    if status == "ended":
+        return actions.collect_submission(submission_id, provider=provider)
     return status
 
 
@@ -175,9 +176,22 @@ def collect_round(duration: float | None = None) -> int:
             rounds += 1
             if time.monotonic() + interval > deadline:
                 return rounds
-            time.sleep(interval)
+            if not wait_holding(held, holder, interval):
+                return rounds  # a newer round took over while this one waited
     finally:
         held.filter(lease_holder=holder).update(lease_until=None)
+
+
+def wait_holding(held, holder: str, seconds: float) -> bool:
+    """Wait for the next pass, looking every second whether a newer round took the lease: the
+    older one's worker is then free at once, not after the rest of a poll interval (half a
+    minute by default, every minute, on one worker of a cluster of two)."""
+    until = time.monotonic() + seconds
+    while (left := until - time.monotonic()) > 0:
+        time.sleep(min(1.0, left))
+        if not held.filter(lease_holder=holder).exists():
+            return False
+    return True
 
 
 def poll_everything(start: Start = async_task) -> int:

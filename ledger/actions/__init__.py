@@ -13,6 +13,7 @@ from .applying import (  # noqa: F401
 from .collecting import (  # noqa: F401
     MAX_INFERENCE_ATTEMPTS,
     collect_submission,
+    observe_submission,
     poll_submission,
     record_failure,
     record_result,

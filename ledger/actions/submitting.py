@@ -10,22 +10,29 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from ..models import Event, Item, Job, ProductStatus, Submission, SubmissionItem
+from ..models import Event, Item, Job, ProductStatus, Submission, SubmissionItem, lease_end
 from ..states import SUBMISSION_TRANSITIONS, ItemState, JobState, ReasonCode, SubmissionState
 from .core import NotAllowed, backoff, enqueue, move_items, refresh_job_state
 from .jobs import judge_currency
 
 
-def plan_submissions(job_id: int, *, until: float | None = None) -> list[int]:
+def plan_submissions(job_id: int, *, until: float | None = None, claim: bool = False) -> list[int]:
     """Group the job's unsent prepared items into submission intents. The intent is stored
     before any provider call, so a crash after sending can be reconciled, never re-sent blindly.
     Past `until` (a `time.monotonic()` value) the rest is left to a task of its own, so a big job
-    is planned in pieces that each end well inside the worker's timeout."""
+    is planned in pieces that each end well inside the worker's timeout.
+
+    `claim` (the planning task's way): each intent is claimed for the send task queued with it, as
+    a collector's pass claims what it queues, so the pass leaves it to that task (unclaimed, the
+    next pass queued a second send that found nothing to do) and sends it only if the task is lost
+    and the claim runs out. Unclaimed, an intent waits for the task or a pass, whichever comes."""
     job = Job.objects.get(pk=job_id)
     if job.state == JobState.CANCELLED:
         return []
     created = []
     now = timezone.now()
+    # Items are planned in id order: each unit is looked for past the last one planned here.
+    after = 0
     while True:
         if until is not None and time.monotonic() > until:
             enqueue("ledger.tasks.submit_job", job_id)
@@ -33,17 +40,25 @@ def plan_submissions(job_id: int, *, until: float | None = None) -> list[int]:
         with transaction.atomic():
             items = list(
                 Item.objects.select_for_update(skip_locked=True)
-                .filter(job=job, state=ItemState.PREPARED, submission__isnull=True)
+                .filter(job=job, state=ItemState.PREPARED, submission__isnull=True, pk__gt=after)
                 .exclude(next_attempt_at__gt=now)
-                .order_by("id")[: job.unit_size]
+                .order_by("id")
+                .only("pk", "inference_attempt")[: job.unit_size]
             )
             if not items:
                 return created
+            after = items[-1].pk
             # Random, not derived: two installations (or a reset database) sharing one provider
             # account must never find each other's batches when reconciling.
             intent_key = f"bd_{uuid.uuid4().hex}"
+            token = uuid.uuid4().hex if claim else ""
             submission = Submission.objects.create(
-                job=job, provider=job.provider, model=job.model, intent_key=intent_key
+                job=job,
+                provider=job.provider,
+                model=job.model,
+                intent_key=intent_key,
+                claimed_until=lease_end() if claim else None,
+                claimed_by=token,
             )
             SubmissionItem.objects.bulk_create(
                 SubmissionItem(submission=submission, item=item, custom_id=item.custom_id) for item in items
@@ -56,7 +71,7 @@ def plan_submissions(job_id: int, *, until: float | None = None) -> list[int]:
                 data={"items": len(items), "intent_key": intent_key},
             )
             created.append(submission.pk)
-            enqueue("ledger.tasks.send_submission", submission.pk)
+            enqueue("ledger.tasks.send_submission", submission.pk, token)
 
 
 class LostClaim(Exception):

@@ -4,7 +4,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from ledger.models import MAX_NAMED_SKUS, Event, Item, Job, PromptVersion, Submission
+from ledger.models import DEFAULT_UNIT_SIZE, MAX_NAMED_SKUS, Event, Item, Job, PromptVersion, Submission
 from ledger.states import ItemState, JobState
 from review.api import SUBMISSIONS_SHOWN
 from tests.api.conftest import assert_error
@@ -18,7 +18,7 @@ BODY = {"reference": "spring-2026", "task": "product_description", "provider": "
 @pytest.mark.parametrize(
     ("provider", "env", "unit_size"),
     [
-        ("cloudflare", {"CLOUDFLARE_API_TOKEN": "t", "CLOUDFLARE_ACCOUNT_ID": "a"}, 500),
+        ("cloudflare", {"CLOUDFLARE_API_TOKEN": "t", "CLOUDFLARE_ACCOUNT_ID": "a"}, 1_000),
         ("openai_compatible", {"OPENAI_COMPATIBLE_BASE_URL": "http://127.0.0.1:9/v1"}, 200),
     ],
 )
@@ -36,7 +36,7 @@ def test_a_job_that_names_no_model_or_unit_size_takes_its_providers(
 
     job = Job.objects.get()
     assert job.model == settings.PROVIDERS[provider]["default_model"]
-    assert job.unit_size == unit_size  # the usual 500, within the provider's limit
+    assert job.unit_size == unit_size  # the usual 5,000, cut to the provider's limit
 
 
 def test_naming_more_skus_than_a_job_may_is_400_and_changes_nothing(as_owner):
@@ -71,7 +71,12 @@ def test_a_job_starts_with_every_active_product_and_the_defaults(as_owner, owner
         "state": JobState.PREPARING,
         "url": f"http://testserver/api/jobs/{job.pk}",
     }
-    assert (job.owner, job.model, job.destination, job.unit_size) == (owner, "gpt-4o-mini", "catalogue", 500)
+    assert (job.owner, job.model, job.destination, job.unit_size) == (
+        owner,
+        "gpt-4o-mini",
+        "catalogue",
+        DEFAULT_UNIT_SIZE,
+    )
     assert job.prompt_version.version == 1
     assert {i.product for i in job.items.all()} == set(active)
 

@@ -196,7 +196,7 @@ def test_the_unit_size_and_the_providers_defaults_are_kept(catalogue, starter):
     with pytest.raises(NotAllowed, match="unit_size must be between 1 and"):
         start(starter, unit_size=10**9)
     job = start(starter)
-    assert (job.model, job.unit_size, job.destination) == ("gpt-4o-mini", 500, "catalogue")
+    assert (job.model, job.unit_size, job.destination) == ("gpt-4o-mini", 5_000, "catalogue")
 
 
 def test_every_field_without_a_value_gets_the_models_default_and_none_is_forgotten(catalogue, starter):

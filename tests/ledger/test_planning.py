@@ -1,0 +1,148 @@
+"""Planning a job into units, and how the collector's tasks hold their claims: nothing is queued
+twice, and nothing that is due is left waiting for a task that will not do it."""
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+from django_q.models import OrmQ
+
+from ledger import actions, tasks
+from ledger.models import CollectorHeartbeat, Item, Submission, SubmissionItem
+from ledger.states import ItemState, SubmissionState
+from tests.factories import JobFactory, ProductFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def job_with_items(n: int, unit_size: int = 4):
+    job = JobFactory(unit_size=unit_size)
+    for _ in range(n):
+        product = ProductFactory()
+        Item.objects.create(job=job, product=product, source_revision=product.current_revision)
+    return job
+
+
+def queued() -> list[tuple[str, tuple]]:
+    return [(row.task["func"], tuple(row.task["args"])) for row in OrmQ.objects.order_by("id")]
+
+
+def started_by_a_pass() -> list[tuple[str, tuple]]:
+    started = []
+    tasks.poll_everything(start=lambda func, *args: started.append((func, args)))
+    return started
+
+
+def test_planning_for_its_task_claims_each_intent_for_the_send_queued_with_it(
+    django_capture_on_commit_callbacks,
+):
+    job = job_with_items(10)
+    OrmQ.objects.all().delete()
+    with django_capture_on_commit_callbacks(execute=True):
+        intents = actions.plan_submissions(job.pk, claim=True)
+
+    assert len(intents) == 3
+    claims = dict(Submission.objects.filter(pk__in=intents).values_list("pk", "claimed_by"))
+    assert all(claims.values()) and len(set(claims.values())) == 3
+    assert not Submission.objects.filter(pk__in=intents, claimed_until__lte=timezone.now()).exists()
+    assert queued() == [("ledger.tasks.send_submission", (pk, claims[pk])) for pk in intents]
+    # The pass leaves every intent to its task: no second send, and no planning either.
+    assert [func for func, _ in started_by_a_pass()] == []
+
+
+def test_an_intent_whose_send_task_was_lost_is_sent_by_a_pass_once_its_claim_runs_out(
+    django_capture_on_commit_callbacks,
+):
+    job = job_with_items(4)
+    with django_capture_on_commit_callbacks(execute=True):
+        [intent] = actions.plan_submissions(job.pk, claim=True)
+    planners = Submission.objects.get(pk=intent).claimed_by
+    Submission.objects.filter(pk=intent).update(claimed_until=timezone.now())
+
+    [(func, (submission_id, claim))] = started_by_a_pass()
+    assert (func, submission_id) == ("ledger.tasks.send_submission", intent)
+    assert claim != planners and Submission.objects.get(pk=intent).claimed_by == claim
+
+
+def test_planning_without_a_claim_leaves_the_intents_to_the_next_pass():
+    job = job_with_items(4)
+    [intent] = actions.plan_submissions(job.pk)
+
+    assert Submission.objects.get(pk=intent).claimed_until is None
+    [(func, (submission_id, claim))] = started_by_a_pass()
+    assert (func, submission_id) == ("ledger.tasks.send_submission", intent)
+    assert Submission.objects.get(pk=intent).claimed_by == claim
+
+
+def test_planning_puts_every_waiting_item_in_a_unit_in_id_order_and_leaves_those_not_due():
+    job = job_with_items(11)
+    ids = list(Item.objects.filter(job=job).order_by("id").values_list("pk", flat=True))
+    # One waits for a retry's backoff.
+    Item.objects.filter(pk=ids[2]).update(next_attempt_at=timezone.now() + timedelta(hours=1))
+
+    intents = actions.plan_submissions(job.pk)
+
+    units = [
+        list(SubmissionItem.objects.filter(submission_id=pk).order_by("id").values_list("item_id", flat=True))
+        for pk in intents
+    ]
+    assert units == [[ids[0], ids[1], ids[3], ids[4]], [ids[5], ids[6], ids[7], ids[8]], [ids[9], ids[10]]]
+    # Its backoff over, it is planned by the next planning, alone.
+    Item.objects.filter(pk=ids[2]).update(next_attempt_at=timezone.now() - timedelta(seconds=1))
+    [later] = actions.plan_submissions(job.pk)
+    assert list(SubmissionItem.objects.filter(submission_id=later).values_list("item_id", flat=True)) == [
+        ids[2]
+    ]
+    assert not Item.objects.filter(job=job, submission__isnull=True).exists()
+
+
+@pytest.mark.postgresql_only
+def test_the_look_for_unplanned_items_reads_no_planned_one():
+    """Planned items stay `prepared` until sent: the pass's look for a job with items to plan, and
+    planning itself, go straight to the unplanned ones by their own index."""
+    job = job_with_items(30)
+    actions.plan_submissions(job.pk)
+    unplanned = Item.objects.filter(job=job, state=ItemState.PREPARED, submission__isnull=True).order_by("id")
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        sql, params = unplanned.values("pk")[:4].query.sql_with_params()
+        cursor.execute(f"EXPLAIN {sql}", params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "item_unplanned" in plan
+
+
+def test_a_round_waiting_for_its_next_pass_ends_as_soon_as_a_newer_round_takes_the_lease():
+    CollectorHeartbeat.objects.create(name="collector", lease_holder="newer round")
+    held = CollectorHeartbeat.objects.filter(name="collector")
+
+    # An hour's wait, were the lease still this round's.
+    assert tasks.wait_holding(held, "older round", 3600) is False
+    assert tasks.wait_holding(held, "newer round", 0.5) is True
+
+
+def test_a_poll_holds_the_passs_claim_until_the_providers_answer_is_recorded(emulator, provider, monkeypatch):
+    """A pass coming round while the provider is being asked queues no second poll; the ended
+    unit is collected by the poll that saw it end, not left to a task queued behind it."""
+    job = job_with_items(4)
+    [submission_id] = actions.plan_submissions(job.pk)
+    assert actions.send_submission(submission_id, provider=provider) == "sent"
+    [(_, (_, claim))] = started_by_a_pass()
+    during = []
+    real_status = type(provider).status
+
+    def status_while_a_pass_comes_round(self, provider_ref):
+        answer = real_status(self, provider_ref)
+        during.extend(started_by_a_pass())
+        return answer
+
+    monkeypatch.setattr(type(provider), "status", status_while_a_pass_comes_round)
+    monkeypatch.setattr("ledger.providers.get_provider", lambda name: provider)
+    for _ in range(200):
+        said = tasks.poll_submission(submission_id, claim)
+        if said == "collected":
+            break
+        [(_, (_, claim))] = started_by_a_pass()  # not ended yet: released, and queued again
+    assert said == "collected" and during == []
+    assert Submission.objects.get(pk=submission_id).state == SubmissionState.COLLECTED
+    assert set(Item.objects.filter(job=job).values_list("state", flat=True)) == {ItemState.AWAITING_REVIEW}
