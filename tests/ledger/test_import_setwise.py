@@ -250,3 +250,92 @@ def test_the_quick_look_at_a_record_refuses_exactly_what_the_field_by_field_chec
     expected = catalogue.json_value_problem(value, 'field "value"')
     assert problems == ([expected] if expected else [])
     assert fields == ({"name": "x"} if expected else {"name": "x", "value": value})
+
+
+# New products only, as in a first import: fields of every kind, statuses given and not, a line
+# with keys in another order and blank values, and a CSV-like flat row.
+NEW_ONLY = [
+    {"sku": "N-2", "title": "Teapot", "variants": [{"colour": "cream", "stock": 3}], "weight_g": 900},
+    {"sku": "N-1", "title": "  Jug  ", "status": "Active", "empty": "", "nothing": None, "ratio": 0.1},
+    {"sku": "N-WD", "title": "Vase", "status": "withdrawn", "dimensions": DIMENSIONS},
+    {"dimensions": {"h_cm": 12, "w_cm": 30}, "title": "Desk lamp", "sku": "N-3", "ünï": "cödé"},
+    {"sku": "N-4", "title": "Plain", "status": ""},
+]
+
+
+def line_digests() -> dict:
+    return {sku: digest and bytes(digest) for sku, digest in Product.objects.values_list("sku", "line_digest")}
+
+
+@pytest.mark.parametrize("chunk", [2, 5000], ids=["chunks-of-2", "one-chunk"])
+def test_new_products_are_written_straight_from_the_rows_as_the_staged_merge_and_record_product_write_them(
+    tmp_path, queued, monkeypatch, chunk
+):
+    """A chunk of new products only is written by one statement without staging
+    (`_created_if_all_new`): the same products, revisions, hashes, statuses and line digests as
+    the staged merge writes, and as `record_product` row by row."""
+    monkeypatch.setattr(catalogue, "_WRITE_CHUNK", chunk)
+    path = jsonl(tmp_path / "new.jsonl", NEW_ONLY)
+    straight_calls = []
+    straight = catalogue._created_if_all_new
+
+    def counted(rows):
+        straight_calls.append(written := straight(rows))
+        return written
+
+    def import_and_undo(write) -> tuple[dict, dict, list]:
+        with transaction.atomic():
+            reports = [write(path)]
+            contents, digests = ledger_contents(), line_digests()
+            transaction.set_rollback(True)
+        return contents, digests, reports
+
+    monkeypatch.setattr(catalogue, "_created_if_all_new", counted)
+    written, written_digests, (report,) = import_and_undo(import_catalogue)
+    assert straight_calls and all(straight_calls)
+
+    monkeypatch.setattr(catalogue, "_created_if_all_new", lambda rows: False)
+    staged, staged_digests, (staged_report,) = import_and_undo(import_catalogue)
+    one_by_one, _, _ = import_and_undo(record_each_row)
+
+    assert (
+        report.summary
+        == staged_report.summary
+        == "created 5, revised 0, unchanged 0, withdrawn 0, rejected 0"
+    )
+    assert written == staged == one_by_one
+    assert written_digests == staged_digests and all(written_digests.values())
+    assert dict((sku, status) for sku, status, _ in written["products"]) == {
+        "N-1": "active",
+        "N-2": "active",
+        "N-3": "active",
+        "N-4": "active",
+        "N-WD": "withdrawn",
+    }
+    # The next import of the same file recognises every line of the products written straight.
+    assert import_catalogue(path).created == 5
+    again = import_catalogue(path)
+    assert again.summary == "created 0, revised 0, unchanged 5, withdrawn 0, rejected 0"
+    assert again.recognised == 5
+
+
+def test_a_chunk_with_one_known_sku_among_new_ones_is_staged_and_merged(tmp_path, monkeypatch):
+    import_catalogue(jsonl(tmp_path / "first.jsonl", NEW_ONLY[:1]))
+    straight_calls = []
+    straight = catalogue._created_if_all_new
+    monkeypatch.setattr(
+        catalogue,
+        "_created_if_all_new",
+        lambda rows: straight_calls.append(straight(rows)) or straight_calls[-1],
+    )
+    changed = [{**NEW_ONLY[0], "weight_g": 950}, *NEW_ONLY[1:]]
+    report = import_catalogue(jsonl(tmp_path / "second.jsonl", changed))
+    assert straight_calls == [False]
+    assert report.summary == "created 4, revised 1, unchanged 0, withdrawn 0, rejected 0"
+    assert sorted(Product.objects.values_list("sku", "current_revision__number")) == [
+        ("N-1", 1),
+        ("N-2", 2),
+        ("N-3", 1),
+        ("N-4", 1),
+        ("N-WD", 1),
+    ]
