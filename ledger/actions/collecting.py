@@ -2,10 +2,11 @@
 (rules 2 and 4), with failures classified and retried by themselves when transient (rule 8)."""
 
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
@@ -104,7 +105,7 @@ def collect_submission(submission_id: int, *, provider=None, seconds: float | No
     chunk's end, releases the submission and queues a task that goes on where it stopped, so no
     task outlives the worker's timeout."""
     from ..providers import capabilities, get_provider
-    from ..providers.base import Delivery, ProviderError, ResultLine
+    from ..providers.base import Delivery
 
     claim = Submission.objects.claim(submission_id, states=[SubmissionState.ENDED])
     if not claim:
@@ -119,8 +120,41 @@ def collect_submission(submission_id: int, *, provider=None, seconds: float | No
         requests = [r for r in build_requests(submission, ItemState.SUBMITTED) if r.custom_id not in recorded]
         recorded = RecordedRequests(submission_id, claim)
     # A server answering request by request is paid for each answer: each is recorded the moment
-    # it arrives, so a killed worker loses only the requests in flight.
-    chunk = Chunk(submission, size=1 if per_request else settings.BATCHDESK_COLLECT_CHUNK)
+    # it arrives, so a killed worker loses only the requests in flight. A file's chunks are each
+    # recorded beside the reading of the next (on PostgreSQL, unless the caller holds a
+    # transaction the chunks must be part of).
+    overlap = not per_request and connection.vendor == "postgresql" and not connection.in_atomic_block
+    chunk = Chunk(submission, size=1 if per_request else settings.BATCHDESK_COLLECT_CHUNK, overlap=overlap)
+    try:
+        return collect_lines(
+            submission,
+            provider=provider,
+            chunk=chunk,
+            claim=claim,
+            recorded=recorded,
+            requests=requests,
+            deadline=deadline,
+        )
+    finally:
+        chunk.close()
+
+
+def collect_lines(
+    submission: Submission,
+    *,
+    provider,
+    chunk: "Chunk",
+    claim: str,
+    recorded: "set[str] | RecordedRequests",
+    requests: list,
+    deadline: float,
+) -> str:
+    """`collect_submission`'s work once the submission is claimed: every line of the results,
+    then the requests the results did not answer, recorded through `chunk`."""
+    from ..providers.base import ProviderError, ResultLine
+
+    submission_id = submission.pk
+    per_request = isinstance(recorded, RecordedRequests)
     seen: set[str] = set()
     lines = {"succeeded": 0, "failed": 0}
     renewed = timezone.now()
@@ -152,17 +186,20 @@ def collect_submission(submission_id: int, *, provider=None, seconds: float | No
             chunk.record()
             if not handing_over and time.monotonic() > deadline:
                 if not per_request:
+                    chunk.wait()
                     return hand_over(submission_id, claim)
                 # A server answering request by request: nothing more is asked, and the answers
                 # to requests already asked (and paid for) are recorded before handing over.
                 recorded.stop_asking()
                 handing_over = True
         chunk.record()
+        chunk.wait()
         if handing_over:
             return hand_over(submission_id, claim)
     except ProviderError as exc:
         # Lines read so far are recorded; the next round reads again and skips them.
         chunk.record()
+        chunk.wait()
         Submission.objects.filter(pk=submission_id).update(
             error=str(exc)[:2000], claimed_until=timezone.now() + backoff(1, exc.retry_after)
         )
@@ -217,7 +254,8 @@ def collect_submission(submission_id: int, *, provider=None, seconds: float | No
         and (counts.get("succeeded"), counts.get("failed")) != (lines["succeeded"], lines["failed"])
     ):
         chunk.add({"kind": "counts_disagree", "provider_counts": counts, "lines_in_results": lines})
-        chunk.record()
+    chunk.record()
+    chunk.wait()
     with transaction.atomic():
         set_submission_state(submission, SubmissionState.COLLECTED, claimed_until=None, error="")
     refresh_job_state(submission.job_id)
@@ -234,14 +272,22 @@ def hand_over(submission_id: int, claim: str) -> str:
 class Chunk:
     """What the results stream gave since the last chunk was recorded, in order, recorded as one
     transaction by `record_chunk`. Also recorded when its oldest line has waited CHUNK_MAX_AGE
-    (a slow stream), so read lines do not wait long unrecorded."""
+    (a slow stream), so read lines do not wait long unrecorded.
 
-    def __init__(self, submission: Submission, *, size: int):
+    With `overlap`, each chunk is recorded by a thread of its own with its own connection, while
+    this one reads the next: the database's work on a chunk (the thread waits for it without the
+    GIL) runs beside the parsing of the next. Chunks still commit one at a time and in order: a
+    chunk is handed over only once the one before it has committed, so a killed worker leaves
+    whole chunks behind, as without it. `finish` waits for the last one."""
+
+    def __init__(self, submission: Submission, *, size: int, overlap: bool = False):
         self.submission, self.size = submission, max(1, size)
         self.checker = DraftChecker.of(submission.job.prompt_version)
         self.parts: list = []
         self.lines = 0
         self.started = 0.0
+        self.recorder = ThreadPoolExecutor(1, thread_name_prefix="record_chunk") if overlap else None
+        self.recording: Future | None = None
 
     def add(self, part) -> None:
         if not self.parts:
@@ -255,9 +301,53 @@ class Chunk:
         )
 
     def record(self) -> None:
-        if self.parts:
-            record_chunk(self.submission, self.parts, checker=self.checker)
-        self.parts, self.lines = [], 0
+        """Record what was read so far: now, or (overlapping) once the chunk before it has
+        committed, by the recording thread, while this one goes on reading."""
+        if not self.parts:
+            return
+        parts, self.parts, self.lines = self.parts, [], 0
+        if self.recorder is None:
+            record_chunk(self.submission, parts, checker=self.checker)
+            return
+        self.wait()
+        self.recording = self.recorder.submit(record_in_thread, self.submission, parts, self.checker)
+
+    def wait(self) -> None:
+        """Wait until every chunk handed over is committed (or raise what recording it raised)."""
+        if self.recording is not None:
+            recording, self.recording = self.recording, None
+            recording.result()
+
+    def finish(self) -> None:
+        """Record what is left, wait for it, and end the recording thread and its connection."""
+        try:
+            self.record()
+            self.wait()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.recorder is not None:
+            recorder, self.recorder = self.recorder, None
+            try:
+                self.wait()
+            finally:
+                recorder.submit(close_connection).result()
+                recorder.shutdown()
+
+
+def close_connection() -> None:
+    connection.close()  # the calling thread's own
+
+
+def record_in_thread(submission: Submission, parts: list, checker: DraftChecker) -> None:
+    """`record_chunk` in the recording thread, on the thread's own connection, which a lost
+    server leaves unusable: closed, so the next chunk opens a new one."""
+    try:
+        record_chunk(submission, parts, checker=checker)
+    except Exception:
+        connection.close()
+        raise
 
 
 def record_result(submission: Submission, line, *, seen: set[str] | None = None) -> str:

@@ -5,10 +5,12 @@ states, versions, events, entries and anomalies, whatever the chunk size."""
 
 import json
 import re
+import threading
 
 import pytest
 
 from ledger import actions
+from ledger.actions import collecting
 from ledger.actions.submitting import set_submission_state
 from ledger.models import Event, GeneratedVersion, Item, Job, Product, Submission, SubmissionItem
 from ledger.providers.base import ResultLine, UnreadableLine
@@ -287,6 +289,23 @@ def test_collecting_in_chunks_writes_what_collecting_line_by_line_writes(setting
     }
     # Each revised product's current revision was queued as a new item, in both jobs.
     assert sum(item["revision"] == 2 for item in got["items"]) == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_chunks_recorded_beside_the_reading_write_what_collecting_line_by_line_writes(settings, monkeypatch):
+    """Outside a transaction (a worker's task), each chunk is recorded by a thread of its own on its
+    own connection while the next is read: the same ledger, every chunk recorded by that thread."""
+    threads = []
+    record_chunk = collecting.record_chunk
+
+    def recorded_by(*args, **kwargs):
+        threads.append(threading.current_thread().name)
+        return record_chunk(*args, **kwargs)
+
+    monkeypatch.setattr(collecting, "record_chunk", recorded_by)
+    test_collecting_in_chunks_writes_what_collecting_line_by_line_writes(settings, 3)
+    assert len(threads) > 3
+    assert all(name.startswith("record_chunk") for name in threads)
 
 
 def test_collecting_the_same_output_again_in_chunks_changes_nothing(settings):
