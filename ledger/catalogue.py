@@ -56,6 +56,7 @@ from .models import (
 )
 from .setwise import insert_from_select, insert_select_sql, next_id_sql
 from .states import ItemState, sources_for
+from .table_statistics import analyse_after_bulk_change
 
 log = logging.getLogger(__name__)
 
@@ -219,12 +220,17 @@ def import_catalogue(
     """
     with _opened(source) as (stream, name):
         try:
-            return _import(stream, name, skip_invalid, on_progress, before_commit, recognise=True)
+            report = _import(stream, name, skip_invalid, on_progress, before_commit, recognise=True)
         except _LineNotRecognised:
             # A product changed between reading the lines it had and meeting one of them: rare,
             # and the import was rolled back. Once more, reading every line.
             stream.seek(0)
-            return _import(stream, name, skip_invalid, on_progress, before_commit, recognise=False)
+            report = _import(stream, name, skip_invalid, on_progress, before_commit, recognise=False)
+    if report.imported:
+        new_revisions = report.created + report.revised
+        changed = new_revisions + report.withdrawn + report.reactivated
+        analyse_after_bulk_change({Product: changed, SourceRevision: new_revisions})
+    return report
 
 
 def _import(

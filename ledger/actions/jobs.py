@@ -15,6 +15,7 @@ from ..models import (
 )
 from ..setwise import insert_from_select, insert_select_sql
 from ..states import ItemState, JobState, ReasonCode
+from ..table_statistics import analyse_after_bulk_change
 from .core import NotAllowed, actor_name, change_state, enqueue
 
 
@@ -107,6 +108,7 @@ def create_job(
             raise NotAllowed("No active products to work on")
         Event.objects.create(job=job, to_state=JobState.PREPARING, actor=owner, actor_name=actor_name(owner))
         enqueue("ledger.tasks.submit_job", job.pk)
+    analyse_after_bulk_change({Item: written, Event: written})
     return job
 
 
