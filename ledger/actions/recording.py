@@ -161,38 +161,37 @@ def record_drafts(submission: Submission, drafts: list, events: list, *, checker
         )
     }
     now = timezone.now()
+    # Each version's row, in VERSION_COLUMNS' order (its id from the table's sequence, if any).
+    ids = reserved_ids(GeneratedVersion, len(checked)) or [None] * len(checked)
     versions, judged = [], []
-    for entry, line, text, reasons, claimed in checked:
+    for pk, (entry, line, text, reasons, claimed) in zip(ids, checked, strict=True):
         if claimed:
             reasons = reasons + checker.unstated(claimed, sources[entry.source_revision_id])
         versions.append(
-            {
-                "item_id": entry.item_id,
-                "number": entry.last_number + 1,
-                "custom_id": line.custom_id,
-                "submission_id": submission.pk,
-                "content": text,
-                "raw_output": line.content,
-                "content_hash": content_hash(text),
-                "input_tokens": line.input_tokens,
-                "output_tokens": line.output_tokens,
-                "usage": {**line.usage, "apportioned": True} if line.apportioned else line.usage,
-                "valid": not reasons,
-                "validation_reasons": [str(reason) for reason in reasons],
-                "created_at": now,
-            }
+            (
+                pk,
+                entry.item_id,
+                entry.last_number + 1,
+                line.custom_id,
+                submission.pk,
+                text,
+                line.content,
+                content_hash(text),
+                line.input_tokens,
+                line.output_tokens,
+                {**line.usage, "apportioned": True} if line.apportioned else line.usage,
+                not reasons,
+                [str(reason) for reason in reasons],
+                now,
+            )
         )
         if entry.state == ItemState.SUBMITTED:
             judged.append((entry, line.custom_id, reasons))
-    ids = reserved_ids(GeneratedVersion, len(versions))
-    if ids:
-        for version, pk in zip(versions, ids, strict=True):
-            version["id"] = pk
-    insert_rows(GeneratedVersion, versions)
+    insert_versions(versions)
     if not judged:
         return []
-    if ids:
-        version_of = {version["custom_id"]: version["id"] for version in versions}
+    if ids[0] is not None:
+        version_of = {version[3]: version[0] for version in versions}
     else:
         version_of = dict(
             GeneratedVersion.objects.filter(among("custom_id", [custom_id for _, custom_id, _ in judged]))
@@ -217,6 +216,48 @@ def record_drafts(submission: Submission, drafts: list, events: list, *, checker
     for (reason, code), item_ids in invalid.items():
         move_waiting(item_ids, to=ItemState.VALIDATION_FAILED, reason=reason, code=code)
     return stale
+
+
+VERSION_COLUMNS = (
+    "id",
+    "item_id",
+    "number",
+    "custom_id",
+    "submission_id",
+    "content",
+    "raw_output",
+    "content_hash",
+    "input_tokens",
+    "output_tokens",
+    "usage",
+    "valid",
+    "validation_reasons",
+    "created_at",
+)
+
+
+def insert_versions(versions: list[tuple]) -> None:
+    """Drafts (each a tuple of VERSION_COLUMNS' values) in one statement: on PostgreSQL a `COPY`
+    of rows formatted here, elsewhere `bulk_create` (ids given by the database)."""
+    if not versions:
+        return
+    if connection.vendor != "postgresql":
+        GeneratedVersion.objects.bulk_create(
+            GeneratedVersion(**dict(zip(VERSION_COLUMNS[1:], version[1:], strict=True)))
+            for version in versions
+        )
+        return
+    at = versions[0][-1].isoformat()
+    copy_text(
+        GeneratedVersion,
+        list(VERSION_COLUMNS),
+        "".join(
+            f"{pk}\t{item}\t{number}\t{escaped(custom_id)}\t{submission}\t{escaped(text)}\t{escaped(raw)}\t"
+            f"{digest}\t{input_tokens}\t{output_tokens}\t{escaped(json_text(usage))}\t{'t' if valid else 'f'}\t"
+            f"{escaped(json_text(reasons))}\t{at}\n"
+            for pk, item, number, custom_id, submission, text, raw, digest, input_tokens, output_tokens, usage, valid, reasons, _ in versions
+        ),
+    )
 
 
 def record_failures(submission: Submission, failures: list, events: list) -> list[int]:
@@ -356,31 +397,6 @@ def reserved_ids(model: type[models.Model], count: int) -> list[int]:
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT {next_id_sql(model)} FROM generate_series(1, %s)", [count])
         return [pk for (pk,) in cursor.fetchall()]
-
-
-def insert_rows(model: type[models.Model], rows: list[dict]) -> None:
-    """Rows (each a dict of every column by attname) in one statement: on PostgreSQL a `COPY`,
-    elsewhere `bulk_create`."""
-    if not rows:
-        return
-    if connection.vendor != "postgresql":
-        model.objects.bulk_create(model(**row) for row in rows)
-        return
-    import psycopg
-
-    fields = [model._meta.get_field(name) for name in rows[0]]
-    names = [field.attname for field in fields]
-    json_names = {field.attname for field in fields if isinstance(field, models.JSONField)}
-    columns = ", ".join(connection.ops.quote_name(field.column) for field in fields)
-    connection.ensure_connection()
-    # psycopg's COPY, on the transaction's own connection: rows written as they are formatted
-    # (by psycopg's C code), with no statement to compose. Triggers fire as for an INSERT.
-    with (
-        psycopg.Cursor(connection.connection) as cursor,
-        cursor.copy(f"COPY {connection.ops.quote_name(model._meta.db_table)} ({columns}) FROM STDIN") as copy,
-    ):
-        for row in rows:
-            copy.write_row([json_text(row[name]) if name in json_names else row[name] for name in names])
 
 
 class AnyOf(In):
