@@ -38,6 +38,7 @@ from itertools import chain
 from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import NamedTuple, NoReturn, Protocol
 
+import jiter
 import psycopg
 from django.core.files.uploadedfile import UploadedFile
 from django.db import connection, connections, transaction
@@ -553,39 +554,23 @@ _NEW = f"{_STAGING} s WHERE NOT EXISTS (SELECT 1 FROM {_KNOWN} k WHERE k.sku = s
 def _write_revisions_with_their_ids(cursor, *, created: int, revised: int, now) -> None:
     """New products and new revisions, each row written once: a revision's id is taken from its
     sequence before it is written, so a new product is created already pointing at its first
-    revision and a revised one is updated once (PostgreSQL checks both references at commit)."""
+    revision, in the statement that writes that revision (PostgreSQL checks both references at
+    the statement's end, migration 0023), and a revised one is updated once."""
     next_id = next_id_sql(SourceRevision)
     if created:
-        # The new products' ids come back from the statement that writes them.
-        products, params = insert_select_sql(
-            Product,
-            select={
-                "sku": "s.sku",
-                "status": f"COALESCE(s.status, '{ProductStatus.ACTIVE}')",
-                "current_revision": next_id,
-                "line_digest": "s.line_digest",
-            },
-            from_sql=f"{_NEW} ORDER BY s.sku",
-            returning=("sku", "id", "current_revision_id"),
-        )
-        cursor.execute(
-            f"WITH created AS ({products}) INSERT INTO {_KNOWN} (sku, product_id, new_revision_id) "
-            "SELECT sku, id, current_revision_id FROM created",
-            params,
-        )
+        products, revisions = _created_sql(f"{_NEW} ORDER BY s.sku")
+        cursor.execute(f"WITH {products[0]} {revisions}", [*products[1], now])
     if revised:
         cursor.execute(
             f"UPDATE {_KNOWN} k SET new_revision_id = {next_id} FROM {_STAGING} s "
             f"WHERE k.sku = s.sku AND k.old_status IS NOT NULL AND {_REVISED}"
         )
-    if created or revised:
         cursor.execute(
             f"INSERT INTO {_REVISIONS} (id, product_id, number, title, fields, content_hash, created_at) "
             f"SELECT k.new_revision_id, k.product_id, COALESCE(k.old_number, 0) + 1, s.title, s.fields, "
             f"s.content_hash, %s FROM {_ROWS} WHERE k.new_revision_id IS NOT NULL ORDER BY s.sku",
             [now],
         )
-    if revised:
         # The status too, so the line's digest is written by the one statement that changes both.
         cursor.execute(
             f"UPDATE {_PRODUCTS} SET current_revision_id = k.new_revision_id, "
@@ -764,8 +749,26 @@ def _created_if_all_new(chunk: list[_Staged]) -> bool:
 
 
 def _all_new_sql() -> tuple[str, list]:
-    """`_created_if_all_new`'s statement: the rows (`s`), unnested from six arrays; the products,
-    written in SKU order, each pointed at the id its first revision is then written with."""
+    """`_created_if_all_new`'s statement: the rows (`s`), unnested from six arrays, then
+    `_created_sql`'s. Its parameters: the six arrays, the returned list, the revisions' time."""
+    (products, params), revisions = _created_sql(
+        "rows s ORDER BY s.sku", rows="rows", fields="s.fields::jsonb"
+    )
+    return (
+        "WITH rows AS MATERIALIZED (SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], "
+        f"%b::text[], %b::bytea[]) AS s(sku, title, fields, content_hash, status, line_digest)), {products} "
+        f"{revisions}".replace("%s", "%b"),
+        params,
+    )
+
+
+def _created_sql(
+    new_rows: str, *, rows: str = _STAGING, fields: str = "s.fields"
+) -> tuple[tuple[str, list], str]:
+    """New products and their first revisions, in one statement: `created AS (…)`, writing the
+    products of `new_rows` (rows `s` in SKU order, as from `rows`) each pointed at the id its first
+    revision is then written with, and its params; then the INSERT of those revisions (one param,
+    their time)."""
     products, params = insert_select_sql(
         Product,
         select={
@@ -774,18 +777,15 @@ def _all_new_sql() -> tuple[str, list]:
             "current_revision": next_id_sql(SourceRevision),
             "line_digest": "s.line_digest",
         },
-        from_sql="rows s ORDER BY s.sku",
+        from_sql=new_rows,
         returning=("sku", "id", "current_revision_id"),
     )
-    return (
-        "WITH rows AS MATERIALIZED (SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], "
-        "%b::text[], %b::bytea[]) AS s(sku, title, fields, content_hash, status, line_digest)), "
-        f"created AS ({products.replace('%s', '%b')}) "
+    revisions = (
         f"INSERT INTO {_REVISIONS} (id, product_id, number, title, fields, content_hash, created_at) "
-        "SELECT c.current_revision_id, c.id, 1, s.title, s.fields::jsonb, s.content_hash, %b "
-        "FROM created c JOIN rows s ON s.sku = c.sku ORDER BY s.sku",
-        params,
+        f"SELECT c.current_revision_id, c.id, 1, s.title, {fields}, s.content_hash, %s "
+        f"FROM created c JOIN {rows} s ON s.sku = c.sku ORDER BY s.sku"
     )
+    return (f"created AS ({products})", params), revisions
 
 
 # --- uploads, imported by a worker ---------------------------------------------------------
@@ -1034,8 +1034,10 @@ def _usual_row(line: _Line, seen: "_SeenSkus") -> _Staged | Rejection | None:
     if "\\u003" in text or "NaN" in text or "Infinity" in text:
         return None
     try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
+        # jiter reads what Python's json reads, alike, about twice as fast; what it refuses (a lone
+        # surrogate escape, say) goes the full way, which words it.
+        data = jiter.from_json(text.encode(), cache_mode="keys")
+    except (ValueError, RecursionError, UnicodeEncodeError):
         return None
     if type(data) is not dict:
         return None

@@ -66,6 +66,11 @@ TRICKY_LINES = [
     "   ",
     '{"sku": "A-47", "title": "Trailing"}   ',
     '{"sku": "A-48", "title": "Objects in lists", "variants": [{"colour": "grey", "stock": 3}, {"colour": "red"}]}',
+    '{"sku": "A-49", "title": "Floats", "a": 0.1, "b": 1e16, "c": 1.7976931348623157e308, "d": 5e-324, '
+    '"e": 123456789.123456789, "f": 1E+2, "g": -1.5e-10, "h": 2.2250738585072011e-308, "i": 0.30000000000000004}',
+    '{"sku": "A-50", "title": "Escapes", "k": "\\u00e9 \\n \\/ \\b\\f\\r \\u001f \\u2028 end", "l": "\\ud83d\\ude00"}',
+    '{"sku": "A-51", "title": "Trailing comma", "k": 1,}',
+    '{"sku": "A-52", "title": "Extra"} {"x": 1}',
 ]
 
 
