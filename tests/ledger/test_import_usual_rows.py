@@ -130,10 +130,34 @@ def test_a_whole_file_reads_the_same_with_and_without_the_quick_way(monkeypatch)
     content = ("\n".join(TRICKY_LINES) + "\n").encode("utf-8", "surrogatepass")
 
     quick = list(read_catalogue(io.BytesIO(content)))
-    monkeypatch.setattr(catalogue, "_usual_row", lambda line, seen: None)
+    monkeypatch.setattr(catalogue, "_usual_row", lambda line, seen, keep_fields=True: None)
     full = list(read_catalogue(io.BytesIO(content)))
 
     assert quick == full
     assert any(isinstance(row, Rejection) for row in full) and any(
         not isinstance(row, Rejection) for row in full
     )
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"b": 1, "a": [1.5, -0.0, 1e16, 5e-324, True, None, 'ünï\u2028\x1f"\\'], "c": {"z": {}, "y": []}},
+        {"\U0001f600": 12345678901234567890, "": 0.1},
+        [],
+        "text",
+    ],
+)
+def test_the_canonical_encoder_made_once_renders_as_the_encoder_it_stands_for(value):
+    assert catalogue._canonical(value) == catalogue._CANONICAL.encode(value)
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [({"a": float("nan")}, ValueError), ({"a": float("inf")}, ValueError), ({"a": {1, 2}}, TypeError)],
+)
+def test_the_canonical_encoder_made_once_refuses_what_the_encoder_refuses(value, error):
+    with pytest.raises(error):
+        catalogue._CANONICAL.encode(value)
+    with pytest.raises(error):
+        catalogue._canonical(value)
