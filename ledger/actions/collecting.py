@@ -15,7 +15,7 @@ from ..states import ItemState, ReasonCode, SubmissionState
 from ..validation import DraftChecker
 from .core import backoff, change_state, enqueue, refresh_job_state
 from .jobs import judge_currency
-from .recording import MAX_INFERENCE_ATTEMPTS, record_chunk
+from .recording import MAX_INFERENCE_ATTEMPTS, checked_draft, record_chunk
 from .submitting import build_requests, note_anomaly, set_submission_state
 
 # A worker reading a long unit renews its lease this often.
@@ -284,6 +284,9 @@ class Chunk:
         self.submission, self.size = submission, max(1, size)
         self.checker = DraftChecker.of(submission.job.prompt_version)
         self.parts: list = []
+        # Each draft is checked as it is read (what depends on the draft alone): overlapping, by
+        # this thread, while the recording thread waits for the database.
+        self.checks: dict[str, tuple] = {}
         self.lines = 0
         self.started = 0.0
         self.recorder = ThreadPoolExecutor(1, thread_name_prefix="record_chunk") if overlap else None
@@ -293,7 +296,10 @@ class Chunk:
         if not self.parts:
             self.started = time.monotonic()
         self.parts.append(part)
-        self.lines += not isinstance(part, dict)
+        if not isinstance(part, dict):
+            self.lines += 1
+            if part.succeeded:
+                self.checks[part.custom_id] = checked_draft(self.checker, part.content)
 
     def full(self) -> bool:
         return self.lines >= self.size or (
@@ -305,12 +311,13 @@ class Chunk:
         committed, by the recording thread, while this one goes on reading."""
         if not self.parts:
             return
-        parts, self.parts, self.lines = self.parts, [], 0
+        parts, checks = self.parts, self.checks
+        self.parts, self.checks, self.lines = [], {}, 0
         if self.recorder is None:
-            record_chunk(self.submission, parts, checker=self.checker)
+            record_chunk(self.submission, parts, checker=self.checker, checks=checks)
             return
         self.wait()
-        self.recording = self.recorder.submit(record_in_thread, self.submission, parts, self.checker)
+        self.recording = self.recorder.submit(record_in_thread, self.submission, parts, self.checker, checks)
 
     def wait(self) -> None:
         """Wait until every chunk handed over is committed (or raise what recording it raised)."""
@@ -340,11 +347,11 @@ def close_connection() -> None:
     connection.close()  # the calling thread's own
 
 
-def record_in_thread(submission: Submission, parts: list, checker: DraftChecker) -> None:
+def record_in_thread(submission: Submission, parts: list, checker: DraftChecker, checks: dict) -> None:
     """`record_chunk` in the recording thread, on the thread's own connection, which a lost
     server leaves unusable: closed, so the next chunk opens a new one."""
     try:
-        record_chunk(submission, parts, checker=checker)
+        record_chunk(submission, parts, checker=checker, checks=checks)
     except Exception:
         connection.close()
         raise

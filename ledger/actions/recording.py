@@ -55,10 +55,13 @@ class Entry:
     last_number: int
 
 
-def record_chunk(submission: Submission, stream: Sequence, *, checker: DraftChecker) -> None:
+def record_chunk(
+    submission: Submission, stream: Sequence, *, checker: DraftChecker, checks: dict | None = None
+) -> None:
     """Record a chunk of what a results stream gave, in the order it was read: `ResultLine`s
     (custom_ids not repeated within the collection) and anomalies already known (dicts: an
-    unreadable or repeated line). One transaction."""
+    unreadable or repeated line). One transaction. `checks`: the `checked_draft` of drafts
+    checked already, by custom_id (a collection checks each as it reads it)."""
     from ..providers.base import ResultLine
 
     lines = [line for line in stream if isinstance(line, ResultLine)]
@@ -134,7 +137,7 @@ def record_chunk(submission: Submission, stream: Sequence, *, checker: DraftChec
         # Every event of the chunk is written by one statement, each item's in the order they
         # happen; then the items whose product changed meanwhile are judged, after them.
         events: list[tuple] = []
-        stale = record_drafts(submission, drafts, events, checker=checker)
+        stale = record_drafts(submission, drafts, events, checker=checker, checks=checks or {})
         stale += record_failures(submission, failures, events)
         insert_events(submission, events)
         # Judged one by one, like record_result: a product that changed meanwhile is rare.
@@ -143,7 +146,16 @@ def record_chunk(submission: Submission, stream: Sequence, *, checker: DraftChec
         note_anomalies(submission, anomalies)
 
 
-def record_drafts(submission: Submission, drafts: list, events: list, *, checker: DraftChecker) -> list[int]:
+def checked_draft(checker: DraftChecker, content: str) -> tuple:
+    """(publishable text, reasons, claims, the text's content_hash) of one draft: what depends on
+    the draft alone, so it may be worked out before its chunk is recorded."""
+    text, reasons, claimed = checker.check(content)
+    return text, reasons, claimed, content_hash(text)
+
+
+def record_drafts(
+    submission: Submission, drafts: list, events: list, *, checker: DraftChecker, checks: dict
+) -> list[int]:
     """Versions for the drafts of items waiting for them (or stopped meanwhile: kept as
     evidence), checked, and each waiting item moved on: returned, then awaiting review or
     validation failed, or obsolete or withdrawn when its product changed meanwhile (rule 5).
@@ -151,9 +163,12 @@ def record_drafts(submission: Submission, drafts: list, events: list, *, checker
     kept = [(entry, line) for entry, line in drafts if entry.state in (ItemState.SUBMITTED, *STOPPED_STATES)]
     if not kept:
         return []
-    checked = [(entry, line, *checker.check(line.content)) for entry, line in kept]
+    checked = [
+        (entry, line, *(checks.get(line.custom_id) or checked_draft(checker, line.content)))
+        for entry, line in kept
+    ]
     # The sources of only the drafts that claim something are read, all in one query.
-    claiming = {entry.source_revision_id for entry, _, _, _, claimed in checked if claimed}
+    claiming = {entry.source_revision_id for entry, _, _, _, claimed, _ in checked if claimed}
     sources = {
         pk: source_text_of(title, fields)
         for pk, title, fields in SourceRevision.objects.filter(pk__in=claiming).values_list(
@@ -164,7 +179,7 @@ def record_drafts(submission: Submission, drafts: list, events: list, *, checker
     # Each version's row, in VERSION_COLUMNS' order (its id from the table's sequence, if any).
     ids = reserved_ids(GeneratedVersion, len(checked)) or [None] * len(checked)
     versions, judged = [], []
-    for pk, (entry, line, text, reasons, claimed) in zip(ids, checked, strict=True):
+    for pk, (entry, line, text, reasons, claimed, digest) in zip(ids, checked, strict=True):
         if claimed:
             reasons = reasons + checker.unstated(claimed, sources[entry.source_revision_id])
         versions.append(
@@ -176,7 +191,7 @@ def record_drafts(submission: Submission, drafts: list, events: list, *, checker
                 submission.pk,
                 text,
                 line.content,
-                content_hash(text),
+                digest,
                 line.input_tokens,
                 line.output_tokens,
                 {**line.usage, "apportioned": True} if line.apportioned else line.usage,
