@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django.db import connection, models, transaction
-from django.db.models import F, OuterRef, Subquery
+from django.db.models import Exists, F, OuterRef, Subquery
 from django.db.models.lookups import In
 from django.utils import timezone
 
@@ -66,7 +66,11 @@ def record_chunk(
 
     lines = [line for line in stream if isinstance(line, ResultLine)]
     # Read beside the lock, not locked: a product is never held by a collection.
-    product = Product.objects.filter(pk=OuterRef("item__product_id")).order_by()
+    current = Product.objects.filter(
+        pk=OuterRef("item__product_id"),
+        status=ProductStatus.ACTIVE,
+        current_revision_id=OuterRef("item__source_revision_id"),
+    )
     last_version = GeneratedVersion.objects.filter(item_id=OuterRef("item_id")).order_by("-number")
     with transaction.atomic():
         if connection.vendor == "postgresql":
@@ -83,11 +87,7 @@ def record_chunk(
             SubmissionItem.objects.select_for_update(no_key=True)
             .filter(among("custom_id", [line.custom_id for line in lines]), submission_id=submission.pk)
             .order_by("item_id")
-            .annotate(
-                product_status=Subquery(product.values("status")[:1]),
-                product_revision=Subquery(product.values("current_revision_id")[:1]),
-                last_number=Subquery(last_version.values("number")[:1]),
-            )
+            .annotate(current=Exists(current), last_number=Subquery(last_version.values("number")[:1]))
             .values_list(
                 "pk",
                 "custom_id",
@@ -96,8 +96,7 @@ def record_chunk(
                 "item__state",
                 "item__inference_failures",
                 "item__source_revision_id",
-                "product_status",
-                "product_revision",
+                "current",
                 "last_number",
             )
         )
@@ -110,10 +109,10 @@ def record_chunk(
                 state,
                 failures,
                 revision,
-                current=status == ProductStatus.ACTIVE and current_revision == revision,
+                current=current,
                 last_number=last_number or 0,
             )
-            for pk, custom_id, outcome, item, state, failures, revision, status, current_revision, last_number in rows
+            for pk, custom_id, outcome, item, state, failures, revision, current, last_number in rows
         }
         anomalies = [
             part
