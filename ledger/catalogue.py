@@ -401,12 +401,11 @@ def _chunks(
     report: ImportReport,
     skip_invalid: bool,
     known: "_KnownLines | None" = None,
-) -> Iterator[list["_Staged | _Recognised"]]:
+) -> Iterator["_Chunk"]:
     """The file's rows, read, checked and hashed: chunks of at most `_WRITE_CHUNK` rows and
     `_WRITE_CHUNK_BYTES` of content, and, once the problems found stop the import and rows are only
     checked, an empty one now and then, so the caller can report progress."""
-    chunk: list[_Staged | _Recognised] = []
-    size = 0
+    chunk, size = _Chunk(), 0
     for row in _read(stream, name=name, known=known, keep_fields=False):
         report.rows_read += not isinstance(row, Unreadable)
         if isinstance(row, Rejection):
@@ -423,7 +422,7 @@ def _chunks(
         ):
             report.checked_bytes = stream.bytes_read
             yield chunk
-            chunk, size = [], 0
+            chunk, size = _Chunk(), 0
     report.checked_bytes = stream.bytes_read
     if chunk:
         yield chunk
@@ -437,7 +436,7 @@ class _ReadAhead:
 
     _END = object()
 
-    def __init__(self, chunks: Iterator[list[_Staged]], *, threaded: bool):
+    def __init__(self, chunks: Iterator["_Chunk"], *, threaded: bool):
         self.chunks, self.threaded = chunks, threaded
         self.queue: queue.Queue = queue.Queue(maxsize=_READ_AHEAD)
         self.stopping = threading.Event()
@@ -453,7 +452,7 @@ class _ReadAhead:
             self.stopping.set()
             self.thread.join()
 
-    def __iter__(self) -> Iterator[list[_Staged]]:
+    def __iter__(self) -> Iterator["_Chunk"]:
         if not self.threaded:
             yield from self.chunks
             return
@@ -474,7 +473,7 @@ class _ReadAhead:
     def _read(self) -> None:
         try:
             for chunk in self.chunks:
-                if not self._put(chunk):
+                if not self._put(chunk.prepare()):
                     return
             self._put(self._END)
         except BaseException as error:  # handed to the writer, who raises it
@@ -631,7 +630,7 @@ def _lock_the_changed(cursor) -> None:
         )
 
 
-def _write(chunk: list["_Staged | _Recognised"], report: ImportReport) -> None:
+def _write(chunk: "_Chunk", report: ImportReport) -> None:
     """Write one chunk: recognised lines are confirmed in one query and write nothing; the other
     rows are staged and merged."""
     recognised = [row for row in chunk if isinstance(row, _Recognised)]
@@ -640,7 +639,7 @@ def _write(chunk: list["_Staged | _Recognised"], report: ImportReport) -> None:
         report.unchanged += len(recognised)
         report.recognised += len(recognised)
         report.rows_written += len(recognised)
-    staged = [row for row in chunk if isinstance(row, _Staged)]
+    staged = chunk.prepare().staged
     if staged:
         _write_staged(staged, report)
 
@@ -716,33 +715,50 @@ def _created_if_all_new(chunk: list[_Staged]) -> bool:
     and their first revisions are written by one statement, from the rows sent as arrays (in binary,
     nothing staged), exactly as `_write_revisions_with_their_ids` writes them. False, writing
     nothing, when one of the SKUs is a product already: the chunk is then staged and merged."""
-    columns = list(
-        zip(
-            *(
-                (
-                    row.record.sku,
-                    row.record.title,
-                    row.fields,
-                    row.content_hash,
-                    row.record.status,
-                    row.line_digest,
-                )
-                for row in chunk
-            ),
-            strict=True,
-        )
-    )
+    columns = _columns(chunk)
     with psycopg.Cursor(connection.connection) as cursor:
         cursor.execute(
             f"SELECT EXISTS (SELECT 1 FROM {_PRODUCTS} WHERE sku = ANY(%b::text[]))",
-            [list(columns[0])],
+            [columns[0]],
             binary=True,
         )
         if cursor.fetchone()[0]:
             return False
         sql, params = _all_new_sql()
-        cursor.execute(sql, [*map(list, columns), *params, timezone.now()], binary=True)
+        cursor.execute(sql, [*columns, *params, timezone.now()], binary=True)
     return True
+
+
+class _Chunk(list):
+    """The rows of a chunk, in file order; and once `prepare`d, its staged rows (`_Staged`) apart,
+    with the six columns `_created_if_all_new` sends of them: worked out by the reading thread
+    while the database writes the chunk before, not by the writer meanwhile."""
+
+    staged: "_StagedRows | None" = None
+
+    def prepare(self) -> "_Chunk":
+        if self.staged is None:
+            self.staged = _StagedRows(row for row in self if type(row) is _Staged)
+            self.staged.columns = _columns(self.staged)
+        return self
+
+
+class _StagedRows(list):
+    columns: list[list] | None = None
+
+
+def _columns(rows: list[_Staged]) -> list[list]:
+    """sku, title, fields, content_hash, status, line_digest of each row: `_all_new_sql`'s arrays."""
+    if isinstance(rows, _StagedRows) and rows.columns is not None:
+        return rows.columns
+    return [
+        [row.record.sku for row in rows],
+        [row.record.title for row in rows],
+        [row.fields for row in rows],
+        [row.content_hash for row in rows],
+        [row.record.status for row in rows],
+        [row.line_digest for row in rows],
+    ]
 
 
 def _all_new_sql() -> tuple[str, list]:
