@@ -145,11 +145,53 @@ def record_chunk(
         note_anomalies(submission, anomalies)
 
 
-def checked_draft(checker: DraftChecker, content: str) -> tuple:
-    """(publishable text, reasons, claims, the text's content_hash) of one draft: what depends on
-    the draft alone, so it may be worked out before its chunk is recorded."""
-    text, reasons, claimed = checker.check(content)
-    return text, reasons, claimed, content_hash(text)
+# A version's columns that depend on its draft alone, then the others.
+DRAFT_COLUMNS = (
+    "custom_id",
+    "content",
+    "raw_output",
+    "content_hash",
+    "input_tokens",
+    "output_tokens",
+    "usage",
+)
+VERSION_COLUMNS = (
+    "id",
+    "item_id",
+    "number",
+    "submission_id",
+    "valid",
+    "validation_reasons",
+    "created_at",
+    *DRAFT_COLUMNS,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedDraft:
+    """What depends on one draft alone: its checks (`DraftChecker.check`) and its version's
+    DRAFT_COLUMNS, as values and as the end of a line of COPY's text format. Worked out before its
+    chunk is recorded: a collection does it as it reads, beside the recording of the chunk before."""
+
+    text: str
+    reasons: list
+    claimed: list
+    values: tuple
+    copy_end: str
+
+
+def checked_draft(checker: DraftChecker, line) -> CheckedDraft:
+    text, reasons, claimed = checker.check(line.content)
+    usage = {**line.usage, "apportioned": True} if line.apportioned else line.usage
+    digest = content_hash(text)
+    return CheckedDraft(
+        text,
+        reasons,
+        claimed,
+        (line.custom_id, text, line.content, digest, line.input_tokens, line.output_tokens, usage),
+        f"{escaped(line.custom_id)}\t{escaped(text)}\t{escaped(line.content)}\t{digest}\t"
+        f"{line.input_tokens}\t{line.output_tokens}\t{escaped(json_text(usage))}\n",
+    )
 
 
 def record_drafts(
@@ -162,12 +204,9 @@ def record_drafts(
     kept = [(entry, line) for entry, line in drafts if entry.state in (ItemState.SUBMITTED, *STOPPED_STATES)]
     if not kept:
         return []
-    checked = [
-        (entry, line, *(checks.get(line.custom_id) or checked_draft(checker, line.content)))
-        for entry, line in kept
-    ]
+    checked = [(entry, checks.get(line.custom_id) or checked_draft(checker, line)) for entry, line in kept]
     # The sources of only the drafts that claim something are read, all in one query.
-    claiming = {entry.source_revision_id for entry, _, _, _, claimed, _ in checked if claimed}
+    claiming = {entry.source_revision_id for entry, draft in checked if draft.claimed}
     sources = {
         pk: source_text_of(title, fields)
         for pk, title, fields in SourceRevision.objects.filter(pk__in=claiming).values_list(
@@ -178,34 +217,29 @@ def record_drafts(
     # Each version's row, in VERSION_COLUMNS' order (its id from the table's sequence, if any).
     ids = reserved_ids(GeneratedVersion, len(checked)) or [None] * len(checked)
     versions, judged = [], []
-    for pk, (entry, line, text, reasons, claimed, digest) in zip(ids, checked, strict=True):
-        if claimed:
-            reasons = reasons + checker.unstated(claimed, sources[entry.source_revision_id])
+    for pk, (entry, draft) in zip(ids, checked, strict=True):
+        reasons = draft.reasons
+        if draft.claimed:
+            reasons = reasons + checker.unstated(draft.claimed, sources[entry.source_revision_id])
         versions.append(
             (
                 pk,
                 entry.item_id,
                 entry.last_number + 1,
-                line.custom_id,
                 submission.pk,
-                text,
-                line.content,
-                digest,
-                line.input_tokens,
-                line.output_tokens,
-                {**line.usage, "apportioned": True} if line.apportioned else line.usage,
                 not reasons,
-                [str(reason) for reason in reasons],
+                [str(r) for r in reasons],
                 now,
+                draft,
             )
         )
         if entry.state == ItemState.SUBMITTED:
-            judged.append((entry, line.custom_id, reasons))
+            judged.append((entry, draft.values[0], reasons))
     insert_versions(versions)
     if not judged:
         return []
     if ids[0] is not None:
-        version_of = {version[3]: version[0] for version in versions}
+        version_of = {version[-1].values[0]: version[0] for version in versions}
     else:
         version_of = dict(
             GeneratedVersion.objects.filter(among("custom_id", [custom_id for _, custom_id, _ in judged]))
@@ -232,44 +266,29 @@ def record_drafts(
     return stale
 
 
-VERSION_COLUMNS = (
-    "id",
-    "item_id",
-    "number",
-    "custom_id",
-    "submission_id",
-    "content",
-    "raw_output",
-    "content_hash",
-    "input_tokens",
-    "output_tokens",
-    "usage",
-    "valid",
-    "validation_reasons",
-    "created_at",
-)
-
-
 def insert_versions(versions: list[tuple]) -> None:
-    """Drafts (each a tuple of VERSION_COLUMNS' values) in one statement: on PostgreSQL a `COPY`
-    of rows formatted here, elsewhere `bulk_create` (ids given by the database)."""
+    """Drafts in one statement, each (id, item, number, submission, valid, validation reasons,
+    created at, its `CheckedDraft`): on PostgreSQL a `COPY` of rows formatted here, elsewhere
+    `bulk_create` (ids given by the database)."""
     if not versions:
         return
     if connection.vendor != "postgresql":
         GeneratedVersion.objects.bulk_create(
-            GeneratedVersion(**dict(zip(VERSION_COLUMNS[1:], version[1:], strict=True)))
+            GeneratedVersion(
+                **dict(zip(VERSION_COLUMNS[1:7], version[1:7], strict=True)),
+                **dict(zip(DRAFT_COLUMNS, version[7].values, strict=True)),
+            )
             for version in versions
         )
         return
-    at = versions[0][-1].isoformat()
+    at = versions[0][6].isoformat()
     copy_text(
         GeneratedVersion,
         list(VERSION_COLUMNS),
         "".join(
-            f"{pk}\t{item}\t{number}\t{escaped(custom_id)}\t{submission}\t{escaped(text)}\t{escaped(raw)}\t"
-            f"{digest}\t{input_tokens}\t{output_tokens}\t{escaped(json_text(usage))}\t{'t' if valid else 'f'}\t"
-            f"{escaped(json_text(reasons))}\t{at}\n"
-            for pk, item, number, custom_id, submission, text, raw, digest, input_tokens, output_tokens, usage, valid, reasons, _ in versions
+            f"{pk}\t{item}\t{number}\t{submission}\t{'t' if valid else 'f'}\t{escaped(json_text(reasons))}\t"
+            f"{at}\t{draft.copy_end}"
+            for pk, item, number, submission, valid, reasons, _, draft in versions
         ),
     )
 
