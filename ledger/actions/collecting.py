@@ -298,7 +298,7 @@ class Chunk:
     this one reads the next: the database's work on a chunk (the thread waits for it without the
     GIL) runs beside the parsing of the next. Chunks still commit one at a time and in order: a
     chunk is handed over only once the one before it has committed, so a killed worker leaves
-    whole chunks behind, as without it. `finish` waits for the last one."""
+    whole chunks behind, as without it. `close` waits for the last one."""
 
     def __init__(self, submission: Submission, *, size: int, overlap: bool = False):
         self.submission, self.size = submission, max(1, size)
@@ -337,7 +337,9 @@ class Chunk:
             record_chunk(self.submission, parts, checker=self.checker, checks=checks)
             return
         self.wait()
-        self.recording = self.recorder.submit(record_in_thread, self.submission, parts, self.checker, checks)
+        self.recording = self.recorder.submit(
+            record_chunk, self.submission, parts, checker=self.checker, checks=checks
+        )
 
     def wait(self) -> None:
         """Wait until every chunk handed over is committed (or raise what recording it raised)."""
@@ -345,15 +347,8 @@ class Chunk:
             recording, self.recording = self.recording, None
             recording.result()
 
-    def finish(self) -> None:
-        """Record what is left, wait for it, and end the recording thread and its connection."""
-        try:
-            self.record()
-            self.wait()
-        finally:
-            self.close()
-
     def close(self) -> None:
+        """Wait for the chunk being recorded, then end the recording thread and its connection."""
         if self.recorder is not None:
             recorder, self.recorder = self.recorder, None
             try:
@@ -365,16 +360,6 @@ class Chunk:
 
 def close_connection() -> None:
     connection.close()  # the calling thread's own
-
-
-def record_in_thread(submission: Submission, parts: list, checker: DraftChecker, checks: dict) -> None:
-    """`record_chunk` in the recording thread, on the thread's own connection, which a lost
-    server leaves unusable: closed, so the next chunk opens a new one."""
-    try:
-        record_chunk(submission, parts, checker=checker, checks=checks)
-    except Exception:
-        connection.close()
-        raise
 
 
 def record_result(submission: Submission, line, *, seen: set[str] | None = None) -> str:
