@@ -383,13 +383,16 @@ def lease_end() -> datetime:
 class SubmissionQuerySet(models.QuerySet):
     """Claims: one worker at a time acts on a submission, until its lease runs out."""
 
-    def claim(self, submission_id: int, *, states: Iterable[str]) -> str | None:
+    def claim(self, submission_id: int, *, states: Iterable[str], held: str = "") -> str | None:
         """Take the submission, if it is in one of `states` and nobody holds it. Returns the claim's
-        token, or None when another worker holds it or it is in another state."""
+        token, or None when another worker holds it or it is in another state. `held`: the claim
+        the task was queued with (a pass's or planning's), taken over with no moment unclaimed in
+        which a pass could queue the same work again."""
         token = uuid.uuid4().hex
+        free = Q(claimed_until__isnull=True) | Q(claimed_until__lt=timezone.now())
         won = (
             self.filter(pk=submission_id, state__in=list(states))
-            .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=timezone.now()))
+            .filter(free | Q(claimed_by=held) if held else free)
             .update(claimed_until=lease_end(), claimed_by=token)
         )
         return token if won == 1 else None

@@ -6,9 +6,10 @@ reconcile, collect or stop at its provider; one job to plan; a few items to appl
 own, which any worker of any cluster sharing the broker may run. What a pass queues it claims first:
 a submission by its lease, an item by setting its next attempt to the end of a lease. Later passes
 leave a claimed row alone, so nothing is queued twice while its task waits or runs, and a task lost
-with a killed worker is queued again once the lease runs out. The task hands the pass's claim over
-to the action, which takes its own: two workers never act on one row at once. No task works longer
-than TASK_SECONDS before leaving the rest to a task of its own, well inside the worker's timeout."""
+with a killed worker is queued again once the lease runs out. The task hands the claim it was queued
+with over to the action, which takes its own: two workers never act on one row at once. No task
+works longer than TASK_SECONDS before leaving the rest to a task of its own, well inside the
+worker's timeout."""
 
 import logging
 import os
@@ -69,8 +70,7 @@ def submit_job(job_id: int) -> list[int]:
 def send_submission(submission_id: int, claim: str = "") -> str:
     """Send one intent. A server answering request by request has nothing to wait for: its unit
     has ended once sent, so this task goes on to collect it rather than queue two more."""
-    hand_over(submission_id, claim)
-    sent = actions.send_submission(submission_id)
+    sent = actions.send_submission(submission_id, held=claim)
     if sent == "sent" and answers_at_once(submission_id):
         if held := Submission.objects.claim(submission_id, states=[SubmissionState.OPEN]):
             return poll_submission(submission_id, held)
@@ -106,8 +106,7 @@ def poll_submission(submission_id: int, claim: str = "", stop: bool = False) -> 
 
 
 def reconcile_uncertain(submission_id: int, claim: str = "") -> str:
-    hand_over(submission_id, claim)
-    return actions.reconcile_uncertain(submission_id)
+    return actions.reconcile_uncertain(submission_id, held=claim)
 
 
 def collect_submission(submission_id: int, claim: str = "") -> str:

@@ -144,14 +144,15 @@ def release_entries(submission: Submission, custom_ids: list[str]) -> None:
         enqueue("ledger.tasks.submit_job", submission.job_id)
 
 
-def send_submission(submission_id: int, *, provider=None) -> str:
+def send_submission(submission_id: int, *, provider=None, held: str = "") -> str:
     """Send one stored intent to its provider. Safe to run twice: only an unsent intent is sent,
     and an intent an earlier worker may have sent before dying is looked for first (or, where the
-    provider cannot be searched by its key, reconciled as uncertain: rule 13)."""
+    provider cannot be searched by its key, reconciled as uncertain: rule 13). `held`: the claim
+    the task was queued with."""
     from ..providers import get_provider
     from ..providers.base import AnswerLost, Delivery, Finding, NotSent, ProviderError
 
-    claim = Submission.objects.claim(submission_id, states=[SubmissionState.INTENT])
+    claim = Submission.objects.claim(submission_id, states=[SubmissionState.INTENT], held=held)
     if not claim:
         return "not claimable"
     Submission.objects.filter(pk=submission_id).update(send_attempts=F("send_attempts") + 1)
@@ -336,7 +337,7 @@ def adopt(submission: Submission, refs: list[str], *, provider, from_state: str)
     refresh_job_state(submission.job_id)
 
 
-def reconcile_uncertain(submission_id: int, *, provider=None) -> str:
+def reconcile_uncertain(submission_id: int, *, provider=None, held: str = "") -> str:
     """Reconcile a submission whose create answer was lost, by what its provider allows (rules 3
     and 13): found by its intent key; or candidates from the listing, watched until their results
     confirm or rule them out; or, with no way to look, left to an operator. Only once nothing
@@ -344,7 +345,7 @@ def reconcile_uncertain(submission_id: int, *, provider=None) -> str:
     from ..providers import get_provider
     from ..providers.base import Finding, ProviderError
 
-    if not Submission.objects.claim(submission_id, states=[SubmissionState.UNCERTAIN]):
+    if not Submission.objects.claim(submission_id, states=[SubmissionState.UNCERTAIN], held=held):
         return "not claimable"
     submission = Submission.objects.get(pk=submission_id)
     provider = provider or get_provider(submission.provider)

@@ -183,6 +183,10 @@ def mid_line(content: bytes) -> int:
 # --- the server -------------------------------------------------------------------------------
 
 
+# How often a serving emulator brings its units up to date by itself (`keep_time`).
+KEEP_TIME_SECONDS = 0.1
+
+
 class _QuietHandler(WSGIRequestHandler):
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         log.info('"%s" %s %s', self.requestline, code, size)
@@ -279,14 +283,28 @@ class EmulatorServer:
 
     def serve_forever(self, on_ready: Callable[[str], None] | None = None) -> None:
         """Serve from this thread until interrupted (`run_emulator`). `on_ready` gets the base
-        URL once the port is bound (it is only known then for port 0)."""
+        URL once the port is bound (it is only known then for port 0). Its units are brought up
+        to date as time passes, asked about or not (`keep_time`)."""
         server = self._bind()
+        stop = threading.Event()
+        clock = threading.Thread(target=self.keep_time, args=(stop,), name="emulator-clock", daemon=True)
+        clock.start()
         if on_ready is not None:
             on_ready(self.base_url)
         try:
             server.serve_forever()
         finally:
+            stop.set()
             server.server_close()
+
+    def keep_time(self, stop: threading.Event, every: float = KEEP_TIME_SECONDS) -> None:
+        """Bring every unit up to date every `every` seconds until `stop` is set, as a provider
+        works on a batch whether anyone asks or not: a unit's results are written while the
+        workers do other things, not while the first poll after its end waits for them. What a
+        unit becomes, and when, is the same either way (it follows from its timestamps)."""
+        while not stop.wait(every):
+            with self.lock:
+                self.advance()
 
     def __enter__(self):
         self.start()

@@ -146,3 +146,13 @@ def test_a_poll_holds_the_passs_claim_until_the_providers_answer_is_recorded(emu
     assert said == "collected" and during == []
     assert Submission.objects.get(pk=submission_id).state == SubmissionState.COLLECTED
     assert set(Item.objects.filter(job=job).values_list("state", flat=True)) == {ItemState.AWAITING_REVIEW}
+
+
+def test_a_send_task_takes_over_the_claim_it_was_queued_with_and_no_other(emulator, provider):
+    job = job_with_items(4)
+    [intent] = actions.plan_submissions(job.pk)
+    [(_, (_, claim))] = started_by_a_pass()
+
+    assert actions.send_submission(intent, provider=provider, held="another claim") == "not claimable"
+    assert actions.send_submission(intent, provider=provider, held=claim) == "sent"
+    assert emulator.stats()["batches"] == 1

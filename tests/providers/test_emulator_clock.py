@@ -1,0 +1,37 @@
+"""A serving emulator works on its units as time passes, asked about them or not, as a provider
+does: a finished unit's results are written before anyone polls it."""
+
+import json
+import threading
+
+from ledger.emulators.openai import ENDPOINT, Emulator
+from tests.processes import wait_until
+
+
+def request(n: int) -> str:
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": f"Title: Lamp {n}"}]}
+    return json.dumps({"custom_id": f"bd-{n}-1", "method": "POST", "url": ENDPOINT, "body": body})
+
+
+def test_a_unit_nobody_asks_about_is_worked_on_and_its_results_written():
+    emulator = Emulator(per_request_ms=1, validating_ms=5, finalizing_ms=5)
+    content = "".join(request(n) + "\n" for n in range(20)).encode()
+    file = emulator.create_file(filename="in.jsonl", purpose="batch", content=content)
+    batch = emulator.create_batch(
+        {"input_file_id": file["id"], "endpoint": ENDPOINT, "completion_window": "24h"}
+    )
+    unit = emulator._batches[batch["id"]]  # read as it is: `get_batch` would bring it up to date
+    stop = threading.Event()
+    clock = threading.Thread(target=emulator.keep_time, args=(stop,), kwargs={"every": 0.01})
+    clock.start()
+    try:
+        wait_until(lambda: unit.status == "completed", timeout=30, what="the unit to complete by itself")
+    finally:
+        stop.set()
+        clock.join()
+    # The same unit a poll finds: every request answered once, in its output file.
+    answered = emulator.get_batch(batch["id"])
+    assert answered["status"] == "completed" and answered["request_counts"]["completed"] == 20
+    output = emulator._files[answered["output_file_id"]].content.decode().splitlines()
+    assert sorted(json.loads(line)["custom_id"] for line in output) == sorted(f"bd-{n}-1" for n in range(20))
+    assert emulator.evidence()["inferences"] == {f"bd-{n}-1": 1 for n in range(20)}
