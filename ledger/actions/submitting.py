@@ -11,9 +11,13 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from ..models import Event, Item, Job, ProductStatus, Submission, SubmissionItem, lease_end
+from ..setwise import insert_from_select
 from ..states import SUBMISSION_TRANSITIONS, ItemState, JobState, ReasonCode, SubmissionState
 from .core import NotAllowed, backoff, enqueue, move_items, refresh_job_state
 from .jobs import judge_currency
+
+# An item's custom_id (`Item.custom_id`), as SQL over its row.
+CUSTOM_ID_SQL = "'bd-' || id || '-' || inference_attempt"
 
 
 def plan_submissions(job_id: int, *, until: float | None = None, claim: bool = False) -> list[int]:
@@ -43,11 +47,11 @@ def plan_submissions(job_id: int, *, until: float | None = None, claim: bool = F
                 .filter(job=job, state=ItemState.PREPARED, submission__isnull=True, pk__gt=after)
                 .exclude(next_attempt_at__gt=now)
                 .order_by("id")
-                .only("pk", "inference_attempt")[: job.unit_size]
+                .values_list("pk", flat=True)[: job.unit_size]
             )
             if not items:
                 return created
-            after = items[-1].pk
+            after = items[-1]
             # Random, not derived: two installations (or a reset database) sharing one provider
             # account must never find each other's batches when reconciling.
             intent_key = f"bd_{uuid.uuid4().hex}"
@@ -60,10 +64,15 @@ def plan_submissions(job_id: int, *, until: float | None = None, claim: bool = F
                 claimed_until=lease_end() if claim else None,
                 claimed_by=token,
             )
-            SubmissionItem.objects.bulk_create(
-                SubmissionItem(submission=submission, item=item, custom_id=item.custom_id) for item in items
+            Item.objects.filter(pk__in=items).update(submission=submission)
+            # The unit's entries, written by the database from its items, in their order.
+            insert_from_select(
+                SubmissionItem,
+                select={"item": "id", "custom_id": CUSTOM_ID_SQL},
+                values={"submission": submission},
+                from_sql=f"{Item._meta.db_table} WHERE submission_id = %s ORDER BY id",
+                params=[submission.pk],
             )
-            Item.objects.filter(pk__in=[i.pk for i in items]).update(submission=submission)
             Event.objects.create(
                 submission=submission,
                 job=job,

@@ -156,3 +156,20 @@ def test_a_send_task_takes_over_the_claim_it_was_queued_with_and_no_other(emulat
     assert actions.send_submission(intent, provider=provider, held="another claim") == "not claimable"
     assert actions.send_submission(intent, provider=provider, held=claim) == "sent"
     assert emulator.stats()["batches"] == 1
+
+
+def test_a_units_entries_carry_each_items_own_custom_id_in_the_items_order():
+    job = job_with_items(6, unit_size=10)
+    Item.objects.filter(job=job, pk__in=Item.objects.filter(job=job).order_by("id")[:2]).update(
+        inference_attempt=3
+    )
+
+    [intent] = actions.plan_submissions(job.pk)
+
+    entries = list(SubmissionItem.objects.filter(submission_id=intent).order_by("id"))
+    items = list(Item.objects.filter(job=job).order_by("id"))
+    assert [(entry.item_id, entry.custom_id, entry.outcome) for entry in entries] == [
+        (item.pk, item.custom_id, "") for item in items
+    ]
+    assert {item.submission_id for item in items} == {intent}
+    assert items[0].custom_id == f"bd-{items[0].pk}-3"

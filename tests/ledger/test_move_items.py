@@ -1,0 +1,35 @@
+"""Moving many items at once writes the same events, one an item, as moving each by itself."""
+
+import pytest
+
+from ledger.actions import change_state, move_items
+from ledger.models import Event
+from ledger.states import ItemState
+from tests.factories import ItemFactory, JobFactory, UserFactory
+
+pytestmark = pytest.mark.django_db
+
+FIELDS = ("job_id", "submission_id", "from_state", "to_state", "actor_id", "actor_name", "reason", "data")
+
+
+def test_many_items_moved_at_once_get_the_events_each_moved_alone_gets():
+    operator = UserFactory(roles=["operator"])
+    job = JobFactory()
+    alone, *together = [ItemFactory(job=job) for _ in range(4)]
+    elsewhere = ItemFactory(job=job, state=ItemState.SUBMITTED)
+
+    change_state(alone.pk, to=ItemState.CANCELLED, actor=operator, reason="stopped", data={"why": ["x", 1]})
+    moved = move_items(
+        [item.pk for item in [*reversed(together), elsewhere]],
+        from_state=ItemState.PREPARED,
+        to=ItemState.CANCELLED,
+        actor=operator,
+        reason="stopped",
+        data={"why": ["x", 1]},
+    )
+
+    assert sorted(moved) == sorted(item.pk for item in together)
+    expected = Event.objects.filter(item=alone).values_list(*FIELDS).get()
+    events = list(Event.objects.filter(item__in=together).order_by("id").values_list("item_id", *FIELDS))
+    assert events == [(item.pk, *expected) for item in sorted(together, key=lambda item: item.pk)]
+    assert not Event.objects.filter(item=elsewhere).exclude(to_state=ItemState.SUBMITTED).exists()
