@@ -264,7 +264,9 @@ NEW_ONLY = [
 
 
 def line_digests() -> dict:
-    return {sku: digest and bytes(digest) for sku, digest in Product.objects.values_list("sku", "line_digest")}
+    return {
+        sku: digest and bytes(digest) for sku, digest in Product.objects.values_list("sku", "line_digest")
+    }
 
 
 @pytest.mark.parametrize("chunk", [2, 5000], ids=["chunks-of-2", "one-chunk"])
