@@ -45,8 +45,13 @@ def fact_text(value: object) -> str:
 
 
 def render_user_message(prompt: PromptVersion, revision: SourceRevision) -> str:
-    facts = "\n".join(f"- {key}: {fact_text(value)}" for key, value in sorted(revision.fields.items()))
-    return prompt.template.format(title=revision.title, facts=facts or "- (none)")
+    return render_prompt(prompt, title=revision.title, fields=revision.fields)
+
+
+def render_prompt(prompt: PromptVersion, *, title: str, fields: dict) -> str:
+    """The user message for a revision's title and fields (read as values, without the revision)."""
+    facts = "\n".join(f"- {key}: {fact_text(value)}" for key, value in sorted(fields.items()))
+    return prompt.template.format(title=title, facts=facts or "- (none)")
 
 
 class Reason(str):

@@ -110,22 +110,25 @@ def build_requests(submission: Submission, state: str = ItemState.PREPARED):
     """The unit's requests for its items still in `state`: when sending, only items still waiting
     to be sent (one withdrawn, revised or cancelled since planning is not paid for)."""
     from ..providers.base import InferenceRequest
-    from ..validation import render_user_message
+    from ..validation import render_prompt
 
     prompt = submission.job.prompt_version
+    # Read as values: a unit's thousands of entries, items and revisions made no model objects.
     entries = (
-        submission.entries.filter(item__state=state).select_related("item__source_revision").order_by("id")
+        submission.entries.filter(item__state=state)
+        .order_by("id")
+        .values_list("custom_id", "item__source_revision__title", "item__source_revision__fields")
     )
     return [
         InferenceRequest(
-            custom_id=entry.custom_id,
+            custom_id=custom_id,
             model=submission.model,
             system_message=prompt.system_message,
-            user_message=render_user_message(prompt, entry.item.source_revision),
+            user_message=render_prompt(prompt, title=title, fields=fields),
             output_schema=prompt.output_schema,
             max_output_tokens=prompt.max_output_tokens,
         )
-        for entry in entries
+        for custom_id, title, fields in entries
     ]
 
 

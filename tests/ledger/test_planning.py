@@ -9,8 +9,10 @@ from django.utils import timezone
 from django_q.models import OrmQ
 
 from ledger import actions, tasks
-from ledger.models import CollectorHeartbeat, Item, Submission, SubmissionItem
+from ledger.actions.submitting import build_requests
+from ledger.models import CollectorHeartbeat, Item, SourceRevision, Submission, SubmissionItem
 from ledger.states import ItemState, SubmissionState
+from ledger.validation import render_user_message
 from tests.factories import JobFactory, ProductFactory
 
 pytestmark = pytest.mark.django_db
@@ -173,3 +175,20 @@ def test_a_units_entries_carry_each_items_own_custom_id_in_the_items_order():
     ]
     assert {item.submission_id for item in items} == {intent}
     assert items[0].custom_id == f"bd-{items[0].pk}-3"
+
+
+def test_a_units_requests_carry_each_items_prompt_as_its_revision_renders_it():
+    job = job_with_items(3, unit_size=10)
+    revision = Item.objects.filter(job=job).order_by("id").first().source_revision
+    SourceRevision.objects.filter(pk=revision.pk).update(
+        fields={"b": [1, {"z": None, "a": "é"}], "a": 2.5, "c": "plain"}
+    )
+    [intent] = actions.plan_submissions(job.pk)
+
+    requests = build_requests(Submission.objects.get(pk=intent))
+
+    items = Item.objects.filter(job=job).order_by("id").select_related("source_revision")
+    assert [(r.custom_id, r.user_message) for r in requests] == [
+        (item.custom_id, render_user_message(job.prompt_version, item.source_revision)) for item in items
+    ]
+    assert "- b: [1,{" in requests[0].user_message
