@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import psycopg
+from django.conf import settings
 
 from .base import Bench, Figure
 from .database import database_url, fresh_database, server_url
@@ -72,7 +73,7 @@ def measure(bench: Bench) -> list[Figure]:
                 waited = wait_for_first_pass(url, log)
                 bench.say(
                     f"End to end: database {name}, emulator at {base_url}, a cluster of "
-                    f"{env.get('BATCHDESK_WORKERS', '2')} workers on "
+                    f"{settings.BATCHDESK_WORKERS} workers on "
                     f"{'Redis' if env.get('REDIS_URL') else 'the database as broker'}, the collector "
                     f"passing every {POLL_SECONDS} s (its first pass came {waited:,.0f} s after the cluster started)"
                 )
