@@ -4,6 +4,7 @@ import pytest
 from django.core.management import CommandError, ManagementUtility, call_command
 from django.utils import timezone
 
+from ledger.management.commands.create_api_token import new_token
 from ledger.models import ApiToken
 from tests.api.conftest import ApiClient, assert_error
 from tests.factories import UserFactory
@@ -111,3 +112,8 @@ def test_revoke_needs_a_prefix_or_a_user(capsys):
         ManagementUtility(["manage.py", "revoke_api_token"]).execute()
     assert stopped.value.code != 0
     assert "one of the arguments prefix --user is required" in capsys.readouterr().err
+
+
+def test_no_token_starts_like_a_command_line_option():
+    # One in 64 did, and `revoke_api_token -AbC1234` was then refused as an unknown option.
+    assert not any(new_token().startswith("-") for _ in range(2_000))

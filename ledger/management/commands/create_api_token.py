@@ -35,8 +35,16 @@ class Command(BaseCommand):
             raise CommandError(f"{user.get_username()} is not active; a token would not work")
         days = options["expires_days"]
         expires_at = timezone.now() + timedelta(days=days) if days else None
-        token = secrets.token_urlsafe(32)
+        token = new_token()
         ApiToken.objects.create(
             user=user, token_hash=ApiToken.hash(token), prefix=token[:8], expires_at=expires_at
         )
         self.stdout.write(token)
+
+
+def new_token() -> str:
+    """43 URL-safe characters that never start with "-": its first eight name it on the command line
+    (`revoke_api_token PREFIX`), where "-…" would be read as an option (one token in 64 did)."""
+    while (token := secrets.token_urlsafe(32)).startswith("-"):
+        pass
+    return token
