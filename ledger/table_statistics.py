@@ -6,8 +6,11 @@ reading revisions in order instead of through their trigram index.
 
 So a bulk change (an import, a job's items) analyses each table it changed a lot, by autovacuum's own
 rule: more rows changed than 50 + 10 % of the table. ANALYZE reads a sample of 30,000 rows, well
-under a second at a million, and takes no lock that stops readers or writers."""
+under a second at a million, and takes no lock that stops readers or writers. And where autovacuum is
+off, the collector's round does once a minute what its analyses would have done for the ledger's
+tables (`analyse_stale_tables`), for the changes that come a few at a time (results, reviews)."""
 
+from django.apps import apps
 from django.db import connection, models
 
 # autovacuum_analyze_threshold and autovacuum_analyze_scale_factor's defaults.
@@ -41,3 +44,30 @@ def analyse_after_bulk_change(changed: dict[type[models.Model], int]) -> list[st
         for name in sorted(stale):
             cursor.execute(f'ANALYZE "{name}"')
     return sorted(stale)
+
+
+def analyse_stale_tables() -> list[str]:
+    """On a server where autovacuum is off, ANALYZE each of the ledger's tables changed by more than
+    the rule since it was last analysed (PostgreSQL counts the changes); returns those analysed.
+    Where autovacuum is on, it does this itself."""
+    if connection.vendor != "postgresql" or connection.in_atomic_block:
+        return []
+    tables = [model._meta.db_table for model in apps.get_app_config("ledger").get_models()]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('autovacuum') = 'on'")
+        if cursor.fetchone()[0]:
+            return []
+        cursor.execute(
+            """
+            SELECT s.relname, s.n_mod_since_analyze, c.reltuples
+            FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
+            WHERE s.relname = ANY(%s)
+            """,
+            [tables],
+        )
+        stale = sorted(
+            name for name, changed, rows_known in cursor.fetchall() if needs_analysis(changed, rows_known)
+        )
+        for name in stale:
+            cursor.execute(f'ANALYZE "{name}"')
+    return stale

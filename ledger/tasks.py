@@ -25,7 +25,7 @@ from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 from django_q.tasks import async_task
 
-from . import actions, catalogue
+from . import actions, catalogue, table_statistics
 from .models import CollectorHeartbeat, Item, Job, Submission, lease_end
 from .providers import capabilities
 from .providers.base import Delivery
@@ -166,6 +166,8 @@ def collect_round(duration: float | None = None) -> int:
     rounds = 0
     deadline = time.monotonic() + duration
     held.update(lease_holder=holder)
+    # Once a round (a minute), as autovacuum would, where it is off: a task of its own, not the round's.
+    attempt(async_task, "ledger.tasks.analyse_stale_tables")
     try:
         while True:
             lease = timezone.now() + timedelta(seconds=2 * interval + 5)
@@ -179,6 +181,12 @@ def collect_round(duration: float | None = None) -> int:
                 return rounds  # a newer round took over while this one waited
     finally:
         held.filter(lease_holder=holder).update(lease_until=None)
+
+
+def analyse_stale_tables() -> list[str]:
+    """Statistics for the tables results and reviews changed a few rows at a time (see
+    `table_statistics`)."""
+    return table_statistics.analyse_stale_tables()
 
 
 def wait_holding(held, holder: str, seconds: float) -> bool:

@@ -6,11 +6,13 @@ import json
 
 import pytest
 from django.db import connection
+from django_q.models import OrmQ
 
 from ledger.actions import create_job
 from ledger.catalogue import import_catalogue
 from ledger.models import Item, Product
-from ledger.table_statistics import analyse_after_bulk_change, needs_analysis
+from ledger.table_statistics import analyse_after_bulk_change, analyse_stale_tables, needs_analysis
+from ledger.tasks import collect_round
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.postgresql_only
@@ -69,3 +71,39 @@ def test_a_small_change_to_a_big_table_is_not_analysed_again():
 def test_nothing_is_analysed_inside_a_transaction():
     # ANALYZE there would not see the rows the transaction has not committed yet.
     assert analyse_after_bulk_change({Product: 10_000}) == []
+
+
+def autovacuum_on() -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('autovacuum') = 'on'")
+        return cursor.fetchone()[0]
+
+
+def changes_counted() -> None:
+    """PostgreSQL counts a backend's changes in its own memory and publishes them now and then."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_force_next_flush()")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_tables_changed_a_few_rows_at_a_time_are_analysed_where_autovacuum_is_off():
+    import_catalogue(catalogue(PRODUCTS))
+    changes_counted()
+    if autovacuum_on():
+        assert analyse_stale_tables() == []  # autovacuum's business
+        return
+    analyse_stale_tables()  # whatever the migrations and the import left (counted after its ANALYZE)
+    changes_counted()
+    assert analyse_stale_tables() == []
+    for product in Product.objects.order_by("pk")[:64]:  # one by one, as reviews and results come
+        product.save(update_fields=["updated_at"])
+    changes_counted()
+    assert analyse_stale_tables() == ["ledger_product"]
+    changes_counted()
+    assert analyse_stale_tables() == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_each_round_of_the_collector_queues_the_analysis():
+    collect_round(duration=0)
+    assert [row.task["func"] for row in OrmQ.objects.all()] == ["ledger.tasks.analyse_stale_tables"]
