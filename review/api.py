@@ -81,7 +81,7 @@ log = logging.getLogger(__name__)
 JOBS_PER_PAGE = 25
 ITEMS_PER_PAGE = 50
 # A job shows its first submissions (by id) inline; `submissions_url` pages through all of them
-# (a million items at 500 a unit are 2,000 submissions).
+# (a million items in units of 500, a size a job may ask for, are 2,000 submissions).
 SUBMISSIONS_SHOWN = 100
 SUBMISSIONS_PER_PAGE = 100
 OPERATORS = (OPERATOR,)

@@ -35,7 +35,8 @@ from .search import among, products_with_sku
 
 JOBS_PER_PAGE = 25
 ITEMS_PER_PAGE = 50
-# A job of a million items at 500 a unit has 2,000 submissions: the page shows them a page at a time.
+# A job of a million items has 200 submissions at the default 5,000 a unit, 1,000 at Cloudflare's
+# limit and more when it asks for smaller units: the page shows them a page at a time.
 SUBMISSIONS_PER_PAGE = 10
 # A SKU filter looks for the job's items of at most this many products whose SKU contains it.
 SKU_PRODUCTS_CAP = 200
