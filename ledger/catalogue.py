@@ -17,7 +17,6 @@ bytes a SKU (`_SeenSkus`); and with the catalogue, the digests of the lines that
 """
 
 import csv
-import gc
 import hashlib
 import json
 import logging
@@ -46,6 +45,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from .actions import record_product
+from .cycles import fewer_cycle_collections
 from .models import (
     CatalogueImport,
     CatalogueImportChunk,
@@ -246,7 +246,7 @@ def _import(
     report = ImportReport()
     counted = _CountingReader(stream)
     try:
-        with _fewer_collections(), transaction.atomic():
+        with fewer_cycle_collections(), transaction.atomic():
             _one_import_at_a_time()
             known = _KnownLines.load() if recognise and _may_recognise(name) else None
             chunks = _chunks(counted, name=name, report=report, skip_invalid=skip_invalid, known=known)
@@ -267,24 +267,6 @@ def _import(
     except _Refused:
         report.nothing_written()
     return report
-
-
-# While importing, Python's cycle collector runs after this many new objects instead of 700.
-_COLLECT_AFTER = 100_000
-
-
-@contextmanager
-def _fewer_collections() -> Iterator[None]:
-    """The rows read are lists and dicts without cycles, freed as soon as their chunk is written;
-    the collector, run every 700 of them by default, would look through each chunk held (and
-    everything Django holds) again and again: a third of the reading's time. Set for the whole
-    process and put back after: one import runs at a time in a process."""
-    threshold = gc.get_threshold()
-    gc.set_threshold(_COLLECT_AFTER, *threshold[1:])
-    try:
-        yield
-    finally:
-        gc.set_threshold(*threshold)
 
 
 def read_catalogue(source: CatalogueSource) -> Iterator[Record | Rejection]:

@@ -1,11 +1,8 @@
 """Collecting: polling open submissions and recording every result line by custom_id, once
 (rules 2 and 4), with failures classified and retried by themselves when transient (rule 8)."""
 
-import gc
 import time
-from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from datetime import timedelta
 
 from django.conf import settings
@@ -13,6 +10,7 @@ from django.db import connection, transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
+from ..cycles import fewer_cycle_collections
 from ..models import GeneratedVersion, Item, Submission, SubmissionItem, content_hash
 from ..states import ItemState, ReasonCode, SubmissionState
 from ..validation import DraftChecker
@@ -128,7 +126,7 @@ def collect_submission(submission_id: int, *, provider=None, seconds: float | No
     # transaction the chunks must be part of).
     overlap = not per_request and connection.vendor == "postgresql" and not connection.in_atomic_block
     chunk = Chunk(submission, size=1 if per_request else settings.BATCHDESK_COLLECT_CHUNK, overlap=overlap)
-    with cycles_collected_after():
+    with fewer_cycle_collections():
         try:
             return collect_lines(
                 submission,
@@ -264,22 +262,6 @@ def collect_lines(
         set_submission_state(submission, SubmissionState.COLLECTED, claimed_until=None, error="")
     refresh_job_state(submission.job_id)
     return "collected"
-
-
-@contextmanager
-def cycles_collected_after() -> Iterator[None]:
-    """Python's cyclic garbage collector paused while a unit is collected: the lines read and the
-    rows of their drafts are tens of thousands of objects without cycles, which it would otherwise
-    walk again and again (a tenth of the collection's Python time). What cycles there are wait for
-    the collection's end."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def hand_over(submission_id: int, claim: str) -> str:
