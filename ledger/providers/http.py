@@ -4,9 +4,11 @@ answer was lost on the way back (SPEC rule 3)."""
 
 import json
 import math
+import re
 from collections.abc import Iterator
 
 import httpx
+import jiter
 
 from ..retrying import retry_after_seconds
 from ..scrubbing import header_credentials, scrub_credentials
@@ -27,13 +29,24 @@ def _finite(text: str) -> float | None:
 
 # One decoder for every line (`json.loads` with arguments builds a new one at each call).
 _DECODER = json.JSONDecoder(parse_constant=lambda name: None, parse_float=_finite)
+# A number that may be too large for a float: an exponent of two digits or more, or 300 digits in a
+# row. jiter would read it as infinity, so such a text (rare: a draft mentioning "1e10" may match)
+# is read by the json module, which reads it as null.
+_HUGE_NUMBER = re.compile(r"[0-9.][eE][+]?[0-9]{2}|[0-9]{300}")
 
 
 def loads(text: str) -> object:
     """JSON as a provider wrote it, with NaN, Infinity and numbers too large for a float read as
-    null: none of them is JSON, and a JSON column would refuse to store them."""
+    null: none of them is JSON, and a JSON column would refuse to store them. Read by jiter (several
+    times faster than the json module) where it reads alike; by the json module, with its own
+    words for a refusal, where it does not (those numbers, a lone surrogate, anything refused)."""
     if text.startswith("\ufeff"):
         return json.loads(text)  # refused, with the json module's own words for it
+    if _HUGE_NUMBER.search(text) is None:
+        try:
+            return jiter.from_json(text.encode(), allow_inf_nan=False, cache_mode="keys")
+        except (UnicodeEncodeError, ValueError):
+            pass
     return _DECODER.decode(text)
 
 

@@ -1,4 +1,4 @@
-"""Result lines are read by one shared decoder, drafts by jiter when it can (by the json module
+"""Result lines and drafts are read by jiter when it can (by the json module
 otherwise): what is read, or the error raised, is exactly what `json.loads` gives, text by text
 (the fast path against the slow one)."""
 
@@ -19,6 +19,9 @@ TEXTS = [
     '{"a": -1E+400, "b": 1.5e308}',
     '{"a": 1' + "0" * 320 + ".5}",
     '{"a": 0.' + "0" * 320 + "1}",
+    '{"a": 1' + "0" * 250 + 'e60, "b": 12.5e307, "c": 0.000001e314, "d": 1e+308, "e": 9e-400}',
+    '{"a": 17E307}',
+    '{"id": "batch_req_5e42f", "custom_id": "bd-7e12-1", "v": 3e5}',
     '{"a": NaN, "b": Infinity, "c": -Infinity}',
     '{"a": "\\ud800"}',
     '{"a": "text about e100 and 2e308"}',
