@@ -457,3 +457,21 @@ def test_the_official_sdk_understands_every_answer(emulator):
         client.batches.retrieve("batch_nope")
     with pytest.raises(openai.BadRequestError):
         client.batches.cancel(batch.id)
+
+
+def test_textgen_reads_each_fact_from_its_own_line():
+    prompt = "Title: Oak board\nFacts:\n- wood: oak\n- : no key\n- empty:\n- colour: natural: oiled\n-size:40 cm\nnot - a: fact"
+    body = {"model": "m", "messages": [{"role": "user", "content": prompt}]}
+
+    assert textgen.facts_in(prompt) == [("wood", "oak"), ("colour", "natural: oiled"), ("size", "40 cm")]
+    content, _ = textgen.generate(body)
+    assert "oak" in content and "natural: oiled" in content and "40 cm" in content
+    assert "no key" not in content and "empty" not in content and "fact" not in content
+
+
+def test_textgen_words_depend_on_the_request():
+    def body(title: str) -> dict:
+        return {"model": "m", "messages": [{"role": "user", "content": f"Title: {title}\n- wood: oak"}]}
+
+    answers = {textgen.generate(body(f"Board {n}"))[0].replace(f"Board {n}", "X") for n in range(40)}
+    assert len(answers) > 3  # openers, frames and closers vary from request to request
