@@ -8,6 +8,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import orjson
 from django.db import connection, models, transaction
 from django.db.models import Exists, F, OuterRef, Subquery
 from django.db.models.lookups import In
@@ -390,13 +391,14 @@ def insert_events(submission: Submission, events: list[tuple]) -> None:
 
 
 def json_text(value) -> str:
-    """`json.dumps(value)`, written directly for the values a chunk writes thousands of: no
-    reasons, no data, an event's version."""
-    if not value:
-        return "[]" if value == [] else "{}" if value == {} else json.dumps(value)
-    if type(value) is dict and len(value) == 1 and type(value.get("version")) is int:
-        return f'{{"version": {value["version"]}}}'
-    return json.dumps(value)
+    """`value` as JSON text for a JSON column (jsonb: spacing and key order are not kept), written
+    by orjson, several times faster than the json module for the values a chunk writes thousands
+    of; what orjson cannot write (an integer beyond 64 bits, a lone surrogate, a key that is not
+    text) by the json module."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:  # orjson.JSONEncodeError is one
+        return json.dumps(value)
 
 
 def escaped(text: str) -> str:

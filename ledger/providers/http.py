@@ -4,7 +4,6 @@ answer was lost on the way back (SPEC rule 3)."""
 
 import json
 import math
-import re
 from collections.abc import Iterator
 
 import httpx
@@ -29,25 +28,30 @@ def _finite(text: str) -> float | None:
 
 # One decoder for every line (`json.loads` with arguments builds a new one at each call).
 _DECODER = json.JSONDecoder(parse_constant=lambda name: None, parse_float=_finite)
-# A number that may be too large for a float: an exponent of two digits or more, or 300 digits in a
-# row. jiter would read it as infinity, so such a text (rare: a draft mentioning "1e10" may match)
-# is read by the json module, which reads it as null.
-_HUGE_NUMBER = re.compile(r"[0-9.][eE][+]?[0-9]{2}|[0-9]{300}")
 
 
 def loads(text: str) -> object:
     """JSON as a provider wrote it, with NaN, Infinity and numbers too large for a float read as
     null: none of them is JSON, and a JSON column would refuse to store them. Read by jiter (several
     times faster than the json module) where it reads alike; by the json module, with its own
-    words for a refusal, where it does not (those numbers, a lone surrogate, anything refused)."""
+    words for a refusal, where it does not (NaN, a lone surrogate, anything refused, and a number
+    too large for a float, which jiter reads as infinity)."""
     if text.startswith("\ufeff"):
         return json.loads(text)  # refused, with the json module's own words for it
-    if _HUGE_NUMBER.search(text) is None:
-        try:
-            return jiter.from_json(text.encode(), allow_inf_nan=False, cache_mode="keys")
-        except (UnicodeEncodeError, ValueError):
-            pass
-    return _DECODER.decode(text)
+    try:
+        value = jiter.from_json(text.encode(), allow_inf_nan=False, cache_mode="keys")
+    except (UnicodeEncodeError, ValueError):
+        return _DECODER.decode(text)
+    return value if _all_finite(value) else _DECODER.decode(text)
+
+
+def _all_finite(value) -> bool:
+    """No float in `value` (read from JSON: dicts, lists and scalars) is infinite."""
+    if type(value) is dict:
+        return all(map(_all_finite, value.values()))
+    if type(value) is list:
+        return all(map(_all_finite, value))
+    return type(value) is not float or math.isfinite(value)
 
 
 def unreadable_result(
