@@ -7,7 +7,6 @@ import math
 
 import pytest
 
-from ledger.actions.recording import json_text
 from ledger.providers.http import _finite, loads
 from ledger.validation import read_json
 
@@ -71,20 +70,3 @@ def test_what_a_result_line_keeps_is_json_a_database_stores():
     read = loads('{"usage": {"a": 1e999, "b": NaN, "c": 2.5, "d": 1' + "0" * 400 + "}}")
     assert read == {"usage": {"a": None, "b": None, "c": 2.5, "d": 10**400}}
     assert all(not isinstance(value, float) or math.isfinite(value) for value in read["usage"].values())
-
-
-@pytest.mark.parametrize(
-    "value",
-    [
-        {"prompt_tokens": 116, "details": {"cached_tokens": 0}, "ratio": 0.5, "tier": "défault"},
-        ["Too short: 3 characters", "Claims “waterproof”"],
-        {"version": 12},
-        {},
-        [],
-        {"big": 10**30},  # beyond 64 bits: the json module writes it
-        {"text": "\ud800"},  # a lone surrogate: the json module writes it (escaped)
-        {1: "a key that is not text"},  # the json module writes it as "1"
-    ],
-)
-def test_json_a_chunk_writes_reads_back_as_the_json_module_would_write_it(value):
-    assert json.loads(json_text(value)) == json.loads(json.dumps(value))
