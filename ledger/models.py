@@ -140,6 +140,9 @@ class Job(models.Model):
     destination = models.CharField(max_length=64, default=DEFAULT_DESTINATION)
     unit_size = models.PositiveIntegerField(default=DEFAULT_UNIT_SIZE)
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PREPARING)
+    # A planner (a task, or a send planning the next unit) holds the job's planning until then: a
+    # pass queues no second planning task meanwhile; a dead planner's claim simply runs out.
+    planning_claimed_until = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -21,7 +21,8 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Count, Exists, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django_q.tasks import async_task
 
@@ -63,14 +64,36 @@ def lease_holder() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+def units_planned_ahead() -> int:
+    """How many of a job's units wait to be sent at most: two for each worker of the cluster, so
+    that every worker free to send finds one, while a poll or a collection queued now waits behind
+    a few sends rather than behind every unit of a million-item job."""
+    return 2 * settings.BATCHDESK_WORKERS
+
+
 def submit_job(job_id: int) -> list[int]:
-    return actions.plan_submissions(job_id, until=time.monotonic() + TASK_SECONDS, claim=True)
+    return actions.plan_submissions(
+        job_id, until=time.monotonic() + TASK_SECONDS, claim=True, ahead=units_planned_ahead()
+    )
+
+
+def plan_ahead(job_id: int) -> list[int]:
+    """A unit of the job left its intents waiting (sent, or given up): plan the next here, at once,
+    if items are left and no other planner holds the job (its task would plan it anyway)."""
+    if not actions.claim_planning(job_id):
+        return []
+    return actions.plan_submissions(
+        job_id, until=time.monotonic() + TASK_SECONDS, claim=True, ahead=units_planned_ahead()
+    )
 
 
 def send_submission(submission_id: int, claim: str = "") -> str:
-    """Send one intent. A server answering request by request has nothing to wait for: its unit
-    has ended once sent, so this task goes on to collect it rather than queue two more."""
+    """Send one intent, then plan the job's next unit. A server answering request by request has
+    nothing to wait for: its unit has ended once sent, so this task goes on to collect it rather
+    than queue two more."""
     sent = actions.send_submission(submission_id, held=claim)
+    job_id = Submission.objects.values_list("job_id", flat=True).get(pk=submission_id)
+    attempt(plan_ahead, job_id)
     if sent == "sent" and answers_at_once(submission_id):
         if held := Submission.objects.claim(submission_id, states=[SubmissionState.OPEN]):
             return poll_submission(submission_id, held)
@@ -221,15 +244,31 @@ def poll_everything(start: Start = async_task) -> int:
             started += attempt(start, SUBMISSION_WORK[state], submission_id, claim, True)
         else:
             started += attempt(start, SUBMISSION_WORK[state], submission_id, claim)
-    # Planning takes no claim: two planners of one job skip each other's locked items. Asked job by
-    # job (one index probe each, stopping at the first unsent item), not by reading every prepared
-    # item: a new job of a million items is all prepared.
+    # A job with items to plan, fewer units than planned ahead waiting to be sent, and no planner
+    # (two planners of one job would skip each other's locked items, but the second would plan
+    # nothing). Asked job by job (one index probe each, stopping at the first unsent item), not by
+    # reading every prepared item: a new job of a million items is all prepared.
     unsent = Item.objects.filter(
         job=OuterRef("pk"), state=ItemState.PREPARED, submission__isnull=True
     ).filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
-    due_jobs = Job.objects.filter(Exists(unsent)).order_by().values_list("pk", flat=True)
+    waiting = (
+        Submission.objects.filter(job=OuterRef("pk"), state=SubmissionState.INTENT)
+        .order_by()
+        .values("job")
+        .annotate(units=Count("pk"))
+        .values("units")
+    )
+    due_jobs = (
+        Job.objects.filter(Exists(unsent))
+        .filter(Q(planning_claimed_until__isnull=True) | Q(planning_claimed_until__lt=now))
+        .annotate(waiting=Coalesce(Subquery(waiting), 0))
+        .filter(waiting__lt=units_planned_ahead())
+        .order_by()
+        .values_list("pk", flat=True)
+    )
     for job_id in due_jobs:
-        started += attempt(start, "ledger.tasks.submit_job", job_id)
+        if actions.claim_planning(job_id):
+            started += attempt(start, "ledger.tasks.submit_job", job_id)
     mark, items = claim_due_applications(now)
     for first in range(0, len(items), ITEMS_PER_APPLY_TASK):
         started += attempt(

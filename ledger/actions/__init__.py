@@ -74,6 +74,8 @@ from .submitting import (  # noqa: F401
     LostClaim,
     adopt,
     build_requests,
+    claim_planning,
+    intents_waiting,
     note_anomaly,
     operator_must_decide,
     plan_submissions,

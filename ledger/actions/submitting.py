@@ -20,7 +20,9 @@ from .jobs import judge_currency
 CUSTOM_ID_SQL = "'bd-' || id || '-' || inference_attempt"
 
 
-def plan_submissions(job_id: int, *, until: float | None = None, claim: bool = False) -> list[int]:
+def plan_submissions(
+    job_id: int, *, until: float | None = None, claim: bool = False, ahead: int | None = None
+) -> list[int]:
     """Group the job's unsent prepared items into submission intents. The intent is stored
     before any provider call, so a crash after sending can be reconciled, never re-sent blindly.
     Past `until` (a `time.monotonic()` value) the rest is left to a task of its own, so a big job
@@ -29,9 +31,16 @@ def plan_submissions(job_id: int, *, until: float | None = None, claim: bool = F
     `claim` (the planning task's way): each intent is claimed for the send task queued with it, as
     a collector's pass claims what it queues, so the pass leaves it to that task (unclaimed, the
     next pass queued a second send that found nothing to do) and sends it only if the task is lost
-    and the claim runs out. Unclaimed, an intent waits for the task or a pass, whichever comes."""
+    and the claim runs out. Unclaimed, an intent waits for the task or a pass, whichever comes.
+
+    `ahead`: planning stops once the job has that many intents waiting to be sent, and goes on as
+    they are sent (`tasks.plan_ahead`). Every send is queued when its unit is planned, so a job
+    planned all at once put all its sends (240 at 1,200,000 items) ahead of every poll and
+    collection queued after them. The job's planning claim (`claim_planning`) is let go when
+    planning stops, and kept by the task it leaves the rest to."""
     job = Job.objects.get(pk=job_id)
     if job.state == JobState.CANCELLED:
+        release_planning(job_id)
         return []
     created = []
     now = timezone.now()
@@ -39,7 +48,11 @@ def plan_submissions(job_id: int, *, until: float | None = None, claim: bool = F
     after = 0
     while True:
         if until is not None and time.monotonic() > until:
+            Job.objects.filter(pk=job_id).update(planning_claimed_until=lease_end())
             enqueue("ledger.tasks.submit_job", job_id)
+            return created
+        if ahead is not None and intents_waiting(job_id) >= ahead:
+            release_planning(job_id)
             return created
         with transaction.atomic():
             items = list(
@@ -50,6 +63,7 @@ def plan_submissions(job_id: int, *, until: float | None = None, claim: bool = F
                 .values_list("pk", flat=True)[: job.unit_size]
             )
             if not items:
+                release_planning(job_id)
                 return created
             after = items[-1]
             # Random, not derived: two installations (or a reset database) sharing one provider
@@ -81,6 +95,21 @@ def plan_submissions(job_id: int, *, until: float | None = None, claim: bool = F
             )
             created.append(submission.pk)
             enqueue("ledger.tasks.send_submission", submission.pk, token)
+
+
+def intents_waiting(job_id: int) -> int:
+    """How many of the job's units are planned and not sent yet."""
+    return Submission.objects.filter(job_id=job_id, state=SubmissionState.INTENT).count()
+
+
+def claim_planning(job_id: int) -> bool:
+    """Take the job's planning for a lease, if no planner holds it."""
+    free = Q(planning_claimed_until__isnull=True) | Q(planning_claimed_until__lt=timezone.now())
+    return Job.objects.filter(free, pk=job_id).update(planning_claimed_until=lease_end()) == 1
+
+
+def release_planning(job_id: int) -> None:
+    Job.objects.filter(pk=job_id).update(planning_claimed_until=None)
 
 
 class LostClaim(Exception):

@@ -10,7 +10,7 @@ from django_q.models import OrmQ
 
 from ledger import actions, tasks
 from ledger.actions.submitting import build_requests
-from ledger.models import CollectorHeartbeat, Item, SourceRevision, Submission, SubmissionItem
+from ledger.models import CollectorHeartbeat, Item, Job, SourceRevision, Submission, SubmissionItem
 from ledger.states import ItemState, SubmissionState
 from ledger.validation import render_user_message
 from tests.factories import JobFactory, ProductFactory
@@ -192,3 +192,68 @@ def test_a_units_requests_carry_each_items_prompt_as_its_revision_renders_it():
         (item.custom_id, render_user_message(job.prompt_version, item.source_revision)) for item in items
     ]
     assert "- b: [1,{" in requests[0].user_message
+
+
+def test_planning_ahead_stops_at_that_many_waiting_units_and_goes_on_as_they_leave():
+    job = job_with_items(20, unit_size=2)
+
+    first = actions.plan_submissions(job.pk, claim=True, ahead=3)
+
+    assert len(first) == 3 and actions.intents_waiting(job.pk) == 3
+    assert Item.objects.filter(job=job, submission__isnull=True).count() == 14
+    # Nothing left its intents: planning again plans nothing.
+    assert actions.plan_submissions(job.pk, claim=True, ahead=3) == []
+    Submission.objects.filter(pk=first[0]).update(state=SubmissionState.OPEN)
+    [more] = actions.plan_submissions(job.pk, claim=True, ahead=3)
+    assert more > first[-1]
+    # Without `ahead` (an operator's command, the tests) every item is planned at once.
+    assert len(actions.plan_submissions(job.pk)) == 6
+    assert not Item.objects.filter(job=job, submission__isnull=True).exists()
+
+
+def test_a_pass_queues_one_planning_task_a_job_until_its_planner_lets_go(settings):
+    settings.BATCHDESK_WORKERS = 1  # two units planned ahead
+    job = job_with_items(12, unit_size=2)
+
+    assert started_by_a_pass() == [("ledger.tasks.submit_job", (job.pk,))]
+    # Queued, not yet run: the job's planning is claimed, so the next passes queue no second one.
+    assert started_by_a_pass() == [] and started_by_a_pass() == []
+
+    intents = tasks.submit_job(job.pk)
+
+    assert len(intents) == 2
+    assert Job.objects.get(pk=job.pk).planning_claimed_until is None
+    # Two units wait to be sent: nothing more to plan until one is sent.
+    assert [func for func, _ in started_by_a_pass()] == []
+    Submission.objects.filter(pk=intents[0]).update(state=SubmissionState.OPEN)
+    assert started_by_a_pass() == [("ledger.tasks.submit_job", (job.pk,))]
+
+
+def test_a_planning_claim_left_by_a_dead_planner_runs_out():
+    job = job_with_items(4)
+    assert actions.claim_planning(job.pk) and not actions.claim_planning(job.pk)
+    assert started_by_a_pass() == []
+
+    Job.objects.filter(pk=job.pk).update(planning_claimed_until=timezone.now() - timedelta(seconds=1))
+
+    assert started_by_a_pass() == [("ledger.tasks.submit_job", (job.pk,))]
+
+
+def test_a_sent_unit_makes_room_for_the_next_which_its_send_task_plans(
+    emulator, provider, monkeypatch, settings
+):
+    settings.BATCHDESK_WORKERS = 1
+    monkeypatch.setattr("ledger.providers.get_provider", lambda name: provider)
+    job = job_with_items(10, unit_size=2)
+    first, second = tasks.submit_job(job.pk)
+    claims = dict(Submission.objects.filter(pk__in=[first, second]).values_list("pk", "claimed_by"))
+
+    assert tasks.send_submission(first, claims[first]) == "sent"
+
+    [third] = Submission.objects.filter(job=job, state=SubmissionState.INTENT).exclude(pk=second)
+    assert third.pk > second and third.claimed_by and third.claimed_until > timezone.now()
+    assert actions.intents_waiting(job.pk) == 2
+    assert Job.objects.get(pk=job.pk).planning_claimed_until is None
+    # The send queued with it is that unit's own: the pass leaves both waiting intents to theirs.
+    started = started_by_a_pass()
+    assert started == [("ledger.tasks.poll_submission", (first, Submission.objects.get(pk=first).claimed_by))]
