@@ -2,6 +2,7 @@
 (rules 2 and 4), with failures classified and retried by themselves when transient (rule 8)."""
 
 import time
+from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
 
@@ -23,6 +24,9 @@ from .submitting import build_requests, note_anomaly, set_submission_state
 LEASE_RENEWAL = timedelta(seconds=30)
 # Lines read from a slow stream wait at most this long (seconds) before they are recorded.
 CHUNK_MAX_AGE = 2.0
+# Chunks of a results file recorded at once, each by its own thread and connection: two keep both
+# of the database's cores busy.
+RECORDERS = 2
 
 
 class RecordedRequests:
@@ -249,6 +253,7 @@ def collect_lines(
         if chunk.full():
             chunk.record()
     chunk.record()
+    chunk.wait()  # the provider's counts are compared last, after every line is noted
     counts = submission.request_counts or {}
     if (
         counts
@@ -276,23 +281,31 @@ class Chunk:
     transaction by `record_chunk`. Also recorded when its oldest line has waited CHUNK_MAX_AGE
     (a slow stream), so read lines do not wait long unrecorded.
 
-    With `overlap`, each chunk is recorded by a thread of its own with its own connection, while
-    this one reads the next: the database's work on a chunk (the thread waits for it without the
-    GIL) runs beside the parsing of the next. Chunks still commit one at a time and in order: a
-    chunk is handed over only once the one before it has committed, so a killed worker leaves
-    whole chunks behind, as without it. `close` waits for the last one."""
+    With `overlap`, chunks are recorded by RECORDERS threads, each with its own connection, while
+    this one reads the next: the database's work on two chunks (the threads wait for it without the
+    GIL) runs on both of the machine's cores, beside the parsing of the next. Each chunk still
+    commits whole or not at all, and its requests are marked recorded in the same transaction, so
+    a killed worker leaves whole chunks behind (not always a prefix of the file: the chunk after
+    one that waits may commit first) and the next collection skips exactly those. Two chunks never
+    share a request or an item. `close` waits for the last ones."""
 
     def __init__(self, submission: Submission, *, size: int, overlap: bool = False):
         self.submission, self.size = submission, max(1, size)
         self.checker = DraftChecker.of(submission.job.prompt_version)
         self.parts: list = []
         # Each draft is checked as it is read (what depends on the draft alone): overlapping, by
-        # this thread, while the recording thread waits for the database.
+        # this thread, while the recording threads wait for the database.
         self.checks: dict[str, CheckedDraft] = {}
         self.lines = 0
         self.started = 0.0
-        self.recorder = ThreadPoolExecutor(1, thread_name_prefix="record_chunk") if overlap else None
-        self.recording: Future | None = None
+        # One thread per recorder, so each keeps its own connection and closes it at the end.
+        self.recorders = (
+            [ThreadPoolExecutor(1, thread_name_prefix=f"record_chunk_{n}") for n in range(RECORDERS)]
+            if overlap
+            else []
+        )
+        self.recording: deque[Future] = deque()
+        self.handed = 0
 
     def add(self, part) -> None:
         if not self.parts:
@@ -309,33 +322,35 @@ class Chunk:
         )
 
     def record(self) -> None:
-        """Record what was read so far: now, or (overlapping) once the chunk before it has
-        committed, by the recording thread, while this one goes on reading."""
+        """Record what was read so far: now, or (overlapping) by a recording thread once fewer than
+        RECORDERS chunks are being recorded, while this one goes on reading."""
         if not self.parts:
             return
         parts, checks = self.parts, self.checks
         self.parts, self.checks, self.lines = [], {}, 0
-        if self.recorder is None:
+        if not self.recorders:
             record_chunk(self.submission, parts, checker=self.checker, checks=checks)
             return
-        self.wait()
-        self.recording = self.recorder.submit(
-            record_chunk, self.submission, parts, checker=self.checker, checks=checks
+        while len(self.recording) >= len(self.recorders):
+            self.recording.popleft().result()
+        recorder = self.recorders[self.handed % len(self.recorders)]
+        self.handed += 1
+        self.recording.append(
+            recorder.submit(record_chunk, self.submission, parts, checker=self.checker, checks=checks)
         )
 
     def wait(self) -> None:
-        """Wait until every chunk handed over is committed (or raise what recording it raised)."""
-        if self.recording is not None:
-            recording, self.recording = self.recording, None
-            recording.result()
+        """Wait until every chunk handed over is committed (or raise what recording one raised)."""
+        while self.recording:
+            self.recording.popleft().result()
 
     def close(self) -> None:
-        """Wait for the chunk being recorded, then end the recording thread and its connection."""
-        if self.recorder is not None:
-            recorder, self.recorder = self.recorder, None
-            try:
-                self.wait()
-            finally:
+        """Wait for the chunks being recorded, then end the recording threads and their connections."""
+        recorders, self.recorders = self.recorders, []
+        try:
+            self.wait()
+        finally:
+            for recorder in recorders:
                 recorder.submit(close_connection).result()
                 recorder.shutdown()
 
