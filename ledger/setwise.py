@@ -1,10 +1,12 @@
 """Rows written by the database from other rows (`INSERT … SELECT`), with the values Django itself
 would have given every column it is not told about: nothing per row passes through Python."""
 
+import json
 from collections.abc import Mapping, Sequence
 from functools import cache
 
 from django.db import connections, models, router
+from django.db.models.expressions import RawSQL
 
 
 def insert_from_select(
@@ -103,3 +105,13 @@ def _id_sequence(alias: str, table: str) -> str:
     with connections[alias].cursor() as cursor:
         cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [table])
         return cursor.fetchone()[0]
+
+
+def ids_query(ids: Sequence[int], *, using: str = "default") -> RawSQL:
+    """A subquery of the given ids, sent as one parameter (`filter(pk__in=ids_query(ids))`, or its
+    `.sql` and `.params` in SQL of one's own): an array on PostgreSQL, a JSON list on SQLite. A
+    plain `pk__in=ids` is a placeholder per id, which psycopg lays out one by one in Python; a
+    unit's thousands of items cost its send more in that than in the statements themselves."""
+    if connections[using].vendor == "postgresql":
+        return RawSQL("SELECT unnest(%s::bigint[])", [list(ids)])
+    return RawSQL("SELECT value FROM json_each(%s)", [json.dumps(list(ids))])

@@ -9,7 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..models import Event, Item, ItemTally, Job
-from ..setwise import insert_from_select
+from ..setwise import ids_query, insert_from_select
 from ..states import ALLOWED_TRANSITIONS, OUTSTANDING_STATES, REVIEW_STATES, ItemState, JobState
 
 
@@ -88,15 +88,16 @@ def move_items(
     if to not in ALLOWED_TRANSITIONS[from_state]:
         raise NotAllowed(f"{from_state} cannot become {to}")
     with transaction.atomic():
-        locked = list(
+        # The ids go to the database as one parameter each time, not one placeholder an id.
+        ids = list(
             Item.objects.select_for_update()
-            .filter(pk__in=list(item_ids), state=from_state)
-            .values_list("pk", "job_id")
+            .filter(pk__in=ids_query(list(item_ids)), state=from_state)
+            .values_list("pk", flat=True)
         )
-        if not locked:
+        if not ids:
             return []
-        ids = [pk for pk, _ in locked]
-        Item.objects.filter(pk__in=ids).update(
+        moved = ids_query(ids)
+        Item.objects.filter(pk__in=moved).update(
             state=to, reason=reason, reason_code=code, updated_at=timezone.now(), **fields
         )
         # Each item's event written by the database from the item's row, in the items' order: a
@@ -112,8 +113,8 @@ def move_items(
                 "actor_name": actor_name(actor),
                 "data": data or {},
             },
-            from_sql=f"{Item._meta.db_table} WHERE id IN ({', '.join(['%s'] * len(ids))}) ORDER BY id",
-            params=ids,
+            from_sql=f"{Item._meta.db_table} WHERE id IN ({moved.sql}) ORDER BY id",
+            params=moved.params,
         )
     return ids
 

@@ -11,7 +11,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from ..models import Event, Item, Job, ProductStatus, Submission, SubmissionItem, lease_end
-from ..setwise import insert_from_select
+from ..setwise import ids_query, insert_from_select
 from ..states import SUBMISSION_TRANSITIONS, ItemState, JobState, ReasonCode, SubmissionState
 from .core import NotAllowed, backoff, enqueue, move_items, refresh_job_state
 from .jobs import judge_currency
@@ -78,7 +78,7 @@ def plan_submissions(
                 claimed_until=lease_end() if claim else None,
                 claimed_by=token,
             )
-            Item.objects.filter(pk__in=items).update(submission=submission)
+            Item.objects.filter(pk__in=ids_query(items)).update(submission=submission)
             # The unit's entries, written by the database from its items, in their order.
             insert_from_select(
                 SubmissionItem,
@@ -296,7 +296,8 @@ def send_submission(submission_id: int, *, provider=None, held: str = "") -> str
                 # What the provider says is recorded when it is first asked; nothing yet.
                 last_observed_status="",
             )
-            submission.entries.exclude(custom_id__in=sent).update(outcome="not_sent")
+            if len(sent) < len(item_ids):  # items withdrawn or revised since planning
+                submission.entries.exclude(custom_id__in=sent).update(outcome="not_sent")
             move_items(
                 item_ids, from_state=ItemState.PREPARED, to=ItemState.SUBMITTED, reason=f"In {provider_ref}"
             )

@@ -3,7 +3,8 @@
 import pytest
 
 from ledger.actions import change_state, move_items
-from ledger.models import Event
+from ledger.models import Event, Item
+from ledger.setwise import ids_query
 from ledger.states import ItemState
 from tests.factories import ItemFactory, JobFactory, UserFactory
 
@@ -33,3 +34,14 @@ def test_many_items_moved_at_once_get_the_events_each_moved_alone_gets():
     events = list(Event.objects.filter(item__in=together).order_by("id").values_list("item_id", *FIELDS))
     assert events == [(item.pk, *expected) for item in sorted(together, key=lambda item: item.pk)]
     assert not Event.objects.filter(item=elsewhere).exclude(to_state=ItemState.SUBMITTED).exists()
+
+
+def test_ids_sent_as_one_parameter_select_what_a_list_of_them_selects():
+    job = JobFactory()
+    items = [ItemFactory(job=job) for _ in range(5)]
+    ids = [items[3].pk, items[0].pk, items[0].pk, 10**12]
+
+    assert sorted(Item.objects.filter(pk__in=ids_query(ids)).values_list("pk", flat=True)) == sorted(
+        Item.objects.filter(pk__in=ids).values_list("pk", flat=True)
+    )
+    assert not Item.objects.filter(pk__in=ids_query([])).exists()
