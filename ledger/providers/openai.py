@@ -8,6 +8,7 @@ from collections.abc import Container, Iterable, Iterator
 from datetime import datetime
 
 import httpx
+import orjson
 
 from ..scrubbing import scrub_credentials
 from ..states import ReasonCode
@@ -59,6 +60,17 @@ def request_line(request: InferenceRequest) -> dict:
             "json_schema": {"name": "output", "schema": request.output_schema, "strict": True},
         }
     return {"custom_id": request.custom_id, "method": "POST", "url": ENDPOINT, "body": body}
+
+
+def request_json(request: InferenceRequest) -> bytes:
+    """One request's line of the input file (UTF-8, no newline). Written by orjson: a unit's
+    thousands of lines are each written twice (sized, then sent), and the json module took 40 µs a
+    line; what orjson cannot write (an integer beyond 64 bits) by the json module."""
+    line = request_line(request)
+    try:
+        return orjson.dumps(line)
+    except TypeError:  # orjson.JSONEncodeError is one
+        return json.dumps(line, ensure_ascii=False).encode("utf-8")
 
 
 def parse_result_line(
@@ -150,18 +162,16 @@ class OpenAIBatchProvider(HttpBatchProvider):
         return cls(client=client)
 
     def request_bytes(self, request: InferenceRequest) -> int:
-        return len(json.dumps(request_line(request), ensure_ascii=False).encode("utf-8")) + 1
+        return len(request_json(request)) + 1
 
     def submit(self, *, requests: list[InferenceRequest], intent_key: str, metadata: dict) -> str:
-        payload = "".join(json.dumps(request_line(r), ensure_ascii=False) + "\n" for r in requests)
+        payload = b"".join(request_json(r) + b"\n" for r in requests)
         # Uploading twice is harmless (an unused file); creating a batch twice is not.
         upload = self._json(
             self._call(
                 "POST",
                 "/files",
-                files={
-                    "file": (f"{intent_key}.jsonl", io.BytesIO(payload.encode("utf-8")), "application/jsonl")
-                },
+                files={"file": (f"{intent_key}.jsonl", io.BytesIO(payload), "application/jsonl")},
                 data={"purpose": "batch"},
             )
         )
