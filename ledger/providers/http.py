@@ -4,7 +4,7 @@ answer was lost on the way back (SPEC rule 3)."""
 
 import json
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import httpx
 import jiter
@@ -52,6 +52,27 @@ def _all_finite(value) -> bool:
     if type(value) is list:
         return all(map(_all_finite, value))
     return type(value) is not float or math.isfinite(value)
+
+
+def jsonl_lines(chunks: Iterable[bytes]) -> Iterator[str]:
+    """The lines of a JSONL stream arriving in chunks: each ends at a newline (a carriage return
+    before it is dropped) and is read as UTF-8, a byte that is not UTF-8 as U+FFFD (as httpx reads
+    text). Unlike httpx's `iter_lines` (str.splitlines), a U+2028 or a form feed inside a JSON
+    string does not end its line, and a line is split with one `bytes.split` a chunk, not decoded
+    and searched character by character."""
+    pending: list[bytes] = []  # the start of a line that has not ended in the chunks so far
+    for chunk in chunks:
+        *ended, rest = chunk.split(b"\n")
+        for piece in ended:
+            if pending:
+                pending.append(piece)
+                piece = b"".join(pending)
+                pending.clear()
+            yield piece.removesuffix(b"\r").decode("utf-8", "replace")
+        if rest:
+            pending.append(rest)
+    if pending:
+        yield b"".join(pending).removesuffix(b"\r").decode("utf-8", "replace")
 
 
 def unreadable_result(
@@ -154,7 +175,7 @@ class HttpBatchProvider(BatchProvider):
                 if response.status_code >= 400:
                     response.read()
                     raise self._refusal("GET", what, response)
-                for number, text in enumerate(response.iter_lines(), start=1):
+                for number, text in enumerate(jsonl_lines(response.iter_bytes()), start=1):
                     if text.strip():
                         yield parse(number, text, secrets=self.secrets)
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
