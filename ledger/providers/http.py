@@ -47,11 +47,18 @@ def loads(text: str) -> object:
 
 def _all_finite(value) -> bool:
     """No float in `value` (read from JSON: dicts, lists and scalars) is infinite."""
-    if type(value) is dict:
-        return all(map(_all_finite, value.values()))
-    if type(value) is list:
-        return all(map(_all_finite, value))
-    return type(value) is not float or math.isfinite(value)
+    if type(value) is float:
+        return math.isfinite(value)
+    waiting = [value] if type(value) in (dict, list) else []
+    while waiting:
+        container = waiting.pop()
+        for inner in container.values() if type(container) is dict else container:
+            kind = type(inner)
+            if kind is dict or kind is list:
+                waiting.append(inner)
+            elif kind is float and not math.isfinite(inner):
+                return False
+    return True
 
 
 def jsonl_lines(chunks: Iterable[bytes]) -> Iterator[str]:
