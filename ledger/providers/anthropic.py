@@ -27,6 +27,7 @@ from .base import (
     UnitCounts,
     UnitStatus,
     UnreadableLine,
+    tls_context,
     token_count,
 )
 from .http import HttpBatchProvider, read_jsonl_result
@@ -215,6 +216,7 @@ class AnthropicBatchProvider(HttpBatchProvider):
         api_key = os.environ.get(config["api_key_env"]) or ""
         client = httpx.Client(
             base_url=config["base_url"],
+            verify=tls_context(),
             headers={"x-api-key": api_key, "anthropic-version": API_VERSION},
             timeout=httpx.Timeout(60.0, connect=10.0),
         )

@@ -55,6 +55,7 @@ from .base import (
     UnitCounts,
     UnitStatus,
     UnreadableLine,
+    tls_context,
     token_count,
 )
 from .http import PARSE_ERRORS, HttpBatchProvider, parse_failure
@@ -201,6 +202,7 @@ class CloudflareBatchProvider(HttpBatchProvider):
         token = os.environ.get(config["api_key_env"]) or ""
         client = httpx.Client(
             base_url=config["base_url"],
+            verify=tls_context(),
             headers={"Authorization": f"Bearer {token}"},
             timeout=httpx.Timeout(60.0, connect=10.0),
         )

@@ -46,6 +46,7 @@ from .base import (
     UnitStatus,
     UnreadableLine,
     classify_http_status,
+    tls_context,
     token_count,
 )
 from .http import PARSE_ERRORS, HttpBatchProvider, loads, parse_failure
@@ -357,6 +358,7 @@ class GeminiBatchProvider(HttpBatchProvider):
         api_key = os.environ.get(config["api_key_env"]) or ""
         client = httpx.Client(
             base_url=config["base_url"],
+            verify=tls_context(),
             headers={"x-goog-api-key": api_key},
             timeout=httpx.Timeout(120.0, connect=10.0),
         )

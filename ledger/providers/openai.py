@@ -24,6 +24,7 @@ from .base import (
     UnitStatus,
     UnreadableLine,
     classify_http_status,
+    tls_context,
     token_count,
 )
 from .http import HttpBatchProvider, read_jsonl_result, unreadable_result
@@ -156,6 +157,7 @@ class OpenAIBatchProvider(HttpBatchProvider):
         )
         client = httpx.Client(
             base_url=config["base_url"],
+            verify=tls_context(),
             headers={"Authorization": f"Bearer {api_key}"},
             timeout=httpx.Timeout(60.0, connect=10.0),
         )

@@ -30,6 +30,7 @@ from .base import (
     UnitStatus,
     UnreadableLine,
     classify_http_status,
+    tls_context,
     token_count,
 )
 from .http import NEVER_SENT, PARSE_ERRORS, HttpBatchProvider, loads, unreadable_result
@@ -99,6 +100,7 @@ class CompatibleServerProvider(HttpBatchProvider):
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         client = httpx.Client(
             base_url=config["base_url"],
+            verify=tls_context(),
             headers=headers,
             timeout=httpx.Timeout(READ_TIMEOUT, connect=10.0),
             limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
