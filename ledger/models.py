@@ -468,7 +468,10 @@ class Submission(models.Model):
 class SubmissionItem(models.Model):
     """Which item was sent in which submission, under which custom_id."""
 
-    submission = models.ForeignKey(Submission, on_delete=models.PROTECT, related_name="entries")
+    # A submission's entries are found by `entry_custom_id_unique`, which it leads: no index of its own.
+    submission = models.ForeignKey(
+        Submission, on_delete=models.PROTECT, related_name="entries", db_index=False
+    )
     item = models.ForeignKey(Item, on_delete=models.PROTECT, related_name="submission_entries")
     custom_id = models.CharField(max_length=64)
     # Set once a line for this request has been recorded.
@@ -489,8 +492,15 @@ class GeneratedVersion(models.Model):
     )
     number = models.PositiveIntegerField()
     custom_id = models.CharField(max_length=64)
+    # Nothing looks drafts up by their submission (the ledger deletes no submission): not indexed, so
+    # each of the thousands of drafts a collection writes costs one index entry fewer.
     submission = models.ForeignKey(
-        Submission, on_delete=models.PROTECT, null=True, related_name="versions", db_constraint=False
+        Submission,
+        on_delete=models.PROTECT,
+        null=True,
+        related_name="versions",
+        db_index=False,
+        db_constraint=False,
     )
     content = models.TextField()
     # The structured output as returned (when the prompt asks for JSON).
