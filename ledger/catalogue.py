@@ -1008,7 +1008,9 @@ def _read(
         for row in _read_jsonl((line,)):
             staged = _staged(row if isinstance(row, Rejection) else _check(*row, seen), keep_fields)
             if isinstance(staged, _Staged) and line.digest:
-                staged = staged._replace(line_digest=product_line_digest(line.digest, staged.record.sku))
+                staged = staged._replace(
+                    line_digest=product_line_digest(line.digest, sku_digest(staged.record.sku.encode()))
+                )
             yield staged
 
 
@@ -1112,9 +1114,10 @@ def _usual_row(line: _Line, seen: "_SeenSkus", keep_fields: bool = True) -> _Sta
         digest = hashlib.sha256(content.encode("utf-8")).hexdigest()
     except UnicodeEncodeError:  # an unpaired surrogate
         return None
-    if (first := seen.first_line(sku, line.number)) is not None:
+    sku_number = sku_digest(sku.encode())  # once, for both
+    if (first := seen.first_line_of(sku_number, line.number)) is not None:
         return Rejection(line.number, f'sku "{sku}" appears again (first on line {first})')
-    stored = product_line_digest(line.digest, sku) if line.digest else None
+    stored = product_line_digest(line.digest, sku_number) if line.digest else None
     return _Staged(
         Record(line.number, sku, title, status, fields if keep_fields else None), rendered, digest, stored
     )
@@ -1358,9 +1361,9 @@ def line_digest(content: bytes) -> bytes:
     return hashlib.blake2b(content, digest_size=16, person=_LINE_DIGEST_PERSON).digest()
 
 
-def product_line_digest(line: bytes, sku: str) -> bytes:
-    """What a product keeps (`Product.line_digest`): its line's digest, then its SKU's."""
-    return line + sku_digest(sku.encode()).to_bytes(8)
+def product_line_digest(line: bytes, sku_number: int) -> bytes:
+    """What a product keeps (`Product.line_digest`): its line's digest, then its SKU's (`sku_digest`)."""
+    return line + sku_number.to_bytes(8)
 
 
 class _LineNotRecognised(Exception):
