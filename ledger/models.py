@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
+import orjson
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -19,8 +20,32 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",
 
 def canonical_json(value) -> str:
     """One rendering per JSON value: keys sorted at every depth, no spaces. Two values are the same
-    content exactly when their renderings are equal (Python's `True == 1` does not hold here)."""
+    content exactly when their renderings are equal (Python's `True == 1` does not hold here).
+
+    Written by orjson where it writes the same text as the json module (several times faster: a
+    unit's prompts render tens of thousands of values, its drafts are hashed one by one): a value
+    without floats (which the two write differently in exponent form, 1e+16 and 1e16). What orjson
+    refuses (an integer beyond 64 bits, a lone surrogate, a key that is not text) is written by the
+    json module."""
+    if not _holds_float(value):
+        try:
+            return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+        except TypeError:  # orjson.JSONEncodeError is one
+            pass
     return _CANONICAL.encode(value)
+
+
+def _holds_float(value) -> bool:
+    waiting = [value]
+    while waiting:
+        inner = waiting.pop()
+        if isinstance(inner, float):
+            return True
+        if isinstance(inner, dict):
+            waiting.extend(inner.values())
+        elif isinstance(inner, list | tuple):
+            waiting.extend(inner)
+    return False
 
 
 def content_hash(value) -> str:
