@@ -23,7 +23,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-import jiter
 import orjson
 from werkzeug.routing import Rule
 from werkzeug.wrappers import Request
@@ -31,6 +30,7 @@ from werkzeug.wrappers import Request
 from ledger.emulators import textgen
 from ledger.emulators.server import ApiError, Download, EmulatorServer, LoseAnswer
 from ledger.providers.openai import INTENT_METADATA_KEY
+from ledger.validation import read_json
 
 log = logging.getLogger(__name__)
 
@@ -166,16 +166,6 @@ def line_text(line: dict) -> str:
         return orjson.dumps(line).decode()
     except TypeError:  # orjson.JSONEncodeError is one
         return json.dumps(line, separators=(",", ":"))
-
-
-def read_line(text: str) -> Any:
-    """One line of an input file, as the json module reads it, or its refusal. Read by jiter, a
-    fifth of the time (the json module took a fifth of the emulator's time); by the json module
-    where jiter refuses (NaN, a lone surrogate, anything refused)."""
-    try:
-        return jiter.from_json(text.encode(), allow_inf_nan=False, cache_mode="keys")
-    except (UnicodeEncodeError, ValueError):
-        return json.loads(text)
 
 
 def _int_or_none(value: float | None) -> int | None:
@@ -517,7 +507,7 @@ class Emulator(EmulatorServer):
             if not raw.strip():
                 continue
             try:
-                line = read_line(raw)
+                line = read_json(raw)
             except ValueError:
                 error("invalid_json_line", f"Line {number} is not valid JSON.", number)
                 continue
