@@ -77,6 +77,9 @@ _WRITE_CHUNK_BYTES = 16 * 1024 * 1024
 # Progress is reported after this many rows; the reader runs at most this many chunks ahead.
 _PROGRESS_ROWS = 1000
 _READ_AHEAD = 2
+# How often Python hands the interpreter from one thread to another that waits for it, while the
+# reader runs (see `_ReadAhead`); Python's default is 5 ms.
+_SWITCH_INTERVAL = 0.0005
 # The key of PostgreSQL's advisory lock that lets one import write at a time.
 _IMPORT_LOCK = 7_420_001
 # How deep lists and objects may nest in a field's value: `"features": ["LED"]` is 1 deep,
@@ -414,7 +417,11 @@ class _ReadAhead:
     """Runs `_chunks` in a thread of its own, up to `_READ_AHEAD` chunks ahead of the writer, so the
     database merges one chunk while Python reads the next: two cores at work instead of one taking
     turns. Only for a file on disk: the thread touches no database (an upload is read back from the
-    database, in the writer's transaction, so it is read in the writer's thread)."""
+    database, in the writer's transaction, so it is read in the writer's thread).
+
+    The writer needs the interpreter each time the database has taken part of a chunk or answered,
+    and the reader, busy in Python, hands it over only after Python's switch interval, while the
+    database waits: so the interval is shorter while the reader runs (`_SWITCH_INTERVAL`)."""
 
     _END = object()
 
@@ -426,6 +433,8 @@ class _ReadAhead:
 
     def __enter__(self) -> "_ReadAhead":
         if self.threaded:
+            self.switch_interval = sys.getswitchinterval()
+            sys.setswitchinterval(min(self.switch_interval, _SWITCH_INTERVAL))
             self.thread.start()
         return self
 
@@ -433,6 +442,7 @@ class _ReadAhead:
         if self.threaded:
             self.stopping.set()
             self.thread.join()
+            sys.setswitchinterval(self.switch_interval)
 
     def __iter__(self) -> Iterator["_Chunk"]:
         if not self.threaded:

@@ -3,6 +3,7 @@ rest, and uploads imported by a worker that is safe to run twice."""
 
 import io
 import json
+import sys
 import tracemalloc
 from datetime import timedelta
 from pathlib import Path
@@ -70,6 +71,19 @@ def test_rows_are_written_in_chunks_inside_one_transaction(tmp_path, monkeypatch
         import_catalogue(path, before_commit=refuse_at_the_end)
     # All or nothing: what the writing pass wrote is rolled back.
     assert Product.objects.count() == 5
+
+
+def test_the_interpreter_switches_threads_sooner_only_while_rows_are_read_ahead(tmp_path):
+    path = tmp_path / "three.jsonl"
+    path.write_bytes(rows(3))
+    before = sys.getswitchinterval()
+    during = []
+
+    report = import_catalogue(path, on_progress=lambda report: during.append(sys.getswitchinterval()))
+
+    assert report.created == 3
+    assert during and set(during) == {min(before, catalogue._SWITCH_INTERVAL)}
+    assert sys.getswitchinterval() == before
 
 
 def test_a_file_is_read_once_and_what_was_read_is_what_is_imported(tmp_path):
