@@ -30,7 +30,7 @@ import threading
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
 from itertools import chain
@@ -59,6 +59,7 @@ from .models import (
 from .setwise import insert_from_select, insert_select_sql, next_id_sql
 from .states import ItemState, sources_for
 from .table_statistics import analyse_after_bulk_change
+from .thread_switching import quicker_thread_switches
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +79,6 @@ _WRITE_CHUNK_BYTES = 16 * 1024 * 1024
 # Progress is reported after this many rows; the reader runs at most this many chunks ahead.
 _PROGRESS_ROWS = 1000
 _READ_AHEAD = 2
-# How often Python hands the interpreter from one thread to another that waits for it, while the
-# reader runs (see `_ReadAhead`); Python's default is 5 ms.
-_SWITCH_INTERVAL = 0.0005
 # The key of PostgreSQL's advisory lock that lets one import write at a time.
 _IMPORT_LOCK = 7_420_001
 # How deep lists and objects may nest in a field's value: `"features": ["LED"]` is 1 deep,
@@ -420,9 +418,8 @@ class _ReadAhead:
     turns. Only for a file on disk: the thread touches no database (an upload is read back from the
     database, in the writer's transaction, so it is read in the writer's thread).
 
-    The writer needs the interpreter each time the database has taken part of a chunk or answered,
-    and the reader, busy in Python, hands it over only after Python's switch interval, while the
-    database waits: so the interval is shorter while the reader runs (`_SWITCH_INTERVAL`)."""
+    While the reader runs, Python hands the interpreter to the writer sooner
+    (`quicker_thread_switches`): the writer needs it each time the database has answered."""
 
     _END = object()
 
@@ -431,11 +428,11 @@ class _ReadAhead:
         self.queue: queue.Queue = queue.Queue(maxsize=_READ_AHEAD)
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._read, name="catalogue-reader", daemon=True)
+        self.switching = ExitStack()
 
     def __enter__(self) -> "_ReadAhead":
         if self.threaded:
-            self.switch_interval = sys.getswitchinterval()
-            sys.setswitchinterval(min(self.switch_interval, _SWITCH_INTERVAL))
+            self.switching.enter_context(quicker_thread_switches())
             self.thread.start()
         return self
 
@@ -443,7 +440,7 @@ class _ReadAhead:
         if self.threaded:
             self.stopping.set()
             self.thread.join()
-            sys.setswitchinterval(self.switch_interval)
+            self.switching.close()
 
     def __iter__(self) -> Iterator["_Chunk"]:
         if not self.threaded:

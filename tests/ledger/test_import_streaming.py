@@ -16,6 +16,7 @@ from ledger import catalogue
 from ledger.catalogue import MAX_RECORD_BYTES, StoredFile, import_catalogue, read_catalogue
 from ledger.models import CatalogueImport, CatalogueImportChunk, ImportState, Product
 from ledger.tasks import import_catalogue_file
+from ledger.thread_switching import SWITCH_INTERVAL
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -82,7 +83,7 @@ def test_the_interpreter_switches_threads_sooner_only_while_rows_are_read_ahead(
     report = import_catalogue(path, on_progress=lambda report: during.append(sys.getswitchinterval()))
 
     assert report.created == 3
-    assert during and set(during) == {min(before, catalogue._SWITCH_INTERVAL)}
+    assert during and set(during) == {min(before, SWITCH_INTERVAL)}
     assert sys.getswitchinterval() == before
 
 

@@ -5,6 +5,7 @@ states, versions, events, entries and anomalies, whatever the chunk size."""
 
 import json
 import re
+import sys
 import threading
 
 import pytest
@@ -24,6 +25,7 @@ from ledger.models import (
 )
 from ledger.providers.base import ResultLine, UnreadableLine
 from ledger.states import ItemState, ReasonCode, SubmissionState
+from ledger.thread_switching import SWITCH_INTERVAL
 from tests.factories import JobFactory, ProductFactory
 
 pytestmark = pytest.mark.django_db
@@ -312,17 +314,22 @@ def test_chunks_recorded_beside_the_reading_write_what_collecting_line_by_line_w
     """Outside a transaction (a worker's task), chunks are recorded by two threads, each on its own
     connection, while the next is read: the same ledger, every chunk recorded by those threads (the
     anomalies noted in the order their chunks committed, which may differ from the file's)."""
-    threads = []
+    threads, switch_intervals = [], set()
     record_chunk = collecting.record_chunk
+    before = sys.getswitchinterval()
 
     def recorded_by(*args, **kwargs):
         threads.append(threading.current_thread().name)
+        switch_intervals.add(sys.getswitchinterval())
         return record_chunk(*args, **kwargs)
 
     monkeypatch.setattr(collecting, "record_chunk", recorded_by)
     collect_in_chunks_and_line_by_line(settings, 3, anomalies_in_order=False)
     assert len(threads) > 3
     assert {name.rsplit("_", 1)[0] for name in threads} == {"record_chunk_0", "record_chunk_1"}
+    # The threads were handed the interpreter sooner while they recorded, and only then.
+    assert switch_intervals == {min(before, SWITCH_INTERVAL)}
+    assert sys.getswitchinterval() == before
 
 
 def test_collecting_the_same_output_again_in_chunks_changes_nothing(settings):
