@@ -35,6 +35,18 @@ def canonical_json(value) -> str:
     return _CANONICAL.encode(value)
 
 
+def compact_json(value) -> str:
+    """JSON text without spaces, keys in their order, for what is written by the thousand: a request
+    line, an emulator's result line, a draft's usage or an event's data in a JSON column. Written by
+    orjson, several times faster than the json module; what orjson cannot write (an integer beyond
+    64 bits, a lone surrogate, a key that is not text) by the json module, with anything not ASCII
+    escaped (a lone surrogate has no UTF-8)."""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:  # orjson.JSONEncodeError is one
+        return json.dumps(value, separators=(",", ":"))
+
+
 def _holds_float(value) -> bool:
     waiting = [value]
     while waiting:

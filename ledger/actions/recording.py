@@ -3,12 +3,10 @@ by one statement for the whole chunk, with exactly the versions, events, states 
 `record_result` writes one line at a time (tests/ledger/test_recording.py holds them side by side).
 A chunk either commits whole or leaves nothing behind, so a killed worker repeats no line."""
 
-import json
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import orjson
 from django.db import connection, models, transaction
 from django.db.models import Exists, F, OuterRef, Subquery
 from django.db.models.lookups import In
@@ -24,6 +22,7 @@ from ..models import (
     Submission,
     SubmissionItem,
     canonical_json,
+    compact_json,
     content_hash,
 )
 from ..setwise import next_id_sql
@@ -191,7 +190,7 @@ def checked_draft(checker: DraftChecker, line) -> CheckedDraft:
         claimed,
         (line.custom_id, text, line.content, digest, line.input_tokens, line.output_tokens, usage),
         f"{escaped(line.custom_id)}\t{escaped(text)}\t{escaped(line.content)}\t{digest}\t"
-        f"{line.input_tokens}\t{line.output_tokens}\t{escaped(json_text(usage))}\n",
+        f"{line.input_tokens}\t{line.output_tokens}\t{escaped(compact_json(usage))}\n",
     )
 
 
@@ -287,7 +286,7 @@ def insert_versions(versions: list[tuple]) -> None:
         GeneratedVersion,
         list(VERSION_COLUMNS),
         "".join(
-            f"{pk}\t{item}\t{number}\t{submission}\t{'t' if valid else 'f'}\t{escaped(json_text(reasons))}\t"
+            f"{pk}\t{item}\t{number}\t{submission}\t{'t' if valid else 'f'}\t{escaped(compact_json(reasons))}\t"
             f"{at}\t{draft.copy_end}"
             for pk, item, number, submission, valid, reasons, _, draft in versions
         ),
@@ -384,21 +383,10 @@ def insert_events(submission: Submission, events: list[tuple]) -> None:
         Event,
         ["item_id", "job_id", "from_state", "to_state", "actor_name", "reason", "data", "at"],
         "".join(
-            f"{item_id}\t{job}\t{from_state}\t{to}\tsystem\t{escaped(reason)}\t{escaped(json_text(data))}\t{at}\n"
+            f"{item_id}\t{job}\t{from_state}\t{to}\tsystem\t{escaped(reason)}\t{escaped(compact_json(data))}\t{at}\n"
             for item_id, from_state, to, reason, data in events
         ),
     )
-
-
-def json_text(value) -> str:
-    """`value` as JSON text for a JSON column (jsonb: spacing and key order are not kept), written
-    by orjson, several times faster than the json module for the values a chunk writes thousands
-    of; what orjson cannot write (an integer beyond 64 bits, a lone surrogate, a key that is not
-    text) by the json module."""
-    try:
-        return orjson.dumps(value).decode()
-    except TypeError:  # orjson.JSONEncodeError is one
-        return json.dumps(value)
 
 
 def escaped(text: str) -> str:

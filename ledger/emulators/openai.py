@@ -23,12 +23,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 from werkzeug.routing import Rule
 from werkzeug.wrappers import Request
 
 from ledger.emulators import textgen
 from ledger.emulators.server import ApiError, Download, EmulatorServer, LoseAnswer
+from ledger.models import compact_json
 from ledger.providers.openai import INTENT_METADATA_KEY
 from ledger.validation import read_json
 
@@ -156,16 +156,6 @@ class _Batch:
             },
             "metadata": self.metadata,
         }
-
-
-def line_text(line: dict) -> str:
-    """One line of an output or error file, compact as OpenAI writes it. By orjson: the json module
-    took a tenth of the emulator's time a request; what orjson cannot write (a lone surrogate a
-    prompt's escapes made) by the json module."""
-    try:
-        return orjson.dumps(line).decode()
-    except TypeError:  # orjson.JSONEncodeError is one
-        return json.dumps(line, separators=(",", ":"))
 
 
 def _int_or_none(value: float | None) -> int | None:
@@ -452,12 +442,12 @@ class Emulator(EmulatorServer):
             finished = [r for r in batch.requests if r.result is not None]
             rng.shuffle(finished)  # order is never promised
             succeeded = [r for r in finished if r.succeeded]
-            output = [line_text(r.result) for r in succeeded]
+            output = [compact_json(r.result) for r in succeeded]
             if batch.requests:  # a batch that failed validation wrote nothing to spoil
                 output = self._spoil(batch, succeeded, output, rng, at)
                 batch.miscounted = self.knobs.count_mismatch
             batch.output_file_id = self._result_file(batch, "output", output, at)
-            failures = [line_text(r.result) for r in finished if not r.succeeded]
+            failures = [compact_json(r.result) for r in finished if not r.succeeded]
             batch.error_file_id = self._result_file(batch, "error", failures, at)
 
     def _spoil(
