@@ -6,7 +6,9 @@ from collections.abc import Mapping, Sequence
 from functools import cache
 
 from django.db import connections, models, router
+from django.db.models import F
 from django.db.models.expressions import RawSQL
+from django.db.models.lookups import In
 
 
 def insert_from_select(
@@ -108,10 +110,30 @@ def _id_sequence(alias: str, table: str) -> str:
 
 
 def ids_query(ids: Sequence[int], *, using: str = "default") -> RawSQL:
-    """A subquery of the given ids, sent as one parameter (`filter(pk__in=ids_query(ids))`, or its
-    `.sql` and `.params` in SQL of one's own): an array on PostgreSQL, a JSON list on SQLite. A
-    plain `pk__in=ids` is a placeholder per id, which psycopg lays out one by one in Python; a
-    unit's thousands of items cost its send more in that than in the statements themselves."""
+    """A subquery of the given ids, sent as one parameter, for SQL of one's own (its `.sql` and
+    `.params`; in a filter, `among` says the same): an array on PostgreSQL, a JSON list on SQLite. A
+    plain `IN` is a placeholder per id, which psycopg lays out one by one in Python; a unit's
+    thousands of items cost its send more in that than in the statements themselves."""
     if connections[using].vendor == "postgresql":
         return RawSQL("SELECT unnest(%s::bigint[])", [list(ids)])
     return RawSQL("SELECT value FROM json_each(%s)", [json.dumps(list(ids))])
+
+
+class AnyOf(In):
+    """`field IN (…)` for thousands of values: on PostgreSQL `= ANY(%s)` with one array
+    parameter (a statement of thousands of placeholders costs more to compose than to run)."""
+
+    def as_postgresql(self, compiler, connection):
+        values = list(self.rhs)
+        if not values:
+            return self.as_sql(compiler, connection)  # matches nothing, as `IN` says
+        lhs, lhs_params = self.process_lhs(compiler, connection)
+        if all(type(value) is int for value in values):
+            # Ids: one text parameter, read as an array by the server (psycopg dumps a list
+            # element by element).
+            return f"{lhs} = ANY(%s::bigint[])", (*lhs_params, "{" + ",".join(map(str, values)) + "}")
+        return f"{lhs} = ANY(%s)", (*lhs_params, values)
+
+
+def among(field: str, values) -> AnyOf:
+    return AnyOf(F(field), list(values))

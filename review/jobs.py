@@ -20,9 +20,10 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseStopPolling
 
 from ledger.actions import CANCELLABLE_ITEM_STATES, NotAllowed, cancel_job, create_job
-from ledger.models import Item, ItemTally, Job, Submission
+from ledger.models import ItemTally, Job, Submission
 from ledger.pricing import PLACES, Price, job_cost, price_for, unknown_price
 from ledger.providers import capabilities
+from ledger.setwise import among
 from ledger.states import JobState, SubmissionState, needs_attention
 from ledger.validation import render_user_message
 
@@ -31,7 +32,7 @@ from .forms import ItemFilterForm
 from .paging import COUNT_CAP, capped_count, screen_page
 from .permissions import APPROVERS, OPERATOR, VIEWERS, has_role, may_cancel, role_required
 from .screen_forms import JobFilterForm, JobStartForm
-from .search import among, products_with_sku
+from .search import products_with_sku
 
 JOBS_PER_PAGE = 25
 ITEMS_PER_PAGE = 50
@@ -296,10 +297,10 @@ def job_detail(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
                 products, sku_capped = found
                 matching = list(
                     items.order_by()
-                    .filter(among(Item, "product", products))
+                    .filter(among("product", products))
                     .values_list("pk", flat=True)[: COUNT_CAP + 1]
                 )
-                items = items.filter(among(Item, "id", matching[:COUNT_CAP]))
+                items = items.filter(among("id", matching[:COUNT_CAP]))
                 count = (min(len(matching), COUNT_CAP), len(matching) > COUNT_CAP)
     page = screen_page(
         items, order=["id"], per_page=ITEMS_PER_PAGE, page=request.GET.get("page"), count=count

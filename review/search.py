@@ -22,11 +22,11 @@ import time
 from dataclasses import dataclass
 
 from django.db import connection
-from django.db.models import BooleanField, Q, QuerySet, Value
-from django.db.models.expressions import RawSQL
+from django.db.models import Q, QuerySet, Value
 from django.db.models.functions import StrIndex, Upper
 
 from ledger.models import Product, SourceRevision
+from ledger.setwise import among
 
 SAMPLE_SIZE = 3_000
 SAMPLE_SECONDS = 600
@@ -232,17 +232,6 @@ def _containing(rows: QuerySet, field: str, q: str, pieces: list[str]) -> QueryS
     return rows.alias(whole_text_at=StrIndex(Upper(field), Upper(Value(q)))).filter(whole_text_at__gt=0)
 
 
-def among(model, field: str, values: list) -> Q | RawSQL:
-    """`field` is one of `values`. On PostgreSQL the values go as one array (`= ANY(%s)`): a thousand
-    placeholders cost Django and the driver more than the query costs the database."""
-    if connection.vendor != "postgresql":
-        return Q(**{f"{field}__in": values})
-    column = model._meta.get_field(field).column
-    return RawSQL(
-        f'"{model._meta.db_table}"."{column}" = ANY(%s)', [list(values)], output_field=BooleanField()
-    )
-
-
 @dataclass(frozen=True)
 class Search:
     """What a search selects: `walk`, a filter to read in SKU order (text common all over the
@@ -275,7 +264,7 @@ def search(q: str, *, cap: int) -> Search:
         # read every product to meet the few revisions found.
         revisions = list(titles.values_list("pk", flat=True)[: cap + 1])
         more = len(revisions) > cap
-        by_title = Product.objects.filter(among(Product, "current_revision", revisions))
+        by_title = Product.objects.filter(among("current_revision", revisions))
     # Each side on its own, so that each stops after `cap` + 1 (a UNION would read all of both first).
     found = dict(by_sku.order_by().values_list("pk", "sku")[: cap + 1])
     found.update(by_title.order_by().values_list("pk", "sku")[: cap + 1])
@@ -287,7 +276,7 @@ def found_products(rows: QuerySet, how: Search) -> QuerySet:
     """`rows` of the products found, also bounded by their first and last SKU. Matches are often
     neighbours in SKU order (`BENCH-004` finds BENCH-00400000 to BENCH-00409999); the bounds let
     the database start reading its SKU index where they start, not at the first product."""
-    rows = rows.filter(among(Product, "id", how.ids))
+    rows = rows.filter(among("id", how.ids))
     return rows.filter(sku__gte=min(how.skus), sku__lte=max(how.skus)) if how.skus else rows
 
 

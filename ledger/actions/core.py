@@ -9,7 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..models import Event, Item, ItemTally, Job
-from ..setwise import ids_query, insert_from_select
+from ..setwise import among, ids_query, insert_from_select
 from ..states import ALLOWED_TRANSITIONS, OUTSTANDING_STATES, REVIEW_STATES, ItemState, JobState
 
 
@@ -91,13 +91,13 @@ def move_items(
         # The ids go to the database as one parameter each time, not one placeholder an id.
         ids = list(
             Item.objects.select_for_update()
-            .filter(pk__in=ids_query(list(item_ids)), state=from_state)
+            .filter(among("pk", item_ids), state=from_state)
             .values_list("pk", flat=True)
         )
         if not ids:
             return []
         moved = ids_query(ids)
-        Item.objects.filter(pk__in=moved).update(
+        Item.objects.filter(among("pk", ids)).update(
             state=to, reason=reason, reason_code=code, updated_at=timezone.now(), **fields
         )
         # Each item's event written by the database from the item's row, in the items' order: a

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 from django.db import connection, models, transaction
 from django.db.models import Exists, F, OuterRef, Subquery
-from django.db.models.lookups import In
 from django.utils import timezone
 
 from ..models import (
@@ -25,7 +24,7 @@ from ..models import (
     compact_json,
     content_hash,
 )
-from ..setwise import next_id_sql
+from ..setwise import among, next_id_sql
 from ..states import ItemState, ReasonCode
 from ..validation import DraftChecker, source_text_of
 from .core import backoff, enqueue
@@ -420,26 +419,6 @@ def reserved_ids(model: type[models.Model], count: int) -> list[int]:
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT {next_id_sql(model)} FROM generate_series(1, %s)", [count])
         return [pk for (pk,) in cursor.fetchall()]
-
-
-class AnyOf(In):
-    """`field IN (…)` for thousands of values: on PostgreSQL `= ANY(%s)` with one array
-    parameter (a statement of thousands of placeholders costs more to compose than to run)."""
-
-    def as_postgresql(self, compiler, connection):
-        values = list(self.rhs)
-        if not values:
-            return self.as_sql(compiler, connection)  # matches nothing, as `IN` says
-        lhs, lhs_params = self.process_lhs(compiler, connection)
-        if all(type(value) is int for value in values):
-            # Ids: one text parameter, read as an array by the server (psycopg dumps a list
-            # element by element).
-            return f"{lhs} = ANY(%s::bigint[])", (*lhs_params, "{" + ",".join(map(str, values)) + "}")
-        return f"{lhs} = ANY(%s)", (*lhs_params, values)
-
-
-def among(field: str, values) -> AnyOf:
-    return AnyOf(F(field), list(values))
 
 
 def note_anomalies(submission: Submission, anomalies: list[dict]) -> None:

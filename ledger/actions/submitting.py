@@ -12,7 +12,7 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from ..models import Event, Item, Job, ProductStatus, Submission, SubmissionItem, lease_end
-from ..setwise import ids_query, insert_from_select
+from ..setwise import among, insert_from_select
 from ..states import SUBMISSION_TRANSITIONS, ItemState, JobState, ReasonCode, SubmissionState
 from .core import NotAllowed, backoff, enqueue, move_items, refresh_job_state
 from .jobs import judge_currency
@@ -79,7 +79,7 @@ def plan_submissions(
                 claimed_until=lease_end() if claim else None,
                 claimed_by=token,
             )
-            Item.objects.filter(pk__in=ids_query(items)).update(submission=submission)
+            Item.objects.filter(among("pk", items)).update(submission=submission)
             # The unit's entries, written by the database from its items, in their order.
             insert_from_select(
                 SubmissionItem,
