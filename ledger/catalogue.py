@@ -56,7 +56,15 @@ from .models import (
     ProductStatus,
     SourceRevision,
 )
-from .setwise import insert_from_select, insert_select_sql, next_id_sql
+from .setwise import (
+    PackedArray,
+    insert_from_select,
+    insert_select_sql,
+    next_id_sql,
+    packed_bytes,
+    packed_texts,
+    with_packed_arrays,
+)
 from .states import ItemState, sources_for
 from .table_statistics import analyse_after_bulk_change
 from .thread_switching import quicker_thread_switches
@@ -702,11 +710,12 @@ def _write_staged(chunk: list[_Staged], report: ImportReport) -> None:
 
 def _created_if_all_new(chunk: list[_Staged]) -> bool:
     """A chunk none of whose SKUs is a product yet, as every chunk of a first import: its products
-    and their first revisions are written by one statement, from the rows sent as arrays (in binary,
-    nothing staged), exactly as `_write_revisions_with_their_ids` writes them. False, writing
-    nothing, when one of the SKUs is a product already: the chunk is then staged and merged."""
+    and their first revisions are written by one statement, from the rows sent as six arrays
+    (packed in binary, `setwise.packed_texts`; nothing staged), exactly as
+    `_write_revisions_with_their_ids` writes them. False, writing nothing, when one of the SKUs is
+    a product already: the chunk is then staged and merged."""
     columns = _columns(chunk)
-    with psycopg.Cursor(connection.connection) as cursor:
+    with with_packed_arrays(psycopg.Cursor(connection.connection)) as cursor:
         cursor.execute(
             f"SELECT EXISTS (SELECT 1 FROM {_PRODUCTS} WHERE sku = ANY(%b::text[]))",
             [columns[0]],
@@ -734,20 +743,21 @@ class _Chunk(list):
 
 
 class _StagedRows(list):
-    columns: list[list] | None = None
+    columns: list[PackedArray] | None = None
 
 
-def _columns(rows: list[_Staged]) -> list[list]:
-    """sku, title, fields, content_hash, status, line_digest of each row: `_all_new_sql`'s arrays."""
+def _columns(rows: list[_Staged]) -> list[PackedArray]:
+    """sku, title, fields, content_hash, status, line_digest of each row: `_all_new_sql`'s arrays,
+    packed."""
     if isinstance(rows, _StagedRows) and rows.columns is not None:
         return rows.columns
     return [
-        [row.record.sku for row in rows],
-        [row.record.title for row in rows],
-        [row.fields for row in rows],
-        [row.content_hash for row in rows],
-        [row.record.status for row in rows],
-        [row.line_digest for row in rows],
+        packed_texts([row.record.sku for row in rows]),
+        packed_texts([row.record.title for row in rows]),
+        packed_texts([row.fields for row in rows]),
+        packed_texts([row.content_hash for row in rows]),
+        packed_texts([row.record.status for row in rows]),
+        packed_bytes([row.line_digest for row in rows]),
     ]
 
 

@@ -83,7 +83,8 @@ def test_the_interpreter_switches_threads_sooner_only_while_rows_are_read_ahead(
     report = import_catalogue(path, on_progress=lambda report: during.append(sys.getswitchinterval()))
 
     assert report.created == 3
-    assert during and set(during) == {min(before, SWITCH_INTERVAL)}
+    # Python keeps the interval in whole microseconds.
+    assert during and all(interval == pytest.approx(min(before, SWITCH_INTERVAL)) for interval in during)
     assert sys.getswitchinterval() == before
 
 
