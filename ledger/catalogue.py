@@ -1061,21 +1061,6 @@ def _canonical_encoder() -> Callable[[object], str]:
 
 
 _canonical = _canonical_encoder()
-# Where a JSON line may hold a float: a number with a fraction or an exponent after a colon, a comma
-# or a bracket (text that only looks like one costs the json module's rendering, nothing else).
-_MAYBE_FLOAT = re.compile(r"[:,\[][ \t\r\n]*-?[0-9]+[.eE]")
-
-
-def _rendered(fields: dict, line: str) -> str:
-    """`_canonical(fields)`, written by orjson when the line holds no float: for any other JSON value
-    orjson writes the same text, several times faster (see `models.canonical_json`). What orjson
-    refuses (an integer beyond 64 bits, say) is written by the json module."""
-    if not _MAYBE_FLOAT.search(line):
-        try:
-            return orjson.dumps(fields, option=orjson.OPT_SORT_KEYS).decode()
-        except TypeError:  # orjson.JSONEncodeError is one
-            pass
-    return _canonical(fields)
 
 
 # The keys of a JSONL record that are not product fields.
@@ -1083,10 +1068,17 @@ _NOT_FIELDS = frozenset(("sku", "title", "status"))
 _STATUSES = frozenset(ProductStatus.values)
 
 
-def _usual_row(line: _Line, seen: "_SeenSkus", keep_fields: bool = True) -> _Staged | Rejection | None:
+def _usual_row(
+    line: _Line, seen: "_SeenSkus", keep_fields: bool = True, *, floats_read: bool = False
+) -> _Staged | Rejection | None:
     """A usual JSONL row read and checked in a few C calls: staged exactly as `_read_jsonl` and
     `_check` would stage it (same record, fields and hash), or its one problem, a SKU seen before.
     None for anything unusual, which the full reading then reads and words.
+
+    Its fields are rendered by orjson, which writes any JSON value as the json module does but a
+    float (1e16, not 1e+16). So a float is first read as jiter's LosslessFloat, which orjson refuses
+    to write; a row holding one (or an integer beyond 64 bits, which orjson refuses too) is read
+    again with `floats_read`, as Python floats, and rendered by the json module.
 
     Python's json keeps the last of two equal keys without a word, so they are found by counting:
     every `:` of the line is a key's or inside a text, and the record rebuilt from what was read
@@ -1098,7 +1090,9 @@ def _usual_row(line: _Line, seen: "_SeenSkus", keep_fields: bool = True) -> _Sta
     try:
         # jiter reads what Python's json reads, alike, about twice as fast; what it refuses (a lone
         # surrogate escape, say) goes the full way, which words it.
-        data = jiter.from_json(text.encode(), cache_mode="keys")
+        data = jiter.from_json(
+            text.encode(), cache_mode="keys", float_mode="float" if floats_read else "lossless-float"
+        )
     except (ValueError, RecursionError, UnicodeEncodeError):
         return None
     if type(data) is not dict:
@@ -1134,8 +1128,12 @@ def _usual_row(line: _Line, seen: "_SeenSkus", keep_fields: bool = True) -> _Sta
     if list(map(str.strip, texts)) != texts:
         return None
     try:
-        rendered = _rendered(fields, text)
-    except (ValueError, TypeError, RecursionError):
+        rendered = (
+            _canonical(fields) if floats_read else orjson.dumps(fields, option=orjson.OPT_SORT_KEYS).decode()
+        )
+    except TypeError:  # orjson.JSONEncodeError is one
+        return None if floats_read else _usual_row(line, seen, keep_fields, floats_read=True)
+    except (ValueError, RecursionError):
         return None
     if (
         text.count(":") != rendered.count(":") + colons
