@@ -62,6 +62,7 @@ from .setwise import (
     insert_select_sql,
     next_id_sql,
     packed_bytes,
+    packed_ints,
     packed_texts,
     with_packed_arrays,
 )
@@ -647,10 +648,11 @@ def _confirm(recognised: list["_Recognised"]) -> None:
     the product changes otherwise); if one does not, the import starts again reading every line.
     The products are read by their keys (an index scan however fresh the table's statistics) and
     compared here."""
-    with psycopg.Cursor(connection.connection) as cursor:  # ids sent in binary, digests read as bytes
+    # Ids sent packed in binary, digests read as bytes.
+    with with_packed_arrays(psycopg.Cursor(connection.connection)) as cursor:
         cursor.execute(
             f"SELECT id, line_digest FROM {_PRODUCTS} WHERE id = ANY(%b::bigint[])",
-            [[row.product_id for row in recognised]],
+            [packed_ints([row.product_id for row in recognised])],
             binary=True,
         )
         digests = dict(cursor.fetchall())

@@ -6,7 +6,7 @@ import pytest
 from django.db import connection
 
 from ledger.models import Product
-from ledger.setwise import among, packed_bytes, packed_texts, text_array, with_packed_arrays
+from ledger.setwise import among, packed_bytes, packed_ints, packed_texts, text_array, with_packed_arrays
 from tests.factories import ProductFactory
 
 pytestmark = pytest.mark.django_db
@@ -54,6 +54,12 @@ def test_packed_bytes_read_back_as_the_list():
     values = [b"", b"\x00\xff", bytes(range(256)), None, b"\\x41"]
     connection.ensure_connection()
     assert server_reads("SELECT %b::bytea[]", [packed_bytes(values)], packed=True) == values
+
+
+@pytest.mark.parametrize("ids", [[], [1], [3, 1, 2, 1], [-(2**63), 2**63 - 1, 0]])
+def test_packed_ints_read_back_as_the_list(ids):
+    connection.ensure_connection()
+    assert server_reads("SELECT %b::bigint[]", [packed_ints(ids)], packed=True) == ids
 
 
 def test_a_text_holding_nul_is_refused_not_split():
