@@ -82,6 +82,8 @@ MAX_REPORTED_ERRORS = 100
 # Enough to tell a line that is exactly at the limit (plus CR LF) from one that is over it.
 _READ_LIMIT = MAX_RECORD_BYTES + 3
 _BOM = b"\xef\xbb\xbf"
+# A file on disk is read this much at a time.
+_FILE_BUFFER_BYTES = 1024 * 1024
 # Records written per chunk of the second pass, and at most this many bytes of them in memory.
 _WRITE_CHUNK = 5000
 _WRITE_CHUNK_BYTES = 16 * 1024 * 1024
@@ -294,7 +296,10 @@ def read_catalogue(source: CatalogueSource) -> Iterator[Record | Rejection]:
 @contextmanager
 def _opened(source: CatalogueSource) -> Iterator[tuple[BinaryLines, str]]:
     if isinstance(source, str | os.PathLike):
-        with open(source, "rb") as stream:
+        # Read a megabyte at a time: each read is a system call that hands the interpreter to the
+        # writing thread and back. An unchanged re-import of 100,000 products took 1.0 s reading
+        # 8 KB at a time (the default) and 0.7 s reading a megabyte.
+        with open(source, "rb", buffering=_FILE_BUFFER_BYTES) as stream:
             yield stream, os.fspath(source)
     else:
         source.seek(0)
