@@ -721,18 +721,11 @@ def _created_if_all_new(chunk: list[_Staged]) -> bool:
     (packed in binary, `setwise.packed_texts`; nothing staged), exactly as
     `_write_revisions_with_their_ids` writes them. False, writing nothing, when one of the SKUs is
     a product already: the chunk is then staged and merged."""
-    columns = _columns(chunk)
+    sql, params = _all_new_sql()
     with with_packed_arrays(psycopg.Cursor(connection.connection)) as cursor:
-        cursor.execute(
-            f"SELECT EXISTS (SELECT 1 FROM {_PRODUCTS} WHERE sku = ANY(%b::text[]))",
-            [columns[0]],
-            binary=True,
-        )
-        if cursor.fetchone()[0]:
-            return False
-        sql, params = _all_new_sql()
-        cursor.execute(sql, [*columns, *params, timezone.now()], binary=True)
-    return True
+        cursor.execute(sql, [*_columns(chunk), *params, timezone.now()])
+        # One revision a row, or none at all.
+        return cursor.rowcount > 0
 
 
 class _Chunk(list):
@@ -770,9 +763,12 @@ def _columns(rows: list[_Staged]) -> list[PackedArray]:
 
 def _all_new_sql() -> tuple[str, list]:
     """`_created_if_all_new`'s statement: the rows (`s`), unnested from six arrays, then
-    `_created_sql`'s. Its parameters: the six arrays, the returned list, the revisions' time."""
+    `_created_sql`'s, writing nothing if one of the SKUs is a product already (looked for once, by
+    key, before any row is written). Its parameters: the six arrays, the returned list, the
+    revisions' time."""
+    known = f"EXISTS (SELECT 1 FROM {_PRODUCTS} p WHERE p.sku = ANY (ARRAY(SELECT sku FROM rows)))"
     (products, params), revisions = _created_sql(
-        "rows s ORDER BY s.sku", rows="rows", fields="s.fields::jsonb"
+        f"rows s WHERE NOT {known} ORDER BY s.sku", rows="rows", fields="s.fields::jsonb"
     )
     return (
         "WITH rows AS MATERIALIZED (SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], "
