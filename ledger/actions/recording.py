@@ -6,6 +6,8 @@ A chunk either commits whole or leaves nothing behind, so a killed worker repeat
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from typing import NamedTuple
 
 from django.db import connection, models, transaction
 from django.db.models import Exists, F, OuterRef, Subquery
@@ -144,7 +146,7 @@ def record_chunk(
         note_anomalies(submission, anomalies)
 
 
-# A version's columns that depend on its draft alone, then the others.
+# A version's columns that depend on its draft alone (`CheckedDraft.values`), after `NewVersion`'s.
 DRAFT_COLUMNS = (
     "custom_id",
     "content",
@@ -154,16 +156,23 @@ DRAFT_COLUMNS = (
     "output_tokens",
     "usage",
 )
-VERSION_COLUMNS = (
-    "id",
-    "item_id",
-    "number",
-    "submission_id",
-    "valid",
-    "validation_reasons",
-    "created_at",
-    *DRAFT_COLUMNS,
-)
+
+
+class NewVersion(NamedTuple):
+    """A version about to be written: its own columns (`id` None where the database gives it), and
+    its draft, which holds the rest."""
+
+    id: int | None
+    item_id: int
+    number: int
+    submission_id: int
+    valid: bool
+    validation_reasons: list
+    created_at: datetime
+    draft: "CheckedDraft"
+
+
+VERSION_COLUMNS = (*NewVersion._fields[:-1], *DRAFT_COLUMNS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +186,10 @@ class CheckedDraft:
     claimed: list
     values: tuple
     copy_end: str
+
+    @property
+    def custom_id(self) -> str:
+        return self.values[0]
 
 
 def checked_draft(checker: DraftChecker, line) -> CheckedDraft:
@@ -213,7 +226,7 @@ def record_drafts(
         )
     }
     now = timezone.now()
-    # Each version's row, in VERSION_COLUMNS' order (its id from the table's sequence, if any).
+    # Each version's id from the table's sequence, if any.
     ids = reserved_ids(GeneratedVersion, len(checked)) or [None] * len(checked)
     versions, judged = [], []
     for pk, (entry, draft) in zip(ids, checked, strict=True):
@@ -221,24 +234,24 @@ def record_drafts(
         if draft.claimed:
             reasons = reasons + checker.unstated(draft.claimed, sources[entry.source_revision_id])
         versions.append(
-            (
-                pk,
-                entry.item_id,
-                entry.last_number + 1,
-                submission.pk,
-                not reasons,
-                [str(r) for r in reasons],
-                now,
-                draft,
+            NewVersion(
+                id=pk,
+                item_id=entry.item_id,
+                number=entry.last_number + 1,
+                submission_id=submission.pk,
+                valid=not reasons,
+                validation_reasons=[str(r) for r in reasons],
+                created_at=now,
+                draft=draft,
             )
         )
         if entry.state == ItemState.SUBMITTED:
-            judged.append((entry, draft.values[0], reasons))
+            judged.append((entry, draft.custom_id, reasons))
     insert_versions(versions)
     if not judged:
         return []
     if ids[0] is not None:
-        version_of = {version[-1].values[0]: version[0] for version in versions}
+        version_of = {version.draft.custom_id: version.id for version in versions}
     else:
         version_of = dict(
             GeneratedVersion.objects.filter(among("custom_id", [custom_id for _, custom_id, _ in judged]))
@@ -265,29 +278,29 @@ def record_drafts(
     return stale
 
 
-def insert_versions(versions: list[tuple]) -> None:
-    """Drafts in one statement, each (id, item, number, submission, valid, validation reasons,
-    created at, its `CheckedDraft`): on PostgreSQL a `COPY` of rows formatted here, elsewhere
+def insert_versions(versions: list[NewVersion]) -> None:
+    """Drafts in one statement: on PostgreSQL a `COPY` of rows formatted here, elsewhere
     `bulk_create` (ids given by the database)."""
     if not versions:
         return
     if connection.vendor != "postgresql":
         GeneratedVersion.objects.bulk_create(
             GeneratedVersion(
-                **dict(zip(VERSION_COLUMNS[1:7], version[1:7], strict=True)),
-                **dict(zip(DRAFT_COLUMNS, version[7].values, strict=True)),
+                **{name: value for name, value in version._asdict().items() if name not in ("id", "draft")},
+                **dict(zip(DRAFT_COLUMNS, version.draft.values, strict=True)),
             )
             for version in versions
         )
         return
-    at = versions[0][6].isoformat()
+    at = versions[0].created_at.isoformat()
     copy_text(
         GeneratedVersion,
         list(VERSION_COLUMNS),
         "".join(
-            f"{pk}\t{item}\t{number}\t{submission}\t{'t' if valid else 'f'}\t{escaped(compact_json(reasons))}\t"
-            f"{at}\t{draft.copy_end}"
-            for pk, item, number, submission, valid, reasons, _, draft in versions
+            f"{version.id}\t{version.item_id}\t{version.number}\t{version.submission_id}\t"
+            f"{'t' if version.valid else 'f'}\t{escaped(compact_json(version.validation_reasons))}\t"
+            f"{at}\t{version.draft.copy_end}"
+            for version in versions
         ),
     )
 
