@@ -125,10 +125,11 @@ def ids_query(ids: Sequence[int], *, using: str = "default") -> RawSQL:
 
 
 def text_array(values: Sequence[str | None]) -> str:
-    """A PostgreSQL array literal of these texts (None is NULL): one parameter the server reads as
-    an array (`%s::text[]`, the parameter sent as text of unknown type, so that it is read once,
-    not per row). psycopg dumps a list element by element in Python; this is a few passes of C
-    over the joined text. A text may not hold NUL (PostgreSQL's text cannot)."""
+    """A PostgreSQL array literal of these texts (None is NULL), for `%s::text[]`: one literal the
+    server reads once (Django's cursor writes it into the statement; a server-bound parameter
+    must be of unknown type, not text, or the cast is made again for every row). psycopg dumps a
+    list element by element in Python; this is a few passes of C over the joined text. A text
+    holding NUL, which PostgreSQL's text cannot, is refused with ValueError."""
     if not values:
         return "{}"
     nulls = values.count(None)
@@ -148,10 +149,9 @@ def text_array(values: Sequence[str | None]) -> str:
 
 class PackedArray(bytes):
     """An array already in PostgreSQL's binary format (`packed_texts`, `packed_bytes`,
-    `packed_ints`), sent as it
-    is by a psycopg cursor `with_packed_arrays`: the server reads it with no parsing, and the
-    packing is a few C calls over the whole list where psycopg dumps a list element by element in
-    Python."""
+    `packed_ints`), sent as it is by a psycopg cursor `with_packed_arrays`: the server reads it with
+    no text to parse, and the packing is a few C calls over the whole list where psycopg dumps a
+    list element by element in Python."""
 
     oid = 0
 
@@ -204,19 +204,22 @@ def with_packed_arrays(cursor: psycopg.Cursor) -> psycopg.Cursor:
     return cursor
 
 
-class _PackedTextsDumper(Dumper):
+class _PackedDumper(Dumper):
     format = Format.BINARY
-    oid = PackedTexts.oid
 
     def dump(self, obj: PackedArray) -> bytes:
         return obj
 
 
-class _PackedBytesDumper(_PackedTextsDumper):
+class _PackedTextsDumper(_PackedDumper):
+    oid = PackedTexts.oid
+
+
+class _PackedBytesDumper(_PackedDumper):
     oid = PackedBytes.oid
 
 
-class _PackedIntsDumper(_PackedTextsDumper):
+class _PackedIntsDumper(_PackedDumper):
     oid = PackedInts.oid
 
 

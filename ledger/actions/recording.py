@@ -160,7 +160,7 @@ DRAFT_COLUMNS = (
 
 class NewVersion(NamedTuple):
     """A version about to be written: its own columns (`id` None where the database gives it), and
-    its draft, which holds the rest."""
+    its draft, which holds the rest (DRAFT_COLUMNS)."""
 
     id: int | None
     item_id: int
@@ -172,7 +172,17 @@ class NewVersion(NamedTuple):
     draft: "CheckedDraft"
 
 
-VERSION_COLUMNS = (*NewVersion._fields[:-1], *DRAFT_COLUMNS)
+# The columns of a row `insert_versions` writes with COPY, in its order.
+VERSION_COLUMNS = (
+    "id",
+    "item_id",
+    "number",
+    "submission_id",
+    "valid",
+    "validation_reasons",
+    "created_at",
+    *DRAFT_COLUMNS,
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from ledger.models import Product
 from ledger.setwise import among, packed_bytes, packed_ints, packed_texts, text_array, with_packed_arrays
 from tests.factories import ProductFactory
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.postgresql_only]
 
 AWKWARD_TEXTS = [
     "plain",
