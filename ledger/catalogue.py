@@ -763,9 +763,9 @@ def _columns(rows: list[_Staged]) -> list[PackedArray]:
 
 def _all_new_sql() -> tuple[str, list]:
     """`_created_if_all_new`'s statement: the rows (`s`), unnested from six arrays, then
-    `_created_sql`'s, writing nothing if one of the SKUs is a product already (looked for once, by
-    key, before any row is written). Its parameters: the six arrays, the returned list, the
-    revisions' time."""
+    `_created_sql`'s, writing nothing if one of the SKUs is a product already (looked for once,
+    before any row is written). Its parameters: the six arrays, the returned list, the revisions'
+    time."""
     known = f"EXISTS (SELECT 1 FROM {_PRODUCTS} p WHERE p.sku = ANY (ARRAY(SELECT sku FROM rows)))"
     (products, params), revisions = _created_sql(
         f"rows s WHERE NOT {known} ORDER BY s.sku", rows="rows", fields="s.fields::jsonb"
@@ -1066,6 +1066,17 @@ def _canonical_encoder() -> Callable[[object], str]:
 _canonical = _canonical_encoder()
 
 
+def _float_as_json(value: object) -> orjson.Fragment:
+    """orjson's hook for what it cannot write: a float jiter read as written (its LosslessFloat), as
+    the json module writes it (Python's shortest repr); a float beyond the finite is refused."""
+    if type(value) is not jiter.LosslessFloat:
+        raise TypeError(f"{type(value).__name__} is not a JSON value")
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError("not a finite number")
+    return orjson.Fragment(float.__repr__(number))
+
+
 # The keys of a JSONL record that are not product fields.
 _NOT_FIELDS = frozenset(("sku", "title", "status"))
 _STATUSES = frozenset(ProductStatus.values)
@@ -1079,9 +1090,10 @@ def _usual_row(
     None for anything unusual, which the full reading then reads and words.
 
     Its fields are rendered by orjson, which writes any JSON value as the json module does but a
-    float (1e16, not 1e+16). So a float is first read as jiter's LosslessFloat, which orjson refuses
-    to write; a row holding one (or an integer beyond 64 bits, which orjson refuses too) is read
-    again with `floats_read`, as Python floats, and rendered by the json module.
+    float (1e16, not 1e+16). So a float is read as jiter's LosslessFloat, which orjson hands to
+    `_float_as_json`. A row orjson cannot write (an integer beyond 64 bits, nesting deeper than
+    orjson goes, or, where the fields are kept and must hold Python floats, a float) is read again
+    with `floats_read`, as Python floats, and rendered by the json module.
 
     Python's json keeps the last of two equal keys without a word, so they are found by counting:
     every `:` of the line is a key's or inside a text, and the record rebuilt from what was read
@@ -1131,9 +1143,13 @@ def _usual_row(
     if list(map(str.strip, texts)) != texts:
         return None
     try:
-        rendered = (
-            _canonical(fields) if floats_read else orjson.dumps(fields, option=orjson.OPT_SORT_KEYS).decode()
-        )
+        if floats_read:
+            rendered = _canonical(fields)
+        else:
+            # Rows whose fields are not kept have their floats written as the json module writes
+            # them, by orjson's hook; kept fields must hold Python floats, so they are read again.
+            hook = None if keep_fields else _float_as_json
+            rendered = orjson.dumps(fields, default=hook, option=orjson.OPT_SORT_KEYS).decode()
     except TypeError:  # orjson.JSONEncodeError is one
         return None if floats_read else _usual_row(line, seen, keep_fields, floats_read=True)
     except (ValueError, RecursionError):

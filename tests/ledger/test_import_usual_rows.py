@@ -8,6 +8,7 @@ import io
 import json
 
 import jiter
+import orjson
 import pytest
 
 from ledger import catalogue
@@ -173,9 +174,10 @@ def test_the_canonical_encoder_made_once_refuses_what_the_encoder_refuses(value,
         catalogue._canonical(value)
 
 
+@pytest.mark.parametrize("keep_fields", [True, False], ids=["fields-kept", "fields-let-go"])
 @pytest.mark.parametrize("text", [line for line in TRICKY_LINES if line.startswith("{")])
-def test_a_rows_fields_are_rendered_as_the_json_module_renders_them(text):
-    usual = catalogue._usual_row(as_line(1, text), catalogue._SeenSkus())
+def test_a_rows_fields_are_rendered_as_the_json_module_renders_them(text, keep_fields):
+    usual = catalogue._usual_row(as_line(1, text), catalogue._SeenSkus(), keep_fields)
     if not isinstance(usual, catalogue._Staged):
         return
     fields = {
@@ -184,7 +186,7 @@ def test_a_rows_fields_are_rendered_as_the_json_module_renders_them(text):
         if key not in catalogue._NOT_FIELDS and value is not None and value != ""
     }
     assert usual.fields == catalogue._canonical(fields), text
-    assert usual.record.fields == fields, text
+    assert usual.record.fields == (fields if keep_fields else None), text
 
 
 @pytest.mark.parametrize(
@@ -198,6 +200,28 @@ def test_a_rows_fields_are_rendered_as_the_json_module_renders_them(text):
 )
 def test_a_row_holding_floats_still_takes_the_quick_way_with_python_floats(text):
     usual = catalogue._usual_row(as_line(1, text), catalogue._SeenSkus())
+    let_go = catalogue._usual_row(as_line(1, text), catalogue._SeenSkus(), keep_fields=False)
 
     assert isinstance(usual, catalogue._Staged), text
     assert all(type(value) is not jiter.LosslessFloat for value in _values(usual.record.fields)), text
+    assert let_go == usual._replace(record=usual.record._replace(fields=None)), text
+
+
+@pytest.mark.parametrize(
+    "value", ["0.1", "1e16", "-0.0", "5e-324", "1.7976931348623157e308", "2.2250738585072011e-308", "1E+2"]
+)
+def test_a_float_read_as_written_is_rendered_as_the_json_module_renders_it(value):
+    read = jiter.from_json(value.encode(), float_mode="lossless-float")
+
+    assert (
+        orjson.dumps([read], default=catalogue._float_as_json)
+        == json.dumps([json.loads(value)]).replace(" ", "").encode()
+    )
+
+
+@pytest.mark.parametrize("value", ["1e400", "-1e400"])
+def test_a_float_beyond_the_finite_is_refused(value):
+    with pytest.raises(TypeError):  # orjson.JSONEncodeError, as the json module refuses infinity
+        orjson.dumps(
+            jiter.from_json(value.encode(), float_mode="lossless-float"), default=catalogue._float_as_json
+        )
