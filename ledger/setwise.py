@@ -124,21 +124,14 @@ def ids_query(ids: Sequence[int], *, using: str = "default") -> RawSQL:
     return RawSQL("SELECT value FROM json_each(%s)", [json.dumps(list(ids))])
 
 
-def text_array(values: Sequence[str | None]) -> str:
-    """A PostgreSQL array literal of these texts (None is NULL), for `%s::text[]`: one literal the
-    server reads once (Django's cursor writes it into the statement; a server-bound parameter
-    must be of unknown type, not text, or the cast is made again for every row). psycopg dumps a
-    list element by element in Python; this is a few passes of C over the joined text. A text
-    holding NUL, which PostgreSQL's text cannot, is refused with ValueError."""
+def text_array(values: Sequence[str]) -> str:
+    """A PostgreSQL array literal of these texts, for `%s::text[]`: one literal the server reads
+    once (Django's cursor writes it into the statement; a server-bound parameter must be of unknown
+    type, not text, or the cast is made again for every row). psycopg dumps a list element by
+    element in Python; this is a few passes of C over the joined text. A text holding NUL, which
+    PostgreSQL's text cannot, is refused with ValueError."""
     if not values:
         return "{}"
-    nulls = values.count(None)
-    if nulls == len(values):
-        return "{" + ",".join(["NULL"] * nulls) + "}"
-    if nulls:
-        return (
-            "{" + ",".join("NULL" if value is None else text_array([value])[1:-1] for value in values) + "}"
-        )
     joined = "\x00".join(values)
     if joined.count("\x00") != len(values) - 1:
         raise ValueError("a text holds NUL, which PostgreSQL's text cannot")

@@ -38,7 +38,7 @@ def server_reads(sql: str, params: list, *, packed: bool = False) -> list:
         return cursor.fetchone()[0]
 
 
-@pytest.mark.parametrize("texts", [AWKWARD_TEXTS, [], ["only"], [None], [None, None], ["a", None, '"', None]])
+@pytest.mark.parametrize("texts", [AWKWARD_TEXTS, [], ["only"], ['"'], ["\\"]])
 def test_a_text_array_literal_reads_back_as_the_list(texts):
     connection.ensure_connection()
     assert server_reads("SELECT %s::text[]", [text_array(texts)]) == texts
