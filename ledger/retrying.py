@@ -1,8 +1,14 @@
 """Which failures are transient (SPEC §3 rule 8), and how long a server asks us to wait."""
 
 import math
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
+
+# A unit the provider accepted, whose status or results it then refuses with a permanent error
+# (a 4xx: not found, forbidden), is asked again for this long after the provider last answered for
+# it: the cause may be here (an API key or project changed) and the results, paid for, still there.
+# Then its unanswered requests fail for good (`results_unavailable`), for an operator to retry.
+PERMANENT_REFUSAL_PATIENCE = timedelta(hours=24)
 
 # A Retry-After further ahead than this is treated as this: the work waits, it is not forgotten.
 MAX_RETRY_AFTER = 24 * 3600.0

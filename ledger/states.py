@@ -100,6 +100,7 @@ class ReasonCode(models.TextChoices):
     MISSING_RESULT = "missing_result", "The provider returned no result for this request"
     REQUEST_INVALID = "request_invalid", "The provider refused the request as invalid"
     BATCH_REFUSED = "batch_refused", "The provider refused the whole batch"
+    RESULTS_UNAVAILABLE = "results_unavailable", "The provider would not hand over the batch's results"
     UNREADABLE_RESULT = "unreadable_result", "The provider's result for this request could not be read"
     MODEL_FAILED = "model_failed", "The model produced no draft"
     NOT_JSON = "not_json", "Not the JSON the prompt asked for"

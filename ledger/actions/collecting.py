@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from ..cycles import fewer_cycle_collections
 from ..models import GeneratedVersion, Item, Submission, SubmissionItem, content_hash
+from ..retrying import PERMANENT_REFUSAL_PATIENCE
 from ..states import ItemState, ReasonCode, SubmissionState
 from ..thread_switching import quicker_thread_switches
 from ..validation import DraftChecker
@@ -80,6 +81,19 @@ def observe_submission(submission_id: int, *, provider) -> str:
     try:
         status = provider.status(submission.provider_ref)
     except ProviderError as exc:
+        if refused_for_good(submission, exc):
+            # Its results are collected as unavailable: every request fails for good.
+            with transaction.atomic():
+                updated = Submission.objects.filter(pk=submission.pk, state=SubmissionState.OPEN).update(
+                    unanswered_reason=ReasonCode.RESULTS_UNAVAILABLE, error=str(exc)[:2000]
+                )
+                if updated:
+                    set_submission_state(
+                        submission,
+                        SubmissionState.ENDED,
+                        reason=f"The provider kept refusing its status: {exc}",
+                    )
+            return "ended"
         # Not an observation: last_observed_* keep what the provider last actually said.
         Submission.objects.filter(pk=submission.pk).update(error=str(exc)[:2000])
         return "provider error"
@@ -100,6 +114,17 @@ def observe_submission(submission_id: int, *, provider) -> str:
                 submission, SubmissionState.ENDED, reason=f"Provider says {status.provider_status}"
             )
     return "ended"
+
+
+def refused_for_good(submission: Submission, error) -> bool:
+    """Whether the provider's refusal to tell an accepted unit's status or hand over its results
+    (a `ProviderError`) ends the waiting: a permanent error (rule 8) still met
+    `PERMANENT_REFUSAL_PATIENCE` after the provider last answered for the unit. Until then it is
+    asked again, round after round."""
+    if error.transient:
+        return False
+    last_answer = submission.last_observed_at or submission.sent_at or submission.created_at
+    return timezone.now() - last_answer >= PERMANENT_REFUSAL_PATIENCE
 
 
 def collect_submission(submission_id: int, *, provider=None, seconds: float | None = None) -> str:
@@ -167,8 +192,12 @@ def collect_lines(
     lines = {"succeeded": 0, "failed": 0}
     renewed = timezone.now()
     handing_over = False
+    given_up = submission.unanswered_reason == ReasonCode.RESULTS_UNAVAILABLE
     try:
-        for line in provider.results(submission.provider_ref, skip=recorded, requests=requests):
+        results = (
+            () if given_up else provider.results(submission.provider_ref, skip=recorded, requests=requests)
+        )
+        for line in results:
             if not isinstance(line, ResultLine):
                 chunk.add(
                     {
@@ -208,10 +237,17 @@ def collect_lines(
         # Lines read so far are recorded; the next round reads again and skips them.
         chunk.record()
         chunk.wait()
+        if not refused_for_good(submission, exc):
+            Submission.objects.filter(pk=submission_id).update(
+                error=str(exc)[:2000], claimed_until=timezone.now() + backoff(1, exc.retry_after)
+            )
+            return "interrupted"
+        # The lines read are kept; the requests they do not answer fail for good, below.
+        given_up = True
+        submission.unanswered_reason, submission.error = ReasonCode.RESULTS_UNAVAILABLE, str(exc)[:2000]
         Submission.objects.filter(pk=submission_id).update(
-            error=str(exc)[:2000], claimed_until=timezone.now() + backoff(1, exc.retry_after)
+            unanswered_reason=submission.unanswered_reason, error=submission.error
         )
-        return "interrupted"
     if not Submission.objects.renew_claim(submission_id, claim):
         return "claim lost"  # another worker took over; what this one recorded stays recorded
     asked = {r.custom_id for r in requests}
@@ -230,6 +266,15 @@ def collect_lines(
                 error_code="batch_refused",
                 error_message=submission.error or "The provider refused the batch",
                 reason=ReasonCode.BATCH_REFUSED,
+            )
+        elif given_up:
+            # Permanent, with the provider's words: an operator decides whether to pay again.
+            line = ResultLine(
+                custom_id=custom_id,
+                succeeded=False,
+                error_code=ReasonCode.RESULTS_UNAVAILABLE,
+                error_message=f"The provider would not hand over this batch's results ({submission.error})",
+                reason=ReasonCode.RESULTS_UNAVAILABLE,
             )
         elif submission.unanswered_reason:
             # The provider says why it ran no request of these (the unit expired): transient.
@@ -260,6 +305,7 @@ def collect_lines(
     if (
         counts
         and not requests
+        and not given_up
         and (counts.get("succeeded"), counts.get("failed")) != (lines["succeeded"], lines["failed"])
     ):
         chunk.add({"kind": "counts_disagree", "provider_counts": counts, "lines_in_results": lines})

@@ -116,6 +116,17 @@ def status_code(name: str, value: Any) -> int:
     return value
 
 
+def refusal_status(name: str, value: Any) -> int:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not 400 <= value <= 499
+        or value in (408, 429)
+    ):
+        raise KnobError(name, f"{name} must be a permanent HTTP status: 4xx, not 408 or 429")
+    return value
+
+
 def knob(default: Any, check: Callable[[str, Any], Any]) -> Any:
     if isinstance(default, list):
         return field(default_factory=list, metadata={"check": check})
@@ -150,6 +161,11 @@ class FaultKnobs:
     server_errors: int = knob(0, count)
     server_error_path: str | None = knob(None, path)
     server_error_status: int = knob(500, status_code)
+    # Likewise refused with a permanent error, `refusal_status` (a 4xx: the unit is not found, the
+    # key is not allowed), as a provider answers for a unit it lost or a key it no longer takes.
+    refusals: int = knob(0, count)
+    refusal_path: str | None = knob(None, path)
+    refusal_status: int = knob(404, refusal_status)
     # Results: this share of success lines written twice, this many lines with custom_ids never
     # sent, this many lines that cannot be read; all at seeded places. `count_mismatch` makes
     # the unit's own counts claim one more success than its results hold.
@@ -345,7 +361,7 @@ class EmulatorServer:
         """What the emulator was asked and did: the evidence tests check. `inferences`: how often
         each custom_id was generated (= paid for); `creates`: unit-create calls received, refused
         ones included; `downloads`: result downloads per key, cut ones included;
-        `rejected_calls`: 429s and 5xxs served by the fault knobs."""
+        `rejected_calls`: 429s, 5xxs and 4xxs served by the fault knobs."""
         with self.lock:
             self.advance()
             return {
@@ -408,7 +424,8 @@ class EmulatorServer:
         return self.configure(**knobs)
 
     def admit(self, method: str, path: str) -> None:
-        """Count one API call, and refuse it (429, then a server error) while a knob says so."""
+        """Count one API call, and refuse it (429, a server error, then a permanent error) while a
+        knob says so."""
         with self.lock:
             knobs = self.knobs
             if self.create_rule and method == self.create_rule[0] and re.fullmatch(self.create_rule[1], path):
@@ -431,6 +448,16 @@ class EmulatorServer:
                     status,
                     "The server had an error while processing your request.",
                     kind="overloaded" if status in (503, 529) else "server_error",
+                )
+            if knobs.refusals and _matches(knobs.refusal_path, method, path):
+                knobs.refusals -= 1
+                self._rejected_calls += 1
+                status = knobs.refusal_status
+                kind = {401: "authentication", 403: "authentication", 404: "not_found"}.get(
+                    status, "invalid_request"
+                )
+                raise self.error(
+                    status, f"The {self.protocol} emulator refuses this call ({status}).", kind=kind
                 )
 
     def wsgi_app(self, environ: dict, start_response: Callable) -> Any:

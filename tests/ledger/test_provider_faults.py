@@ -19,6 +19,7 @@ from ledger import actions, tasks
 from ledger.models import Event, GeneratedVersion, Item, Product, Submission, SubmissionItem
 from ledger.providers import get_provider
 from ledger.providers.base import Delivery, Finding
+from ledger.retrying import PERMANENT_REFUSAL_PATIENCE
 from ledger.states import ItemState, JobState, ReasonCode, SubmissionState
 from tests.collector import poll_everything
 from tests.factories import JobFactory, ProductFactory, UserFactory
@@ -597,6 +598,100 @@ def test_results_that_are_not_downloaded_have_no_download_to_cut(emulator, provi
     assert emulator.stats()["downloads"] == {}
     assert job.items.counts_by_state() == {ItemState.AWAITING_REVIEW: 8}
     assert_paid_once(emulator, job)
+
+
+def ended_at_the_provider(submission_id: int) -> None:
+    """Observe the unit until the provider says it has ended, collecting nothing."""
+    provider = get_provider(Submission.objects.get(pk=submission_id).provider)
+    for _ in range(400):
+        if actions.observe_submission(submission_id, provider=provider) == "ended":
+            return
+        time.sleep(0.02)
+    raise AssertionError("the unit never ended")
+
+
+def a_day_passes(submission_id: int) -> None:
+    """The provider last answered for the unit `PERMANENT_REFUSAL_PATIENCE` ago (and a minute)."""
+    then = timezone.now() - PERMANENT_REFUSAL_PATIENCE - timedelta(minutes=1)
+    Submission.objects.filter(pk=submission_id).update(
+        last_observed_at=then, sent_at=then, claimed_until=None
+    )
+
+
+@pytest.mark.parametrize("provider", providers(batched), ids=str)
+def test_results_the_provider_refuses_for_good_are_asked_for_a_day_then_their_requests_fail_for_good(
+    emulator, provider
+):
+    job = job_with_items(provider, 4, unit_size=4)
+    [submission_id] = actions.plan_submissions(job.pk)
+    actions.send_submission(submission_id)
+    ended_at_the_provider(submission_id)
+    emulator.configure(refusals=1_000, refusal_status=404)
+
+    # Within the day: asked again, round after round (the cause may be a key changed here).
+    assert actions.collect_submission(submission_id) == "interrupted"
+    Submission.objects.filter(pk=submission_id).update(claimed_until=None)
+    assert actions.collect_submission(submission_id) == "interrupted"
+    submission = Submission.objects.get(pk=submission_id)
+    assert (submission.state, submission.unanswered_reason) == (SubmissionState.ENDED, "")
+    assert "404" in submission.error
+    assert job.items.counts_by_state() == {ItemState.SUBMITTED: 4}
+
+    a_day_passes(submission_id)
+    assert actions.collect_submission(submission_id) == "collected"
+
+    submission.refresh_from_db()
+    assert (submission.state, submission.unanswered_reason) == (
+        SubmissionState.COLLECTED,
+        "results_unavailable",
+    )
+    assert anomalies(job, "counts_disagree") == [] and anomalies(job, "missing_result") == []
+    assert job.items.counts_by_state() == {ItemState.INFERENCE_FAILED: 4}
+    for item in job.items.all():
+        assert item.reason_code == ReasonCode.RESULTS_UNAVAILABLE
+        assert "would not hand over" in item.reason and "404" in item.reason
+        [failure] = item.events.filter(to_state=ItemState.INFERENCE_FAILED)
+        assert failure.data["transient"] is False
+    # Permanent (rule 8): never sent again by itself, whatever the rounds.
+    emulator.configure(refusals=0)
+    rounds(3)
+    assert job.items.counts_by_state() == {ItemState.INFERENCE_FAILED: 4}
+    assert Submission.objects.filter(job=job).count() == 1
+    # An operator may pay again: a retry sends the item anew, alone.
+    item = job.items.first()
+    actions.retry_item(item.pk, unit="inference", actor=UserFactory(roles=["operator"]))
+    run_collector(job, until=lambda counts: counts.get(ItemState.AWAITING_REVIEW) == 1)
+    assert job.items.counts_by_state() == {ItemState.INFERENCE_FAILED: 3, ItemState.AWAITING_REVIEW: 1}
+    assert_paid_once(emulator, job)
+
+
+@pytest.mark.parametrize("provider", providers(batched), ids=str)
+def test_a_unit_whose_status_the_provider_refuses_for_good_has_its_requests_fail_for_good_after_a_day(
+    emulator, provider
+):
+    job = job_with_items(provider, 3, unit_size=3)
+    [submission_id] = actions.plan_submissions(job.pk)
+    actions.send_submission(submission_id)
+    emulator.configure(refusals=1_000, refusal_status=403)
+
+    assert actions.poll_submission(submission_id) == "provider error"
+    submission = Submission.objects.get(pk=submission_id)
+    assert submission.state == SubmissionState.OPEN and "403" in submission.error
+    assert job.items.counts_by_state() == {ItemState.SUBMITTED: 3}
+    refused_so_far = emulator.stats()["rejected_calls"]
+
+    a_day_passes(submission_id)
+    assert actions.poll_submission(submission_id) == "collected"
+
+    # Its results were not asked for: the provider had refused everything about the unit for a day.
+    assert emulator.stats()["rejected_calls"] == refused_so_far + 1
+    submission.refresh_from_db()
+    assert story(submission)[-2:] == [SubmissionState.ENDED, SubmissionState.COLLECTED]
+    assert job.items.counts_by_state() == {ItemState.INFERENCE_FAILED: 3}
+    assert set(job.items.values_list("reason_code", flat=True)) == {ReasonCode.RESULTS_UNAVAILABLE}
+    emulator.configure(refusals=0)
+    rounds(3)
+    assert job.items.counts_by_state() == {ItemState.INFERENCE_FAILED: 3}
 
 
 # --- refusals and time ---------------------------------------------------------------------------

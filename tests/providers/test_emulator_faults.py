@@ -117,6 +117,19 @@ def test_server_errors_answer_500_before_doing_anything(emulator, api):
     assert emulator.stats()["rejected_calls"] == 2
 
 
+def test_refusals_answer_a_permanent_error_before_doing_anything(emulator, api):
+    input_file = upload(api, lines(2))
+    emulator.configure(refusals=1, refusal_path="POST /v1/batches")
+    assert api.get("/batches").status_code == 200  # another method
+    refused = api.post("/batches", json=create_body(input_file, "a"))
+    assert_error_envelope(refused, 404)
+    emulator.configure(refusals=1, refusal_status=401, refusal_path=None)
+    assert_error_envelope(api.get("/batches"), 401)
+    assert emulator.stats()["batches"] == 0
+    assert api.post("/batches", json=create_body(input_file, "a")).status_code == 200
+    assert emulator.stats()["rejected_calls"] == 2
+
+
 def test_the_official_sdk_waits_out_a_429_and_a_500(emulator):
     emulator.configure(rate_limit_calls=1, server_errors=1, retry_after=0.05)
     client = OpenAI(base_url=emulator.base_url, api_key="test", max_retries=2)
@@ -255,6 +268,9 @@ def test_the_knobs_are_shown_and_changed_over_http(emulator, api, control):
         {"duplicate_lines": 1.5},
         {"expire_after_ms": "soon"},
         {"retry_after": -1},
+        {"refusal_status": 500},
+        {"refusal_status": 429},
+        {"refusal_path": "v1"},
     ],
 )
 def test_a_bad_knob_gets_a_400_and_changes_nothing(emulator, control, bad):
@@ -277,6 +293,7 @@ def test_the_command_line_flags_become_emulator_knobs():
         *("--rate-limit", "2", "--rate-limit-path", "/v1/batches", "--retry-after", "5"),
         *("--server-errors", "1", "--server-error-path", "POST /v1/batches", "--cut-downloads", "1"),
         *("--duplicate-rate", "0.25", "--unknown-lines", "2", "--malformed-lines", "1", "--count-mismatch"),
+        *("--refusals", "4", "--refusal-path", "/v1/files", "--refusal-status", "403"),
     )
     emulator = Emulator(**kwargs)
 
@@ -293,6 +310,9 @@ def test_the_command_line_flags_become_emulator_knobs():
         "server_errors": 1,
         "server_error_path": "POST /v1/batches",
         "server_error_status": 500,
+        "refusals": 4,
+        "refusal_path": "/v1/files",
+        "refusal_status": 403,
         "duplicate_lines": 0.25,
         "unknown_lines": 2,
         "malformed_lines": 1,

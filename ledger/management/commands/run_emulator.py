@@ -36,6 +36,9 @@ def emulator_kwargs(options: dict[str, Any]) -> dict[str, Any]:
         "server_errors": options["server_errors"],
         "server_error_path": options["server_error_path"],
         "server_error_status": options["server_error_status"],
+        "refusals": options["refusals"],
+        "refusal_path": options["refusal_path"],
+        "refusal_status": options["refusal_status"],
         "duplicate_lines": options["duplicate_rate"],
         "unknown_lines": options["unknown_lines"],
         "malformed_lines": options["malformed_lines"],
@@ -102,6 +105,21 @@ class Command(BaseCommand):
             default=500,
             metavar="CODE",
             help="the status of those errors, e.g. 529 (Anthropic overloaded) or 503",
+        )
+        calls.add_argument(
+            "--refusals",
+            type=int,
+            default=0,
+            metavar="K",
+            help="answer the first K API calls 404 (a permanent error)",
+        )
+        calls.add_argument("--refusal-path", metavar="PREFIX", help="only calls under this path")
+        calls.add_argument(
+            "--refusal-status",
+            type=int,
+            default=404,
+            metavar="CODE",
+            help="the status of those refusals, e.g. 403",
         )
         calls.add_argument(
             "--cut-downloads", type=int, default=0, metavar="K", help="cut the first K downloads of each file"
