@@ -12,6 +12,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
+from .retrying import PERMANENT_REFUSAL_PATIENCE
 from .states import ItemState, JobState, ReasonCode, SubmissionState
 
 # One encoder for every rendering: json.dumps with these options builds a new one each call.
@@ -476,6 +477,9 @@ class Submission(models.Model):
     # Lines and requests collection could not match: kept, shown, never dropped.
     anomalies = models.JSONField(default=list, blank=True)
     error = models.TextField(blank=True)
+    # Since when the provider has refused, with a permanent error, to tell the unit's status or hand
+    # over its results; cleared when it answers. `gives_up_at` follows from it.
+    refusing_since = models.DateTimeField(null=True, blank=True)
     # How often a worker has claimed this intent to send it.
     send_attempts = models.PositiveIntegerField(default=0)
     # A worker holds the submission until then; a dead worker's lease simply runs out.
@@ -500,6 +504,11 @@ class Submission(models.Model):
 
     def __str__(self) -> str:
         return self.provider_ref or self.intent_key
+
+    @property
+    def gives_up_at(self) -> datetime | None:
+        """When, still refused, the unit's unanswered requests fail for good (`refused_for_good`)."""
+        return self.refusing_since + PERMANENT_REFUSAL_PATIENCE if self.refusing_since else None
 
 
 class SubmissionItem(models.Model):

@@ -5,9 +5,9 @@ from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 
 # A unit the provider accepted, whose status or results it then refuses with a permanent error
-# (a 4xx: not found, forbidden), is asked again for this long after the provider last answered for
-# it: the cause may be here (an API key or project changed) and the results, paid for, still there.
-# Then its unanswered requests fail for good (`results_unavailable`), for an operator to retry.
+# (a 4xx: not found, forbidden), is asked again for this long after the first refusal: the cause may
+# be here (an API key or project changed) and the results, paid for, still there. Then its
+# unanswered requests fail for good (`results_unavailable`), for an operator to retry.
 PERMANENT_REFUSAL_PATIENCE = timedelta(hours=24)
 
 # A Retry-After further ahead than this is treated as this: the work waits, it is not forgotten.

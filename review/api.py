@@ -280,6 +280,8 @@ def submission_json(submission: Submission) -> dict:
         "request_counts": submission.request_counts,
         "anomalies": submission.anomalies,
         "error": submission.error,
+        "refusing_since": submission.refusing_since,
+        "gives_up_at": submission.gives_up_at,
         "created_at": submission.created_at,
     }
 

@@ -99,6 +99,7 @@ def observe_submission(submission_id: int, *, provider) -> str:
         return "provider error"
     fields = {
         "last_observed_at": timezone.now(),
+        "refusing_since": None,
         "last_observed_status": status.provider_status[:64],
         "request_counts": status.counts.as_dict() if status.counts else {},
         "error": status.problem,
@@ -118,13 +119,16 @@ def observe_submission(submission_id: int, *, provider) -> str:
 
 def refused_for_good(submission: Submission, error) -> bool:
     """Whether the provider's refusal to tell an accepted unit's status or hand over its results
-    (a `ProviderError`) ends the waiting: a permanent error (rule 8) still met
-    `PERMANENT_REFUSAL_PATIENCE` after the provider last answered for the unit. Until then it is
-    asked again, round after round."""
+    (a `ProviderError`) ends the waiting: a permanent error (rule 8) met ever since the provider
+    first refused, `PERMANENT_REFUSAL_PATIENCE` ago. Until then it is asked again, round after
+    round; the first permanent refusal is noted (`Submission.refusing_since`)."""
     if error.transient:
         return False
-    last_answer = submission.last_observed_at or submission.sent_at or submission.created_at
-    return timezone.now() - last_answer >= PERMANENT_REFUSAL_PATIENCE
+    now = timezone.now()
+    if submission.refusing_since is None:
+        submission.refusing_since = now
+        Submission.objects.filter(pk=submission.pk, refusing_since__isnull=True).update(refusing_since=now)
+    return now - submission.refusing_since >= PERMANENT_REFUSAL_PATIENCE
 
 
 def collect_submission(submission_id: int, *, provider=None, seconds: float | None = None) -> str:

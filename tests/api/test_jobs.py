@@ -1,5 +1,7 @@
 """Jobs through the API: starting one (idempotently), reading it, its items, and cancelling it."""
 
+from datetime import UTC, datetime
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -211,6 +213,24 @@ def test_a_job_the_ledger_refuses_is_409(as_owner):
 # --- reading jobs --------------------------------------------------------------------------
 
 
+def test_a_submission_the_provider_refuses_says_since_when_and_until_when(as_operator):
+    job = JobFactory()
+    Submission.objects.create(
+        job=job,
+        provider="emulator",
+        model="gpt-4o-mini",
+        intent_key="bd_1",
+        state="open",
+        provider_ref="batch_1",
+        refusing_since=datetime(2026, 3, 1, 9, 30, tzinfo=UTC),
+    )
+    [submission] = as_operator.get(f"/api/jobs/{job.pk}").json()["submissions"]
+    assert (submission["refusing_since"], submission["gives_up_at"]) == (
+        "2026-03-01T09:30:00Z",
+        "2026-03-02T09:30:00Z",
+    )
+
+
 def test_a_job_shows_counts_for_every_state_submissions_and_cost(as_operator):
     job = JobFactory()
     draft = add_version(ItemFactory(job=job, awaiting_review=True))
@@ -241,6 +261,8 @@ def test_a_job_shows_counts_for_every_state_submissions_and_cost(as_operator):
         "last_observed_status": "in_progress",
         "request_counts": {"total": 1},
         "anomalies": [{"kind": "unknown_custom_id", "custom_id": "bd-x"}],
+        "refusing_since": None,
+        "gives_up_at": None,
     }.items() <= submission.items()
     assert float(body["cost"]["total"]) > 0 and body["cost"]["input_tokens"] == draft.input_tokens
 

@@ -611,10 +611,12 @@ def ended_at_the_provider(submission_id: int) -> None:
 
 
 def a_day_passes(submission_id: int) -> None:
-    """The provider last answered for the unit `PERMANENT_REFUSAL_PATIENCE` ago (and a minute)."""
-    then = timezone.now() - PERMANENT_REFUSAL_PATIENCE - timedelta(minutes=1)
+    """The provider began refusing the unit `PERMANENT_REFUSAL_PATIENCE` ago (and a minute)."""
+    submission = Submission.objects.get(pk=submission_id)
+    assert submission.refusing_since is not None
     Submission.objects.filter(pk=submission_id).update(
-        last_observed_at=then, sent_at=then, claimed_until=None
+        refusing_since=submission.refusing_since - PERMANENT_REFUSAL_PATIENCE - timedelta(minutes=1),
+        claimed_until=None,
     )
 
 
@@ -626,6 +628,8 @@ def test_results_the_provider_refuses_for_good_are_asked_for_a_day_then_their_re
     [submission_id] = actions.plan_submissions(job.pk)
     actions.send_submission(submission_id)
     ended_at_the_provider(submission_id)
+    # Ended long ago: the day is counted from the first refusal, not from the provider's last answer.
+    Submission.objects.filter(pk=submission_id).update(last_observed_at=timezone.now() - timedelta(days=3))
     emulator.configure(refusals=1_000, refusal_status=404)
 
     # Within the day: asked again, round after round (the cause may be a key changed here).
@@ -635,6 +639,7 @@ def test_results_the_provider_refuses_for_good_are_asked_for_a_day_then_their_re
     submission = Submission.objects.get(pk=submission_id)
     assert (submission.state, submission.unanswered_reason) == (SubmissionState.ENDED, "")
     assert "404" in submission.error
+    assert submission.gives_up_at == submission.refusing_since + PERMANENT_REFUSAL_PATIENCE
     assert job.items.counts_by_state() == {ItemState.SUBMITTED: 4}
 
     a_day_passes(submission_id)
@@ -669,6 +674,7 @@ def test_results_the_provider_refuses_for_good_are_asked_for_a_day_then_their_re
 def test_a_unit_whose_status_the_provider_refuses_for_good_has_its_requests_fail_for_good_after_a_day(
     emulator, provider
 ):
+    emulator.configure(per_request_ms=60_000)  # still running whenever the provider answers
     job = job_with_items(provider, 3, unit_size=3)
     [submission_id] = actions.plan_submissions(job.pk)
     actions.send_submission(submission_id)
@@ -677,7 +683,17 @@ def test_a_unit_whose_status_the_provider_refuses_for_good_has_its_requests_fail
     assert actions.poll_submission(submission_id) == "provider error"
     submission = Submission.objects.get(pk=submission_id)
     assert submission.state == SubmissionState.OPEN and "403" in submission.error
+    first_refusal = submission.refusing_since
+    assert first_refusal is not None
     assert job.items.counts_by_state() == {ItemState.SUBMITTED: 3}
+    # A provider that answers again starts the day over.
+    emulator.configure(refusals=0)
+    answer = actions.observe_submission(submission_id, provider=get_provider(provider.name))
+    assert answer not in ("provider error", "ended")
+    assert Submission.objects.get(pk=submission_id).refusing_since is None
+    emulator.configure(refusals=1_000, refusal_status=403)
+    assert actions.observe_submission(submission_id, provider=get_provider(provider.name)) == "provider error"
+    assert Submission.objects.get(pk=submission_id).refusing_since > first_refusal
     refused_so_far = emulator.stats()["rejected_calls"]
 
     a_day_passes(submission_id)

@@ -1,6 +1,7 @@
 """The jobs screens: the list of jobs, starting one with its estimate, and one job's page."""
 
 import re
+from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
@@ -640,6 +641,24 @@ def test_the_job_page_shows_each_submission_in_the_providers_words_beside_its_st
     assert named["business-state"] == "Accepted by the provider; waiting for results"
     assert named["provider-words"] == "emulator said in_progress"
     assert "<q>in_progress</q>" in row
+
+
+def test_the_job_page_says_until_when_a_submission_the_provider_refuses_is_asked_again(
+    client, owner, job, submission
+):
+    since = datetime(2026, 3, 1, 9, 30, tzinfo=UTC)
+    Submission.objects.filter(pk=submission.pk).update(
+        refusing_since=since, error="404: No batch found with id 'batch_1'."
+    )
+    client.force_login(owner)
+    html = client.get(reverse("job_detail", args=[job.pk])).content.decode()
+    row = re.search(rf'data-testid="submission-{submission.pk}">(.*?)</tr>', html, re.S).group(1)
+    refusing = re.search(r'data-testid="refusing">(.*?)</div>', row, re.S).group(1)
+    assert refusing == (
+        "Refused by the provider since 2026-03-01 09:30: asked again until 2026-03-02 09:30, "
+        "then its unanswered requests fail for good."
+    )
+    assert "No batch found with id &#x27;batch_1&#x27;." in row  # the provider's words, escaped
 
 
 def test_the_job_page_counts_apportioned_drafts(client, owner, job):
