@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MEASURED = (
     "import, new products",
     "import, new products: peak memory",
+    "import, new products: ceiling",
     "import, unchanged re-import",
     "create_job, every product",
     "create_job: peak memory",

@@ -1,5 +1,6 @@
 """Figures (a) and (b): `import_catalogue` of new products, then of the same file unchanged, each
-against PostgreSQL's `COPY` of the same lines (issue 9, point 2: ≥ 25 % and ≥ 50 % of its rows/s)."""
+against PostgreSQL's `COPY` of the same lines (issue 9, point 2: ≥ 25 % and ≥ 50 % of its rows/s);
+and between them the import's ceiling (`copy_ledger`) against the same baseline."""
 
 import sys
 
@@ -46,4 +47,26 @@ def measure(bench: Bench) -> list[Figure]:
         )
         if name.endswith("new products"):
             figures.append(memory_figure(name, run, bench))
+            figures.append(ceiling(bench, rows, copy.per_second(rows)))
     return figures
+
+
+def ceiling(bench: Bench, rows: int, copy_rate: float) -> Figure:
+    """The rows the import of new products wrote, COPYed again into tables like the ledger's
+    (`copy_ledger`): what no import can beat, against the same baseline. Not judged."""
+    tool = [sys.executable, "-m", "ledger.bench.copy_ledger"]
+    folder = str(bench.catalogue.parent)
+    run_measured([*tool, "export", bench.database_url, folder], env=bench.env)
+    try:
+        load = run_measured([*tool, "load", bench.database_url, folder], env=bench.env)
+    finally:
+        run_measured([*tool, "drop", bench.database_url], env=bench.env)
+    bench.say(f"the ledger's tables loaded by COPY, the import's ceiling: {described(load, rows, 'rows')}")
+    return Figure(
+        name="import, new products: ceiling",
+        value=f"{load.per_second(rows):,.0f} rows/s",
+        baseline=f"{copy_rate:,.0f} rows/s COPY",
+        ratio=load.per_second(rows) / copy_rate,
+        target="— (its rows COPYed into the ledger's tables)",
+        passed=None,
+    )
