@@ -165,7 +165,7 @@ def test_a_figure_brings_what_it_needs_in_the_runs_order():
     assert figures_to_run(None) == ["import", "create_job", "collection", "screens", "clusters", "end_to_end"]
     assert figures_to_run(["screens"]) == ["import", "create_job", "collection", "screens"]
     assert figures_to_run(["end_to_end", "import"]) == ["import", "end_to_end"]
-    assert figures_to_run(["clusters"]) == ["import", "create_job", "clusters"]
+    assert figures_to_run(["clusters"]) == ["clusters"]
 
 
 def test_an_unknown_figure_is_refused_before_any_database_is_made():
