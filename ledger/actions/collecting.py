@@ -259,48 +259,13 @@ def collect_lines(
     never_asked = [pk for pk, custom_id in unanswered if per_request and custom_id not in asked]
     # Never asked: its item had moved on (a cancelled job) before its request was made.
     SubmissionItem.objects.filter(pk__in=never_asked, outcome="").update(outcome="not_sent")
+    failure = unanswered_failure(submission)
     for _, custom_id in unanswered:
         if per_request and custom_id not in asked:
             continue
-        if submission.refused:
-            # The provider refused the unit itself (e.g. its input): permanent, with its reason.
-            line = ResultLine(
-                custom_id=custom_id,
-                succeeded=False,
-                error_code="batch_refused",
-                error_message=submission.error or "The provider refused the batch",
-                reason=ReasonCode.BATCH_REFUSED,
-            )
-        elif given_up:
-            # Permanent, with the provider's words: an operator decides whether to pay again.
-            line = ResultLine(
-                custom_id=custom_id,
-                succeeded=False,
-                error_code=ReasonCode.RESULTS_UNAVAILABLE,
-                error_message=f"The provider would not hand over this batch's results ({submission.error})",
-                reason=ReasonCode.RESULTS_UNAVAILABLE,
-            )
-        elif submission.unanswered_reason:
-            # The provider says why it ran no request of these (the unit expired): transient.
-            line = ResultLine(
-                custom_id=custom_id,
-                succeeded=False,
-                error_code=submission.unanswered_reason,
-                error_message=f"The provider ended the batch ({submission.last_observed_status}) without running this request",
-                reason=submission.unanswered_reason,
-                transient=True,
-            )
-        else:
+        if failure["reason"] == ReasonCode.MISSING_RESULT:
             chunk.add({"kind": "missing_result", "custom_id": custom_id})
-            line = ResultLine(
-                custom_id=custom_id,
-                succeeded=False,
-                error_code="missing_result",
-                error_message="The provider returned no line for this request",
-                reason=ReasonCode.MISSING_RESULT,
-                transient=True,
-            )
-        chunk.add(line)
+        chunk.add(ResultLine(custom_id=custom_id, succeeded=False, **failure))
         if chunk.full():
             chunk.record()
     chunk.record()
@@ -319,6 +284,39 @@ def collect_lines(
         set_submission_state(submission, SubmissionState.COLLECTED, claimed_until=None, error="")
     refresh_job_state(submission.job_id)
     return "collected"
+
+
+def unanswered_failure(submission: Submission) -> dict:
+    """How a request of an ended unit that its results did not answer failed (a `ResultLine`'s
+    error_code, error_message, reason and transient), from what the unit's end says."""
+    if submission.refused:
+        # The provider refused the unit itself (e.g. its input): permanent, with its reason.
+        return {
+            "error_code": "batch_refused",
+            "error_message": submission.error or "The provider refused the batch",
+            "reason": ReasonCode.BATCH_REFUSED,
+        }
+    if submission.unanswered_reason == ReasonCode.RESULTS_UNAVAILABLE:
+        # Refused for good (`refused_for_good`): permanent; an operator decides whether to pay again.
+        return {
+            "error_code": ReasonCode.RESULTS_UNAVAILABLE,
+            "error_message": f"The provider would not hand over this batch's results ({submission.error})",
+            "reason": ReasonCode.RESULTS_UNAVAILABLE,
+        }
+    if submission.unanswered_reason:
+        # The provider says why it ran no request of these (the unit expired): transient.
+        return {
+            "error_code": submission.unanswered_reason,
+            "error_message": f"The provider ended the batch ({submission.last_observed_status}) without running this request",
+            "reason": submission.unanswered_reason,
+            "transient": True,
+        }
+    return {
+        "error_code": "missing_result",
+        "error_message": "The provider returned no line for this request",
+        "reason": ReasonCode.MISSING_RESULT,
+        "transient": True,
+    }
 
 
 def hand_over(submission_id: int, claim: str) -> str:
