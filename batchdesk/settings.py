@@ -202,6 +202,8 @@ PROVIDERS = {
         "api_key_env": "ANTHROPIC_API_KEY",
         "default_model": "claude-haiku-4-5",
         "required_env": ["ANTHROPIC_API_KEY"],
+        # Hosts besides the API's whose results_url is followed, with the key (a gateway).
+        "results_hosts": os.environ.get("ANTHROPIC_RESULTS_HOSTS", "").split(","),
     },
     "cloudflare": {
         "base_url": os.environ.get("CLOUDFLARE_API_BASE_URL", "https://api.cloudflare.com/client/v4"),

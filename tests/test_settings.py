@@ -1,3 +1,7 @@
+import os
+import subprocess
+import sys
+
 from django.conf import settings
 
 
@@ -9,3 +13,23 @@ def test_the_queue_redelivers_only_after_a_task_could_have_timed_out():
 
 def test_leases_outlast_a_destination_call():
     assert settings.BATCHDESK_LEASE_SECONDS > settings.BATCHDESK_WEBHOOK_TIMEOUT
+
+
+def test_anthropic_results_hosts_are_read_from_the_environment():
+    script = "from django.conf import settings; print(settings.PROVIDERS['anthropic']['results_hosts'])"
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "batchdesk.test_settings"}
+    said = {}
+    for hosts in ["", "gw.example.com,dl.example.com:8443"]:
+        env["ANTHROPIC_RESULTS_HOSTS"] = hosts
+        run = subprocess.run(
+            [sys.executable, "-c", f"import django; django.setup(); {script}"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        said[hosts] = run.stdout.strip()
+    assert said == {
+        "": "['']",
+        "gw.example.com,dl.example.com:8443": "['gw.example.com', 'dl.example.com:8443']",
+    }

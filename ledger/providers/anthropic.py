@@ -210,6 +210,12 @@ class AnthropicBatchProvider(HttpBatchProvider):
         delivery=Delivery.FILE,
     )
 
+    def __init__(self, *, client: httpx.Client, results_hosts: Iterable[str] = ()):
+        super().__init__(client=client)
+        # Besides the API's own address, where a batch's results_url may lead (a gateway in front
+        # of the downloads): `host` (the scheme's default port) or `host:port`.
+        self.results_hosts = frozenset(host.strip().lower() for host in results_hosts if host.strip())
+
     @classmethod
     def from_settings(cls, config: dict) -> "AnthropicBatchProvider":
         # Without a key Anthropic answers 401, shown as such.
@@ -220,7 +226,7 @@ class AnthropicBatchProvider(HttpBatchProvider):
             headers={"x-api-key": api_key, "anthropic-version": API_VERSION},
             timeout=httpx.Timeout(60.0, connect=10.0),
         )
-        return cls(client=client)
+        return cls(client=client, results_hosts=config.get("results_hosts", ()))
 
     def request_bytes(self, request: InferenceRequest) -> int:
         # Its JSON inside the `requests` array, and the comma after it.
@@ -307,19 +313,28 @@ class AnthropicBatchProvider(HttpBatchProvider):
 
     def _check_same_origin(self, provider_ref: str, results_url: str) -> None:
         """Our key goes with every call: a results_url elsewhere than the API (another scheme,
-        host or port) is never followed."""
+        host or port) is followed only to a host named in ANTHROPIC_RESULTS_HOSTS, with the API's
+        scheme."""
         try:
             url = httpx.URL(results_url)
         except (httpx.InvalidURL, TypeError, ValueError) as exc:
             raise RefusedAddress(f"batch {provider_ref} has a results_url that is no URL: {exc}") from exc
         if url.is_relative_url:
             return  # under the client's base URL
-        if origin(url) != origin(self.client.base_url):
+        if origin(url) != origin(self.client.base_url) and not self._results_host(url):
             shown = f"{url.scheme}://{url.host}" + (f":{url.port}" if url.port else "")
             raise RefusedAddress(
-                f"batch {provider_ref} has its results at {shown[:200]}, not at the API's address: "
-                "not followed (our key would go with it)"
+                f"batch {provider_ref} has its results at {shown[:200]}, neither at the API's address "
+                "nor on a host of ANTHROPIC_RESULTS_HOSTS: not followed (our key would go with it)"
             )
+
+    def _results_host(self, url: httpx.URL) -> bool:
+        scheme, host, port = origin(url)
+        if scheme != self.client.base_url.scheme:
+            return False  # never from https to http, where anyone on the way reads the key
+        return f"{host}:{port}" in self.results_hosts or (
+            host in self.results_hosts and port == DEFAULT_PORTS.get(scheme)
+        )
 
     def cancel(self, provider_ref: str) -> str:
         response = self._call("POST", f"{BATCHES}/{provider_ref}/cancel")

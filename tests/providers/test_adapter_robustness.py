@@ -3,6 +3,8 @@ ProviderError (or AnswerLost), never a result lost or sent again when it may hav
 
 import json
 import math
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
@@ -600,3 +602,70 @@ def test_an_anthropic_results_url_at_the_api_with_its_default_port_written_is_fo
         "http://api.test",
     )
     assert [line.custom_id for line in provider.results("b1")] == ["bd-1-1"]
+
+
+class RecordingGateway:
+    """A second HTTP server, standing for a gateway in front of Anthropic's downloads: it notes
+    every request it gets (path and key) and answers with one result line."""
+
+    def __init__(self, line: bytes):
+        gateway = self
+        self.requests: list[tuple[str, str | None]] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                gateway.requests.append((self.path, self.headers.get("x-api-key")))
+                self.send_response(200)
+                self.send_header("content-length", str(len(line)))
+                self.end_headers()
+                self.wfile.write(line)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> "RecordingGateway":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_an_anthropic_results_url_on_a_listed_gateway_host_is_followed_and_on_no_other(settings):
+    from ledger.emulators.anthropic import AnthropicEmulator
+
+    line = json.dumps({"custom_id": "bd-1-1", "result": {"type": "expired"}}).encode() + b"\n"
+    key = "sk-ant-test-0123456789"
+    with AnthropicEmulator(per_request_ms=0) as emulator, RecordingGateway(line) as gateway:
+        deployed = {**settings.PROVIDERS["anthropic"], "base_url": emulator.base_url}
+        setup = anthropic.AnthropicBatchProvider.from_settings(deployed)
+        setup.client.headers["x-api-key"] = key
+        ref = setup.submit(requests=[request()], intent_key="k", metadata={})
+        for _ in range(400):
+            if setup.status(ref).ended:
+                break
+
+        def provider(results_hosts: str) -> anthropic.AnthropicBatchProvider:
+            """Configured as a deployment is; the emulator writes results_url from the Host it is
+            asked under, here the gateway's."""
+            config = {**deployed, "results_hosts": results_hosts.split(",")}
+            adapter = anthropic.AnthropicBatchProvider.from_settings(config)
+            adapter.client.headers.update({"x-api-key": key, "host": f"localhost:{gateway.port}"})
+            return adapter
+
+        # By default only the API's own address; a listed host on another port is no permission.
+        for unlisted in ["", f"localhost:{gateway.port + 1}", "localhost", "gateway.test"]:
+            with pytest.raises(ProviderError, match="not followed") as raised:
+                list(provider(unlisted).results(ref))
+            assert "ANTHROPIC_RESULTS_HOSTS" in str(raised.value) and not raised.value.transient
+        assert gateway.requests == []
+
+        followed = list(provider(f"gateway.test, LOCALHOST:{gateway.port}").results(ref))
+
+        assert [(line.custom_id, line.reason) for line in followed] == [("bd-1-1", ReasonCode.BATCH_EXPIRED)]
+        assert gateway.requests == [(f"/v1/messages/batches/{ref}/results", key)]
