@@ -557,6 +557,8 @@ class GeneratedVersion(models.Model):
     usage = models.JSONField(default=dict, blank=True)
     valid = models.BooleanField(null=True)
     validation_reasons = models.JSONField(default=list, blank=True)
+    # How a draft was read, when worth knowing (`DraftNote` values): not failures.
+    validation_notes = models.JSONField(default=list, db_default=[], blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

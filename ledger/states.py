@@ -104,6 +104,14 @@ class ReasonCode(models.TextChoices):
     UNREADABLE_RESULT = "unreadable_result", "The provider's result for this request could not be read"
     MODEL_FAILED = "model_failed", "The model produced no draft"
     NOT_JSON = "not_json", "Not the JSON the prompt asked for"
+    # A draft cut off is unusable and kept as evidence; asked again with the same output-token limit
+    # it would be cut off again, so it is never retried by itself (rule 8).
+    TRUNCATED = (
+        "truncated",
+        "The model's answer was cut off at its length limit (the same limit would cut it again)",
+    )
+    # No draft: the model (or the provider's filter) declined; its words are kept as the reason.
+    REFUSED_BY_MODEL = "refused_by_model", "The model refused to answer (its words shown)"
     SCHEMA_MISMATCH = "schema_mismatch", "Does not match the output schema"
     TOO_SHORT = "too_short", "Too short"
     TOO_LONG = "too_long", "Too long"
@@ -116,6 +124,16 @@ class ReasonCode(models.TextChoices):
     PRODUCT_WITHDRAWN = "product_withdrawn", "The product was withdrawn"
     ANSWER_LOST = "answer_lost", "Unclear whether the provider received the batch"
     JOB_CANCELLED = "job_cancelled", "The job was cancelled"
+
+
+class DraftNote(models.TextChoices):
+    """Something worth knowing about how a usable draft was read, kept on its version beside its
+    validation outcome: not a failure."""
+
+    READ_FROM_CODE_FENCE = (
+        "read_from_code_fence",
+        "The model wrapped its JSON in a Markdown code fence; read without the fence",
+    )
 
 
 class JobState(models.TextChoices):

@@ -4,12 +4,13 @@ import functools
 import json
 import re
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import jiter
 import jsonschema
 
 from .models import PromptVersion, SourceRevision, canonical_json
-from .states import ReasonCode
+from .states import DraftNote, ReasonCode
 
 
 def source_text(revision: SourceRevision) -> str:
@@ -65,11 +66,26 @@ class Reason(str):
         return reason
 
 
-def check_draft(*, prompt: PromptVersion, revision: SourceRevision, output: str) -> tuple[str, list[Reason]]:
-    """Return (publishable text, reasons it is unusable). No reasons means valid."""
+class Checked(NamedTuple):
+    """What checking one draft found: its publishable text, the reasons it is unusable (none:
+    valid), the claims it makes (judged against its source by `DraftChecker.unstated`), and notes
+    on how it was read (`DraftNote` values)."""
+
+    text: str
+    reasons: list[Reason]
+    claimed: list[tuple[str, re.Pattern]]
+    notes: list[str]
+
+
+def check_draft(
+    *, prompt: PromptVersion, revision: SourceRevision, output: str, truncated: bool = False
+) -> Checked:
+    """`DraftChecker.check`, with its claims judged against the revision's source."""
     checker = DraftChecker.of(prompt)
-    text, reasons, claimed = checker.check(output)
-    return text, reasons + checker.unstated(claimed, source_text(revision))
+    checked = checker.check(output, truncated=truncated)
+    return checked._replace(
+        reasons=checked.reasons + checker.unstated(checked.claimed, source_text(revision))
+    )
 
 
 class DraftChecker:
@@ -98,39 +114,40 @@ class DraftChecker:
         # (a preview) has no id.
         return _checker(canonical_json([prompt.output_schema, prompt.rules]))
 
-    def check(self, output: str) -> tuple[str, list[Reason], list[tuple[str, re.Pattern]]]:
-        """(publishable text, reasons it is unusable, claims it makes): the claims are judged
-        against the source by `unstated`, so a caller checking many drafts reads the sources of
-        only those that claim something."""
+    def check(self, output: str, *, truncated: bool = False) -> Checked:
+        """The draft's checks. Its claims are judged against the source by `unstated`, so a caller
+        checking many drafts reads the sources of only those that claim something. `truncated`:
+        the provider says the model stopped at its output-token limit, so the draft is cut off
+        whatever it reads like."""
+        if truncated:
+            reason = Reason(
+                ReasonCode.TRUNCATED,
+                "Cut off: the model reached the prompt version's max_output_tokens before it finished",
+            )
+            return Checked(output, [reason], [], [])
         rules = self.rules
         text = output
+        notes = []
         if self.validator is not None:
             try:
-                data = read_json(output)
+                data, text, notes = read_draft(output)
             except ValueError:
-                return (
-                    output,
-                    [Reason(ReasonCode.NOT_JSON, "The draft is not the JSON the prompt asked for")],
-                    [],
-                )
+                reason = Reason(ReasonCode.NOT_JSON, "The draft is not the JSON the prompt asked for")
+                return Checked(output, [reason], [], [])
             # jsonschema is the judge and writes the reason; a plain schema's own check (a hundred
             # times faster) only ever passes what jsonschema would pass.
             passed = self.accepts is not None and self.accepts(data)
             error = None if passed else jsonschema.exceptions.best_match(self.validator.iter_errors(data))
             if error is not None:
                 where = "/".join(str(p) for p in error.absolute_path) or "the draft"
-                return (
-                    output,
-                    [
-                        Reason(
-                            ReasonCode.SCHEMA_MISMATCH,
-                            f"Does not match the output schema at {where}: {error.message}",
-                        )
-                    ],
-                    [],
+                reason = Reason(
+                    ReasonCode.SCHEMA_MISMATCH,
+                    f"Does not match the output schema at {where}: {error.message}",
                 )
+                return Checked(text, [reason], [], notes)
             text_field = rules.get("text_field")
-            text = str(data.get(text_field, "")) if text_field else output
+            if text_field:
+                text = str(data.get(text_field, ""))
         reasons = []
         min_length, max_length = rules.get("min_length"), rules.get("max_length")
         if min_length and len(text) < min_length:
@@ -149,7 +166,7 @@ class DraftChecker:
             for word, lowered_word, pattern in self.claims
             if lowered_word in lowered and pattern.search(lowered)
         ]
-        return text, reasons, claimed
+        return Checked(text, reasons, claimed, notes)
 
     @staticmethod
     def unstated(claimed: list[tuple[str, re.Pattern]], source: str) -> list[Reason]:
@@ -169,6 +186,26 @@ def read_json(text: str) -> object:
         return jiter.from_json(text.encode(), allow_inf_nan=False, cache_mode="keys")
     except (UnicodeEncodeError, ValueError):
         return json.loads(text)
+
+
+# A whole answer that is one Markdown code block: an opening fence (bare or labelled `json`) on a
+# line of its own, the body, and a closing fence, with nothing but whitespace around them. Models
+# asked for JSON often answer so; anything more (prose beside it, two blocks) is not read.
+CODE_FENCE = re.compile(
+    r"\A\s*```[ \t]*(?:json)?[ \t]*\r?\n(?P<body>.*?)\r?\n[ \t]*```\s*\Z", re.DOTALL | re.I
+)
+
+
+def read_draft(output: str) -> tuple[object, str, list[str]]:
+    """(the JSON a draft holds, the text it was read from, notes on how): the draft itself, or else
+    the body of the one code block it is (`CODE_FENCE`), noted. ValueError when neither is JSON."""
+    try:
+        return read_json(output), output, []
+    except ValueError:
+        match = CODE_FENCE.match(output)
+        if match is None:
+            raise
+        return read_json(match["body"]), match["body"], [DraftNote.READ_FROM_CODE_FENCE.value]
 
 
 @functools.lru_cache(maxsize=64)

@@ -450,7 +450,9 @@ def record_version(item: Item, submission: Submission, line) -> str:
         return f"item is {item.state}"
     number = (item.versions.aggregate(n=Max("number"))["n"] or 0) + 1
     prompt = item.job.prompt_version
-    text, reasons = check_draft(prompt=prompt, revision=item.source_revision, output=line.content)
+    text, reasons, _, notes = check_draft(
+        prompt=prompt, revision=item.source_revision, output=line.content, truncated=line.truncated
+    )
     # The entry row is locked and had no outcome, so this custom_id has no version yet; a unique
     # violation here would be a bug, and rolls the whole line back rather than hide it.
     version = GeneratedVersion.objects.create(
@@ -466,6 +468,7 @@ def record_version(item: Item, submission: Submission, line) -> str:
         usage={**line.usage, "apportioned": True} if line.apportioned else line.usage,
         valid=not reasons,
         validation_reasons=reasons,
+        validation_notes=notes,
     )
     if stopped:
         return f"kept as evidence: item is {item.state}"

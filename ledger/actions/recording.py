@@ -155,6 +155,7 @@ DRAFT_COLUMNS = (
     "input_tokens",
     "output_tokens",
     "usage",
+    "validation_notes",
 )
 
 
@@ -203,16 +204,16 @@ class CheckedDraft:
 
 
 def checked_draft(checker: DraftChecker, line) -> CheckedDraft:
-    text, reasons, claimed = checker.check(line.content)
+    text, reasons, claimed, notes = checker.check(line.content, truncated=line.truncated)
     usage = {**line.usage, "apportioned": True} if line.apportioned else line.usage
     digest = content_hash(text)
     return CheckedDraft(
         text,
         reasons,
         claimed,
-        (line.custom_id, text, line.content, digest, line.input_tokens, line.output_tokens, usage),
+        (line.custom_id, text, line.content, digest, line.input_tokens, line.output_tokens, usage, notes),
         f"{escaped(line.custom_id)}\t{escaped(text)}\t{escaped(line.content)}\t{digest}\t"
-        f"{line.input_tokens}\t{line.output_tokens}\t{escaped(compact_json(usage))}\n",
+        f"{line.input_tokens}\t{line.output_tokens}\t{escaped(compact_json(usage))}\t{compact_json(notes)}\n",
     )
 
 

@@ -106,6 +106,30 @@ class ResultLine:
     reason: str = ""
     transient: bool = False
     retry_after: float | None = None
+    # The provider says the model stopped at its output-token limit: the draft is cut off.
+    truncated: bool = False
+
+
+# Characters of a model's refusal kept as its item's reason: evidence, not a second copy of an answer.
+REFUSAL_SHOWN = 1000
+
+
+def refused_by_model(
+    custom_id: str, *, said: str, words: str, secrets: Iterable[str] = (), **counted
+) -> ResultLine:
+    """A request the model (or the provider's filter on it) declined to answer: no draft, and
+    permanent (rule 8): the same prompt would be declined again. `said` is the provider's word for
+    it, `words` the model's own, kept scrubbed and capped; `counted` its usage and tokens."""
+    words = scrub_credentials(words, secrets)[:REFUSAL_SHOWN].strip()
+    return ResultLine(
+        custom_id=custom_id,
+        succeeded=False,
+        error_code=said,
+        error_message=words or "the model gave no words with its refusal",
+        reason=ReasonCode.REFUSED_BY_MODEL,
+        transient=False,
+        **counted,
+    )
 
 
 @dataclass(frozen=True)

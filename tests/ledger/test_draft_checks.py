@@ -74,9 +74,9 @@ def test_the_checker_words_a_refusal_as_jsonschema_does():
     prompt = PromptVersion(**DEFAULT_PROMPT)
     revision = SourceRevision(title="Oak board", fields={})
 
-    _, reasons = check_draft(
+    reasons = check_draft(
         prompt=prompt, revision=revision, output='{"headline": "Oak board", "description": 4}'
-    )
+    ).reasons
 
     assert reasons == ["Does not match the output schema at description: 4 is not of type 'string'"]
     assert DraftChecker.of(prompt) is DraftChecker.of(PromptVersion(**DEFAULT_PROMPT))

@@ -166,9 +166,10 @@ def test_a_claim_stated_only_inside_a_list_or_an_object_is_not_a_false_claim(tmp
     )
     draft = "A dimmable USB-C lamp on a round, weighted base."
 
-    assert check_draft(prompt=prompt, revision=lamp_revision(), output=draft) == (draft, [])
+    checked = check_draft(prompt=prompt, revision=lamp_revision(), output=draft)
+    assert (checked.text, checked.reasons) == (draft, [])
 
-    _, reasons = check_draft(prompt=prompt, revision=lamp_revision(), output=draft + " Waterproof too.")
+    reasons = check_draft(prompt=prompt, revision=lamp_revision(), output=draft + " Waterproof too.").reasons
     assert reasons == ["Claims “waterproof”, which the product's source does not state"]
 
 

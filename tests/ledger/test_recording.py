@@ -25,7 +25,7 @@ from ledger.models import (
     compact_json,
 )
 from ledger.providers.base import ResultLine, UnreadableLine
-from ledger.states import ItemState, ReasonCode, SubmissionState
+from ledger.states import DraftNote, ItemState, ReasonCode, SubmissionState
 from ledger.thread_switching import SWITCH_INTERVAL
 from tests.factories import JobFactory, ProductFactory
 
@@ -75,6 +75,9 @@ STORIES = [
     ("valid again", success(draft(headline="Another oak board"))),
     ("no line", None),
     ("already approved", success(draft())),
+    ("cut off", success(draft()[:30], truncated=True)),
+    ("fenced", success(f"```json\n{draft(headline='Fenced oak board')}\n```\n")),
+    ("refused", failure("refusal", transient=False, reason=ReasonCode.REFUSED_BY_MODEL)),
 ]
 
 
@@ -217,6 +220,7 @@ def ledger_of(job: Job) -> dict:
                         "content_hash",
                         "valid",
                         "validation_reasons",
+                        "validation_notes",
                         "input_tokens",
                         "output_tokens",
                         "usage",
@@ -297,6 +301,9 @@ def collect_in_chunks_and_line_by_line(settings, chunk: int, *, anomalies_in_ord
             ItemState.AWAITING_REVIEW,
             ItemState.PREPARED,
             ItemState.APPROVED,
+            ItemState.VALIDATION_FAILED,
+            ItemState.AWAITING_REVIEW,
+            ItemState.INFERENCE_FAILED,
         ]
     )
     assert {anomaly["kind"] for anomaly in got["anomalies"]} == {
@@ -308,6 +315,11 @@ def collect_in_chunks_and_line_by_line(settings, chunk: int, *, anomalies_in_ord
     }
     # Each revised product's current revision was queued as a new item, in both jobs.
     assert sum(item["revision"] == 2 for item in got["items"]) == 2
+    assert {ReasonCode.TRUNCATED, ReasonCode.REFUSED_BY_MODEL} <= {
+        item["reason_code"] for item in got["items"]
+    }
+    notes = [version[6] for item in got["items"] for version in item["versions"]]
+    assert notes.count([DraftNote.READ_FROM_CODE_FENCE]) == 1
 
 
 @pytest.mark.django_db(transaction=True)
