@@ -11,6 +11,10 @@ is lost, downloads cut short, and output files with repeated, unknown or malform
 Whatever involves chance is drawn from the seed (per request: seed + custom_id + attempt;
 per file: seed + the batch's requests), so a run is reproducible while a retried custom_id
 gets a fresh roll of the dice.
+
+`strict_schemas` (an `OpenAIKnobs` knob) makes a request whose `response_format` is a strict
+json_schema outside OpenAI's subset (providers.md §8.1) fail with OpenAI's 400, as the real API
+refuses it (`strict_schema`).
 """
 
 import hashlib
@@ -26,8 +30,8 @@ from typing import Any
 from werkzeug.routing import Rule
 from werkzeug.wrappers import Request
 
-from ledger.emulators import textgen
-from ledger.emulators.server import ApiError, Download, EmulatorServer, LoseAnswer
+from ledger.emulators import strict_schema, textgen
+from ledger.emulators.server import ApiError, Download, EmulatorServer, FaultKnobs, LoseAnswer, flag, knob
 from ledger.models import compact_json
 from ledger.providers.openai import INTENT_METADATA_KEY
 from ledger.validation import read_json
@@ -38,6 +42,8 @@ ENDPOINT = "/v1/chat/completions"  # the only endpoint the emulator can answer
 DAY = 86400
 FILE_TTL = 30 * DAY
 MAX_REQUESTS = 50_000
+MAX_FILES_PAGE = 10_000  # `GET /files`: its largest and default `limit` [OAI-SDK]
+COMPLETION_WINDOW = "24h"  # the only one OpenAI takes
 TERMINAL = {"failed", "completed", "expired", "cancelled"}
 STAMPS = ["in_progress", "finalizing", "completed", "failed", "expired", "cancelling", "cancelled"]
 EXPIRED_MESSAGE = "This request could not be executed before the completion window expired."
@@ -70,6 +76,12 @@ def _new_id(prefix: str) -> str:
     """24 random hex digits, as OpenAI's ids have: from Python's generator, not the system's (three
     a result line; a uuid4 each cost a tenth of the emulator's time per request)."""
     return f"{prefix}{random.getrandbits(96):024x}"
+
+
+@dataclass
+class OpenAIKnobs(FaultKnobs):
+    # Refuse a strict json_schema outside OpenAI's subset, as the real API does (providers.md §8.1).
+    strict_schemas: bool = knob(False, flag)
 
 
 @dataclass
@@ -180,6 +192,7 @@ class Emulator(EmulatorServer):
     base_path = "/v1"
     api_prefix = "/v1/"
     create_rule = ("POST", r"/v1/batches")
+    knobs_class = OpenAIKnobs
 
     def __init__(self, *, validating_ms: float = 200, finalizing_ms: float = 50, **kwargs: Any) -> None:
         """`kwargs`: host, port, seed and any of the `FaultKnobs`."""
@@ -193,7 +206,9 @@ class Emulator(EmulatorServer):
     def rules(self) -> list[Rule]:
         return [
             Rule("/v1/files", endpoint="upload", methods=["POST"]),
+            Rule("/v1/files", endpoint="file_listing", methods=["GET"]),
             Rule("/v1/files/<file_id>", endpoint="file", methods=["GET"]),
+            Rule("/v1/files/<file_id>", endpoint="file_deletion", methods=["DELETE"]),
             Rule("/v1/files/<file_id>/content", endpoint="content", methods=["GET"]),
             Rule("/v1/batches", endpoint="create", methods=["POST"]),
             Rule("/v1/batches", endpoint="listing", methods=["GET"]),
@@ -222,6 +237,9 @@ class Emulator(EmulatorServer):
             raise self.error(
                 401, "You didn't provide an API key (Authorization: Bearer <key>).", kind="authentication"
             )
+
+    def answer_headers(self) -> dict[str, str]:
+        return {"x-request-id": _new_id("req_")}
 
     def evidence(self) -> dict:
         """`inferences`: how often each custom_id was generated (= paid for); `batches_by_intent`:
@@ -259,8 +277,27 @@ class Emulator(EmulatorServer):
             ttl=int(seconds) if seconds else None,
         )
 
+    def file_listing(self, request: Request) -> dict:
+        limit = request.args.get("limit", str(MAX_FILES_PAGE))
+        if not limit.isdigit() or not 1 <= int(limit) <= MAX_FILES_PAGE:
+            raise openai_error(400, f"limit must be from 1 to {MAX_FILES_PAGE}.", param="limit")
+        order = request.args.get("order", "desc")
+        if order not in ("asc", "desc"):
+            raise openai_error(
+                400, f"Invalid value: '{order}'. Supported values are: 'asc' and 'desc'.", param="order"
+            )
+        return self.list_files(
+            after=request.args.get("after"),
+            limit=int(limit),
+            order=order,
+            purpose=request.args.get("purpose"),
+        )
+
     def file(self, request: Request, file_id: str) -> dict:
         return self.get_file(file_id)
+
+    def file_deletion(self, request: Request, file_id: str) -> dict:
+        return self.delete_file(file_id)
 
     def content(self, request: Request, file_id: str) -> Download:
         return self.download_file(file_id)
@@ -302,6 +339,41 @@ class Emulator(EmulatorServer):
         with self.lock:
             return self._file(file_id).as_json()
 
+    def list_files(
+        self,
+        *,
+        after: str | None = None,
+        limit: int = MAX_FILES_PAGE,
+        order: str = "desc",
+        purpose: str | None = None,
+    ) -> dict:
+        """Newest first unless `order` is "asc"; `after` is the id of the last file of the previous page."""
+        with self.lock:
+            self._advance_all()  # result files written by now are listed
+            files = [file for file in self._files.values() if purpose is None or file.purpose == purpose]
+            if order == "desc":
+                files.reverse()
+            if after is not None:
+                ids = [file.id for file in files]
+                if after not in ids:
+                    raise openai_error(400, f"No such File object: {after}", param="after")
+                files = files[ids.index(after) + 1 :]
+            page = [file.as_json() for file in files[:limit]]
+        return {
+            "object": "list",
+            "data": page,
+            "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None,
+            "has_more": len(files) > limit,
+        }
+
+    def delete_file(self, file_id: str) -> dict:
+        """The file is gone; a batch made from it keeps what it read."""
+        with self.lock:
+            self._file(file_id)
+            del self._files[file_id]
+        return {"id": file_id, "object": "file", "deleted": True}
+
     def download_file(self, file_id: str) -> Download:
         """A file's content, counted; cut short while `cut_downloads` says so."""
         with self.lock:
@@ -316,6 +388,13 @@ class Emulator(EmulatorServer):
                 raise openai_error(400, f"Missing required parameter: '{name}'.", param=name)
         if body["endpoint"] != ENDPOINT:
             raise openai_error(400, f"The emulator only serves endpoint {ENDPOINT}.", param="endpoint")
+        if body["completion_window"] != COMPLETION_WINDOW:
+            raise openai_error(
+                400,
+                f"Invalid value: '{body['completion_window']}'. Supported values are: '{COMPLETION_WINDOW}'.",
+                param="completion_window",
+                code="invalid_value",
+            )
         metadata = body.get("metadata")
         if metadata is not None and not (
             isinstance(metadata, dict)
@@ -489,12 +568,11 @@ class Emulator(EmulatorServer):
         def error(code: str, message: str, line: int | None = None, param: str | None = None) -> None:
             errors.append({"code": code, "message": message, "param": param, "line": line})
 
-        if batch.completion_window != "24h":
-            error("invalid_completion_window", "completion_window must be '24h'.", param="completion_window")
         requests, models, seen = [], set(), set()
-        lines = batch.input_file.content.decode("utf-8", errors="replace").splitlines()
+        # Lines end at newlines only: str.splitlines() would also end one at a U+2028 in a title.
+        lines = batch.input_file.content.decode("utf-8", errors="replace").split("\n")
         for number, raw in enumerate(lines, start=1):
-            if not raw.strip():
+            if not raw.strip(" \t\r"):  # JSON's whitespace only
                 continue
             try:
                 line = read_json(raw)
@@ -550,9 +628,12 @@ class Emulator(EmulatorServer):
         """Answer one request at simulated time `at`."""
         body, custom_id = request.body, request.custom_id
         missing = next((name for name in ("model", "messages") if not body.get(name)), None)
+        refused = self.knobs.strict_schemas and strict_schema.refusal(body.get("response_format"))
         if missing:
             message = f"Missing required parameter: '{missing}'."
             request.result = _error_line(custom_id, 400, message, "invalid_request_error", missing)
+        elif refused:
+            request.result = _error_line(custom_id, 400, refused, "invalid_request_error", "response_format")
         elif self._chance("expire", request, self.knobs.expire_rate):
             request.result = _failure_line(custom_id, "batch_expired", EXPIRED_MESSAGE)
         elif self._chance("fail", request, self.knobs.fail_rate):

@@ -252,6 +252,10 @@ class EmulatorServer:
     def authenticate(self, request: Request) -> None:
         raise NotImplementedError
 
+    def answer_headers(self) -> dict[str, str]:
+        """Headers on every answer (a provider's request id), unless the answer already has them."""
+        return {}
+
     def evidence(self) -> dict:
         """The protocol's part of `/_emulator/stats`: at least `inferences` and `batches_by_intent`."""
         raise NotImplementedError
@@ -468,6 +472,8 @@ class EmulatorServer:
         except LoseAnswer:
             self._hang_up(environ)
             response = Response(b"", status=500)  # never reaches the client: the socket is gone
+        for name, value in self.answer_headers().items():
+            response.headers.setdefault(name, value)
         return response(environ, start_response)
 
     def _answer(self, request: Request) -> Response:

@@ -219,16 +219,26 @@ def test_a_bad_input_file_fails_validation(api, emulator, spoil, code, line_numb
     assert emulator.stats()["inferences"] == {}
 
 
-def test_a_line_that_is_not_json_and_a_wrong_window_fail_validation(api):
+def test_a_line_that_is_not_json_fails_validation(api):
     data = b'{"custom_id": "a"\n' + json.dumps(line("b")).encode() + b"\n"
 
-    batch = wait(api, submit(api, data, completion_window="48h")["id"])
+    batch = wait(api, submit(api, data)["id"])
 
     assert batch["status"] == "failed"
-    assert {(e["code"], e["line"]) for e in batch["errors"]["data"]} == {
-        ("invalid_completion_window", None),
-        ("invalid_json_line", 1),
-    }
+    assert {(e["code"], e["line"]) for e in batch["errors"]["data"]} == {("invalid_json_line", 1)}
+
+
+def test_a_wrong_window_is_refused_when_the_batch_is_created(api, emulator):
+    body = {"input_file_id": upload(api, lines(1)), "endpoint": ENDPOINT, "completion_window": "48h"}
+
+    refused = api.post("/batches", json=body)
+
+    assert_error_envelope(refused, 400)
+    assert (refused.json()["error"]["param"], refused.json()["error"]["code"]) == (
+        "completion_window",
+        "invalid_value",
+    )
+    assert emulator.stats()["batches"] == 0
 
 
 def test_fail_rate_writes_server_errors_to_the_error_file(emulator, api):

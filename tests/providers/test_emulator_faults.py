@@ -10,8 +10,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from openai import OpenAI
 
-from ledger.emulators.openai import Emulator
-from ledger.emulators.server import ApiError, FaultKnobs
+from ledger.emulators.openai import Emulator, OpenAIKnobs
+from ledger.emulators.server import ApiError
 from ledger.management.commands.run_emulator import Command as RunEmulator
 from ledger.management.commands.run_emulator import emulator_kwargs
 from tests.providers.test_emulator import (
@@ -24,7 +24,7 @@ from tests.providers.test_emulator import (
     wait,
 )
 
-KNOB_NAMES = [knob.name for knob in fields(FaultKnobs)]
+KNOB_NAMES = [knob.name for knob in fields(OpenAIKnobs)]
 TIMINGS = {"per_request_ms": 1, "validating_ms": 20, "finalizing_ms": 5}
 
 
@@ -230,7 +230,7 @@ def test_expire_after_ms_expires_a_batch_part_way(emulator, api):
 
 def test_the_knobs_are_shown_and_changed_over_http(emulator, api, control):
     shown = control.get("/config").json()
-    assert shown == asdict(FaultKnobs()) | {"per_request_ms": 1}
+    assert shown == asdict(OpenAIKnobs()) | {"per_request_ms": 1}
     assert list(shown) == KNOB_NAMES
 
     changes = {
@@ -318,11 +318,12 @@ def test_the_command_line_flags_become_emulator_knobs():
         "malformed_lines": 1,
         "count_mismatch": True,
         "cut_downloads": 1,
+        "strict_schemas": False,
     }
 
 
 def test_without_fault_flags_every_fault_is_off():
-    assert Emulator(**knobs_from_flags()).config() == asdict(FaultKnobs())
+    assert Emulator(**knobs_from_flags()).config() == asdict(OpenAIKnobs())
 
 
 def test_bad_flags_stop_the_command_before_it_serves():
