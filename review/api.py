@@ -196,12 +196,34 @@ def read_json(request: HttpRequest, *, allowed: Iterable[str] | None = None) -> 
             raise ApiError(400, "malformed_json", f"The body is not valid JSON: {error}") from None
     if not isinstance(data, dict):
         raise ApiError(400, "malformed_json", "The body must be a JSON object")
+    if unstorable := unstorable_text(data):
+        raise invalid(unstorable)
     if allowed is not None:
         allowed = set(allowed)
         unknown = {key: "not a known field" for key in data if key not in allowed}
         if unknown:
             raise invalid(unknown)
     return data
+
+
+def unstorable_text(data: dict) -> dict[str, str]:
+    """Each field of the body holding, anywhere inside it, a text PostgreSQL cannot store: a NUL, or a
+    lone surrogate (JSON lets `"\\ud800"` be written; it is no character). Checked once for every
+    endpoint, before any field is used; a bad key is named `body`, since it cannot be shown as itself."""
+    problems: dict[str, str] = {}
+    for name, value in data.items():
+        field = "body" if text_problem(name) else name
+        pending = [name, value]
+        while pending:
+            found = pending.pop()
+            if isinstance(found, dict):
+                pending += [*found.keys(), *found.values()]
+            elif isinstance(found, list):
+                pending += found
+            elif isinstance(found, str) and (problem := text_problem(found)):
+                problems[field] = problem
+                break
+    return problems
 
 
 def text(
@@ -225,8 +247,6 @@ def text(
         problems[name] = "must not be blank"
     elif len(value) > max_length:
         problems[name] = f"at most {max_length} characters"
-    elif problem := text_problem(value):
-        problems[name] = problem
     else:
         return value
     return None
