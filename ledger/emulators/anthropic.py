@@ -155,6 +155,9 @@ class AnthropicEmulator(EmulatorServer):
         body = envelope(ERROR_TYPES.get(kind, "api_error"), message)
         return ApiError(status, body, {"request-id": body["request_id"], **(headers or {})})
 
+    def answer_headers(self) -> dict[str, str]:
+        return {"request-id": _new_id("req_")}
+
     def authenticate(self, request: Request) -> None:
         # The key as `x-api-key`, or (as SDK 2.x sends it) `Authorization: Bearer <key>`.
         bearer = request.headers.get("authorization", "").removeprefix("Bearer ").strip()

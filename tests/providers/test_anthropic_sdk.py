@@ -142,3 +142,34 @@ def test_the_sdk_retries_a_529_by_itself(emulator):
 
     assert page.data == [] and emulator.stats()["rejected_calls"] == 1
     retrying.close()
+
+
+def test_every_answer_carries_a_request_id(client):
+    created = client.messages.batches.create(requests=[request("bd-1-1")])
+    until_ended(client, created.id)
+    listed = client.messages.batches.with_raw_response.list()
+    results = client.messages.batches.with_raw_response.results(created.id)
+    with pytest.raises(anthropic.NotFoundError) as missing:
+        client.messages.batches.retrieve("msgbatch_nope")
+
+    request_ids = [created._request_id, listed.request_id, results.request_id, missing.value.request_id]
+    assert all(rid and rid.startswith("req_") for rid in request_ids), request_ids
+    assert len(set(request_ids)) == 4
+    # An error's request id is the one its body names.
+    assert missing.value.body["request_id"] == missing.value.request_id
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x85"], ids=repr)
+def test_a_title_holding_a_line_break_other_than_newline_comes_back_in_its_result(client, separator):
+    sent = request("bd-1-1")
+    sent["params"]["messages"][0]["content"] = f"Title: Oak{separator}stool\n- wood: oak"
+    created = client.messages.batches.create(requests=[sent, request("bd-2-1")])
+    until_ended(client, created.id)
+
+    results = {r.custom_id: r.result for r in client.messages.batches.results(created.id)}
+
+    assert {custom_id: result.type for custom_id, result in results.items()} == {
+        "bd-1-1": "succeeded",
+        "bd-2-1": "succeeded",
+    }
+    assert f"Oak{separator}stool" in results["bd-1-1"].message.content[0].text
