@@ -8,17 +8,23 @@ Our custom_id arrives in the `X-Request-Id` header; inferences are counted by it
 Knobs that apply: `per_request_ms`, `fail_rate` (answered 500 before any work),
 `lose_create_responses` (the N-th completion call is computed and counted, then the connection
 drops), `malformed_lines` (that many answers are a body that is not JSON), `no_choices` (that
-many answers are JSON without `choices`), `api_key`, and the shared 429 / 5xx storms.
+many answers are JSON without `choices`), `api_key` (a 401 for any other key), a rate limit of its
+own (`requests_per_window` completion calls in any `window_ms`, the rest answered 429 saying when
+to come back as `window_hint` asks), and the shared 429 / 5xx storms. `completion_calls` in the
+stats is when each completion call arrived (seconds on this process's monotonic clock from the
+emulator's start), whether the window refused it and from when it said to come back.
 Knobs that do not: `expire_rate`, `expire_after_ms` (a request is answered now or never: nothing
 waits to expire), `duplicate_lines`, `unknown_lines`, `count_mismatch` (one answer per request,
 no results file and no counts), `cut_downloads` (nothing is downloaded).
 """
 
 import json
+import math
 import time
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass
+from email.utils import formatdate
 from typing import Any
 
 from werkzeug.routing import Rule
@@ -46,12 +52,34 @@ def optional_text(name: str, value: Any) -> str | None:
     return value
 
 
+# How a 429 of the rate limit says when to come back: not at all, `Retry-After` in whole seconds
+# (rounded up), `retry-after-ms`, or `Retry-After` as an HTTP date (whole seconds, rounded up).
+WINDOW_HINTS = ("none", "retry-after", "retry-after-ms", "http-date")
+
+
+def window_length(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise KnobError(name, f"{name} must be a number of milliseconds above 0")
+    return value
+
+
+def window_hint(name: str, value: Any) -> str:
+    if value not in WINDOW_HINTS:
+        raise KnobError(name, f"{name} must be one of {', '.join(WINDOW_HINTS)}")
+    return value
+
+
 @dataclass
 class CompatibleKnobs(FaultKnobs):
     no_choices: int = knob(0, count)  # this many answers are JSON without `choices`
     # Like `vllm serve --api-key KEY`: every API call needs `Authorization: Bearer KEY`. None: no
     # key at all, as most self-hosted servers run.
     api_key: str | None = knob(None, optional_text)
+    # A rate limit like a proxy's requests per minute: at most this many completion calls in any
+    # `window_ms` (0: no limit); one more is answered 429 before any work.
+    requests_per_window: int = knob(0, count)
+    window_ms: float = knob(60_000, window_length)
+    window_hint: str = knob("retry-after", window_hint)
 
 
 class CompatibleServerEmulator(EmulatorServer):
@@ -71,6 +99,10 @@ class CompatibleServerEmulator(EmulatorServer):
         self._keyed_calls = 0
         self._malformed_served = 0
         self._no_choices_served = 0
+        self._started = time.monotonic()
+        self._admitted: deque[float] = deque()  # when the calls the window let through arrived
+        self._completion_calls: list[dict] = []
+        self._refused_keys = 0
 
     def rules(self) -> list[Rule]:
         return [
@@ -92,6 +124,8 @@ class CompatibleServerEmulator(EmulatorServer):
         if wanted is not None and not (scheme.lower() == "bearer" and key.strip() == wanted):
             # OpenAI's words, which echo the key that was sent: what a client keeps must not.
             message = f"Incorrect API key provided: {key.strip() or '(none)'}."
+            with self.lock:
+                self._refused_keys += 1
             raise self.error(401, message, kind="authentication", code="invalid_api_key")
 
     def evidence(self) -> dict:
@@ -103,7 +137,53 @@ class CompatibleServerEmulator(EmulatorServer):
                 "in_flight": self._in_flight,
                 "max_in_flight": self._max_in_flight,
                 "keyed_calls": self._keyed_calls,
+                "refused_keys": self._refused_keys,
+                "completion_calls": [dict(call) for call in self._completion_calls],
+                "rate_limited_calls": sum(call["rate_limited"] for call in self._completion_calls),
             }
+
+    def within_the_window(self, custom_id: str) -> None:
+        """Note the completion call's arrival, and answer it 429 if the window is full, saying when
+        its oldest call leaves the window as `window_hint` asks."""
+        with self.lock:
+            now = time.monotonic()
+            call = {
+                "custom_id": custom_id,
+                "at": now - self._started,
+                "rate_limited": False,
+                "retry_at": None,
+            }
+            self._completion_calls.append(call)
+            limit, window = self.knobs.requests_per_window, self.knobs.window_ms / 1000
+            while self._admitted and self._admitted[0] <= now - window:
+                self._admitted.popleft()
+            if not limit or len(self._admitted) < limit:
+                self._admitted.append(now)
+                return
+            call["rate_limited"] = True
+            wait = self._admitted[0] + window - now
+            headers, call["retry_at"] = self.come_back(wait, call["at"])
+        raise self.error(
+            429,
+            f"Rate limit reached: {limit} requests per {window:g} s.",
+            kind="rate_limit",
+            code="rate_limit_exceeded",
+            headers=headers,
+        )
+
+    def come_back(self, wait: float, at: float) -> tuple[dict[str, str], float | None]:
+        """The headers of a 429 asking to wait `wait` seconds, and the instant they name on the
+        clock of `completion_calls` (rounded up, never earlier than the window allows)."""
+        hint = self.knobs.window_hint
+        if hint == "retry-after":
+            return {"retry-after": str(math.ceil(wait))}, at + math.ceil(wait)
+        if hint == "retry-after-ms":
+            return {"retry-after-ms": str(math.ceil(wait * 1000))}, at + math.ceil(wait * 1000) / 1000
+        if hint == "http-date":
+            wall = time.time()
+            date = math.ceil(wall + wait)
+            return {"retry-after": formatdate(date, usegmt=True)}, at + (date - wall)
+        return {}, None
 
     def list_models(self, request: Request) -> dict:
         with self.lock:
@@ -126,6 +206,7 @@ class CompatibleServerEmulator(EmulatorServer):
         if body.get("stream"):
             raise self.error(400, "This emulator does not stream.", param="stream")
         custom_id = request.headers.get(REQUEST_ID_HEADER) or f"anonymous-{uuid.uuid4().hex[:12]}"
+        self.within_the_window(custom_id)
         with self.lock:
             attempt = self._calls[custom_id]
             self._calls[custom_id] += 1

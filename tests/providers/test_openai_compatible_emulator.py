@@ -4,6 +4,8 @@ import json
 import threading
 import time
 from dataclasses import asdict
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 
 import httpx
 import pytest
@@ -11,6 +13,8 @@ import pytest
 from ledger.emulators import emulator_class
 from ledger.emulators.openai_compatible import CompatibleServerEmulator
 from ledger.emulators.server import ApiError, FaultKnobs
+from ledger.management.commands.run_emulator import SERVER_KNOBS, emulator_kwargs
+from ledger.management.commands.run_emulator import Command as RunEmulator
 
 SCHEMA = {
     "type": "object",
@@ -184,6 +188,54 @@ def test_an_api_key_when_set_is_required(emulator, client):
     assert (refused.status_code, wrong.status_code, right.status_code) == (401, 401, 200)
     assert refused.json()["error"]["code"] == "invalid_api_key"
     assert emulator.stats()["keyed_calls"] == 2
+    assert emulator.stats()["refused_keys"] == 2
+
+
+@pytest.mark.parametrize("hint", ["retry-after", "retry-after-ms", "http-date", "none"])
+def test_a_rate_limit_of_n_requests_per_window_answers_429_saying_when_to_come_back(emulator, client, hint):
+    emulator.configure(requests_per_window=2, window_ms=5_000, window_hint=hint)
+
+    answers = [ask(client, f"bd-{n}-1") for n in range(3)]
+
+    assert [answer.status_code for answer in answers] == [200, 200, 429]
+    refused = answers[2]
+    assert refused.json()["error"]["type"] == "rate_limit_error"
+    assert emulator.stats()["inferences"] == {"bd-0-1": 1, "bd-1-1": 1}  # refused before any work
+    calls = emulator.stats()["completion_calls"]
+    assert [(call["custom_id"], call["rate_limited"]) for call in calls] == [
+        ("bd-0-1", False),
+        ("bd-1-1", False),
+        ("bd-2-1", True),
+    ]
+    assert emulator.stats()["rate_limited_calls"] == 1
+    retry_at = calls[2]["retry_at"]
+    # When the first call leaves the window, give or take the rounding the header forces.
+    window_ends = calls[0]["at"] + 5
+    if hint == "retry-after":
+        assert refused.headers["retry-after"] == "5" and "retry-after-ms" not in refused.headers
+        assert retry_at == calls[2]["at"] + 5
+    elif hint == "retry-after-ms":
+        wait = int(refused.headers["retry-after-ms"])
+        assert 4_000 < wait <= 5_000 and "retry-after" not in refused.headers
+        assert retry_at == calls[2]["at"] + wait / 1000 >= window_ends
+    elif hint == "http-date":
+        come_back = parsedate_to_datetime(refused.headers["retry-after"])
+        assert 4 < (come_back - datetime.now(UTC)).total_seconds() <= 6
+        assert retry_at >= window_ends
+    else:
+        assert "retry-after" not in refused.headers and "retry-after-ms" not in refused.headers
+        assert retry_at is None
+
+
+def test_the_window_slides_and_a_refused_call_does_not_count(emulator, client):
+    emulator.configure(requests_per_window=1, window_ms=200, window_hint="retry-after-ms")
+
+    first = ask(client, "bd-0-1")
+    refused = ask(client, "bd-1-1")
+    time.sleep(int(refused.headers["retry-after-ms"]) / 1000)
+    again = ask(client, "bd-1-1")
+
+    assert (first.status_code, refused.status_code, again.status_code) == (200, 429, 200)
 
 
 @pytest.mark.parametrize(
@@ -203,3 +255,27 @@ def test_a_bad_knob_is_refused(emulator):
         emulator.configure(api_key="")
     with pytest.raises(ApiError):
         emulator.configure(no_choices=-1)
+    for bad in ({"requests_per_window": -1}, {"window_ms": 0}, {"window_hint": "soon"}):
+        with pytest.raises(ApiError):
+            emulator.configure(**bad)
+    assert emulator.config()["window_hint"] == "retry-after"
+
+
+def test_the_command_line_flags_set_the_servers_own_knobs():
+    parser = RunEmulator().create_parser("manage.py", "run_emulator")
+    flags = ["--protocol", "openai_compatible", "--port", "0", "--api-key", "local-key"]
+    flags += ["--requests-per-window", "3", "--window-ms", "60000", "--window-hint", "none"]
+
+    kwargs = emulator_kwargs(vars(parser.parse_args(flags)))
+
+    config = CompatibleServerEmulator(**kwargs).config()
+    assert {name: config[name] for name in SERVER_KNOBS} == {
+        "api_key": "local-key",
+        "requests_per_window": 3,
+        "window_ms": 60_000,
+        "window_hint": "none",
+    }
+    # Not given: the server's defaults, and another protocol is not handed knobs it lacks.
+    assert not set(SERVER_KNOBS) & set(emulator_kwargs(vars(parser.parse_args(["--port", "0"]))))
+    with pytest.raises(ApiError, match="requests_per_window"):
+        emulator_class("openai")(**emulator_kwargs(vars(parser.parse_args(["--requests-per-window", "3"]))))

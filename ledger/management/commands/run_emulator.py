@@ -5,6 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ledger.emulators import PROTOCOLS, emulator_class
+from ledger.emulators.openai_compatible import WINDOW_HINTS
 from ledger.emulators.server import ApiError
 
 
@@ -19,9 +20,16 @@ def call_numbers(text: str) -> list[int]:
     return numbers
 
 
+# Knobs only the openai_compatible emulator has (`CompatibleKnobs`): passed only when given, so
+# another protocol given one refuses it by name.
+SERVER_KNOBS = ("api_key", "requests_per_window", "window_ms", "window_hint")
+
+
 def emulator_kwargs(options: dict[str, Any]) -> dict[str, Any]:
     """The emulator's keyword arguments the command's options ask for (see `server.FaultKnobs`)."""
+    server = {name: options[name] for name in SERVER_KNOBS if options.get(name) is not None}
     return {
+        **server,
         "host": options["host"],
         "port": options["port"],
         "seed": options["seed"],
@@ -123,6 +131,23 @@ class Command(BaseCommand):
         )
         calls.add_argument(
             "--cut-downloads", type=int, default=0, metavar="K", help="cut the first K downloads of each file"
+        )
+
+        server = parser.add_argument_group("a self-hosted server (--protocol openai_compatible)")
+        server.add_argument("--api-key", metavar="KEY", help="answer 401 to calls without this bearer key")
+        server.add_argument(
+            "--requests-per-window",
+            type=int,
+            metavar="N",
+            help="answer 429 to completion calls beyond N in any window",
+        )
+        server.add_argument(
+            "--window-ms", type=float, metavar="MS", help="the window's length (default 60000)"
+        )
+        server.add_argument(
+            "--window-hint",
+            choices=WINDOW_HINTS,
+            help="how those 429s say when to come back (default retry-after)",
         )
 
         files = parser.add_argument_group("output file anomalies")
