@@ -27,6 +27,7 @@ from .base import (
     UnitCounts,
     UnitStatus,
     UnreadableLine,
+    refused_by_model,
     tls_context,
     token_count,
 )
@@ -116,14 +117,23 @@ def _parse_line(line_number: int, line: dict, *, secrets: Iterable[str]) -> Resu
                 reason=ReasonCode.UNREADABLE_RESULT,
             )
         usage = message.get("usage") if isinstance(message.get("usage"), dict) else {}
+        counted = {
+            "usage": usage,
+            "input_tokens": token_count(usage.get("input_tokens")),
+            "output_tokens": token_count(usage.get("output_tokens")),
+            "http_status": 200,
+        }
+        # How the model stopped (reference/providers.md §8.2): `refusal` declined to answer, whatever
+        # text came before it; `max_tokens` cut the draft off.
+        stop_reason = message.get("stop_reason")
+        if stop_reason == "refusal":
+            return refused_by_model(custom_id, said="refusal", words=content, secrets=secrets, **counted)
         return ResultLine(
             custom_id=custom_id,
             succeeded=True,
             content=content,
-            usage=usage,
-            input_tokens=token_count(usage.get("input_tokens")),
-            output_tokens=token_count(usage.get("output_tokens")),
-            http_status=200,
+            truncated=stop_reason == "max_tokens",
+            **counted,
         )
     if kind == "errored":
         envelope = result.get("error") if isinstance(result.get("error"), dict) else {}

@@ -15,6 +15,13 @@ Failed responses: Cloudflare documents none. This adapter reads `"success": fals
 `"errors": [{"code", "message"}]`, the shape of Cloudflare's own API envelope, and classifies
 the code (`RESPONSE_ERRORS`; unknown codes are permanent model failures, never re-sent blindly).
 
+How the model stopped: Workers AI's text-generation output is `{response, tool_calls?, usage?}`,
+with no stop reason and no refusal field (unlike OpenAI's `finish_reason`, Anthropic's
+`stop_reason`, Gemini's `finishReason`), and usage only for the whole unit, so a draft cut off at
+`max_tokens` or a refusal cannot be told apart here: it reaches validation as what it reads like
+(most often `not_json`). A JSON answer in a Markdown code fence is read by validation as for any
+provider.
+
 Usage comes only for the whole unit (`result.usage`: prompt, completion, total tokens). It is
 apportioned to the responses by this rule (`APPORTIONING_RULE`), so the shares recorded on the
 items add up EXACTLY to the provider's totals:

@@ -46,6 +46,7 @@ from .base import (
     UnitStatus,
     UnreadableLine,
     classify_http_status,
+    refused_by_model,
     tls_context,
     token_count,
 )
@@ -96,6 +97,9 @@ RPC_ERRORS = {
 }
 # A candidate that ended for one of these has its text anyway (the ledger validates it).
 TEXT_FINISHES = {"STOP", "MAX_TOKENS", "FINISH_REASON_UNSPECIFIED", ""}
+# A candidate that ended for one of these was withheld by the model or Google's filters
+# (reference/providers.md §8.2): refused, whatever text came before it.
+REFUSING_FINISHES = {"SAFETY", "RECITATION", "BLOCKLIST", "PROHIBITED_CONTENT", "SPII"}
 COMPACT = (",", ":")
 RETRY_DELAY = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s*$")
 # What is sent inline, and what goes in a file (settings.PROVIDERS["gemini"] may lower either:
@@ -294,17 +298,26 @@ def _parse_answer(
     if candidate is None:
         feedback = response.get("promptFeedback") if isinstance(response.get("promptFeedback"), dict) else {}
         blocked = feedback.get("blockReason")
+        if blocked:
+            # A blocked prompt gets no candidates at all: refused, as the same prompt would be again.
+            words = feedback.get("blockReasonMessage")
+            return refused_by_model(
+                key,
+                said=f"blockReason {blocked}",
+                words=str(words) if words else "the provider blocked the prompt",
+                secrets=secrets,
+                usage=usage,
+                **tokens,
+            )
         # Answered (and perhaps paid for) but with nothing to use: permanent, never re-sent by itself.
         return ResultLine(
             custom_id=key,
             succeeded=False,
             usage=usage,
             **tokens,
-            error_code=str(blocked) if blocked else "unreadable_result",
-            error_message=f"the prompt was blocked: {blocked}"
-            if blocked
-            else "a response without candidates",
-            reason=ReasonCode.MODEL_FAILED if blocked else ReasonCode.UNREADABLE_RESULT,
+            error_code="unreadable_result",
+            error_message="a response without candidates",
+            reason=ReasonCode.UNREADABLE_RESULT,
         )
     content = candidate.get("content") if isinstance(candidate.get("content"), dict) else {}
     parts = content.get("parts") if isinstance(content.get("parts"), list) else []
@@ -315,6 +328,9 @@ def _parse_answer(
         if isinstance(part, dict) and isinstance(part.get("text"), str) and not part.get("thought")
     )
     finish = str(candidate.get("finishReason") or "")
+    if finish in REFUSING_FINISHES:
+        words = text or f"the candidate ended with {finish}"
+        return refused_by_model(key, said=finish, words=words, secrets=secrets, usage=usage, **tokens)
     if not text and finish not in TEXT_FINISHES:
         return ResultLine(
             custom_id=key,
@@ -325,7 +341,9 @@ def _parse_answer(
             error_message=f"the candidate ended with {finish} and no text",
             reason=ReasonCode.MODEL_FAILED,
         )
-    return ResultLine(custom_id=key, succeeded=True, content=text, usage=usage, **tokens)
+    return ResultLine(
+        custom_id=key, succeeded=True, content=text, usage=usage, truncated=finish == "MAX_TOKENS", **tokens
+    )
 
 
 class GeminiBatchProvider(HttpBatchProvider):

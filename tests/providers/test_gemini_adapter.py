@@ -197,19 +197,30 @@ def test_a_response_without_usable_text_is_a_permanent_failure():
     blocked = parse_inlined(
         1, {"metadata": {"key": "a"}, "response": {"promptFeedback": {"blockReason": "SAFETY"}}}
     )
-    empty = parse_inlined(
+    withheld = parse_inlined(
         2,
         {
             "metadata": {"key": "b"},
             "response": {"candidates": [{"content": {"parts": []}, "finishReason": "RECITATION"}]},
         },
     )
-    assert (blocked.error_code, blocked.reason, blocked.transient) == (
-        "SAFETY",
-        ReasonCode.MODEL_FAILED,
+    empty = parse_inlined(
+        3,
+        {"metadata": {"key": "c"}, "response": {"candidates": [{"content": {}, "finishReason": "OTHER"}]}},
+    )
+    # A blocked prompt and a withheld candidate are refusals (reference/providers.md §8.2).
+    assert (blocked.error_code, blocked.error_message, blocked.reason, blocked.transient) == (
+        "blockReason SAFETY",
+        "the provider blocked the prompt",
+        ReasonCode.REFUSED_BY_MODEL,
         False,
     )
-    assert (empty.error_code, empty.reason, empty.transient) == ("RECITATION", ReasonCode.MODEL_FAILED, False)
+    assert (withheld.error_code, withheld.reason, withheld.transient) == (
+        "RECITATION",
+        ReasonCode.REFUSED_BY_MODEL,
+        False,
+    )
+    assert (empty.error_code, empty.reason, empty.transient) == ("OTHER", ReasonCode.MODEL_FAILED, False)
 
 
 def test_an_expired_batch_ends_with_no_results_and_its_requests_transient(emulator, provider):
