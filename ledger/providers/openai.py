@@ -23,6 +23,7 @@ from .base import (
     UnitStatus,
     UnreadableLine,
     classify_http_status,
+    refused_by_model,
     tls_context,
     token_count,
 )
@@ -68,6 +69,41 @@ def request_json(request: InferenceRequest) -> bytes:
     return compact_json(request_line(request)).encode()
 
 
+# `finish_reason`s of a chat completion that say the provider's content filter withheld the answer.
+FILTERED = {"content_filter"}
+
+
+def read_completion(
+    custom_id: str, completion: dict, *, http_status: int | None, secrets: Iterable[str] = ()
+) -> ResultLine | None:
+    """A chat completion's first choice in the ledger's words (reference/providers.md §5, §8.1):
+    a draft, cut off when `finish_reason` is `length`; or the model's refusal (`message.refusal`,
+    content null) or the content filter's (`finish_reason: content_filter`), with their words.
+    None when it holds neither text nor a refusal. Raises what reading another shape raises."""
+    choice = completion["choices"][0]
+    message = choice["message"]
+    usage = completion.get("usage") if isinstance(completion.get("usage"), dict) else {}
+    counted = {
+        "usage": usage,
+        "input_tokens": token_count(usage.get("prompt_tokens")),
+        "output_tokens": token_count(usage.get("completion_tokens")),
+        "http_status": http_status,
+    }
+    content = message.get("content")
+    content = "" if content is None else content
+    refusal = message.get("refusal")
+    finish = choice.get("finish_reason")
+    if isinstance(refusal, str) and refusal:
+        return refused_by_model(custom_id, said="refusal", words=refusal, secrets=secrets, **counted)
+    if not isinstance(content, str):
+        return None
+    if finish in FILTERED:
+        return refused_by_model(custom_id, said=finish, words=content, secrets=secrets, **counted)
+    return ResultLine(
+        custom_id=custom_id, succeeded=True, content=content, truncated=finish == "length", **counted
+    )
+
+
 def parse_result_line(
     line_number: int, text: str, *, secrets: Iterable[str] = ()
 ) -> ResultLine | UnreadableLine:
@@ -84,26 +120,17 @@ def _parse_line(line_number: int, line: dict, *, secrets: Iterable[str]) -> Resu
     body = response.get("body") if isinstance(response.get("body"), dict) else {}
     if status_code == 200 and not error:
         try:
-            content = body["choices"][0]["message"]["content"] or ""
-        except (KeyError, IndexError, TypeError):
-            content = None
-        if not isinstance(content, str):
+            answer = read_completion(custom_id, body, http_status=200, secrets=secrets)
+        except (KeyError, IndexError, TypeError, AttributeError):
+            answer = None
+        if answer is None:
             # Paid for but unusable: a permanent failure of that request, never an automatic re-send.
             return unreadable_result(
                 custom_id,
                 f"line {line_number}: a success line without a text choices[0].message.content",
                 http_status=200,
             )
-        usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
-        return ResultLine(
-            custom_id=custom_id,
-            succeeded=True,
-            content=content,
-            usage=usage,
-            input_tokens=token_count(usage.get("prompt_tokens")),
-            output_tokens=token_count(usage.get("completion_tokens")),
-            http_status=200,
-        )
+        return answer
     if isinstance(error, dict):
         code = str(error.get("code") or "error")
         reason, transient = LINE_ERRORS.get(code, (ReasonCode.MODEL_FAILED, False))

@@ -31,9 +31,9 @@ from .base import (
     UnreadableLine,
     classify_http_status,
     tls_context,
-    token_count,
 )
 from .http import NEVER_SENT, PARSE_ERRORS, HttpBatchProvider, loads, unreadable_result
+from .openai import read_completion
 
 PATH = "/chat/completions"
 REF_PREFIX = "local-"
@@ -243,11 +243,14 @@ class CompatibleServerProvider(HttpBatchProvider):
         if response.status_code >= 400:
             return self._error_line(request, response)
         try:
-            answer = loads(response.text)
-            message = answer["choices"][0]["message"]
-            content = message.get("content")
-            content = "" if content is None else content  # as OpenAI's own adapter reads it
-            if not isinstance(content, str):
+            # Read as OpenAI's own adapter reads a completion: a draft, cut off or not, or a refusal.
+            line = read_completion(
+                request.custom_id,
+                loads(response.text),
+                http_status=response.status_code,
+                secrets=self.secrets,
+            )
+            if line is None:
                 raise TypeError("content is not text")
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
             # Answered (and computed) but unusable: permanent, never re-sent by itself.
@@ -260,16 +263,7 @@ class CompatibleServerProvider(HttpBatchProvider):
                 f"an answer without a text choices[0].message.content: {said}",
                 http_status=response.status_code,
             )
-        usage = answer.get("usage") if isinstance(answer.get("usage"), dict) else {}
-        return ResultLine(
-            custom_id=request.custom_id,
-            succeeded=True,
-            content=content,
-            usage=usage,
-            input_tokens=token_count(usage.get("prompt_tokens")),
-            output_tokens=token_count(usage.get("completion_tokens")),
-            http_status=response.status_code,
-        )
+        return line
 
     def _error_line(
         self, request: InferenceRequest, response: httpx.Response, *, retry_after: float | None = None
