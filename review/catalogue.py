@@ -8,13 +8,13 @@ from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.files.uploadhandler import FileUploadHandler, StopUpload
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.template.defaultfilters import filesizeformat
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_http_methods
 
-from ledger.catalogue import queue_import, report_of, run_stored_import, store_upload
+from ledger.catalogue import SKU_PATTERN, queue_import, report_of, run_stored_import, store_upload
 from ledger.models import (
     CatalogueImport,
     GeneratedVersion,
@@ -146,6 +146,8 @@ def drafts_of(product: Product) -> list[Draft]:
 @login_required
 @role_required(*VIEWERS)
 def catalogue_product(request: HtmxHttpRequest, sku: str) -> HttpResponse:
+    if not SKU_PATTERN.fullmatch(sku):  # no product has such a SKU; PostgreSQL cannot even look for a NUL
+        raise Http404
     product = get_object_or_404(
         Product.objects.select_related("current_revision", "published_version__item__job"), sku=sku
     )
