@@ -11,7 +11,9 @@ JSON also accepts snake_case on input, so both are read).
   them): inline batches `inlinedResponses.inlinedResponses`, each `{"response":
   GenerateContentResponse | "error": google.rpc.Status, "metadata": {"key"}}`; file batches
   `responsesFile: "files/batch-…"`, a JSONL file of `{"key", "response" | "error"}` lines.
-- `GET /v1beta/batches?pageSize&pageToken` `{"operations": [...], "nextPageToken"}`, newest first.
+- `GET /v1beta/batches?pageSize&pageToken` `{"operations": [...], "nextPageToken"}`, newest first;
+  `GET /v1beta/files?pageSize&pageToken` `{"files": [...], "nextPageToken"}` likewise. A `pageSize`
+  of 0 or none is the default, one above the maximum the maximum, a negative one a 400 (AIP-158).
 - `POST /v1beta/batches/{id}:cancel` `{}`; `DELETE /v1beta/batches/{id}` `{}`.
 - The Files API as the SDK and the REST guide use it: a resumable upload started with
   `POST /upload/v1beta/files` (`X-Goog-Upload-Protocol: resumable`, `X-Goog-Upload-Command:
@@ -21,6 +23,8 @@ JSON also accepts snake_case on input, so both are read).
   `GET /v1beta/files/{id}`; a generated file's bytes at `GET /download/v1beta/files/{id}:download?alt=media`
   (the REST guide) or `GET /v1beta/files/{id}:download?alt=media` (the SDK).
 - Errors in Google's envelope `{"error": {"code", "message", "status"}}`.
+- An inline request without `metadata` is answered like any other, in its place in the
+  `inlinedResponses`, without `metadata`; a file line without `key` likewise, without `key`.
 
 Nothing runs in the background: a batch is brought up to date from timestamps whenever it is
 read. It is `BATCH_STATE_PENDING` for `pending_ms`, then `RUNNING`, one request per
@@ -60,6 +64,8 @@ FILE_LIFETIME = 48 * 3600  # the Files API keeps a file 48 hours (unconfirmed fo
 UPLOAD_GRANULARITY = 8 * 1024 * 1024  # X-Goog-Upload-Chunk-Granularity, as the SDK's chunks
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000
+DEFAULT_FILES_PAGE_SIZE = 10  # files.list [Gemini API reference]
+MAX_FILES_PAGE_SIZE = 100
 ENDED = {"BATCH_STATE_SUCCEEDED", "BATCH_STATE_FAILED", "BATCH_STATE_CANCELLED", "BATCH_STATE_EXPIRED"}
 BATCH_TYPE = "type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatch"
 OUTPUT_TYPE = "type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatchOutput"
@@ -230,6 +236,7 @@ class GeminiEmulator(EmulatorServer):
             Rule("/v1beta/batches/<batch_id>", endpoint="delete_batch", methods=["DELETE"]),
             Rule("/v1beta/batches/<batch_id>:cancel", endpoint="cancel_batch", methods=["POST"]),
             Rule("/upload/v1beta/files", endpoint="upload_file", methods=["POST"]),
+            Rule("/v1beta/files", endpoint="list_files", methods=["GET"]),
             Rule("/v1beta/files/<file_id>", endpoint="get_file", methods=["GET"]),
             Rule("/v1beta/files/<file_id>", endpoint="delete_file", methods=["DELETE"]),
             Rule("/v1beta/files/<file_id>:download", endpoint="download_file", methods=["GET"]),
@@ -343,18 +350,7 @@ class GeminiEmulator(EmulatorServer):
             return self._operation(self._batch(batch_id))
 
     def list_batches(self, request: Request) -> dict:
-        try:
-            size = int(request.args.get("pageSize") or DEFAULT_PAGE_SIZE)
-        except ValueError:
-            raise self.error(400, "Invalid value at 'page_size' (TYPE_INT32)") from None
-        size = min(max(size, 1), MAX_PAGE_SIZE)
-        start = 0
-        token = request.args.get("pageToken")
-        if token:
-            try:
-                start = int(base64.urlsafe_b64decode(token.encode()).decode())
-            except ValueError:
-                raise self.error(400, "Invalid page token.") from None
+        start, size = self._page(request, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
         with self.lock:
             now = time.time()
             newest_first = sorted(self._batches.values(), key=lambda b: b.created, reverse=True)
@@ -362,8 +358,30 @@ class GeminiEmulator(EmulatorServer):
             for batch in page:
                 self._advance(batch, now)
             answer: dict = {"operations": [self._operation(batch) for batch in page]}
-        if start + size < len(newest_first):
-            answer["nextPageToken"] = base64.urlsafe_b64encode(str(start + size).encode()).decode()
+        return self._paged(answer, start + size, len(newest_first))
+
+    def _page(self, request: Request, default: int, maximum: int) -> tuple[int, int]:
+        """Where a list call's page starts and how long it is: a `pageSize` of 0 or none is the
+        default, one above the maximum the maximum, a negative one refused (AIP-158)."""
+        try:
+            size = int(request.args.get("pageSize") or 0)
+        except ValueError:
+            raise self.error(400, "Invalid value at 'page_size' (TYPE_INT32)") from None
+        if size < 0:
+            raise self.error(400, "page_size must not be negative.")
+        start = 0
+        token = request.args.get("pageToken")
+        if token:
+            try:
+                start = int(base64.urlsafe_b64decode(token.encode()).decode())
+            except ValueError:
+                raise self.error(400, "Invalid page token.") from None
+        return start, min(size or default, maximum)
+
+    @staticmethod
+    def _paged(answer: dict, end: int, total: int) -> dict:
+        if end < total:
+            answer["nextPageToken"] = base64.urlsafe_b64encode(str(end).encode()).decode()
         return answer
 
     def cancel_batch(self, request: Request, batch_id: str) -> dict:
@@ -473,6 +491,16 @@ class GeminiEmulator(EmulatorServer):
         with self.lock:
             return self._file_resource(self._file(file_id), request)
 
+    def list_files(self, request: Request) -> dict:
+        """Uploaded and generated files, newest first."""
+        start, size = self._page(request, DEFAULT_FILES_PAGE_SIZE, MAX_FILES_PAGE_SIZE)
+        with self.lock:
+            self.advance()  # responses files written by now are listed
+            newest_first = list(reversed(self._files.values()))  # kept in the order they came
+            page = [self._file_resource(stored, request) for stored in newest_first[start : start + size]]
+        # Proto3 JSON leaves an empty list out, as Google's answer for no files is `{}`.
+        return self._paged({"files": page} if page else {}, start + size, len(newest_first))
+
     def delete_file(self, request: Request, file_id: str) -> dict:
         with self.lock:
             self._file(file_id)
@@ -548,8 +576,9 @@ class GeminiEmulator(EmulatorServer):
             )
         entries: list[dict] = []
         problems: list[str] = []
-        for number, text in enumerate(stored.content.decode("utf-8", "replace").splitlines(), start=1):
-            if not text.strip():
+        # Lines end at newlines only: str.splitlines() would also end one at a U+2028 in a title.
+        for number, text in enumerate(stored.content.decode("utf-8", "replace").split("\n"), start=1):
+            if not text.strip(" \t\r"):  # JSON's whitespace only
                 continue
             try:
                 line = json.loads(text)
@@ -653,9 +682,7 @@ class GeminiEmulator(EmulatorServer):
 
     def _run(self, request: _Request) -> None:
         """Decide how one request turns out (its answer is written when the batch ends)."""
-        if not isinstance(request.key, str) or not any(
-            _texts(content).strip() for content in _get(request.request, "contents") or []
-        ):
+        if not any(_texts(content).strip() for content in _get(request.request, "contents") or []):
             request.outcome = "invalid"
         elif self.dice("fail", request.key, request.attempt) < self.knobs.fail_rate:
             request.outcome = "failed"

@@ -240,3 +240,93 @@ def test_the_sdk_uploads_in_chunks_across_its_chunk_size(emulator, monkeypatch):
         json.loads(text)["key"]
         for text in client.files.download(file=done.dest.file_name).decode().splitlines()
     ) == [f"c{n}" for n in range(6)]
+
+
+def test_inline_requests_without_metadata_are_answered_in_their_order(emulator):
+    client = client_for(emulator)
+    titles = [f"Birch stool {n}" for n in range(4)]
+    keyless = []
+    for title in titles:
+        request = inline("unused", title)
+        del request["metadata"]
+        keyless.append(request)
+
+    done = wait(
+        client,
+        client.batches.create(model="gemini-2.5-flash", src=keyless, config={"display_name": "bd_k"}).name,
+    )
+
+    assert done.state == types.JobState.JOB_STATE_SUCCEEDED
+    responses = done.dest.inlined_responses
+    assert [answer.error for answer in responses] == [None] * 4
+    assert [answer.metadata for answer in responses] == [None] * 4
+    assert all(title in answer.response.text for title, answer in zip(titles, responses, strict=True))
+
+
+def upload_jsonl(client: genai.Client, lines: list[dict]) -> types.File:
+    content = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines).encode()
+    return client.files.upload(file=io.BytesIO(content), config={"mime_type": "application/jsonl"})
+
+
+def test_the_sdk_lists_files_page_by_page(emulator):
+    client = client_for(emulator)
+    assert list(client.files.list()) == []
+    uploaded = [
+        upload_jsonl(
+            client, [{"key": f"l{n}", "request": {"contents": [{"parts": [{"text": "Title: Mug"}]}]}}]
+        )
+        for n in range(12)
+    ]
+
+    pager = client.files.list(config={"page_size": 5})
+    first_page = list(pager.page)
+    listed = [stored.name for stored in pager]
+
+    assert len(first_page) == 5
+    assert listed == [stored.name for stored in reversed(uploaded)]
+    assert len(client.files.list().page) == 10  # the default page, as Google's
+
+
+def test_a_page_size_of_0_is_the_default_page(emulator):
+    client = client_for(emulator)
+    for n in range(12):
+        client.batches.create(
+            model="gemini-2.5-flash", src=[inline(f"p{n}", "Bowl")], config={"display_name": f"bd_p{n}"}
+        )
+        upload_jsonl(
+            client, [{"key": f"f{n}", "request": {"contents": [{"parts": [{"text": "Title: Bowl"}]}]}}]
+        )
+
+    assert len(client.batches.list(config={"page_size": 0}).page) == 12
+    assert len(client.files.list(config={"page_size": 0}).page) == 10
+    with pytest.raises(errors.ClientError) as negative:
+        client.batches.list(config={"page_size": -1})
+    assert (negative.value.code, negative.value.status) == (400, "INVALID_ARGUMENT")
+
+
+@pytest.mark.parametrize(
+    "separator", ["\u2028", "\u2029", "\x85", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e"], ids=repr
+)
+def test_a_file_whose_title_holds_a_line_break_other_than_newline_runs_like_any_other(emulator, separator):
+    client = client_for(emulator)
+
+    def line(key: str, title: str) -> dict:
+        return {
+            "key": key,
+            "request": {"contents": [{"parts": [{"text": f"Write a description.\nTitle: {title}"}]}]},
+        }
+
+    uploaded = upload_jsonl(client, [line("s1", f"Oak{separator}stool"), line("s2", "Elm stool")])
+    done = wait(
+        client,
+        client.batches.create(
+            model="gemini-2.5-flash", src=uploaded.name, config={"display_name": "bd_s"}
+        ).name,
+    )
+
+    assert done.state == types.JobState.JOB_STATE_SUCCEEDED
+    # Split as the adapter does: at newlines only.
+    content = client.files.download(file=done.dest.file_name).decode()
+    lines = [json.loads(text) for text in content.split("\n") if text]
+    assert sorted(line["key"] for line in lines) == ["s1", "s2"]
+    assert all("response" in line for line in lines)
