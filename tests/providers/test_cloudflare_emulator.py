@@ -2,6 +2,7 @@
 implements, spoken to over real HTTP with a plain client."""
 
 import dataclasses
+import json
 
 import httpx
 import pytest
@@ -265,3 +266,17 @@ def test_the_control_endpoints_use_the_envelope_for_a_bad_knob(emulator):
 
     assert bad.status_code == 400 and bad.json()["success"] is False
     assert good.json()["queued_ms"] == 5
+
+
+@pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x85"], ids=repr)
+def test_a_title_holding_a_line_break_other_than_newline_comes_back_in_its_response(api, separator):
+    sent = entries(2)
+    sent[0]["messages"][1]["content"] = f"Title: Oak{separator}stool\n- height: 40 cm"
+    body = json.dumps({"requests": sent}, ensure_ascii=False).encode()  # the separator unescaped
+
+    answer = api.post(QUEUE, params={"queueRequest": "true"}, content=body)
+    result = done(api, answer.json()["result"]["request_id"])
+
+    responses = {response["external_reference"]: response for response in result["responses"]}
+    assert [responses[ref]["success"] for ref in ("bd-0-1", "bd-1-1")] == [True, True]
+    assert f"Oak{separator}stool" in responses["bd-0-1"]["result"]["response"]["headline"]
