@@ -1,6 +1,7 @@
 """Which failures are transient (SPEC §3 rule 8), and how long a server asks us to wait."""
 
 import math
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 
@@ -37,3 +38,16 @@ def retry_after_seconds(value: str | None, *, now: datetime | None = None) -> fl
     if not math.isfinite(seconds):
         return None
     return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+
+
+def requested_wait(headers: Mapping[str, str], *, now: datetime | None = None) -> float | None:
+    """How long a server's answer asks us to wait, in seconds: `retry-after-ms` (OpenAI's, and the
+    official SDK's first choice: finer than whole seconds), else `Retry-After`; None if neither is
+    readable."""
+    try:
+        milliseconds = float(headers.get("retry-after-ms") or "")
+    except ValueError:
+        milliseconds = math.nan
+    if math.isfinite(milliseconds):
+        return min(max(milliseconds / 1000, 0.0), MAX_RETRY_AFTER)
+    return retry_after_seconds(headers.get("retry-after"), now=now)

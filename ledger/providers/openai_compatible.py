@@ -6,18 +6,30 @@ only names it (no call is made, so no answer can be lost), `status` says it is r
 requests are made inside `results`, which yields each answer the moment it arrives. The ledger
 records each line at once, so a worker killed part-way loses only the requests in flight, and
 the next `results` call skips every custom_id already recorded.
+
+The server is a neighbour: a 429 is the server asking us to slow down, not a failure of the
+request. It pauses every call of the unit for as long as the server asks (`retry-after-ms`,
+`Retry-After`), or for a pause that doubles from FIRST_PAUSE up to LONGEST_PAUSE when it does not
+say, and halves how many requests are in flight; the request is asked again. A round starts with
+one request in flight and adds one after as many answers in a row, so a unit taken up again after
+a slow-down (or a refused key) costs the server one call to find out. A pause that would keep a
+worker waiting more than ROUND_PAUSE_BUDGET ends the round with `SlowDown`: the unit then waits in
+the ledger, not in a worker. A refused key (401, 403) ends the round with a permanent
+ProviderError, so the ledger pauses the unit as it pauses a batch the provider refuses.
 """
 
 import json
 import os
 import threading
+import time
+from collections import deque
 from collections.abc import Container, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import datetime
 
 import httpx
 
-from ..retrying import retry_after_seconds
+from ..retrying import requested_wait
 from ..scrubbing import scrub_credentials
 from ..states import ReasonCode
 from .base import (
@@ -44,10 +56,17 @@ DEFAULT_CONCURRENCY = 4
 # A slow server may think for a long time before its first byte; a request that takes longer
 # than this is a transient timeout of that request, not of the unit.
 READ_TIMEOUT = 120.0
-# 429 is answered inside the call: wait Retry-After (never more than this), and try again at
-# most this many times before the request is handed back as a transient `rate_limited` line.
-MAX_RATE_LIMIT_WAIT = 30.0
-RATE_LIMIT_RETRIES = 3
+# A 429 that does not say how long to wait pauses the unit this long, doubled at each 429 in a
+# row, up to LONGEST_PAUSE: most servers count requests per minute (vLLM behind a proxy, LiteLLM's
+# rpm, nginx's limit_req), so a minute's pause always reaches a fresh window, and a longer one
+# would leave the allowance unused.
+FIRST_PAUSE = 1.0
+LONGEST_PAUSE = 60.0
+# A round waits out pauses up to this long in all; the pause that would take it further ends the
+# round (`SlowDown`), and the unit waits in the ledger until that pause is over.
+ROUND_PAUSE_BUDGET = 60.0
+# Answers that mean our key is refused: the whole unit waits, no request fails.
+KEY_REFUSED = (401, 403)
 
 
 def request_body(request: InferenceRequest) -> dict:
@@ -68,8 +87,83 @@ def request_body(request: InferenceRequest) -> dict:
     return body
 
 
+class SlowDown(ProviderError):
+    """The server asks us (429) to wait longer than a worker should: the unit is asked again
+    `retry_after` seconds from now. None of its requests failed."""
+
+    def __init__(self, message: str, *, retry_after: float, secrets: Iterable[str] = ()):
+        super().__init__(message, status=429, retry_after=retry_after, secrets=secrets)
+
+
 class _Unreachable(Exception):
     """The server could not be reached for one request: stop sending and end this round."""
+
+
+class _KeyRefused(Exception):
+    """The server refuses our key: stop sending and end this round; the request is not answered."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
+class _TooManyRequests(Exception):
+    """The server answered 429: the request is asked again after the pause. `wait`: what the
+    server asked for, in seconds (None: it did not say)."""
+
+    def __init__(self, wait: float | None):
+        super().__init__(f"429, wait {wait}")
+        self.wait = wait
+
+
+class Pace:
+    """How fast one round sends a unit's requests, shared by its concurrent calls: how many may be
+    in flight, and when the next may leave (a 429 pauses them all)."""
+
+    def __init__(self, concurrency: int):
+        self.concurrency = concurrency
+        self.in_flight = 1  # one to begin with: the server may be refusing or slowing us already
+        self.answered_in_a_row = 0
+        self.not_before = 0.0  # time.monotonic() before which nothing is sent
+        self.unsaid_pauses = 0  # 429s in a row that did not say how long to wait
+        self.paused = 0.0  # seconds of pause this round has been asked for
+        self.slowed = False  # the server asked us to slow down this round
+
+    def answered(self) -> None:
+        """The server took a request (whatever it answered): one more in flight after as many
+        answers in a row as are in flight now, until the server first asks us to slow down (the
+        next round starts again from one)."""
+        self.unsaid_pauses = 0
+        self.answered_in_a_row += 1
+        if self.answered_in_a_row >= self.in_flight and self.in_flight < self.concurrency and not self.slowed:
+            self.in_flight += 1
+            self.answered_in_a_row = 0
+
+    def slow_down(self, wait: float | None) -> None:
+        """A 429. Answers to requests sent before the pause began belong to the same slow-down:
+        they do not halve or double again, but a longer wait the server asks for is kept."""
+        now = time.monotonic()
+        pausing = now < self.not_before
+        self.answered_in_a_row = 0
+        if wait is None:
+            if pausing:
+                return
+            wait = min(FIRST_PAUSE * 2**self.unsaid_pauses, LONGEST_PAUSE)
+            self.unsaid_pauses += 1
+        if not pausing:
+            self.in_flight = max(1, self.in_flight // 2)
+        self.slowed = True
+        until = max(self.not_before, now + wait)
+        self.paused += until - max(self.not_before, now)
+        self.not_before = until
+
+    def waiting(self) -> float:
+        """Seconds until the next request may leave."""
+        return max(0.0, self.not_before - time.monotonic())
+
+    def worn_out(self) -> bool:
+        """Whether this round has been asked to pause more than a worker should wait."""
+        return self.paused > ROUND_PAUSE_BUDGET
 
 
 class CompatibleServerProvider(HttpBatchProvider):
@@ -133,34 +227,68 @@ class CompatibleServerProvider(HttpBatchProvider):
         skip: Container[str] = (),
         requests: Iterable[InferenceRequest] = (),
     ) -> Iterator[ResultLine | UnreadableLine]:
-        """Ask the server for each request not in `skip`, at most `concurrency` at a time, and
-        yield each answer as it arrives. If the server cannot be reached, what arrived is
-        yielded and a transient ProviderError ends the round. Closing the generator stops
-        sending at once; requests already in flight end within the client's timeout."""
+        """Ask the server for each request not in `skip`, as fast as the round's `Pace` allows and
+        never more than `concurrency` at a time, and yield each answer as it arrives. What arrived
+        is yielded before a round that ends early raises: a transient ProviderError if the server
+        cannot be reached, `SlowDown` if it asks us to wait longer than a worker should, a
+        permanent ProviderError if it refuses our key. Closing the generator stops sending at
+        once; requests already in flight end within the client's timeout."""
         # `skip` is read just before each request is sent, not once: a container that reads the
         # ledger keeps a request recorded meanwhile (by another worker) from being paid twice.
         pending = (r for r in requests if r.custom_id not in skip)
+        again: deque[InferenceRequest] = deque()  # answered 429: asked again before the others
+
+        def next_request() -> InferenceRequest | None:
+            while again:
+                request = again.popleft()
+                if request.custom_id not in skip:
+                    return request
+            return next(pending, None)
+
+        pace = Pace(self.concurrency)
         stop = threading.Event()
         pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="compatible-server")
         in_flight: dict[Future, InferenceRequest] = {}
-        unreachable: _Unreachable | None = None
+        ended: _Unreachable | _KeyRefused | None = None
         try:
             while True:
-                while unreachable is None and len(in_flight) < self.concurrency:
-                    request = next(pending, None)
+                while (
+                    ended is None
+                    and not pace.worn_out()
+                    and len(in_flight) < pace.in_flight
+                    and not pace.waiting()
+                ):
+                    request = next_request()
                     if request is None:
                         break
                     in_flight[pool.submit(self._ask, request, stop)] = request
                 if not in_flight:
-                    break
-                done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+                    request = None if ended is not None else next_request()
+                    if request is None:
+                        break
+                    again.appendleft(request)
+                    if pace.worn_out():
+                        raise SlowDown(
+                            f"The server asked us to slow down (HTTP 429) for {pace.paused:.0f} s "
+                            "this round; its requests are asked again after the pause",
+                            retry_after=pace.waiting(),
+                            secrets=self.secrets,
+                        )
+                    time.sleep(pace.waiting())  # the whole unit's pause: nothing is in flight
+                    continue
+                done, _ = wait(in_flight, timeout=pace.waiting() or None, return_when=FIRST_COMPLETED)
                 lines, broken = [], []
                 for future in done:
                     request = in_flight.pop(future)
                     try:
                         line = future.result()
-                    except _Unreachable as exc:
-                        unreachable = unreachable or exc
+                    except _TooManyRequests as exc:
+                        # Not a failure of the request: the server asks for time; it is asked again.
+                        pace.slow_down(exc.wait)
+                        again.append(request)
+                        continue
+                    except (_Unreachable, _KeyRefused) as exc:
+                        ended = ended or exc
                         continue
                     except Exception as exc:  # noqa: BLE001 - a fault of ours, after the request was sent
                         # It may have been answered (and paid for): a permanent failure of that
@@ -174,59 +302,63 @@ class CompatibleServerProvider(HttpBatchProvider):
                         )
                         continue
                     if line is not None:
+                        pace.answered()
                         lines.append(line)
                 # Every readable answer first: each is recorded the moment it is yielded.
                 yield from lines
                 yield from broken
-            if unreachable is not None:
-                raise ProviderError(str(unreachable), secrets=self.secrets)
+            if ended is not None:
+                raise ProviderError(str(ended), status=getattr(ended, "status", None), secrets=self.secrets)
         finally:
             stop.set()
             pool.shutdown(wait=False, cancel_futures=True)
 
     def _ask(self, request: InferenceRequest, stop: threading.Event) -> ResultLine | None:
-        """One request, with 429 waited out a bounded number of times. None: stopped while
-        waiting, so nothing is recorded and the request is asked again next round."""
-        body = request_body(request)
-        headers = {REQUEST_ID_HEADER: request.custom_id}
-        for attempt in range(RATE_LIMIT_RETRIES + 1):
-            if stop.is_set():
-                return None
-            try:
-                response = self.client.post(PATH, json=body, headers=headers)
-            except (*NEVER_SENT, httpx.InvalidURL) as exc:
-                # Never left this machine: the server is not there, so nothing more is sent this
-                # round (the unit is collected again later), rather than failing every item.
-                raise _Unreachable(f"POST {PATH} could not be sent: {exc}") from exc
-            except httpx.TimeoutException as exc:
-                return self._failure(
-                    request, ReasonCode.TIMED_OUT, True, "timeout", f"no answer in time: {exc}"
-                )
-            except httpx.DecodingError as exc:
-                # Answered (and computed) but the body cannot be decoded: permanent, never re-sent.
-                return self._failure(
-                    request,
-                    ReasonCode.UNREADABLE_RESULT,
-                    False,
-                    "unreadable_result",
-                    f"an answer that could not be decoded: {exc}",
-                )
-            except httpx.HTTPError as exc:
-                # Sent, perhaps answered by the model, but the answer never arrived.
-                return self._failure(
-                    request,
-                    ReasonCode.MODEL_SERVER_ERROR,
-                    True,
-                    "connection_lost",
-                    f"the answer was lost: {exc}",
-                )
-            if response.status_code != 429:
-                return self._read(request, response)
-            retry_after = retry_after_seconds(response.headers.get("retry-after"))
-            if attempt == RATE_LIMIT_RETRIES:
-                return self._error_line(request, response, retry_after=retry_after)
-            stop.wait(min(retry_after if retry_after is not None else 2.0**attempt, MAX_RATE_LIMIT_WAIT))
-        return None  # not reached: the last attempt always returns
+        """One request. None: the round stopped before it was sent, so nothing is recorded and it
+        is asked again next round. A 429 or a refused key is raised, never a line: neither says
+        anything about this request."""
+        if stop.is_set():
+            return None
+        try:
+            response = self.client.post(
+                PATH,
+                json=request_body(request),
+                headers={REQUEST_ID_HEADER: request.custom_id},
+            )
+        except (*NEVER_SENT, httpx.InvalidURL) as exc:
+            # Never left this machine: the server is not there, so nothing more is sent this
+            # round (the unit is collected again later), rather than failing every item.
+            raise _Unreachable(f"POST {PATH} could not be sent: {exc}") from exc
+        except httpx.TimeoutException as exc:
+            return self._failure(request, ReasonCode.TIMED_OUT, True, "timeout", f"no answer in time: {exc}")
+        except httpx.DecodingError as exc:
+            # Answered (and computed) but the body cannot be decoded: permanent, never re-sent.
+            return self._failure(
+                request,
+                ReasonCode.UNREADABLE_RESULT,
+                False,
+                "unreadable_result",
+                f"an answer that could not be decoded: {exc}",
+            )
+        except httpx.HTTPError as exc:
+            # Sent, perhaps answered by the model, but the answer never arrived.
+            return self._failure(
+                request,
+                ReasonCode.MODEL_SERVER_ERROR,
+                True,
+                "connection_lost",
+                f"the answer was lost: {exc}",
+            )
+        if response.status_code == 429:
+            raise _TooManyRequests(requested_wait(response.headers))
+        if response.status_code in KEY_REFUSED:
+            said = self._error_line(request, response)  # the server's code and words, scrubbed
+            raise _KeyRefused(
+                f"The server refuses our key: POST {PATH} answered {response.status_code} "
+                f"{said.error_code}: {said.error_message}",
+                response.status_code,
+            )
+        return self._read(request, response)
 
     def _read(self, request: InferenceRequest, response: httpx.Response) -> ResultLine:
         try:
@@ -265,9 +397,7 @@ class CompatibleServerProvider(HttpBatchProvider):
             )
         return line
 
-    def _error_line(
-        self, request: InferenceRequest, response: httpx.Response, *, retry_after: float | None = None
-    ) -> ResultLine:
+    def _error_line(self, request: InferenceRequest, response: httpx.Response) -> ResultLine:
         """An HTTP error, classified by its status; the server's own code and message are kept."""
         reason, transient = classify_http_status(response.status_code)
         try:
@@ -293,7 +423,6 @@ class CompatibleServerProvider(HttpBatchProvider):
             code,
             message,
             http_status=response.status_code,
-            retry_after=retry_after,
         )
 
     def _failure(
@@ -305,7 +434,6 @@ class CompatibleServerProvider(HttpBatchProvider):
         message: str,
         *,
         http_status: int | None = None,
-        retry_after: float | None = None,
     ) -> ResultLine:
         return ResultLine(
             custom_id=request.custom_id,
@@ -316,5 +444,4 @@ class CompatibleServerProvider(HttpBatchProvider):
             error_message=scrub_credentials(message, self.secrets)[:1000],
             reason=reason,
             transient=transient,
-            retry_after=retry_after,
         )

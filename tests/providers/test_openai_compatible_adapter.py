@@ -18,7 +18,7 @@ from ledger.emulators.openai_compatible import CompatibleServerEmulator
 from ledger.providers import get_provider
 from ledger.providers import openai_compatible as module
 from ledger.providers.base import Delivery, Finding, InferenceRequest, ProviderError, ResultLine
-from ledger.providers.openai_compatible import CompatibleServerProvider
+from ledger.providers.openai_compatible import CompatibleServerProvider, SlowDown
 from ledger.states import ReasonCode
 
 SCHEMA = {
@@ -207,18 +207,86 @@ def test_a_429_is_waited_out_honouring_retry_after(build, emulator):
     assert time.monotonic() - started >= 3 * 0.2
 
 
-def test_a_429_storm_ends_as_a_transient_rate_limited_line(build, emulator, monkeypatch):
-    monkeypatch.setattr(module, "MAX_RATE_LIMIT_WAIT", 0.05)  # the wait is capped
+def test_a_429_asking_for_longer_than_a_worker_waits_ends_the_round_without_failing_the_request(
+    build, emulator
+):
     emulator.configure(rate_limit_calls=100, retry_after=1000)
 
-    started = time.monotonic()
-    (line,) = collect(build(concurrency=1), requests(1)).values()
+    with pytest.raises(SlowDown) as raised:
+        list(build().results("local-k", requests=requests(3)))
 
-    assert time.monotonic() - started < 5
-    assert emulator.stats()["rejected_calls"] == module.RATE_LIMIT_RETRIES + 1
-    assert not line.succeeded and line.http_status == 429
-    assert (line.reason, line.transient, line.retry_after) == (ReasonCode.RATE_LIMITED, True, 1000)
-    assert "Rate limit" in line.error_message
+    # One call (a round begins with one in flight), no line: the request did not fail.
+    assert emulator.stats()["rejected_calls"] == 1
+    assert raised.value.transient and raised.value.status == 429
+    assert 999 < raised.value.retry_after <= 1000  # the unit waits for what the server asked
+
+
+def refused_calls_keep_to_what_the_server_asked(calls: list[dict], *, in_flight: int) -> None:
+    """After each 429, fewer than `in_flight` calls reach the server before the instant its
+    answer named (those already on their way); with one in flight, none at all."""
+    for n, refused in enumerate(calls):
+        if refused["rate_limited"]:
+            early = [call for call in calls[n + 1 :] if call["at"] < refused["retry_at"]]
+            assert len(early) < in_flight, (refused, early)
+
+
+@pytest.mark.parametrize(
+    ("hint", "window_ms"), [("retry-after-ms", 300), ("retry-after", 1000), ("http-date", 1000)]
+)
+def test_a_429_is_waited_out_as_long_as_the_server_asks_and_no_request_fails(
+    build, emulator, hint, window_ms
+):
+    emulator.configure(requests_per_window=2, window_ms=window_ms, window_hint=hint)
+    sent = requests(5)
+
+    lines = collect(build(concurrency=1), sent)
+
+    assert set(lines) == {r.custom_id for r in sent}
+    assert all(line.succeeded for line in lines.values())
+    stats = emulator.stats()
+    assert stats["rate_limited_calls"] >= 1  # the limit was met
+    assert stats["inferences"] == {r.custom_id: 1 for r in sent}
+    refused_calls_keep_to_what_the_server_asked(stats["completion_calls"], in_flight=1)
+    # Each 429 was followed by the call the server allowed, not by a second refusal.
+    refusals = [call["rate_limited"] for call in stats["completion_calls"]]
+    assert (True, True) not in zip(refusals, refusals[1:], strict=False)
+
+
+def test_a_429_pauses_every_call_of_the_unit_and_fewer_go_at_once(build, emulator):
+    emulator.configure(per_request_ms=30, requests_per_window=4, window_ms=400, window_hint="retry-after-ms")
+    sent = requests(16)
+
+    lines = collect(build(concurrency=4), sent)
+
+    assert all(line.succeeded for line in lines.values()) and len(lines) == 16
+    stats = emulator.stats()
+    refused_calls_keep_to_what_the_server_asked(stats["completion_calls"], in_flight=4)
+    # Four windows' worth of requests: about one refusal per window, not a storm.
+    assert 1 <= stats["rate_limited_calls"] <= 8
+
+
+def test_a_429_that_says_nothing_pauses_the_unit_twice_as_long_each_time_up_to_a_cap(
+    build, emulator, monkeypatch
+):
+    monkeypatch.setattr(module, "FIRST_PAUSE", 0.05)
+    monkeypatch.setattr(module, "LONGEST_PAUSE", 0.2)
+    monkeypatch.setattr(module, "ROUND_PAUSE_BUDGET", 0.5)
+    emulator.configure(requests_per_window=1, window_ms=60_000, window_hint="none")
+
+    stream = build(concurrency=1).results("local-k", requests=requests(2))
+    first = next(stream)
+    with pytest.raises(SlowDown) as raised:
+        next(stream)
+
+    assert first.succeeded and first.custom_id == "bd-0-1"
+    calls = emulator.stats()["completion_calls"]
+    assert [call["rate_limited"] for call in calls] == [False, True, True, True, True]
+    gaps = [later["at"] - earlier["at"] for earlier, later in zip(calls[1:], calls[2:], strict=False)]
+    for gap, pause in zip(gaps, [0.05, 0.1, 0.2], strict=True):
+        assert gap >= pause
+    # 0.05 + 0.1 + 0.2 + 0.2 is more than the round waits: the unit waits out the last pause in
+    # the ledger, and the request was never failed.
+    assert raised.value.transient and 0 < raised.value.retry_after <= 0.2
 
 
 @pytest.mark.parametrize("status", [500, 503])
@@ -307,15 +375,29 @@ def test_a_key_is_sent_only_when_configured(build, emulator):
     assert emulator.stats()["keyed_calls"] == 2
 
 
-def test_a_refused_key_is_permanent_and_never_shown(build, emulator):
-    emulator.configure(api_key="right-key")
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_refused_key_ends_the_round_with_a_permanent_error_after_one_call_and_is_never_shown(
+    build, emulator, status
+):
     secret = "sk-local-0123456789abcdefghij"
+    if status == 401:
+        emulator.configure(api_key="right-key")
+    else:
+        emulator.configure(refusals=100, refusal_status=403)
 
-    (line,) = collect(build(key=secret), requests(1)).values()
+    with pytest.raises(ProviderError) as raised:
+        list(build(key=secret).results("local-k", requests=requests(5)))
 
-    assert (line.http_status, line.reason, line.transient) == (401, ReasonCode.REQUEST_INVALID, False)
-    assert "Incorrect API key" in line.error_message
-    assert secret not in line.error_message and "[redacted]" in line.error_message
+    assert (raised.value.status, raised.value.transient) == (status, False)
+    assert str(raised.value).startswith(
+        f"The server refuses our key: POST /chat/completions answered {status}"
+    )
+    assert secret not in str(raised.value)
+    if status == 401:
+        assert "Incorrect API key" in str(raised.value) and "[redacted]" in str(raised.value)
+    # A round begins with one request in flight: one refused call tells, not one per request.
+    assert emulator.stats()["refused_keys"] + emulator.stats()["rejected_calls"] == 1
+    assert emulator.stats()["inferences"] == {}
 
 
 @pytest.mark.parametrize(
