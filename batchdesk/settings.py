@@ -187,6 +187,15 @@ BATCHDESK_IMPORT_MAX_BYTES = int(os.environ.get("BATCHDESK_IMPORT_MAX_BYTES", st
 # a bad file stops the server and the workers at startup (system check batchdesk.E001).
 BATCHDESK_PRICE_FILE = os.environ.get("BATCHDESK_PRICE_FILE", "")
 
+# How `openai_compatible` is sent an output schema (SPEC rule 17, ledger/schema_dialects.py):
+# OpenAI's strict dialect, safe behind a LiteLLM proxy or an OpenAI-like gateway, or `as_is`, the
+# whole schema without `strict`, for a server that takes all of JSON Schema (vLLM).
+OPENAI_COMPATIBLE_SCHEMA = os.environ.get("OPENAI_COMPATIBLE_SCHEMA", "openai_strict")
+if OPENAI_COMPATIBLE_SCHEMA not in ("openai_strict", "as_is"):
+    raise RuntimeError(
+        f"OPENAI_COMPATIBLE_SCHEMA is {OPENAI_COMPATIBLE_SCHEMA!r}: it must be openai_strict or as_is"
+    )
+
 # Each provider's address, the names of the environment variables its credentials are read from
 # when its client is built (SPEC §4), and the model a job uses when it names none. A provider is
 # offered for jobs once its `required_env` are set.
@@ -223,6 +232,7 @@ PROVIDERS = {
         "api_key_env": "OPENAI_COMPATIBLE_API_KEY",
         "default_model": os.environ.get("OPENAI_COMPATIBLE_MODEL", "default"),
         "concurrency": int(os.environ.get("OPENAI_COMPATIBLE_CONCURRENCY", "4")),
+        "schema_dialect": OPENAI_COMPATIBLE_SCHEMA,
         "required_env": ["OPENAI_COMPATIBLE_BASE_URL"],
     },
     "emulator": {

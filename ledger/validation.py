@@ -8,8 +8,10 @@ from typing import NamedTuple
 
 import jiter
 import jsonschema
+from referencing.exceptions import Unresolvable
 
 from .models import PromptVersion, SourceRevision, canonical_json
+from .schema_refs import NO_RETRIEVAL
 from .states import DraftNote, ReasonCode
 
 
@@ -99,7 +101,9 @@ class DraftChecker:
         if output_schema:
             cls = jsonschema.validators.validator_for(output_schema)
             cls.check_schema(output_schema)
-            self.validator = cls(output_schema)
+            # A registry that fetches nothing: a $ref outside the schema is unresolvable, never
+            # retrieved (a schema stored before prompt versions refused them may still hold one).
+            self.validator = cls(output_schema, registry=NO_RETRIEVAL)
             self.accepts = plain_schema_check(output_schema)
         # (word, the word as it is looked for, its pattern): a plain substring test first, as most
         # drafts claim none of them.
@@ -137,7 +141,7 @@ class DraftChecker:
             # jsonschema is the judge and writes the reason; a plain schema's own check (a hundred
             # times faster) only ever passes what jsonschema would pass.
             passed = self.accepts is not None and self.accepts(data)
-            error = None if passed else jsonschema.exceptions.best_match(self.validator.iter_errors(data))
+            error = None if passed else jsonschema.exceptions.best_match(self.schema_errors(data))
             if error is not None:
                 where = "/".join(str(p) for p in error.absolute_path) or "the draft"
                 reason = Reason(
@@ -167,6 +171,17 @@ class DraftChecker:
             if lowered_word in lowered and pattern.search(lowered)
         ]
         return Checked(text, reasons, claimed, notes)
+
+    def schema_errors(self, data: object) -> Iterator[jsonschema.ValidationError]:
+        """jsonschema's errors for `data`. A reference the schema cannot follow is one more error,
+        never fetched and never an exception that would stop the collection of a unit."""
+        try:
+            yield from self.validator.iter_errors(data)
+        except Unresolvable as exc:
+            yield jsonschema.ValidationError(
+                f"the schema's $ref {str(exc.ref)[:100]!r} cannot be followed: a reference may only "
+                "point inside the schema, and nothing is fetched"
+            )
 
     @staticmethod
     def unstated(claimed: list[tuple[str, re.Pattern]], source: str) -> list[Reason]:

@@ -4,6 +4,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 
 from ..models import PromptVersion
+from ..schema_refs import reference_problems
 from .core import NotAllowed
 
 PROMPT_TASK_PATTERN = r"[a-z][a-z0-9_]{0,63}"
@@ -88,7 +89,7 @@ def output_schema_problems(schema: object) -> list[str]:
         return [f"The output schema is not a valid JSON Schema: {exc.message}"]
     if schema.get("type") != "object":
         return ['The output schema must describe a JSON object ("type": "object")']
-    return []
+    return reference_problems(schema)
 
 
 def prompt_rules_problems(rules: object, schema: object) -> list[str]:

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 
+from ..schema_dialects import Dialect, sent_schema
 from ..scrubbing import scrub_credentials
 from ..states import ReasonCode
 from .base import (
@@ -72,7 +73,9 @@ def batch_request(request: InferenceRequest) -> dict:
             {
                 "name": OUTPUT_TOOL,
                 "description": "Record the answer, in the shape the schema gives.",
-                "input_schema": request.output_schema,
+                # A tool's input_schema takes any JSON Schema and nothing decodes under it
+                # strictly: the model reads the whole schema, length rules and all.
+                "input_schema": sent_schema(request.output_schema, Dialect.AS_IS).schema,
             }
         ]
         params["tool_choice"] = {"type": "tool", "name": OUTPUT_TOOL}

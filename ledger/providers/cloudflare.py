@@ -48,6 +48,7 @@ from urllib.parse import quote
 
 import httpx
 
+from ..schema_dialects import Dialect, sent_schema
 from ..scrubbing import scrub_credentials
 from ..states import ReasonCode
 from .base import (
@@ -114,8 +115,10 @@ def queued_request(request: InferenceRequest) -> dict:
         "max_tokens": request.max_output_tokens,
     }
     if request.output_schema:
-        # Workers AI's JSON mode takes the schema itself as `json_schema` (no name, no wrapper).
-        entry["response_format"] = {"type": "json_schema", "json_schema": request.output_schema}
+        # Workers AI's JSON mode takes the schema itself as `json_schema` (no name, no wrapper),
+        # any JSON Schema: the model is guided by all of it.
+        schema = sent_schema(request.output_schema, Dialect.AS_IS).schema
+        entry["response_format"] = {"type": "json_schema", "json_schema": schema}
     entry["external_reference"] = request.custom_id
     return entry
 

@@ -32,6 +32,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import httpx
 
 from ..retrying import retry_after_seconds
+from ..schema_dialects import Dialect, sent_schema
 from ..scrubbing import scrub_credentials
 from ..states import ReasonCode
 from .base import (
@@ -128,7 +129,7 @@ def inline_request(request: InferenceRequest) -> dict:
     generation: dict = {"maxOutputTokens": request.max_output_tokens}
     if request.output_schema:
         generation["responseMimeType"] = "application/json"
-        generation["responseJsonSchema"] = request.output_schema
+        generation["responseJsonSchema"] = sent_schema(request.output_schema, Dialect.GEMINI).schema
     body: dict = {
         "contents": [{"role": "user", "parts": [{"text": request.user_message}]}],
         "generationConfig": generation,

@@ -9,6 +9,7 @@ from datetime import datetime
 import httpx
 
 from ..models import compact_json
+from ..schema_dialects import Dialect, sent_schema
 from ..scrubbing import scrub_credentials
 from ..states import ReasonCode
 from .base import (
@@ -56,11 +57,18 @@ def request_line(request: InferenceRequest) -> dict:
         "max_completion_tokens": request.max_output_tokens,
     }
     if request.output_schema:
-        body["response_format"] = {
-            "type": "json_schema",
-            "json_schema": {"name": "output", "schema": request.output_schema, "strict": True},
-        }
+        body["response_format"] = response_format(request.output_schema, Dialect.OPENAI_STRICT)
     return {"custom_id": request.custom_id, "method": "POST", "url": ENDPOINT, "body": body}
+
+
+def response_format(schema: dict, dialect: str) -> dict:
+    """A chat completion's `response_format` for an output schema: strict Structured Outputs in
+    OpenAI's strict dialect (SPEC rule 17), or, for a server that takes the whole schema, the schema
+    as it is and no `strict`."""
+    json_schema = {"name": "output", "schema": sent_schema(schema, dialect).schema}
+    if dialect == Dialect.OPENAI_STRICT:
+        json_schema["strict"] = True
+    return {"type": "json_schema", "json_schema": json_schema}
 
 
 def request_json(request: InferenceRequest) -> bytes:

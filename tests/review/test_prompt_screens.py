@@ -8,6 +8,7 @@ from django.urls import reverse
 
 from ledger.actions import NotAllowed, create_prompt_version
 from ledger.models import PromptVersion
+from ledger.schema_dialects import sent_schema
 from tests.factories import JobFactory, ProductFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -136,7 +137,10 @@ def test_the_preview_shows_the_exact_request_with_the_title_escaped(client, oper
     line = json.loads(response.context["preview"].request_json)
     assert line["url"] == "/v1/chat/completions" and line["body"]["model"] == "gpt-4o"
     assert line["body"]["max_completion_tokens"] == 600
-    assert line["body"]["response_format"]["json_schema"]["schema"] == v1.output_schema
+    # OpenAI is sent its strict dialect of the schema (SPEC rule 17).
+    assert line["body"]["response_format"]["json_schema"]["schema"] == (
+        sent_schema(v1.output_schema, "openai_strict").schema
+    )
     user_message = line["body"]["messages"][1]["content"]
     assert f"Title: Oak {XSS} board" in user_message and "- material: oak" in user_message
     # The title inside the request JSON, JSON-escaped and then HTML-escaped.
