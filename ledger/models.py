@@ -480,6 +480,9 @@ class Submission(models.Model):
     # Since when the provider has refused, with a permanent error, to tell the unit's status or hand
     # over its results; cleared when it answers. `gives_up_at` follows from it.
     refusing_since = models.DateTimeField(null=True, blank=True)
+    # A server answering each request asked us to slow down (429) for longer than a worker waits:
+    # its requests are asked again from then (the claim holds it till then); cleared when it answers.
+    slowed_until = models.DateTimeField(null=True, blank=True)
     # How often a worker has claimed this intent to send it.
     send_attempts = models.PositiveIntegerField(default=0)
     # A worker holds the submission until then; a dead worker's lease simply runs out.
