@@ -30,6 +30,7 @@ from datetime import datetime
 import httpx
 
 from ..retrying import requested_wait
+from ..schema_dialects import Dialect
 from ..scrubbing import scrub_credentials
 from ..states import ReasonCode
 from .base import (
@@ -45,7 +46,7 @@ from .base import (
     tls_context,
 )
 from .http import NEVER_SENT, PARSE_ERRORS, HttpBatchProvider, loads, unreadable_result
-from .openai import read_completion
+from .openai import read_completion, response_format
 
 PATH = "/chat/completions"
 REF_PREFIX = "local-"
@@ -69,7 +70,7 @@ ROUND_PAUSE_BUDGET = 60.0
 KEY_REFUSED = (401, 403)
 
 
-def request_body(request: InferenceRequest) -> dict:
+def request_body(request: InferenceRequest, schema_dialect: str = Dialect.OPENAI_STRICT) -> dict:
     body = {
         "model": request.model,
         "messages": [
@@ -80,10 +81,7 @@ def request_body(request: InferenceRequest) -> dict:
         "max_tokens": request.max_output_tokens,
     }
     if request.output_schema:
-        body["response_format"] = {
-            "type": "json_schema",
-            "json_schema": {"name": "output", "schema": request.output_schema, "strict": True},
-        }
+        body["response_format"] = response_format(request.output_schema, schema_dialect)
     return body
 
 
@@ -182,9 +180,18 @@ class CompatibleServerProvider(HttpBatchProvider):
         delivery=Delivery.PER_REQUEST,
     )
 
-    def __init__(self, *, client: httpx.Client, concurrency: int = DEFAULT_CONCURRENCY):
+    def __init__(
+        self,
+        *,
+        client: httpx.Client,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        schema_dialect: str = Dialect.OPENAI_STRICT,
+    ):
         super().__init__(client=client)
         self.concurrency = max(1, int(concurrency))
+        # OPENAI_COMPATIBLE_SCHEMA: OpenAI's strict dialect (what LiteLLM and OpenAI-like gateways
+        # pass on), or the schema as it is for a server that takes the whole of JSON Schema (vLLM).
+        self.schema_dialect = Dialect(schema_dialect)
 
     @classmethod
     def from_settings(cls, config: dict) -> "CompatibleServerProvider":
@@ -199,10 +206,10 @@ class CompatibleServerProvider(HttpBatchProvider):
             timeout=httpx.Timeout(READ_TIMEOUT, connect=10.0),
             limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
         )
-        return cls(client=client, concurrency=concurrency)
+        return cls(client=client, concurrency=concurrency, schema_dialect=config["schema_dialect"])
 
     def request_bytes(self, request: InferenceRequest) -> int:
-        return len(json.dumps(request_body(request), ensure_ascii=False).encode("utf-8"))
+        return len(json.dumps(request_body(request, self.schema_dialect), ensure_ascii=False).encode("utf-8"))
 
     def submit(self, *, requests: list[InferenceRequest], intent_key: str, metadata: dict) -> str:
         """Name the unit; nothing is sent until `results`."""
@@ -322,7 +329,7 @@ class CompatibleServerProvider(HttpBatchProvider):
         try:
             response = self.client.post(
                 PATH,
-                json=request_body(request),
+                json=request_body(request, self.schema_dialect),
                 headers={REQUEST_ID_HEADER: request.custom_id},
             )
         except (*NEVER_SENT, httpx.InvalidURL) as exc:
