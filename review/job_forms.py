@@ -25,6 +25,7 @@ from ledger.providers import (
     default_unit_size,
     provider_names,
 )
+from ledger.providers.model_names import model_name_problem
 
 # Unknown SKUs are listed in an error up to this many; the rest are counted.
 SHOWN_SKUS = 20
@@ -118,6 +119,8 @@ class JobForm(forms.Form):
                     data["model"] = default_model(provider)
                 if "unit_size" in data and not data["unit_size"]:
                     data["unit_size"] = default_unit_size(provider)
+        if provider and data.get("model") and (problem := model_name_problem(provider, data["model"])):
+            self.add_error("model", problem)
         task = data.get("task")
         if task:
             if not PromptVersion.objects.filter(task=task).exists():

@@ -13,6 +13,7 @@ from ..models import (
     ProductStatus,
     PromptVersion,
 )
+from ..providers.model_names import model_name_problem
 from ..setwise import insert_from_select, insert_select_sql
 from ..states import ItemState, JobState, ReasonCode
 from ..table_statistics import analyse_after_bulk_change
@@ -41,6 +42,8 @@ def create_job(
     if destination not in destination_names():
         raise NotAllowed(f"Unknown destination {destination!r}; known: {', '.join(destination_names())}")
     model = model or default_model(provider)
+    if problem := model_name_problem(provider, model):
+        raise NotAllowed(problem)
     unit_size = unit_size or default_unit_size(provider)
     limit = capabilities(provider).max_requests
     if not 1 <= unit_size <= limit:

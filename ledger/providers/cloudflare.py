@@ -67,6 +67,7 @@ from .base import (
     token_count,
 )
 from .http import PARSE_ERRORS, HttpBatchProvider, parse_failure
+from .model_names import check_model_name
 
 REF_SEPARATOR = "|"
 QUEUE = {"queueRequest": "true"}
@@ -226,7 +227,11 @@ class CloudflareBatchProvider(HttpBatchProvider):
     def _path(self, model: str) -> str:
         if not self.account_id:
             raise NotSent("no Cloudflare account id: set the variable the settings name")
-        return f"/accounts/{quote(self.account_id, safe='')}/ai/run/{quote(model, safe='@/')}"
+        check_model_name("cloudflare", model)
+        # `@cf/<author>/<model>` is a path under /ai/run/ (the API takes its slashes as they are):
+        # each of its three segments is quoted on its own.
+        segments = "/".join(quote(segment, safe="@") for segment in model.split("/"))
+        return f"/accounts/{quote(self.account_id, safe='')}/ai/run/{segments}"
 
     def _queue(self, model: str, body: bytes, *, answer_may_be_lost: bool = False) -> dict:
         """One POST to the model's queue address (the base `_call`: a request that never left is

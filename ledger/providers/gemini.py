@@ -52,6 +52,7 @@ from .base import (
     token_count,
 )
 from .http import PARSE_ERRORS, HttpBatchProvider, loads, parse_failure
+from .model_names import check_model_name
 
 # REST says BATCH_STATE_*; the SDKs say JOB_STATE_*. Both are read by their suffix.
 ENDED_STATES = {"SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"}
@@ -120,6 +121,12 @@ UPLOAD_MIME_TYPE = "application/jsonl"
 
 def model_name(model: str) -> str:
     return model if model.startswith(("models/", "tunedModels/")) else f"models/{model}"
+
+
+def model_path(model: str) -> str:
+    """`/models/{name}`: the name is one percent-quoted path segment, whatever it holds."""
+    collection, _, name = model_name(model).partition("/")
+    return f"/{collection}/{quote(name, safe='')}"
 
 
 def inline_request(request: InferenceRequest) -> dict:
@@ -441,12 +448,13 @@ class GeminiBatchProvider(HttpBatchProvider):
         models = {model_name(request.model) for request in requests}
         if len(models) != 1:
             raise ProviderError(f"one model per Gemini batch, got {sorted(models)}", status=400)
+        check_model_name("gemini", next(iter(models)))  # before any upload: the key goes with it
         if self.goes_inline(requests, intent_key):
             input_config: dict = {"requests": {"requests": [inline_request(r) for r in requests]}}
         else:
             input_config = {"fileName": self._upload(requests, intent_key)}
         body = {"batch": {"displayName": intent_key, "inputConfig": input_config}}
-        path = f"/{quote(models.pop(), safe='/')}:batchGenerateContent"
+        path = f"{model_path(models.pop())}:batchGenerateContent"
         # Serialised as `request_bytes` counts it, so the 20 MB limit is checked on what is sent.
         payload = json.dumps(body, ensure_ascii=False, separators=COMPACT).encode("utf-8")
         headers = {"content-type": "application/json; charset=utf-8"}
