@@ -13,7 +13,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from .retrying import PERMANENT_REFUSAL_PATIENCE
-from .states import ItemState, JobState, ReasonCode, SubmissionState
+from .states import DraftNote, ItemState, JobState, ReasonCode, SubmissionState
 
 # One encoder for every rendering: json.dumps with these options builds a new one each call.
 _CANONICAL = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"))
@@ -574,6 +574,11 @@ class GeneratedVersion(models.Model):
 
     def __str__(self) -> str:
         return f"item {self.item_id} v{self.number}"
+
+    @property
+    def note_labels(self) -> list[str]:
+        """The words of its validation notes."""
+        return [DraftNote(note).label if note in DraftNote.values else note for note in self.validation_notes]
 
 
 class Approval(models.Model):

@@ -302,6 +302,7 @@ def submission_json(submission: Submission) -> dict:
         "error": submission.error,
         "refusing_since": submission.refusing_since,
         "gives_up_at": submission.gives_up_at,
+        "slowed_until": submission.slowed_until,
         "created_at": submission.created_at,
     }
 
@@ -572,7 +573,11 @@ def version_json(version: GeneratedVersion, price: pricing.Price | None, price_n
         "number": version.number,
         "content": version.content,
         "content_hash": version.content_hash,
-        "validation": {"valid": version.valid, "reasons": version.validation_reasons},
+        "validation": {
+            "valid": version.valid,
+            "reasons": version.validation_reasons,
+            "notes": version.validation_notes,
+        },
         "usage": {
             "input_tokens": version.input_tokens,
             "output_tokens": version.output_tokens,

@@ -10,7 +10,9 @@ Knobs (server.FaultKnobs) shape the results: `fail_rate` (errored `api_error`), 
 and `expire_after_ms` (expired), `duplicate_lines` / `unknown_lines` / `malformed_lines` in
 the results file, `count_mismatch` in `request_counts`, `cut_downloads` of the results;
 `lose_create_responses`, 429 storms (with `retry-after`) and 5xx storms (529 answers
-`overloaded_error`) come from the shared plumbing. A cancel moves a batch to `canceling`,
+`overloaded_error`) come from the shared plumbing. The answer knobs (`truncate_rate`, `refuse_rate`,
+`fence_rate`, `prose_rate`) shape messages: `stop_reason` `max_tokens` or `refusal`, or a text block
+instead of the tool call. A cancel moves a batch to `canceling`,
 then `ended` with every request not yet run `canceled`.
 """
 
@@ -360,7 +362,8 @@ class AnthropicEmulator(EmulatorServer):
         elif self.dice("fail", request.custom_id, request.attempt) < self.knobs.fail_rate:
             request.result = self._errored("api_error", SERVER_ERROR_MESSAGE)
         else:
-            request.result = {"type": "succeeded", "message": self._message(params)}
+            shape = self.answer_shape(request.custom_id, request.attempt)
+            request.result = {"type": "succeeded", "message": self._message(params, shape)}
             self._inferences[request.custom_id] += 1
 
     @staticmethod
@@ -368,8 +371,10 @@ class AnthropicEmulator(EmulatorServer):
         return {"type": "errored", "error": envelope(error_type, message)}
 
     @staticmethod
-    def _message(params: dict) -> dict:
-        """The Messages API answer to `params`, written by textgen."""
+    def _message(params: dict, shape: str = "") -> dict:
+        """The Messages API answer to `params`, written by textgen (shaped as `textgen.answer`
+        says: a refusal stops with `refusal`, a cut-off with `max_tokens`; fenced JSON and prose
+        come as a text block where the model was made to call the tool)."""
         system = params.get("system")
         messages = [{"role": "system", "content": system}] if system else []
         messages += [m for m in params.get("messages") or [] if isinstance(m, dict)]
@@ -378,9 +383,9 @@ class AnthropicEmulator(EmulatorServer):
         if tool is not None:
             schema = tool.get("input_schema") or {}
             body["response_format"] = {"type": "json_schema", "json_schema": {"schema": schema}}
-        text, usage = textgen.generate(body)
-        stop_reason = "max_tokens" if usage["completion_tokens"] >= params["max_tokens"] else "end_turn"
-        if tool is None:
+        text, usage, stopped = textgen.answer(body, shape)
+        stop_reason = {"truncated": "max_tokens", "refused": "refusal"}.get(stopped, "end_turn")
+        if tool is None or stopped == "refused" or shape in (textgen.FENCED, textgen.PROSE):
             content = [{"type": "text", "text": text}]
         else:
             try:

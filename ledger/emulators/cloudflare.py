@@ -16,8 +16,10 @@ Failed requests are not generated and add no usage.
 Knobs that apply: `per_request_ms`, `queued_ms`, `fail_rate`, `lose_create_responses` (the unit
 is queued, then the connection drops), the shared 429 / 5xx storms, `duplicate_lines` (that
 share of successes answered twice), `unknown_lines` (successes with an `external_reference`
-never sent: `unknown-<n>`), `malformed_lines` (responses without `external_reference`), and a
-body over 10,000,000 bytes refused 413 (code 3006).
+never sent: `unknown-<n>`), `malformed_lines` (responses without `external_reference`), the
+answer knobs (`truncate_rate`, `refuse_rate`, `fence_rate`, `prose_rate`: only the `response` text
+shows them, as Workers AI's output has no stop reason), and a body over 10,000,000 bytes refused
+413 (code 3006).
 Knobs that do not: `expire_rate`, `expire_after_ms` (Cloudflare documents no expiry: requests
 are "fulfilled eventually"), `count_mismatch` (a unit has no counts to disagree with its
 responses), `cut_downloads` (nothing is downloaded: the responses come in the poll's answer).
@@ -251,7 +253,9 @@ class CloudflareEmulator(EmulatorServer):
             request.response = {**failed, "errors": [OUT_OF_CAPACITY]}
             return
         body = chat_body(unit.model, request.entry)
-        content, usage = textgen.generate(body)
+        shape = self.answer_shape(reference or f"{unit.request_id}#{request.index}", request.attempt)
+        # Workers AI says nothing of how the model stopped: a cut-off or refused answer is just its text.
+        content, usage, _ = textgen.answer(body, shape)
         answer: Any = content
         if "response_format" in body:
             try:  # JSON mode answers the object itself; a draft cut short stays text

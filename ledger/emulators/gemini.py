@@ -92,6 +92,10 @@ UNREGISTERED_CALLER = (
 )
 
 
+# Why a candidate withheld for `SAFETY` was withheld.
+WITHHELD_RATING = {"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "probability": "HIGH", "blocked": True}
+
+
 def _get(mapping: Any, camel: str) -> Any:
     """A field of a proto JSON object, spelled camelCase or snake_case."""
     if not isinstance(mapping, dict):
@@ -723,7 +727,8 @@ class GeminiEmulator(EmulatorServer):
         answer: dict
         if request.outcome == "ok":
             self._inferences[request.key] += 1
-            answer = {"response": self._response(batch, request.request, at)}
+            shape = self.answer_shape(request.key, request.attempt)
+            answer = {"response": self._response(batch, request.request, at, shape)}
         elif request.outcome == "invalid":
             message = "Unable to submit request because it has an empty text parameter."
             answer = {"error": {"code": INVALID_ARGUMENT, "message": message}}
@@ -733,21 +738,21 @@ class GeminiEmulator(EmulatorServer):
             answer["metadata"] = {"key": request.key}
         return answer
 
-    def _response(self, batch: _Batch, request: dict, at: float) -> dict:
-        """A GenerateContentResponse answering `request`."""
+    def _response(self, batch: _Batch, request: dict, at: float, shape: str = "") -> dict:
+        """A GenerateContentResponse answering `request` (shaped as `textgen.answer` says: cut off
+        at `MAX_TOKENS`, or withheld for `SAFETY` with no content, as Gemini withholds one)."""
         body = chat_body(batch.model.removeprefix("models/"), request)
-        content, usage = textgen.generate(body)
-        budget = body.get("max_completion_tokens")
-        finished = "MAX_TOKENS" if budget and usage["completion_tokens"] >= budget else "STOP"
+        content, usage, stopped = textgen.answer(body, shape)
         digest = hashlib.sha256(f"{batch.id}:{content}:{at}".encode()).digest()
+        candidate = {
+            "content": {"parts": [{"text": content}], "role": "model"},
+            "finishReason": "MAX_TOKENS" if stopped == "truncated" else "STOP",
+            "index": 0,
+        }
+        if stopped == "refused":
+            candidate = {"finishReason": "SAFETY", "index": 0, "safetyRatings": [WITHHELD_RATING]}
         return {
-            "candidates": [
-                {
-                    "content": {"parts": [{"text": content}], "role": "model"},
-                    "finishReason": finished,
-                    "index": 0,
-                }
-            ],
+            "candidates": [candidate],
             "usageMetadata": {
                 "promptTokenCount": usage["prompt_tokens"],
                 "candidatesTokenCount": usage["completion_tokens"],

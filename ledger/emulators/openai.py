@@ -7,7 +7,8 @@ whenever it is read, from timestamps, under one lock.
 
 Fault knobs (`server.FaultKnobs`) make it misbehave the ways a real provider does: requests that fail or
 expire, batches that expire part-way, calls answered 429 or 500, a create call whose answer
-is lost, downloads cut short, and output files with repeated, unknown or malformed lines.
+is lost, downloads cut short, output files with repeated, unknown or malformed lines, and answers
+cut off (`finish_reason: length`), refused (`message.refusal`), fenced or in prose.
 Whatever involves chance is drawn from the seed (per request: seed + custom_id + attempt;
 per file: seed + the batch's requests), so a run is reproducible while a retried custom_id
 gets a fresh roll of the dice.
@@ -56,6 +57,22 @@ ERROR_TYPES = {
     "server_error": "server_error",
     "overloaded": "server_error",
 }
+
+
+# How a chat completion says the model stopped (reference/providers.md §5, §8.1); a refusal
+# stops normally, its words in `message.refusal` and `content` null.
+FINISH_REASONS = {"complete": "stop", "truncated": "length", "refused": "stop"}
+
+
+def completion_message(content: str, stopped: str) -> dict:
+    """A chat completion's `message` for what `textgen.answer` wrote."""
+    refused = stopped == "refused"
+    return {
+        "role": "assistant",
+        "content": None if refused else content,
+        "refusal": content if refused else None,
+        "annotations": [],
+    }
 
 
 def openai_error(
@@ -640,25 +657,27 @@ class Emulator(EmulatorServer):
             message = "The server had an error while processing your request. Sorry about that!"
             request.result = _error_line(custom_id, 500, message, "server_error")
         else:
-            request.result, usage = self._completion_line(custom_id, body, at)
+            shape = self.answer_shape(custom_id, request.attempt)
+            request.result, usage = self._completion_line(custom_id, body, at, shape)
             self._inferences[custom_id] += 1
             # Added key by key: Counter.update(**counts) costs an abstract-class check a call.
             batch.usage["input"] += usage["prompt_tokens"]
             batch.usage["output"] += usage["completion_tokens"]
             request.succeeded = True
 
-    def _completion_line(self, custom_id: str, body: dict, at: float) -> tuple[dict, dict]:
-        """A success line answering `body` at simulated time `at`, and its usage."""
-        content, usage = textgen.generate(body)
-        budget = body.get("max_completion_tokens") or body.get("max_tokens")
-        stopped = "length" if budget and usage["completion_tokens"] >= budget else "stop"
-        message = {"role": "assistant", "content": content, "refusal": None, "annotations": []}
+    def _completion_line(self, custom_id: str, body: dict, at: float, shape: str = "") -> tuple[dict, dict]:
+        """A success line answering `body` at simulated time `at` (shaped as `textgen.answer`
+        says), and its usage."""
+        content, usage, stopped = textgen.answer(body, shape)
+        message = completion_message(content, stopped)
         completion = {
             "id": _new_id("chatcmpl-"),
             "object": "chat.completion",
             "created": int(at),
             "model": body["model"],
-            "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": stopped}],
+            "choices": [
+                {"index": 0, "message": message, "logprobs": None, "finish_reason": FINISH_REASONS[stopped]}
+            ],
             "usage": {
                 **usage,
                 "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},

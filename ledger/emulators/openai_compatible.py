@@ -8,7 +8,8 @@ Our custom_id arrives in the `X-Request-Id` header; inferences are counted by it
 Knobs that apply: `per_request_ms`, `fail_rate` (answered 500 before any work),
 `lose_create_responses` (the N-th completion call is computed and counted, then the connection
 drops), `malformed_lines` (that many answers are a body that is not JSON), `no_choices` (that
-many answers are JSON without `choices`), `api_key` (a 401 for any other key), a rate limit of its
+many answers are JSON without `choices`), the answer knobs (`truncate_rate`, `refuse_rate`,
+`fence_rate`, `prose_rate`: OpenAI's `finish_reason: length` and `message.refusal`), `api_key` (a 401 for any other key), a rate limit of its
 own (`requests_per_window` completion calls in any `window_ms`, the rest answered 429 saying when
 to come back as `window_hint` asks), and the shared 429 / 5xx storms. `completion_calls` in the
 stats is when each completion call arrived (seconds on this process's monotonic clock from the
@@ -31,6 +32,7 @@ from werkzeug.routing import Rule
 from werkzeug.wrappers import Request, Response
 
 from ledger.emulators import textgen
+from ledger.emulators.openai import FINISH_REASONS, completion_message
 from ledger.emulators.server import ApiError, EmulatorServer, FaultKnobs, KnobError, LoseAnswer, count, knob
 
 REQUEST_ID_HEADER = "X-Request-Id"
@@ -222,7 +224,7 @@ class CompatibleServerEmulator(EmulatorServer):
                     "The server had an error while processing your request. Sorry about that!",
                     kind="server_error",
                 )
-            content, usage = textgen.generate(body)
+            content, usage, stopped = textgen.answer(body, self.answer_shape(custom_id, attempt))
         finally:
             with self.lock:
                 self._in_flight -= 1
@@ -239,7 +241,6 @@ class CompatibleServerEmulator(EmulatorServer):
             # What a proxy in front of a crashed server sends: a page, not JSON.
             page = "<html><body><h1>502 Bad Gateway</h1>upstream closed"
             return Response(page, status=200, mimetype="text/html", headers=headers)
-        budget = body.get("max_completion_tokens") or body.get("max_tokens")
         answer = {
             "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
             "object": "chat.completion",
@@ -248,9 +249,9 @@ class CompatibleServerEmulator(EmulatorServer):
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": content},
+                    "message": completion_message(content, stopped),
                     "logprobs": None,
-                    "finish_reason": "length" if budget and usage["completion_tokens"] >= budget else "stop",
+                    "finish_reason": FINISH_REASONS[stopped],
                 }
             ],
             "usage": usage,

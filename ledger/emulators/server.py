@@ -26,6 +26,8 @@ from werkzeug.routing import Map, Rule
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
+from ledger.emulators import textgen
+
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 512 * 1024 * 1024
@@ -176,6 +178,13 @@ class FaultKnobs:
     # The first K downloads of each result file (from when this was set) send the full
     # Content-Length, about half the bytes, then hang up.
     cut_downloads: int = knob(0, count)
+    # Answers, each in the protocol's own words: this share of the requests that succeed is cut off
+    # at the output-token limit, refused by the model, answered with the JSON in a Markdown code
+    # fence, or answered in prose where JSON was asked for (`textgen.answer`).
+    truncate_rate: float = knob(0.0, share)
+    refuse_rate: float = knob(0.0, share)
+    fence_rate: float = knob(0.0, share)
+    prose_rate: float = knob(0.0, share)
 
 
 def _matches(prefix: str | None, method: str, path: str) -> bool:
@@ -381,6 +390,20 @@ class EmulatorServer:
         """A number in [0, 1) drawn from the seed and `parts`: the same parts, the same number."""
         text = ":".join(str(part) for part in (self.seed, *parts))
         return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8]) / 2**64
+
+    def answer_shape(self, *parts: Any) -> str:
+        """How the model answers the request `parts` name (its custom_id and attempt), as the answer
+        knobs say: a `textgen` shape, or "" for as asked. Drawn from the seed and `parts`."""
+        knobs = self.knobs
+        for shape, rate in (
+            (textgen.REFUSED, knobs.refuse_rate),
+            (textgen.TRUNCATED, knobs.truncate_rate),
+            (textgen.FENCED, knobs.fence_rate),
+            (textgen.PROSE, knobs.prose_rate),
+        ):
+            if rate > 0 and self.dice(shape, *parts) < rate:
+                return shape
+        return ""
 
     def take_lost_create(self) -> bool:
         """Whether the answer to the unit just created must be lost (call after creating it)."""

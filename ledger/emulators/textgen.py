@@ -12,7 +12,7 @@ expression, string formatting), not a JSON dump and a seeded random generator ea
 import hashlib
 import json
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 OPENERS = ["Introducing the {t}.", "Meet the {t}.", "Say hello to the {t}.", "Discover the {t}."]
 # (sentence, how one fact reads inside it)
@@ -147,3 +147,42 @@ def generate(body: dict) -> tuple[str, dict]:
         "completion_tokens": completion_tokens,
         "total_tokens": total,
     }
+
+
+# How an answer knob shapes a model's answer (`answer`): cut off at the output-token limit, refused,
+# the JSON wrapped in a Markdown code fence, or prose where JSON was asked for.
+TRUNCATED, REFUSED, FENCED, PROSE = "truncated", "refused", "fenced", "prose"
+REFUSAL = "I'm sorry, but I can't help with that request."
+
+
+class Answer(NamedTuple):
+    """What the model wrote and how it stopped: `complete`, `truncated` (at the output-token limit)
+    or `refused` (`content` is then the model's refusal, which each protocol puts in its own place)."""
+
+    content: str
+    usage: dict
+    stopped: str
+
+
+def answer(body: dict, shape: str = "") -> Answer:
+    """`generate`'s answer to a chat-completions body, shaped as an answer knob says (`shape`: one
+    of TRUNCATED, REFUSED, FENCED, PROSE, or "" for as asked). An answer that ran into the body's
+    token budget by itself is truncated too."""
+    if shape == PROSE:
+        body = {key: value for key, value in body.items() if key != "response_format"}
+    content, usage = generate(body)
+    budget = body.get("max_completion_tokens") or body.get("max_tokens")
+    if shape == REFUSED:
+        content = REFUSAL
+    elif shape == TRUNCATED:
+        # Half of it, so JSON no longer parses, and the whole budget spent, as a real cut-off reads.
+        content = content[: max(1, len(content) // 2)]
+    elif shape == FENCED:
+        content = f"```json\n{content}\n```\n"
+    if shape in (REFUSED, TRUNCATED):
+        used = budget if shape == TRUNCATED and budget else count_tokens(content)
+        usage = {**usage, "completion_tokens": used, "total_tokens": usage["prompt_tokens"] + used}
+    if shape == REFUSED:
+        return Answer(content, usage, "refused")
+    cut = shape == TRUNCATED or (budget and usage["completion_tokens"] >= budget)
+    return Answer(content, usage, "truncated" if cut else "complete")

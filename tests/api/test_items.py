@@ -47,7 +47,7 @@ def test_an_item_shows_versions_approvals_attempts_and_events_oldest_first(as_op
         "number": 1,
         "content": first.content,
         "content_hash": first.content_hash,
-        "validation": {"valid": False, "reasons": ["too short"]},
+        "validation": {"valid": False, "reasons": ["too short"], "notes": []},
         "usage": {"input_tokens": 120, "output_tokens": 60, "apportioned": False},
     }
     assert version["created_at"]

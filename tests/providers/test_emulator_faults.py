@@ -294,6 +294,7 @@ def test_the_command_line_flags_become_emulator_knobs():
         *("--server-errors", "1", "--server-error-path", "POST /v1/batches", "--cut-downloads", "1"),
         *("--duplicate-rate", "0.25", "--unknown-lines", "2", "--malformed-lines", "1", "--count-mismatch"),
         *("--refusals", "4", "--refusal-path", "/v1/files", "--refusal-status", "403"),
+        *("--truncate-rate", "0.1", "--refuse-rate", "0.2", "--fence-rate", "0.3", "--prose-rate", "0.4"),
     )
     emulator = Emulator(**kwargs)
 
@@ -318,6 +319,10 @@ def test_the_command_line_flags_become_emulator_knobs():
         "malformed_lines": 1,
         "count_mismatch": True,
         "cut_downloads": 1,
+        "truncate_rate": 0.1,
+        "refuse_rate": 0.2,
+        "fence_rate": 0.3,
+        "prose_rate": 0.4,
         "strict_schemas": False,
     }
 

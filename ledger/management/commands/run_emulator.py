@@ -52,6 +52,10 @@ def emulator_kwargs(options: dict[str, Any]) -> dict[str, Any]:
         "malformed_lines": options["malformed_lines"],
         "count_mismatch": options["count_mismatch"],
         "cut_downloads": options["cut_downloads"],
+        "truncate_rate": options["truncate_rate"],
+        "refuse_rate": options["refuse_rate"],
+        "fence_rate": options["fence_rate"],
+        "prose_rate": options["prose_rate"],
     }
 
 
@@ -148,6 +152,20 @@ class Command(BaseCommand):
             "--window-hint",
             choices=WINDOW_HINTS,
             help="how those 429s say when to come back (default retry-after)",
+        )
+
+        answers = parser.add_argument_group("answers, in the protocol's own words")
+        answers.add_argument(
+            "--truncate-rate", type=float, default=0.0, metavar="F", help="share cut off at the token limit"
+        )
+        answers.add_argument(
+            "--refuse-rate", type=float, default=0.0, metavar="F", help="share the model refuses"
+        )
+        answers.add_argument(
+            "--fence-rate", type=float, default=0.0, metavar="F", help="share with the JSON in a code fence"
+        )
+        answers.add_argument(
+            "--prose-rate", type=float, default=0.0, metavar="F", help="share in prose where JSON was asked"
         )
 
         files = parser.add_argument_group("output file anomalies")
