@@ -22,7 +22,7 @@ from django_htmx.http import HttpResponseStopPolling
 from ledger.actions import CANCELLABLE_ITEM_STATES, NotAllowed, cancel_job, create_job
 from ledger.models import ItemTally, Job, Submission
 from ledger.pricing import PLACES, Price, job_cost, price_for, unknown_price
-from ledger.providers import capabilities
+from ledger.providers import answers_at_once, capabilities
 from ledger.setwise import among
 from ledger.states import JobState, SubmissionState, needs_attention
 from ledger.validation import render_user_message
@@ -221,6 +221,10 @@ class SubmissionRow:
     @property
     def request_counts(self) -> str:
         return ", ".join(f"{name} {count}" for name, count in (self.submission.request_counts or {}).items())
+
+    @property
+    def answers_at_once(self) -> bool:
+        return answers_at_once(self.submission.provider)
 
     @property
     def anomalies(self) -> list[tuple[str, str]]:

@@ -31,7 +31,7 @@ from ledger.actions import (
     retry_item,
 )
 from ledger.models import Item, Submission
-from ledger.providers import configured_provider_names
+from ledger.providers import answers_at_once, configured_provider_names
 from ledger.providers.base import ProviderError
 from ledger.states import NEEDS_ATTENTION_STATES, ItemState, JobState, ReasonCode, SubmissionState
 
@@ -261,6 +261,8 @@ def operations(request: HtmxHttpRequest) -> HttpResponse:
     submissions = Paginator(unfinished, SUBMISSIONS_PER_PAGE).get_page(request.GET.get("submissions_page"))
     context["submissions"] = submissions
     context["submission_rows"] = [(s, ago(s.last_observed_at)) for s in submissions]
+    for submission in submissions:
+        submission.answers_at_once = answers_at_once(submission.provider)
     context["resend_risk"] = RESEND_RISK
     uncertain = []
     if any(g.state == S.SUBMISSION_UNCERTAIN for g in groups):

@@ -197,6 +197,9 @@ def collect_lines(
     renewed = timezone.now()
     handing_over = False
     given_up = submission.unanswered_reason == ReasonCode.RESULTS_UNAVAILABLE
+    # A server answering each request that answers again no longer refuses our key nor asks us to
+    # slow down: noted at its first answer of the round.
+    answered_again = not per_request
     try:
         results = (
             () if given_up else provider.results(submission.provider_ref, skip=recorded, requests=requests)
@@ -214,6 +217,11 @@ def collect_lines(
             elif line.custom_id in seen:
                 chunk.add({"kind": "repeated_line", "custom_id": line.custom_id})
             else:
+                if not answered_again:
+                    answered_again = True
+                    Submission.objects.filter(pk=submission_id).update(
+                        refusing_since=None, slowed_until=None, error=""
+                    )
                 seen.add(line.custom_id)
                 lines["succeeded" if line.succeeded else "failed"] += 1
                 if per_request or line.custom_id not in recorded:
@@ -242,8 +250,12 @@ def collect_lines(
         chunk.record()
         chunk.wait()
         if not refused_for_good(submission, exc):
+            again_at = timezone.now() + backoff(1, exc.retry_after)
+            # A 429 is the provider asking for time, not a failure: the unit waits until then.
             Submission.objects.filter(pk=submission_id).update(
-                error=str(exc)[:2000], claimed_until=timezone.now() + backoff(1, exc.retry_after)
+                error=str(exc)[:2000],
+                claimed_until=again_at,
+                slowed_until=again_at if exc.status == 429 else None,
             )
             return "interrupted"
         # The lines read are kept; the requests they do not answer fail for good, below.

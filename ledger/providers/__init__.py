@@ -6,7 +6,7 @@ import os
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from .base import BatchProvider, Capabilities
+from .base import BatchProvider, Capabilities, Delivery
 
 ADAPTERS = {
     "openai": "ledger.providers.openai.OpenAIBatchProvider",
@@ -40,6 +40,12 @@ def adapter_class(name: str) -> type[BatchProvider]:
 
 def capabilities(name: str) -> Capabilities:
     return adapter_class(name).capabilities
+
+
+def answers_at_once(name: str) -> bool:
+    """Whether the provider is a server answering each request as it is made: nothing waits
+    there, and what refuses or slows a unit is the server itself."""
+    return capabilities(name).delivery == Delivery.PER_REQUEST
 
 
 def default_model(name: str) -> str:
