@@ -303,7 +303,6 @@ def submission_json(submission: Submission) -> dict:
         "refusing_since": submission.refusing_since,
         "gives_up_at": submission.gives_up_at,
         "slowed_until": submission.slowed_until,
-        "slowed_until": submission.slowed_until,
         "created_at": submission.created_at,
     }
 
