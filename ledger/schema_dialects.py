@@ -94,7 +94,7 @@ def _strict(node: object, path: str, left: list[LeftToLedger]) -> dict:
         return {"anyOf": ANY_SCALAR}
     if "$ref" in node:
         # Strict mode takes a reference alone; what stands beside it is the ledger's to check.
-        left.extend(LeftToLedger(key, path) for key in node if key not in {"$ref", "title", "description"})
+        left.extend(LeftToLedger(key, path) for key in node if key != "$ref")
         return {"$ref": node["$ref"]}
     out: dict = {}
     for key, value in node.items():
