@@ -9,7 +9,9 @@ space or control character, and a slash only where the provider's ids have one:
 - OpenAI (and the emulator), Anthropic: one segment (`gpt-4o-mini`, `ft:gpt-4o-mini:org::id`,
   `claude-haiku-4-5`);
 - an OpenAI-compatible server: Hugging Face style `org/name` is normal for vLLM
-  (`meta-llama/Llama-3.1-8B-Instruct`); the name only goes in the JSON body, never the path;
+  (`meta-llama/Llama-3.1-8B-Instruct`); the name only goes in the JSON body, never the path. A
+  server started on a local directory serves it under a name of its own (vLLM's
+  `--served-model-name`), not `/models/…`;
 - Gemini: one segment, optionally after `models/` or `tunedModels/`; no `:`, which would name
   another method of the model;
 - Cloudflare: exactly `@cf/<author>/<model>` or `@hf/<author>/<model>`, a path of three segments
