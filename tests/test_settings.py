@@ -33,3 +33,28 @@ def test_anthropic_results_hosts_are_read_from_the_environment():
         "": "['']",
         "gw.example.com,dl.example.com:8443": "['gw.example.com', 'dl.example.com:8443']",
     }
+
+
+def test_openai_compatible_schema_dialect_is_read_from_the_environment_and_checked():
+    script = (
+        "from django.conf import settings; print(settings.PROVIDERS['openai_compatible']['schema_dialect'])"
+    )
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "batchdesk.test_settings"}
+    env.pop("OPENAI_COMPATIBLE_SCHEMA", None)
+    said = {}
+    for value in [None, "as_is", "openai_strict", "gemini"]:
+        if value is not None:
+            env["OPENAI_COMPATIBLE_SCHEMA"] = value
+        run = subprocess.run(
+            [sys.executable, "-c", f"import django; django.setup(); {script}"],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        said[value] = run.stdout.strip() if run.returncode == 0 else run.stderr.strip().splitlines()[-1]
+    assert said == {
+        None: "openai_strict",
+        "as_is": "as_is",
+        "openai_strict": "openai_strict",
+        "gemini": "RuntimeError: OPENAI_COMPATIBLE_SCHEMA is 'gemini': it must be openai_strict or as_is",
+    }

@@ -11,7 +11,10 @@ import pytest
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
+from ledger import actions
+from ledger.actions import create_prompt_version
 from ledger.bootstrap import DEFAULT_PROMPT
+from ledger.models import Item, Submission
 from ledger.providers.anthropic import batch_request
 from ledger.providers.base import InferenceRequest
 from ledger.providers.cloudflare import queued_request
@@ -19,8 +22,9 @@ from ledger.providers.gemini import inline_request
 from ledger.providers.openai import OpenAIBatchProvider, request_line
 from ledger.providers.openai_compatible import request_body
 from ledger.schema_dialects import Dialect, LeftToLedger, sent_schema
-from ledger.states import ReasonCode
+from ledger.states import ItemState, ReasonCode, SubmissionState
 from ledger.validation import DraftChecker
+from tests.factories import JobFactory, ProductFactory
 
 DEFAULT_SCHEMA = DEFAULT_PROMPT["output_schema"]
 
@@ -476,3 +480,36 @@ def test_openai_strict_mode_takes_every_schema_the_adapter_sends(emulator):
     refused = [line for line in lines if line.http_status == 400]
     assert refused == [] and len(lines) == len(sent)
     assert set(emulator.stats()["inferences"]) == {r.custom_id for r in sent}
+
+
+@pytest.mark.django_db
+def test_through_the_pipeline_a_length_rule_openai_was_not_sent_still_fails_the_draft(emulator, provider):
+    """The emulator refuses strict schemas outside OpenAI's subset (as OpenAI does), so the
+    version's maxLength is not sent; its drafts come back and the ledger's own check refuses them."""
+    schema = copy.deepcopy(DEFAULT_SCHEMA)
+    schema["properties"]["headline"]["maxLength"] = 5  # shorter than any headline the emulator writes
+    prompt = create_prompt_version(
+        task="short_headlines",
+        system_message=DEFAULT_PROMPT["system_message"],
+        template=DEFAULT_PROMPT["template"],
+        output_schema=schema,
+        rules={"text_field": "description"},
+        max_output_tokens=300,
+    )
+    job = JobFactory(task="short_headlines", prompt_version=prompt)
+    for _ in range(3):
+        product = ProductFactory()
+        Item.objects.create(job=job, product=product, source_revision=product.current_revision)
+    [submission_id] = actions.plan_submissions(job.pk)
+    actions.send_submission(submission_id, provider=provider)
+    for _ in range(200):
+        actions.poll_submission(submission_id, provider=provider)
+        if Submission.objects.get(pk=submission_id).state == SubmissionState.COLLECTED:
+            break
+        time.sleep(0.05)
+
+    items = list(Item.objects.filter(job=job))
+    assert {item.state for item in items} == {ItemState.VALIDATION_FAILED}
+    assert all("headline" in item.reason and "too long" in item.reason for item in items), [
+        item.reason for item in items
+    ]
