@@ -27,12 +27,14 @@ import re
 import secrets
 import sys
 import threading
+import time
 from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import partial
 from itertools import chain
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import NamedTuple, NoReturn, Protocol
@@ -40,10 +42,12 @@ from typing import NamedTuple, NoReturn, Protocol
 import jiter
 import orjson
 import psycopg
+from django.conf import settings
 from django.core.files.uploadedfile import UploadedFile
 from django.db import connection, connections, transaction
 from django.db.models import Q
 from django.utils import timezone
+from django_q.tasks import async_task
 
 from .actions import record_product
 from .cycles import fewer_cycle_collections
@@ -67,6 +71,7 @@ from .setwise import (
     with_packed_arrays,
 )
 from .states import ItemState, sources_for
+from .stopping import stop_asked
 from .table_statistics import analyse_after_bulk_change
 from .thread_switching import quicker_thread_switches
 
@@ -90,8 +95,10 @@ _WRITE_CHUNK_BYTES = 16 * 1024 * 1024
 # Progress is reported after this many rows; the reader runs at most this many chunks ahead.
 _PROGRESS_ROWS = 1000
 _READ_AHEAD = 2
-# The key of PostgreSQL's advisory lock that lets one import write at a time.
+# The key of PostgreSQL's advisory lock that lets one import write at a time, and how often an
+# import waiting for it asks again.
 _IMPORT_LOCK = 7_420_001
+_LOCK_WAIT_SECONDS = 0.5
 # How deep lists and objects may nest in a field's value: `"features": ["LED"]` is 1 deep,
 # `"sizes": [{"w_cm": 30}]` 2. Real catalogues need 2 or 3; the limit keeps every reader of a
 # value (hashing, prompts, screens) far from Python's recursion limit.
@@ -260,7 +267,7 @@ def _import(
     counted = _CountingReader(stream)
     try:
         with fewer_cycle_collections(), transaction.atomic():
-            _one_import_at_a_time()
+            _one_import_at_a_time(waiting=(lambda: on_progress(report)) if on_progress else None)
             known = _KnownLines.load() if recognise and _may_recognise(name) else None
             chunks = _chunks(counted, name=name, report=report, skip_invalid=skip_invalid, known=known)
             with (
@@ -317,13 +324,20 @@ class _CountingReader:
         return line
 
 
-def _one_import_at_a_time() -> None:
+def _one_import_at_a_time(waiting: Callable[[], None] | None = None) -> None:
     """Imports lock products chunk by chunk in file order, so two at once could each wait for a
     product the other holds. The second waits for the first to commit instead (SQLite lets one
-    transaction write at a time anyway)."""
+    transaction write at a time anyway), calling `waiting` now and then: a worker's import shows
+    it is alive (the first may take an hour), and ends there if its cluster is stopping."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_IMPORT_LOCK])
+            while True:
+                cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [_IMPORT_LOCK])
+                if cursor.fetchone()[0]:
+                    return
+                if waiting:
+                    waiting()
+                time.sleep(_LOCK_WAIT_SECONDS)
 
 
 # The second pass stages each chunk in a temporary table of this connection, then merges it.
@@ -818,25 +832,55 @@ _PROGRESS_EVERY = timedelta(seconds=1)
 
 
 def store_upload(upload: UploadedFile, *, uploaded_by, skip_invalid: bool) -> CatalogueImport:
-    """Keep an uploaded file in the database, where a worker on any machine can read it."""
+    """Keep an uploaded file in the database, where a worker on any machine can read it, and queue
+    its import."""
     with transaction.atomic():
         stored = CatalogueImport.objects.create(
             file_name=(upload.name or "")[:255],
             size=upload.size,
             skip_invalid=skip_invalid,
             uploaded_by=uploaded_by,
+            progress_at=timezone.now(),
         )
         for number, data in enumerate(upload.chunks(UPLOAD_CHUNK_BYTES)):
             CatalogueImportChunk.objects.create(catalogue_import=stored, number=number, data=data)
+        # Once committed. A broker that cannot take the task (Redis down) leaves the import
+        # queued, for the collector's pass to queue again (`queue_lost_imports`).
+        transaction.on_commit(partial(_queue_task, stored.pk), robust=True)
     return stored
 
 
-def queue_import(stored: CatalogueImport) -> None:
-    from django_q.tasks import async_task
+def _queue_task(import_id: int) -> None:
+    async_task("ledger.tasks.import_catalogue_file", import_id, timeout=IMPORT_TIMEOUT_SECONDS)
 
-    transaction.on_commit(
-        lambda: async_task("ledger.tasks.import_catalogue_file", stored.pk, timeout=IMPORT_TIMEOUT_SECONDS)
+
+def queue_lost_imports() -> int:
+    """Queue again the imports whose task is lost: queued, and not started within a lease of being
+    queued (the broker was down, or lost it); or running, and their worker silent for
+    IMPORT_STALE_AFTER (it died). Each is marked queued now by a compare-and-set first, so one pass
+    queues it once. Running it again is safe: it is claimed before it acts, one transaction,
+    and a product whose content is unchanged gets no new revision. Returns how many it queued."""
+    now = timezone.now()
+    patience = timedelta(seconds=settings.BATCHDESK_LEASE_SECONDS)
+    not_started = Q(progress_at__isnull=True) | Q(progress_at__lt=now - patience)
+    lost = Q(state=ImportState.QUEUED) & not_started | Q(
+        state=ImportState.RUNNING, progress_at__lt=now - IMPORT_STALE_AFTER
     )
+    queued = 0
+    found = CatalogueImport.objects.filter(lost).values_list("pk", "state", "progress_at")
+    for import_id, state, progress_at in found:
+        found_as = CatalogueImport.objects.filter(pk=import_id, state=state, progress_at=progress_at)
+        if not found_as.update(state=ImportState.QUEUED, claimed_by="", progress_at=now):
+            continue  # another pass, or its task, got there first
+        try:
+            _queue_task(import_id)
+        except Exception:
+            log.exception(
+                "catalogue import %s could not be queued; the next pass after a lease tries again", import_id
+            )
+            continue
+        queued += 1
+    return queued
 
 
 def run_stored_import(import_id: int) -> str:
@@ -857,6 +901,8 @@ def run_stored_import(import_id: int) -> str:
 
     def on_progress(report: ImportReport) -> None:
         nonlocal last_progress
+        if stop_asked():
+            raise _Stopping
         if timezone.now() - last_progress >= _PROGRESS_EVERY:
             last_progress = timezone.now()
             _save_progress(mine, report)
@@ -878,6 +924,11 @@ def run_stored_import(import_id: int) -> str:
                 finish(report)
     except _ClaimLost:
         return "taken over"
+    except _Stopping:
+        # Rolled back: queued again, for a worker that is not stopping.
+        if mine.update(state=ImportState.QUEUED, claimed_by="", progress_at=timezone.now()):
+            _queue_task(import_id)
+        return ImportState.QUEUED
     except Exception:
         log.exception("catalogue import %s failed", import_id)
         failure = "The import stopped on an unexpected error; nothing was imported. The error is in the worker's log."
@@ -889,6 +940,10 @@ def run_stored_import(import_id: int) -> str:
 
 class _ClaimLost(Exception):
     """Another worker took the import over: this one's writes are rolled back."""
+
+
+class _Stopping(Exception):
+    """The worker's cluster is stopping: the import is rolled back and queued again."""
 
 
 def _report_values(report: ImportReport) -> dict:

@@ -764,7 +764,8 @@ class CatalogueImport(models.Model):
     failure = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
-    # Last sign of life of the worker running it; a claim silent for long is taken over.
+    # Last sign of life: of the worker running it (a claim silent for long is taken over), or, while
+    # queued, when its task was queued (a task not started within a lease is queued again).
     progress_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 

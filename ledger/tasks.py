@@ -274,6 +274,8 @@ def poll_everything(start: Start = async_task) -> int:
         started += attempt(
             start, "ledger.tasks.apply_items", items[first : first + ITEMS_PER_APPLY_TASK], mark
         )
+    # Uploads whose import task was lost: queued while the broker was down, or their worker died.
+    started += catalogue.queue_lost_imports()
     return started
 
 

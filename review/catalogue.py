@@ -9,12 +9,12 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.files.uploadhandler import FileUploadHandler, StopUpload
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import get_object_or_404, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import filesizeformat
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_http_methods
 
-from ledger.catalogue import SKU_PATTERN, queue_import, report_of, run_stored_import, store_upload
+from ledger.catalogue import SKU_PATTERN, report_of, store_upload
 from ledger.models import (
     CatalogueImport,
     GeneratedVersion,
@@ -162,10 +162,6 @@ def catalogue_product(request: HtmxHttpRequest, sku: str) -> HttpResponse:
 
 # --- importing -----------------------------------------------------------------------------
 
-# A file up to this size is imported while the person waits (a second or two); a bigger one by a
-# worker, while the page shows its progress.
-IMPORT_AT_ONCE_BYTES = 256 * 1024
-
 
 class UploadSizeCap(FileUploadHandler):
     """Stops keeping an upload once it passes BATCHDESK_IMPORT_MAX_BYTES. The rest of the request is
@@ -201,8 +197,9 @@ def too_large_message(limit: int) -> str:
 @role_required(*VIEWERS)
 def catalogue_import(request: HtmxHttpRequest) -> HttpResponse:
     """Upload a JSONL or CSV file: the same all-or-nothing import, summary and line-numbered report
-    as `manage.py import_catalogue`. A big file is imported by a worker while the page shows how far
-    it has come."""
+    as `manage.py import_catalogue`. Every file is imported by a worker (one import writes at a
+    time: a small file may wait for a big one, and never inside a web request) while the upload's
+    page shows how far it has come."""
     can_import = has_role(request.user, *APPROVERS)
     if request.method == "GET":
         return render(
@@ -227,18 +224,8 @@ def receive_upload(request: HtmxHttpRequest, cap: UploadSizeCap) -> HttpResponse
     stored = store_upload(
         form.cleaned_data["file"], uploaded_by=request.user, skip_invalid=form.cleaned_data["skip_invalid"]
     )
-    if stored.size <= IMPORT_AT_ONCE_BYTES:
-        run_stored_import(stored.pk)
-    else:
-        queue_import(stored)
-    stored.refresh_from_db()
-    context = {
-        "form": CatalogueImportForm(initial={"skip_invalid": stored.skip_invalid}),
-        "can_import": True,
-        **import_context(stored),
-    }
-    status = 202 if not stored.finished else 200 if stored.imported else 400
-    return render(request, "catalogue_import.html", context, status=status)
+    # To the upload's own page: reloading it follows the import, never uploads the file again.
+    return redirect("import_detail", stored.pk)
 
 
 def import_context(stored: CatalogueImport) -> dict:

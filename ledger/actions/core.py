@@ -18,10 +18,12 @@ class NotAllowed(Exception):
 
 
 def enqueue(func: str, *args) -> None:
-    """Queue background work once the current transaction has committed."""
+    """Queue background work once the current transaction has committed. The queue is a wake-up
+    call: a broker that cannot take the task (Redis down) is logged, and what was committed stands
+    (an API call still answers 202); the collector's pass finds the work in the ledger."""
     from django_q.tasks import async_task
 
-    transaction.on_commit(lambda: async_task(func, *args))
+    transaction.on_commit(lambda: async_task(func, *args), robust=True)
 
 
 def actor_name(actor) -> str:

@@ -1,0 +1,206 @@
+"""Work that outlives its process is picked up again: a task the broker could not take, an import
+whose worker died, an import that waits for another. The ledger is the truth, the queue a wake-up
+call (issue 17, point 8)."""
+
+import threading
+from datetime import timedelta
+
+import psycopg
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connection
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.module_loading import import_string
+from django_q.conf import Conf
+from django_q.models import OrmQ
+
+from ledger import catalogue, stopping, tasks
+from ledger.models import CatalogueImport, ImportState, Job, Product, SourceRevision
+from ledger.states import ItemState
+from tests.api.conftest import token_for
+from tests.factories import ProductFactory, UserFactory
+from tests.processes import free_port, wait_until
+
+CSV = b"sku,title,colour\nNEW-1,Linen tea towel,blue\nNEW-2,Ash bread board,\n"
+
+
+@pytest.fixture
+def broker_down(monkeypatch):
+    """The broker pointed at a Redis nobody serves (a closed port), as when a deployment's Redis is
+    down: every task queued fails in the broker itself."""
+    monkeypatch.setattr(Conf, "ORM", None)
+    monkeypatch.setattr(Conf, "REDIS", f"redis://127.0.0.1:{free_port()}/0")
+
+
+def queued_tasks() -> list[tuple[str, tuple]]:
+    """What the database broker holds (the suite's broker when REDIS_URL is unset)."""
+    return [(task.func(), task.args()) for task in OrmQ.objects.order_by("pk")]
+
+
+def run_queued_tasks() -> list:
+    """Run, here, each task the broker holds, as a worker would take it."""
+    done = [import_string(func)(*args) for func, args in queued_tasks()]
+    OrmQ.objects.all().delete()
+    return done
+
+
+def upload(owner, content: bytes = CSV) -> CatalogueImport:
+    file = SimpleUploadedFile("catalogue.csv", content, content_type="text/csv")
+    return catalogue.store_upload(file, uploaded_by=owner, skip_invalid=False)
+
+
+def silent_for(stored: CatalogueImport, quiet: timedelta) -> None:
+    CatalogueImport.objects.filter(pk=stored.pk).update(progress_at=timezone.now() - quiet)
+
+
+# --- a task the broker could not take ------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_whose_task_the_broker_refused_is_accepted_and_the_collectors_pass_plans_it(
+    broker_down, monkeypatch, client
+):
+    ProductFactory.create_batch(2)
+    owner = UserFactory(roles=["catalogue_owner"])
+    body = {"reference": "spring", "task": "product_description", "provider": "emulator"}
+
+    response = client.post(
+        "/api/jobs",
+        body,
+        content_type="application/json",
+        headers={"Authorization": f"Bearer {token_for(owner)}"},
+    )
+
+    assert response.status_code == 202, response.content
+    job = Job.objects.get()
+    assert set(job.items.values_list("state", flat=True)) == {ItemState.PREPARED}
+    assert not OrmQ.objects.exists()
+
+    monkeypatch.undo()  # the broker is back
+    started = []
+    tasks.poll_everything(start=lambda func, *args: started.append((func, args)))
+    assert started == [("ledger.tasks.submit_job", (job.pk,))]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_upload_queued_while_the_broker_was_down_is_queued_again_and_imported(
+    broker_down, monkeypatch, client, settings
+):
+    owner = UserFactory(roles=["catalogue_owner"])
+    client.force_login(owner)
+
+    response = client.post(reverse("catalogue_import"), {"file": SimpleUploadedFile("c.csv", CSV)})
+
+    stored = CatalogueImport.objects.get()
+    assert (response.status_code, stored.state) == (302, ImportState.QUEUED)
+    assert not OrmQ.objects.exists()
+    monkeypatch.undo()  # the broker is back
+    assert catalogue.queue_lost_imports() == 0  # its task may yet come: a lease's patience
+
+    silent_for(stored, timedelta(seconds=settings.BATCHDESK_LEASE_SECONDS + 1))
+    tasks.poll_everything(start=lambda *task: None)
+
+    assert queued_tasks() == [("ledger.tasks.import_catalogue_file", (stored.pk,))]
+    assert catalogue.queue_lost_imports() == 0  # queued once, not at every pass
+    assert run_queued_tasks() == [ImportState.DONE]
+    assert set(Product.objects.values_list("sku", flat=True)) == {"NEW-1", "NEW-2"}
+
+
+# --- an import whose worker died -----------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_an_import_whose_worker_died_is_queued_again_and_imports_once(owner):
+    ProductFactory(sku="NEW-1", revision__title="Linen tea towel", revision__fields={"colour": "blue"})
+    stored = upload(owner)
+    # Its worker claimed it, then died: its transaction rolled back, its claim fell silent.
+    CatalogueImport.objects.filter(pk=stored.pk).update(state=ImportState.RUNNING, claimed_by="dead")
+    silent_for(stored, catalogue.IMPORT_STALE_AFTER - timedelta(seconds=5))
+    assert catalogue.queue_lost_imports() == 0  # a long silence, not yet a dead worker
+
+    silent_for(stored, catalogue.IMPORT_STALE_AFTER + timedelta(seconds=5))
+    assert catalogue.queue_lost_imports() == 1
+
+    stored.refresh_from_db()
+    assert (stored.state, stored.claimed_by) == (ImportState.QUEUED, "")
+    # Two deliveries of the task (the one queued when it was uploaded may come after all): one
+    # imports, the other finds nothing to claim.
+    assert tasks.import_catalogue_file(stored.pk) == ImportState.DONE
+    assert tasks.import_catalogue_file(stored.pk) == "not claimed"
+    stored.refresh_from_db()
+    assert stored.counts == {
+        "created": 1,
+        "revised": 0,
+        "unchanged": 1,
+        "withdrawn": 0,
+        "reactivated": 0,
+        "rejected": 0,
+    }
+    assert SourceRevision.objects.filter(product__sku="NEW-1").count() == 1
+    assert catalogue.queue_lost_imports() == 0
+
+
+@pytest.mark.django_db
+def test_an_import_whose_cluster_is_stopping_is_rolled_back_and_queued_again(owner, monkeypatch):
+    stored = upload(owner)
+    monkeypatch.setattr(stopping._asked, "value", 1)  # SIGTERM reached this worker's cluster
+
+    assert tasks.import_catalogue_file(stored.pk) == ImportState.QUEUED
+
+    stored.refresh_from_db()
+    assert (stored.state, stored.claimed_by, stored.finished_at) == (ImportState.QUEUED, "", None)
+    assert not Product.objects.exists() and stored.chunks.exists()
+    monkeypatch.undo()
+    assert tasks.import_catalogue_file(stored.pk) == ImportState.DONE
+    assert Product.objects.count() == 2
+
+
+# --- an import that waits for another ------------------------------------------------------
+
+
+@pytest.mark.postgresql_only
+@pytest.mark.django_db(transaction=True)
+def test_a_screen_upload_during_another_import_is_answered_at_once_and_its_task_waits_alive(client, owner):
+    settings_dict = connection.settings_dict
+    # Another import, writing: it holds the import lock until it commits. PostgreSQL ends it after
+    # a minute idle, so that without this change (the screen importing in the request, waiting for
+    # the lock) the test fails there rather than hangs.
+    other = psycopg.connect(
+        host=settings_dict["HOST"] or "127.0.0.1",
+        port=settings_dict["PORT"] or 5432,
+        dbname=settings_dict["NAME"],
+        user=settings_dict["USER"] or None,
+        options="-c idle_in_transaction_session_timeout=60s",
+    )
+    other.execute("SELECT pg_advisory_xact_lock(%s)", [catalogue._IMPORT_LOCK])
+    client.force_login(owner)
+
+    response = client.post(reverse("catalogue_import"), {"file": SimpleUploadedFile("c.csv", CSV)})
+
+    stored = CatalogueImport.objects.get()
+    assert (response.status_code, stored.state) == (302, ImportState.QUEUED)
+    outcome = []
+    worker = threading.Thread(target=lambda: outcome.append(tasks.import_catalogue_file(stored.pk)))
+    worker.start()
+    try:
+        running = wait_until(
+            lambda: CatalogueImport.objects.filter(pk=stored.pk, state=ImportState.RUNNING).first(),
+            timeout=30,
+            what="the task to claim the import",
+        )
+        # While it waits for the lock, it shows it is alive: no pass takes it for a dead worker's.
+        wait_until(
+            lambda: CatalogueImport.objects.get(pk=stored.pk).progress_at > running.progress_at,
+            timeout=30,
+            what="a sign of life while waiting",
+        )
+        page = client.get(response.url).content.decode()
+        assert "Importing" in page and 'hx-trigger="every 2s"' in page
+        assert not Product.objects.exists()
+    finally:
+        other.rollback()
+        other.close()
+        worker.join()
+    assert outcome == [ImportState.DONE]
+    assert "created 2, revised 0, unchanged 0" in client.get(response.url).content.decode()
