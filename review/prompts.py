@@ -1,5 +1,6 @@
-"""Prompt versions: what each says, the exact request it makes for a product, and new versions.
-A version is never edited; changing one makes the next version of its task."""
+"""Prompt versions: what each says, what each provider is sent of its output schema, the exact
+request it makes of a provider for a product, and new versions. A version is never edited; changing
+one makes the next version of its task."""
 
 import json
 from dataclasses import dataclass
@@ -14,8 +15,17 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from ledger.actions import NotAllowed, create_prompt_version
 from ledger.models import Product, PromptVersion
+from ledger.providers import (
+    anthropic,
+    cloudflare,
+    gemini,
+    openai,
+    openai_compatible,
+    provider_names,
+    schema_dialect,
+)
 from ledger.providers.base import InferenceRequest
-from ledger.providers.openai import request_line
+from ledger.schema_dialects import Dialect, LeftToLedger, sent_schema
 from ledger.validation import render_user_message
 
 from .common import HtmxHttpRequest, wants_partial
@@ -40,17 +50,69 @@ def prompts(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, "prompt_list.html", context)
 
 
+DIALECT_LABELS = {
+    Dialect.OPENAI_STRICT: "OpenAI's strict Structured Outputs",
+    Dialect.GEMINI: "Gemini's responseJsonSchema subset",
+    Dialect.AS_IS: "The schema as it is",
+}
+
+
+@dataclass(frozen=True)
+class SchemaAsSent:
+    """One dialect of a version's output schema: the providers sent it, the schema as they get it,
+    and what only the ledger's own check reads."""
+
+    label: str
+    providers: list[str]
+    schema_json: str
+    left_to_ledger: tuple[LeftToLedger, ...]
+
+
+def schemas_as_sent(prompt: PromptVersion) -> list[SchemaAsSent]:
+    providers_by_dialect: dict[str, list[str]] = {}
+    for name in provider_names():
+        providers_by_dialect.setdefault(schema_dialect(name), []).append(name)
+    shown = []
+    for dialect, providers in providers_by_dialect.items():
+        sent = sent_schema(prompt.output_schema, dialect)
+        shown.append(
+            SchemaAsSent(DIALECT_LABELS[dialect], providers, pretty_json(sent.schema), sent.left_to_ledger)
+        )
+    return shown
+
+
+# How each provider's adapter writes one request, and where in what it sends that request stands.
+REQUEST_WRITERS = {
+    "openai": (openai.request_line, "a line of the batch input file (one line a request)"),
+    "emulator": (openai.request_line, "a line of the batch input file (one line a request)"),
+    "anthropic": (anthropic.batch_request, "an entry of the batch's requests"),
+    "gemini": (
+        gemini.inline_request,
+        "an entry of the batch's inline requests (a unit too large to go inline carries the same "
+        "request as a line of an uploaded file)",
+    ),
+    "cloudflare": (cloudflare.queued_request, "an entry of the queued requests"),
+    "openai_compatible": (
+        lambda request: openai_compatible.request_body(request, schema_dialect("openai_compatible")),
+        "the body of one POST to the server's /chat/completions",
+    ),
+}
+
+
 @dataclass(frozen=True)
 class Preview:
     product: Product
+    provider: str
+    where: str
     user_message: str
     request_json: str
 
 
-def preview_request(prompt: PromptVersion, product: Product, model: str) -> Preview:
-    """The request line exactly as the OpenAI adapter would send it for this product's current revision."""
+def preview_request(prompt: PromptVersion, product: Product, provider: str, model: str) -> Preview:
+    """The request exactly as `provider`'s adapter would send it for this product's current revision."""
+    write, where = REQUEST_WRITERS[provider]
     user_message = render_user_message(prompt, product.current_revision)
-    line = request_line(
+    request = write(
         InferenceRequest(
             custom_id=PREVIEW_CUSTOM_ID,
             model=model,
@@ -60,7 +122,7 @@ def preview_request(prompt: PromptVersion, product: Product, model: str) -> Prev
             max_output_tokens=prompt.max_output_tokens,
         )
     )
-    return Preview(product, user_message, pretty_json(line))
+    return Preview(product, provider, where, user_message, pretty_json(request))
 
 
 @require_GET
@@ -76,11 +138,13 @@ def prompt_detail(request: HtmxHttpRequest, prompt_id: int) -> HttpResponse:
         if product is None:
             preview_form.add_error("sku", f"No product has the SKU “{sku}”.")
         else:
-            preview = preview_request(prompt, product, preview_form.cleaned_data["model"])
+            data = preview_form.cleaned_data
+            preview = preview_request(prompt, product, data["provider"], data["model"])
     context = {
         "prompt": prompt,
         "schema_json": pretty_json(prompt.output_schema),
         "rules_json": pretty_json(prompt.rules),
+        "schemas_as_sent": schemas_as_sent(prompt),
         "preview_form": preview_form,
         "preview": preview,
         "can_create": has_role(request.user, *APPROVERS),

@@ -18,6 +18,8 @@ from ledger.actions import (
 )
 from ledger.models import MAX_NAMED_SKUS, Job, Product, ProductStatus, PromptVersion
 from ledger.pricing import priced_models
+from ledger.providers import default_model, provider_names
+from ledger.providers.model_names import model_name_problem
 from ledger.states import JobState
 
 from .job_forms import JobForm, active_products, too_many_skus_message, unknown_skus_message
@@ -168,13 +170,29 @@ class CatalogueImportForm(forms.Form):
 
 
 class PromptPreviewForm(forms.Form):
-    DEFAULT_MODEL = "gpt-4o-mini"
+    DEFAULT_PROVIDER = "openai"
 
     sku = forms.CharField(max_length=64, label="SKU")
-    model = forms.CharField(max_length=128, required=False, initial=DEFAULT_MODEL)
+    provider = forms.ChoiceField(
+        choices=[(name, name) for name in provider_names()], required=False, initial=DEFAULT_PROVIDER
+    )
+    model = forms.CharField(
+        max_length=128,
+        required=False,
+        widget=forms.TextInput(attrs={"placeholder": "the provider's default"}),
+    )
 
-    def clean_model(self) -> str:
-        return self.cleaned_data["model"] or self.DEFAULT_MODEL
+    def clean_provider(self) -> str:
+        return self.cleaned_data["provider"] or self.DEFAULT_PROVIDER
+
+    def clean(self) -> dict:
+        data = super().clean()
+        provider = data.get("provider")
+        if provider and not data.get("model"):
+            data["model"] = default_model(provider)
+        elif provider and (problem := model_name_problem(provider, data["model"])):
+            self.add_error("model", problem[0].upper() + problem[1:])
+        return data
 
 
 class JSONObjectField(forms.CharField):

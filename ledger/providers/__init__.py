@@ -60,6 +60,12 @@ def default_unit_size(name: str) -> int:
     return min(DEFAULT_UNIT_SIZE, capabilities(name).max_requests)
 
 
+def schema_dialect(name: str) -> str:
+    """The dialect of output schema this provider is sent (SPEC rule 17, ledger/schema_dialects.py):
+    the one its settings name (`openai_compatible`), else its adapter's."""
+    return settings.PROVIDERS[name].get("schema_dialect") or adapter_class(name).schema_dialect
+
+
 def get_provider(name: str) -> BatchProvider:
     adapter = adapter_class(name).from_settings(settings.PROVIDERS[name])
     adapter.name = name

@@ -38,6 +38,9 @@ API_VERSION = "2023-06-01"
 DEFAULT_PORTS = {"http": 80, "https": 443}
 BATCHES = "/v1/messages/batches"
 OUTPUT_TOOL = "output"
+# A tool's input_schema takes any JSON Schema and nothing decodes under it strictly: the model
+# reads the whole schema, length rules and all (rule 17).
+SCHEMA_DIALECT = Dialect.AS_IS
 LISTING_PAGE = 1000  # the most the listing gives in one page
 # A candidate may have been created a little before our clock said we sent it (clocks differ),
 # and well after (queues, retries inside the create call).
@@ -73,9 +76,7 @@ def batch_request(request: InferenceRequest) -> dict:
             {
                 "name": OUTPUT_TOOL,
                 "description": "Record the answer, in the shape the schema gives.",
-                # A tool's input_schema takes any JSON Schema and nothing decodes under it
-                # strictly: the model reads the whole schema, length rules and all.
-                "input_schema": sent_schema(request.output_schema, Dialect.AS_IS).schema,
+                "input_schema": sent_schema(request.output_schema, SCHEMA_DIALECT).schema,
             }
         ]
         params["tool_choice"] = {"type": "tool", "name": OUTPUT_TOOL}
@@ -215,6 +216,7 @@ def request_total(batch: dict) -> int:
 
 class AnthropicBatchProvider(HttpBatchProvider):
     name = "anthropic"
+    schema_dialect = SCHEMA_DIALECT
     capabilities = Capabilities(
         finding=Finding.BY_LISTING,  # a batch carries no metadata of ours
         can_cancel=True,

@@ -79,6 +79,8 @@ DONE_STATUS = "done"  # shown when the responses came: Cloudflare sends no word 
 SEPARATORS = (",", ":")
 ENVELOPE = '{"requests":[]}'
 PAYLOAD_LIMIT = 10_000_000  # "under 10 MB" read as the smaller, decimal megabyte
+# Workers AI's JSON mode takes any JSON Schema: the model is guided by all of it (rule 17).
+SCHEMA_DIALECT = Dialect.AS_IS
 APPORTIONING_RULE = (
     "input tokens equally, output tokens by response length, among the responses that succeeded; "
     "largest remainder"
@@ -116,9 +118,8 @@ def queued_request(request: InferenceRequest) -> dict:
         "max_tokens": request.max_output_tokens,
     }
     if request.output_schema:
-        # Workers AI's JSON mode takes the schema itself as `json_schema` (no name, no wrapper),
-        # any JSON Schema: the model is guided by all of it.
-        schema = sent_schema(request.output_schema, Dialect.AS_IS).schema
+        # Workers AI's JSON mode takes the schema itself as `json_schema` (no name, no wrapper).
+        schema = sent_schema(request.output_schema, SCHEMA_DIALECT).schema
         entry["response_format"] = {"type": "json_schema", "json_schema": schema}
     entry["external_reference"] = request.custom_id
     return entry
@@ -189,6 +190,7 @@ def response_failure(
 
 class CloudflareBatchProvider(HttpBatchProvider):
     name = "cloudflare"
+    schema_dialect = SCHEMA_DIALECT
     capabilities = Capabilities(
         finding=Finding.NOT_AT_ALL,  # nothing lists queued requests
         can_cancel=False,

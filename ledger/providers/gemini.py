@@ -117,6 +117,8 @@ INLINE_MAX_BYTES = 20_000_000
 FILE_MAX_REQUESTS = 50_000
 FILE_MAX_BYTES = 2_000_000_000
 UPLOAD_MIME_TYPE = "application/jsonl"
+# `responseJsonSchema` takes a subset of JSON Schema, without length rules (rule 17).
+SCHEMA_DIALECT = Dialect.GEMINI
 
 
 def model_name(model: str) -> str:
@@ -136,7 +138,7 @@ def inline_request(request: InferenceRequest) -> dict:
     generation: dict = {"maxOutputTokens": request.max_output_tokens}
     if request.output_schema:
         generation["responseMimeType"] = "application/json"
-        generation["responseJsonSchema"] = sent_schema(request.output_schema, Dialect.GEMINI).schema
+        generation["responseJsonSchema"] = sent_schema(request.output_schema, SCHEMA_DIALECT).schema
     body: dict = {
         "contents": [{"role": "user", "parts": [{"text": request.user_message}]}],
         "generationConfig": generation,
@@ -356,6 +358,7 @@ def _parse_answer(
 
 class GeminiBatchProvider(HttpBatchProvider):
     name = "gemini"
+    schema_dialect = SCHEMA_DIALECT
     capabilities = Capabilities(
         finding=Finding.BY_KEY,  # the intent key is the batch's `displayName`, found by listing
         can_cancel=True,

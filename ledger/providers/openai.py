@@ -31,6 +31,8 @@ from .base import (
 from .http import HttpBatchProvider, read_jsonl_result, unreadable_result
 
 ENDPOINT = "/v1/chat/completions"
+# What an output schema is sent as: strict Structured Outputs take only OpenAI's subset (rule 17).
+SCHEMA_DIALECT = Dialect.OPENAI_STRICT
 ENDED_STATUSES = {"completed", "failed", "expired", "cancelled"}
 INTENT_METADATA_KEY = "batchdesk_intent"
 METADATA_VALUE_LIMIT = 512
@@ -57,7 +59,7 @@ def request_line(request: InferenceRequest) -> dict:
         "max_completion_tokens": request.max_output_tokens,
     }
     if request.output_schema:
-        body["response_format"] = response_format(request.output_schema, Dialect.OPENAI_STRICT)
+        body["response_format"] = response_format(request.output_schema, SCHEMA_DIALECT)
     return {"custom_id": request.custom_id, "method": "POST", "url": ENDPOINT, "body": body}
 
 
@@ -170,6 +172,7 @@ def _parse_line(line_number: int, line: dict, *, secrets: Iterable[str]) -> Resu
 
 class OpenAIBatchProvider(HttpBatchProvider):
     name = "openai"
+    schema_dialect = SCHEMA_DIALECT
     capabilities = Capabilities(
         finding=Finding.BY_KEY,  # `metadata.batchdesk_intent`
         can_cancel=True,

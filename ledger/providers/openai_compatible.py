@@ -166,6 +166,7 @@ class Pace:
 
 class CompatibleServerProvider(HttpBatchProvider):
     name = "openai_compatible"
+    schema_dialect = Dialect.OPENAI_STRICT  # unless OPENAI_COMPATIBLE_SCHEMA says as_is
     capabilities = Capabilities(
         # `submit` makes no call, so there is never a lost create answer to look for.
         finding=Finding.NOT_AT_ALL,
