@@ -92,7 +92,7 @@ def _strict(node: object, path: str, left: list[LeftToLedger]) -> dict:
         # `true` (anything) or `false` (nothing): strict mode has no word for either.
         left.append(LeftToLedger(json.dumps(node), path, "sent as any string, number, boolean or null"))
         return {"anyOf": ANY_SCALAR}
-    if "$ref" in node:
+    if "$ref" in node and path:
         # Strict mode takes a reference alone; what stands beside it is the ledger's to check.
         left.extend(LeftToLedger(key, path) for key in node if key != "$ref")
         return {"$ref": node["$ref"]}
@@ -119,7 +119,7 @@ def _strict(node: object, path: str, left: list[LeftToLedger]) -> dict:
             out[key] = {name: _strict(sub, _pointer(path, key, name), left) for name, sub in value.items()}
         elif key in ("properties", "required", "additionalProperties", "items"):
             continue  # below
-        else:
+        else:  # a keyword strict mode refuses, or a $ref at the root (which must be an object)
             left.append(LeftToLedger(key, path))
     kinds = node.get("type")
     kinds = [kinds] if isinstance(kinds, str) else kinds if isinstance(kinds, list) else []

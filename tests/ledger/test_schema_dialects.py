@@ -191,6 +191,16 @@ TRICKY_SCHEMAS = {
         "dependentRequired": {"size": ["colour"]},
         "propertyNames": {"maxLength": 20},
     },
+    "a reference at the root": {
+        "type": "object",
+        "$ref": "#/$defs/named",
+        "$defs": {
+            "named": {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+        },
+        "properties": {"name": {"type": "string", "maxLength": 40}},
+        "required": ["name"],
+        "additionalProperties": False,
+    },
 }
 ALL_SCHEMAS = {"the default prompt's": DEFAULT_SCHEMA, **TRICKY_SCHEMAS}
 
@@ -411,6 +421,7 @@ COMPLETE_ANSWERS = {
             "assembly": {"name": "board", "parts": [{"name": "leg", "parts": []}]},
         },
     ],
+    "a reference at the root": [{"name": "Oak board"}],
     "unions and refused keywords": [
         {"size": 3, "colour": "red", "extra": {}, "mode": "on", "anything": "x", "date": "2026-12-02"},
         {"size": "large", "colour": "blue", "extra": {}, "mode": "on", "anything": None, "date": None},
