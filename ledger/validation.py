@@ -179,8 +179,8 @@ class DraftChecker:
             yield from self.validator.iter_errors(data)
         except Unresolvable as exc:
             yield jsonschema.ValidationError(
-                f"the schema's $ref {str(exc.ref)[:100]!r} cannot be followed: a reference may only "
-                "point inside the schema, and nothing is fetched"
+                f"the schema's $ref {str(exc.ref)[:100]!r} cannot be followed: it points to nothing "
+                "inside the schema, and nothing outside it is ever fetched"
             )
 
     @staticmethod

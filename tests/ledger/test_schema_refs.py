@@ -181,7 +181,10 @@ def test_a_stored_reference_is_never_fetched_and_fails_the_draft_with_a_reason(s
     checked = checker.check(json.dumps({"headline": "Oak board", "description": "A solid oak board."}))
 
     assert [reason.code for reason in checked.reasons] == [ReasonCode.SCHEMA_MISMATCH]
-    assert "cannot be followed" in checked.reasons[0] and "nothing is fetched" in checked.reasons[0]
+    assert (
+        "cannot be followed" in checked.reasons[0]
+        and "nothing outside it is ever fetched" in checked.reasons[0]
+    )
     assert server.paths == []
 
 
