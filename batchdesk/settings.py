@@ -38,9 +38,9 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_htmx",
+    "ledger",  # before django_q: its `qcluster` is ledger's (ledger/management/commands/qcluster.py)
     "django_q",
     "axes",
-    "ledger",
     "review",
 ]
 
@@ -181,6 +181,10 @@ BATCHDESK_RETRY_BASE_SECONDS = float(os.environ.get("BATCHDESK_RETRY_BASE_SECOND
 # peaks near 100 MB.
 BATCHDESK_COLLECT_CHUNK = int(os.environ.get("BATCHDESK_COLLECT_CHUNK", "5000"))
 BATCHDESK_COLLECT_SECONDS = float(os.environ.get("BATCHDESK_COLLECT_SECONDS", "120"))
+# The largest answer of one request the ledger keeps (UTF-8 bytes): a larger one is recorded as that
+# request's failure (`answer_too_large`), never stored. A draft is a few kilobytes; 256 KB leaves
+# room for long ones while a hostile 20 MB answer cannot fill the database or a page.
+BATCHDESK_MAX_ANSWER_BYTES = int(os.environ.get("BATCHDESK_MAX_ANSWER_BYTES", str(256 * 1024)))
 # The largest catalogue file the import screen takes (the command reads files of any size).
 BATCHDESK_IMPORT_MAX_BYTES = int(os.environ.get("BATCHDESK_IMPORT_MAX_BYTES", str(200 * 1024 * 1024)))
 # A JSON file of prices laid over the built-in table of ledger/pricing.py (format in the README);
@@ -272,7 +276,10 @@ else:
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    # What a provider or a destination said may reach a log line (an exception's text): scrubbed
+    # of every configured key and token on its way out (SPEC §4).
+    "formatters": {"scrubbed": {"()": "ledger.scrubbing.ScrubbingFormatter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "scrubbed"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {
         "httpx": {"level": "WARNING"},

@@ -102,6 +102,9 @@ class ReasonCode(models.TextChoices):
     BATCH_REFUSED = "batch_refused", "The provider refused the whole batch"
     RESULTS_UNAVAILABLE = "results_unavailable", "The provider would not hand over the batch's results"
     UNREADABLE_RESULT = "unreadable_result", "The provider's result for this request could not be read"
+    # An answer the ledger will not keep (SPEC rule 12): that request fails alone, for good.
+    ANSWER_TOO_LARGE = "answer_too_large", "The model's answer is larger than BatchDesk keeps"
+    GARBLED_ANSWER = "garbled_answer", "The model's answer holds characters no text can keep"
     MODEL_FAILED = "model_failed", "The model produced no draft"
     NOT_JSON = "not_json", "Not the JSON the prompt asked for"
     # A draft cut off is unusable and kept as evidence; asked again with the same output-token limit

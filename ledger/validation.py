@@ -12,6 +12,7 @@ from referencing.exceptions import Unresolvable
 
 from .models import PromptVersion, SourceRevision, canonical_json
 from .schema_refs import NO_RETRIEVAL
+from .scrubbing import fit_to_keep, fits_text
 from .states import DraftNote, ReasonCode
 
 
@@ -55,6 +56,17 @@ def render_prompt(prompt: PromptVersion, *, title: str, fields: dict) -> str:
     """The user message for a revision's title and fields (read as values, without the revision)."""
     facts = "\n".join(f"- {key}: {fact_text(value)}" for key, value in sorted(fields.items()))
     return prompt.template.format(title=title, facts=facts or "- (none)")
+
+
+# Characters of a validator's words kept in a reason.
+REASON_DETAIL_LIMIT = 300
+
+
+def shortened(text: str) -> str:
+    """`text` cut to REASON_DETAIL_LIMIT characters, fit to keep: a reason never holds a whole answer."""
+    if len(text) > REASON_DETAIL_LIMIT:
+        text = text[: REASON_DETAIL_LIMIT - 1] + "…"
+    return fit_to_keep(text)
 
 
 class Reason(str):
@@ -135,23 +147,33 @@ class DraftChecker:
         if self.validator is not None:
             try:
                 data, text, notes = read_draft(output)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: nested deeper than Python reads
                 reason = Reason(ReasonCode.NOT_JSON, "The draft is not the JSON the prompt asked for")
                 return Checked(output, [reason], [], [])
             # jsonschema is the judge and writes the reason; a plain schema's own check (a hundred
             # times faster) only ever passes what jsonschema would pass.
-            passed = self.accepts is not None and self.accepts(data)
-            error = None if passed else jsonschema.exceptions.best_match(self.schema_errors(data))
+            try:
+                passed = self.accepts is not None and self.accepts(data)
+                error = None if passed else jsonschema.exceptions.best_match(self.schema_errors(data))
+            except RecursionError:
+                reason = Reason(
+                    ReasonCode.SCHEMA_MISMATCH, "Does not match the output schema: nested too deeply"
+                )
+                return Checked(text, [reason], [], notes)
             if error is not None:
-                where = "/".join(str(p) for p in error.absolute_path) or "the draft"
+                # jsonschema's message quotes the offending value, which may be the whole answer.
+                where = shortened("/".join(str(p) for p in error.absolute_path)) or "the draft"
                 reason = Reason(
                     ReasonCode.SCHEMA_MISMATCH,
-                    f"Does not match the output schema at {where}: {error.message}",
+                    f"Does not match the output schema at {where}: {shortened(error.message)}",
                 )
                 return Checked(text, [reason], [], notes)
             text_field = rules.get("text_field")
             if text_field:
                 text = str(data.get(text_field, ""))
+            if not fits_text(text):  # a NUL or a lone surrogate written as a JSON escape
+                reason = Reason(ReasonCode.GARBLED_ANSWER, "The draft holds a NUL or a broken character")
+                return Checked(output, [reason], [], notes)
         reasons = []
         min_length, max_length = rules.get("min_length"), rules.get("max_length")
         if min_length and len(text) < min_length:

@@ -8,14 +8,17 @@ from contextlib import nullcontext
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
+from ..answers import storable
 from ..cycles import fewer_cycle_collections
 from ..models import GeneratedVersion, Item, Submission, SubmissionItem, content_hash
 from ..retrying import PERMANENT_REFUSAL_PATIENCE
+from ..scrubbing import SHORTEST_SECRET_ANYWHERE, configured_secrets
 from ..states import ItemState, ReasonCode, SubmissionState
+from ..stopping import stop_asked
 from ..thread_switching import quicker_thread_switches
 from ..validation import DraftChecker
 from .core import backoff, change_state, enqueue, refresh_job_state
@@ -137,15 +140,43 @@ def collect_submission(submission_id: int, *, provider=None, seconds: float | No
     changes nothing already recorded; a provider paid per request is never asked again for a
     request whose answer is recorded.
 
-    After `seconds` (BATCHDESK_COLLECT_SECONDS unless given; `math.inf`: no limit) it stops at a
-    chunk's end, releases the submission and queues a task that goes on where it stopped, so no
-    task outlives the worker's timeout."""
-    from ..providers import capabilities, get_provider
-    from ..providers.base import Delivery
-
+    After `seconds` (BATCHDESK_COLLECT_SECONDS unless given; `math.inf`: no limit), or once its
+    cluster is stopping, it stops at a chunk's end, releases the submission and queues a task that
+    goes on where it stopped, so no task outlives the worker's timeout."""
     claim = Submission.objects.claim(submission_id, states=[SubmissionState.ENDED])
     if not claim:
         return "not claimable"
+    try:
+        return collect_claimed(submission_id, claim, provider=provider, seconds=seconds)
+    except DatabaseError:
+        give_back(submission_id, claim)
+        raise
+
+
+def give_back(submission_id: int, claim: str) -> None:
+    """A collection that failed on a database error (an outage, a lock that timed out) lets go of
+    its claim as soon as the database answers again, so that the next pass collects the unit at
+    once, not when the lease runs out; what was recorded stays recorded. Tried for as long as the
+    lease would have held the claim anyway."""
+    if connection.in_atomic_block:
+        return  # the caller's transaction failed with it: the claim goes when it rolls back
+    until = time.monotonic() + settings.BATCHDESK_LEASE_SECONDS
+    while True:
+        try:
+            connection.close_if_unusable_or_obsolete()
+            Submission.objects.filter(pk=submission_id, claimed_by=claim).update(claimed_until=None)
+            return
+        except DatabaseError:
+            if time.monotonic() > until or stop_asked():
+                return
+            time.sleep(1)
+
+
+def collect_claimed(submission_id: int, claim: str, *, provider, seconds: float | None) -> str:
+    """`collect_submission`'s work once the submission is claimed."""
+    from ..providers import capabilities, get_provider
+    from ..providers.base import Delivery
+
     deadline = time.monotonic() + (settings.BATCHDESK_COLLECT_SECONDS if seconds is None else seconds)
     submission = Submission.objects.select_related("job__prompt_version").get(pk=submission_id)
     provider = provider or get_provider(submission.provider)
@@ -233,7 +264,7 @@ def collect_lines(
                     return "claim lost"  # another worker took over: it records what this one read
                 renewed = timezone.now()
             chunk.record()
-            if not handing_over and time.monotonic() > deadline:
+            if not handing_over and (time.monotonic() > deadline or stop_asked()):
                 if not per_request:
                     chunk.wait()
                     return hand_over(submission_id, claim)
@@ -354,6 +385,8 @@ class Chunk:
     def __init__(self, submission: Submission, *, size: int, overlap: bool = False):
         self.submission, self.size = submission, max(1, size)
         self.checker = DraftChecker.of(submission.job.prompt_version)
+        # Read once a collection: every part is scrubbed of them (`storable`).
+        self.secrets = tuple(s for s in configured_secrets() if len(s) >= SHORTEST_SECRET_ANYWHERE)
         self.parts: list = []
         # Each draft is checked as it is read (what depends on the draft alone): overlapping, by
         # this thread, while the recording threads wait for the database.
@@ -372,11 +405,13 @@ class Chunk:
     def add(self, part) -> None:
         if not self.parts:
             self.started = time.monotonic()
-        self.parts.append(part)
-        if not isinstance(part, dict):
-            self.lines += 1
-            if part.succeeded:
-                self.checks[part.custom_id] = checked_draft(self.checker, part)
+        # What cannot be kept of it fails its request alone, or is an anomaly of its own.
+        for kept in storable(part, secrets=self.secrets):
+            self.parts.append(kept)
+            if not isinstance(kept, dict):
+                self.lines += 1
+                if kept.succeeded:
+                    self.checks[kept.custom_id] = checked_draft(self.checker, kept)
 
     def full(self) -> bool:
         return self.lines >= self.size or (

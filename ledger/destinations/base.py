@@ -4,6 +4,7 @@ before each attempt, records the attempt and moves the item (SPEC §3 rules 5 an
 from dataclasses import dataclass
 
 from ..models import Approval, AttemptOutcome, GeneratedVersion, Item
+from ..scrubbing import scrub_credentials
 
 
 @dataclass(frozen=True)
@@ -13,6 +14,11 @@ class DestinationResult:
     retry_after: float | None = None
     # A ReasonCode when the ledger should group this refusal apart from "the destination refused".
     code: str = ""
+
+    def __post_init__(self):
+        # The destination's words are stored as the attempt's response and the item's reason:
+        # scrubbed here, whichever destination said them (SPEC §4).
+        object.__setattr__(self, "message", scrub_credentials(self.message))
 
 
 # Why an approved draft was not published, by the currency problem found just before (SPEC §3 rule 5).

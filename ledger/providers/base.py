@@ -86,6 +86,12 @@ class UnitStatus:
     # Otherwise a request without a result is the ledger's `missing_result`.
     unanswered_reason: str = ""
 
+    def __post_init__(self):
+        # The provider's words are stored and shown: scrubbed here, whichever adapter read them.
+        object.__setattr__(self, "provider_status", scrub_credentials(str(self.provider_status)))
+        if self.problem:
+            object.__setattr__(self, "problem", scrub_credentials(str(self.problem)))
+
 
 @dataclass(frozen=True)
 class ResultLine:

@@ -18,7 +18,7 @@ from .base import AnswerLost, BatchProvider, NotSent, ProviderError, ResultLine,
 NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
 # What reading a result of an unexpected shape can raise: caught around every parser, so a result
 # nobody promised becomes a line, never an exception that ends the collection.
-PARSE_ERRORS = (AttributeError, TypeError, ValueError, OverflowError, KeyError, IndexError)
+PARSE_ERRORS = (AttributeError, TypeError, ValueError, OverflowError, KeyError, IndexError, RecursionError)
 
 
 def _finite(text: str) -> float | None:
@@ -41,8 +41,17 @@ def loads(text: str) -> object:
     try:
         value = jiter.from_json(text.encode(), allow_inf_nan=False, cache_mode="keys")
     except (UnicodeEncodeError, ValueError):
+        return _decode(text)
+    return value if _all_finite(value) else _decode(text)
+
+
+def _decode(text: str) -> object:
+    try:
         return _DECODER.decode(text)
-    return value if _all_finite(value) else _DECODER.decode(text)
+    except RecursionError:
+        # Nested deeper than Python reads: refused like any other text that is not JSON, so one
+        # such line is unreadable alone instead of ending the whole collection.
+        raise ValueError("nested too deeply to read") from None
 
 
 def _all_finite(value) -> bool:

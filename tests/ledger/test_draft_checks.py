@@ -80,3 +80,50 @@ def test_the_checker_words_a_refusal_as_jsonschema_does():
 
     assert reasons == ["Does not match the output schema at description: 4 is not of type 'string'"]
     assert DraftChecker.of(prompt) is DraftChecker.of(PromptVersion(**DEFAULT_PROMPT))
+
+
+FENCE_SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        '```json\n{"text": "Oak board"}\n```',
+        '\n  ```JSON\r\n{"text": "Oak board"}\r\n```  \n',
+        '```\n{"text": "Oak board"}\n```\n',
+    ],
+    ids=["labelled", "crlf and whitespace", "bare"],
+)
+def test_json_that_is_one_code_block_is_read_without_its_fence_and_noted(answer):
+    checked = DraftChecker(FENCE_SCHEMA, {}).check(answer)
+
+    assert (checked.text, checked.reasons, checked.notes) == (
+        '{"text": "Oak board"}',
+        [],
+        ["read_from_code_fence"],
+    )
+    assert DraftChecker(FENCE_SCHEMA, {"text_field": "text"}).check(answer).text == "Oak board"
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        'Here it is:\n```json\n{"text": "Oak board"}\n```',
+        '```json\n{"text": "Oak"}\n```\n```json\n{"text": "Ash"}\n```',
+        '```python\n{"text": "Oak board"}\n```',
+        '```json\n{"text": "Oak board"\n```',
+        '```json {"text": "Oak board"} ```',
+    ],
+    ids=["prose beside it", "two blocks", "another language", "not JSON inside", "one line"],
+)
+def test_anything_more_than_one_fenced_json_block_is_not_json(answer):
+    checked = DraftChecker(FENCE_SCHEMA, {}).check(answer)
+
+    assert [reason.code for reason in checked.reasons] == ["not_json"]
+    assert (checked.text, checked.notes) == (answer, [])
+
+
+def test_a_draft_cut_off_is_truncated_even_when_what_came_reads_as_valid():
+    checked = DraftChecker(FENCE_SCHEMA, {}).check('{"text": "Oak board"}', truncated=True)
+
+    assert [reason.code for reason in checked.reasons] == ["truncated"]

@@ -3,24 +3,37 @@ whose worker died, an import that waits for another. The ledger is the truth, th
 call (issue 17, point 8)."""
 
 import threading
+import time
 from datetime import timedelta
 
 import psycopg
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.module_loading import import_string
 from django_q.conf import Conf
 from django_q.models import OrmQ
 
-from ledger import catalogue, stopping, tasks
-from ledger.models import CatalogueImport, ImportState, Job, Product, SourceRevision
-from ledger.states import ItemState
+from ledger import actions, catalogue, stopping, tasks
+from ledger.actions.collecting import observe_submission
+from ledger.models import (
+    CatalogueImport,
+    GeneratedVersion,
+    ImportState,
+    Job,
+    Product,
+    SourceRevision,
+    Submission,
+)
+from ledger.providers import get_provider
+from ledger.states import ItemState, SubmissionState
 from tests.api.conftest import token_for
 from tests.factories import ProductFactory, UserFactory
+from tests.ledger.test_provider_faults import emulator, job_with_items  # noqa: F401 - fixtures
 from tests.processes import free_port, wait_until
+from tests.provider_emulators import BY_NAME
 
 CSV = b"sku,title,colour\nNEW-1,Linen tea towel,blue\nNEW-2,Ash bread board,\n"
 
@@ -48,6 +61,18 @@ def run_queued_tasks() -> list:
 def upload(owner, content: bytes = CSV) -> CatalogueImport:
     file = SimpleUploadedFile("catalogue.csv", content, content_type="text/csv")
     return catalogue.store_upload(file, uploaded_by=owner, skip_invalid=False)
+
+
+def other_connection(**options: str) -> psycopg.Connection:
+    """A connection of its own to the test database, as another process would have."""
+    database = connection.settings_dict
+    return psycopg.connect(
+        host=database["HOST"] or "127.0.0.1",
+        port=database["PORT"] or 5432,
+        dbname=database["NAME"],
+        user=database["USER"] or None,
+        options=" ".join(f"-c {name}={value}" for name, value in options.items()),
+    )
 
 
 def silent_for(stored: CatalogueImport, quiet: timedelta) -> None:
@@ -162,17 +187,10 @@ def test_an_import_whose_cluster_is_stopping_is_rolled_back_and_queued_again(own
 @pytest.mark.postgresql_only
 @pytest.mark.django_db(transaction=True)
 def test_a_screen_upload_during_another_import_is_answered_at_once_and_its_task_waits_alive(client, owner):
-    settings_dict = connection.settings_dict
     # Another import, writing: it holds the import lock until it commits. PostgreSQL ends it after
     # a minute idle, so that without this change (the screen importing in the request, waiting for
     # the lock) the test fails there rather than hangs.
-    other = psycopg.connect(
-        host=settings_dict["HOST"] or "127.0.0.1",
-        port=settings_dict["PORT"] or 5432,
-        dbname=settings_dict["NAME"],
-        user=settings_dict["USER"] or None,
-        options="-c idle_in_transaction_session_timeout=60s",
-    )
+    other = other_connection(idle_in_transaction_session_timeout="60s")
     other.execute("SELECT pg_advisory_xact_lock(%s)", [catalogue._IMPORT_LOCK])
     client.force_login(owner)
 
@@ -204,3 +222,42 @@ def test_a_screen_upload_during_another_import_is_answered_at_once_and_its_task_
         worker.join()
     assert outcome == [ImportState.DONE]
     assert "created 2, revised 0, unchanged 0" in client.get(response.url).content.decode()
+
+
+# --- a collection that failed on a database error ------------------------------------------
+
+
+@pytest.mark.postgresql_only
+@pytest.mark.django_db(transaction=True)
+def test_a_collection_that_failed_on_a_database_error_gives_its_claim_back_at_once(emulator):  # noqa: F811
+    job = job_with_items(BY_NAME["emulator"], 4, unit_size=4)
+    [submission_id] = actions.plan_submissions(job.pk)
+    actions.send_submission(submission_id)
+    provider = get_provider("emulator")
+    while observe_submission(submission_id, provider=provider) != "ended":
+        time.sleep(0.05)
+    database = connection.settings_dict["NAME"]
+    # The database fails the collection: the drafts' table is locked by another connection, and
+    # every connection of the collection gives up waiting for a lock after a second.
+    with connection.cursor() as cursor:
+        cursor.execute(f'ALTER DATABASE "{database}" SET lock_timeout = 1000')
+    connection.close()
+    holder = other_connection()
+    try:
+        holder.execute("LOCK TABLE ledger_generatedversion IN ACCESS EXCLUSIVE MODE")
+        with pytest.raises(DatabaseError):
+            tasks.collect_submission(submission_id)
+    finally:
+        holder.rollback()
+        holder.close()
+        with connection.cursor() as cursor:
+            cursor.execute(f'ALTER DATABASE "{database}" RESET lock_timeout')
+
+    submission = Submission.objects.get(pk=submission_id)
+    assert (submission.state, submission.claimed_until) == (SubmissionState.ENDED, None)
+    # The next pass collects it now, not when the failed task's lease runs out.
+    started = []
+    tasks.poll_everything(start=lambda func, *args: started.append((func, args)))
+    assert [func for func, _ in started] == ["ledger.tasks.collect_submission"]
+    assert tasks.collect_submission(*started[0][1]) == "collected"
+    assert GeneratedVersion.objects.filter(item__job=job).count() == 4

@@ -142,3 +142,45 @@ def test_a_refused_submission_stores_no_credential(settings):
     stored += [f"{e.reason} {json.dumps(e.data)}" for e in Event.objects.filter(job=job)]
     assert set(Item.objects.filter(job=job).values_list("state", flat=True)) == {ItemState.INFERENCE_FAILED}
     assert not [text for text in stored if API_KEY in text or "sk-proj" in text]
+
+
+@pytest.mark.parametrize(
+    "spelt",
+    [
+        PLAIN_KEY,
+        "key%3D" + PLAIN_KEY.replace("q", "%71"),  # URL-encoded, a letter at a time
+        json.dumps(PLAIN_KEY, ensure_ascii=True).replace("H", "\\u0048").strip('"'),  # JSON-escaped
+        PLAIN_KEY.replace("x", "\\\\u0078"),  # escaped twice, as JSON inside JSON
+    ],
+)
+def test_every_configured_key_is_scrubbed_however_it_is_spelt(monkeypatch, spelt):
+    """Keys come from the environment variables the settings name, not only from the adapter that
+    is speaking: a destination or another provider may echo any of them."""
+    monkeypatch.setenv("OPENAI_API_KEY", PLAIN_KEY)
+    scrubbed = scrub_credentials(f"error.code=bad_{spelt} type={spelt}")
+    assert "k7" not in scrubbed and "Vd4Rm8" not in scrubbed, scrubbed
+    assert scrubbed.count("[redacted]") == 2
+
+
+def test_log_lines_leave_the_process_scrubbed_and_the_record_untouched(monkeypatch, caplog):
+    """The console's formatter scrubs the whole line, traceback included; other handlers (here
+    pytest's) still get the exception itself."""
+    import logging
+
+    from django.conf import settings as django_settings
+
+    monkeypatch.setenv("OPENAI_API_KEY", PLAIN_KEY)
+    formatter_class = django_settings.LOGGING["formatters"]["scrubbed"]["()"]
+    assert django_settings.LOGGING["handlers"]["console"]["formatter"] == "scrubbed"
+    from django.utils.module_loading import import_string
+
+    formatter = import_string(formatter_class)()
+    try:
+        raise RuntimeError(f"GET https://provider.example/v1/files?key={PLAIN_KEY} refused")
+    except RuntimeError:
+        with caplog.at_level(logging.ERROR, logger="ledger.test"):
+            logging.getLogger("ledger.test").exception("collection failed for %s", PLAIN_KEY)
+    [record] = caplog.records
+    line = formatter.format(record)
+    assert PLAIN_KEY not in line and "RuntimeError" in line and "Traceback" in line
+    assert record.exc_info is not None
