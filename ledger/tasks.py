@@ -9,7 +9,8 @@ leave a claimed row alone, so nothing is queued twice while its task waits or ru
 with a killed worker is queued again once the lease runs out. The task hands the claim it was queued
 with over to the action, which takes its own: two workers never act on one row at once. No task
 works longer than TASK_SECONDS before leaving the rest to a task of its own, well inside the
-worker's timeout."""
+worker's timeout, and none goes on once its cluster is stopping (`stopping`): it hands its claims
+over and ends, so that `qcluster` stops within seconds of SIGTERM."""
 
 import logging
 import os
@@ -31,6 +32,7 @@ from .models import CollectorHeartbeat, Item, Job, Submission, lease_end
 from .providers import capabilities
 from .providers.base import Delivery
 from .states import ItemState, JobState, SubmissionState
+from .stopping import stop_asked
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +125,7 @@ def poll_submission(submission_id: int, claim: str = "", stop: bool = False) -> 
     if stop:
         actions.cancel_at_provider(submission_id)
     hand_over(submission_id, claim)
-    if status == "ended":
+    if status == "ended" and not stop_asked():
         return actions.collect_submission(submission_id, provider=provider)
     return status
 
@@ -134,8 +136,11 @@ def reconcile_uncertain(submission_id: int, claim: str = "") -> str:
 
 def collect_submission(submission_id: int, claim: str = "") -> str:
     """Collect an ended submission: a task of its own, never inside the collector's round, which
-    goes on deciding everything else meanwhile."""
+    goes on deciding everything else meanwhile. Taken from the queue by a stopping cluster, it is
+    left, unclaimed, to the next pass of a cluster that is not."""
     hand_over(submission_id, claim)
+    if stop_asked():
+        return "left for a worker that is not stopping"
     return actions.collect_submission(submission_id)
 
 
@@ -156,11 +161,12 @@ def apply_item(item_id: int) -> str:
 
 def apply_items(item_ids: list[int], mark: datetime) -> int:
     """Apply items the round found due, one after another, for at most TASK_SECONDS; the rest go
-    to a task of their own. `mark` is the next attempt the round set on them when queuing them:
-    an item still carrying it is due to this task (a worker applying it holds another)."""
+    to a task of their own, as they do once the cluster is stopping. `mark` is the next attempt
+    the round set on them when queuing them: an item still carrying it is due to this task (a
+    worker applying it holds another)."""
     until = time.monotonic() + TASK_SECONDS
     for done, item_id in enumerate(item_ids):
-        if time.monotonic() > until:
+        if time.monotonic() > until or stop_asked():
             async_task("ledger.tasks.apply_items", item_ids[done:], mark)
             return done
         Item.objects.filter(pk=item_id, state=ItemState.APPLYING, next_attempt_at=mark).update(
@@ -180,7 +186,10 @@ def collect_round(duration: float | None = None) -> int:
     until the next round takes over (the schedule starts one a minute), or ROUND_SECONDS at most.
     The newest round takes the lease and an older one that finds it taken ends: one worker at a
     time keeps the round, the passes never pause between rounds, and a round whose worker was
-    killed is replaced by the next one."""
+    killed is replaced by the next one. A round whose cluster is stopping ends after its pass, or
+    within a second of waiting, and lets go of the lease for another cluster's round."""
+    if stop_asked():
+        return 0
     interval = settings.BATCHDESK_POLL_SECONDS
     duration = ROUND_SECONDS if duration is None else duration
     heartbeat, _ = CollectorHeartbeat.objects.get_or_create(name="collector")
@@ -198,10 +207,10 @@ def collect_round(duration: float | None = None) -> int:
                 return rounds  # a newer round took over
             poll_everything()
             rounds += 1
-            if time.monotonic() + interval > deadline:
+            if time.monotonic() + interval > deadline or stop_asked():
                 return rounds
             if not wait_holding(held, holder, interval):
-                return rounds  # a newer round took over while this one waited
+                return rounds  # a newer round took over, or the cluster is stopping
     finally:
         held.filter(lease_holder=holder).update(lease_until=None)
 
@@ -215,11 +224,12 @@ def analyse_stale_tables() -> list[str]:
 def wait_holding(held, holder: str, seconds: float) -> bool:
     """Wait for the next pass, looking every second whether a newer round took the lease: the
     older one's worker is then free at once, not after the rest of a poll interval (half a
-    minute by default, every minute, on one worker of a cluster of two)."""
+    minute by default, every minute, on one worker of a cluster of two). False when it did, or
+    when the cluster is stopping."""
     until = time.monotonic() + seconds
     while (left := until - time.monotonic()) > 0:
         time.sleep(min(1.0, left))
-        if not held.filter(lease_holder=holder).exists():
+        if stop_asked() or not held.filter(lease_holder=holder).exists():
             return False
     return True
 
