@@ -13,9 +13,9 @@ Whatever involves chance is drawn from the seed (per request: seed + custom_id +
 per file: seed + the batch's requests), so a run is reproducible while a retried custom_id
 gets a fresh roll of the dice.
 
-`strict_schemas` (an `OpenAIKnobs` knob) makes a request whose `response_format` is a strict
-json_schema outside OpenAI's subset (providers.md §8.1) fail with OpenAI's 400, as the real API
-refuses it (`strict_schema`).
+A request whose `response_format` is a strict json_schema outside OpenAI's subset (providers.md
+§8.1) fails with OpenAI's 400, as the real API refuses it (`strict_schema`), unless the
+`strict_schemas` knob (`OpenAIKnobs`) is turned off.
 """
 
 import hashlib
@@ -98,7 +98,7 @@ def _new_id(prefix: str) -> str:
 @dataclass
 class OpenAIKnobs(FaultKnobs):
     # Refuse a strict json_schema outside OpenAI's subset, as the real API does (providers.md §8.1).
-    strict_schemas: bool = knob(False, flag)
+    strict_schemas: bool = knob(True, flag)
 
 
 @dataclass

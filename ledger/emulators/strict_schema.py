@@ -23,6 +23,7 @@ ACCEPTED_KEYWORDS = {
     "anyOf",
     "$ref",
     "$defs",
+    "definitions",  # the older name, which OpenAI's own SDK keeps beside $defs in strict schemas
     "description",
     "title",
     "pattern",
@@ -94,7 +95,8 @@ def _node_problem(node: Any, context: tuple[str, ...]) -> str | None:
     if "items" in node:
         children.append(((*context, "items"), node["items"]))
     children += [((*context, "anyOf", str(n)), branch) for n, branch in enumerate(_listed(node, "anyOf"))]
-    children += [((*context, "$defs", name), inner) for name, inner in _mapped(node, "$defs").items()]
+    for keyword in ("$defs", "definitions"):
+        children += [((*context, keyword, name), inner) for name, inner in _mapped(node, keyword).items()]
     for inner_context, inner in children:
         problem = _node_problem(inner, inner_context)
         if problem:

@@ -323,7 +323,7 @@ def test_the_command_line_flags_become_emulator_knobs():
         "refuse_rate": 0.2,
         "fence_rate": 0.3,
         "prose_rate": 0.4,
-        "strict_schemas": False,
+        "strict_schemas": True,
     }
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from ledger.bootstrap import DEFAULT_PROMPT
 from ledger.emulators import strict_schema
+from ledger.schema_dialects import Dialect, sent_schema
 
 CLOSED = {
     "type": "object",
@@ -163,3 +164,50 @@ def test_only_a_strict_json_schema_is_judged():
     assert strict_schema.refusal(strict(with_headline(minLength=1), name="draft")).startswith(
         "Invalid schema for response_format 'draft': "
     )
+
+
+# Schemas a catalogue owner may write, each leaving OpenAI's subset in its own way.
+WRITTEN_SCHEMAS = [
+    DEFAULT_PROMPT["output_schema"],
+    {"type": "object", "properties": {"headline": {"type": "string", "maxLength": 80}}},
+    {
+        "type": "object",
+        "properties": {
+            "bullets": {"type": "array", "items": {"type": "string", "minLength": 2}, "uniqueItems": True},
+            "specs": {
+                "type": "object",
+                "properties": {"weight": {"type": "number", "default": 0}, "unit": {"const": "kg"}},
+                "required": ["weight"],
+            },
+            "tone": {"oneOf": [{"type": "string", "enum": ["plain"]}, {"type": "null"}]},
+            "link": {"type": "string", "format": "uri"},
+            "anything": True,
+            "untyped": {"description": "no type at all"},
+            "extras": {"type": "object", "patternProperties": {"^x-": {"type": "string"}}},
+        },
+        "required": ["bullets"],
+        "additionalProperties": True,
+    },
+    {
+        "type": "object",
+        "properties": {"size": {"$ref": "#/$defs/size", "description": "beside the reference"}},
+        "$defs": {"size": {"type": "object", "properties": {"cm": {"type": "integer", "minimum": 1}}}},
+        "allOf": [{"required": ["size"]}],
+    },
+    {
+        "type": "object",
+        "properties": {"parts": {"type": "array", "items": {"$ref": "#/definitions/part"}, "minItems": 1}},
+        "definitions": {
+            "part": {"type": "object", "properties": {"name": {"type": "string"}}, "dependentRequired": {}}
+        },
+    },
+]
+
+
+@pytest.mark.parametrize("schema", WRITTEN_SCHEMAS)
+def test_what_the_openai_adapter_sends_stays_inside_the_subset(schema):
+    assert strict_schema.schema_problem(schema) is not None  # as written, OpenAI refuses it
+
+    sent = sent_schema(schema, Dialect.OPENAI_STRICT).schema
+
+    assert strict_schema.schema_problem(sent) is None
