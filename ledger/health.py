@@ -5,7 +5,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from .models import CollectorHeartbeat, Submission
+from .models import RECORDING_FAILURES_SHOWN, CollectorHeartbeat, Submission
 from .states import SubmissionState
 
 # Submissions the collector still owes a poll or a collection.
@@ -25,3 +25,11 @@ def collector_stalled() -> bool:
     polled = last_poll_at()
     limit = timedelta(seconds=3 * settings.BATCHDESK_POLL_SECONDS)
     return polled is None or timezone.now() - polled > limit
+
+
+def units_failing_to_record() -> int:
+    """Units whose results keep failing to be recorded (`Submission.recording_stuck`): the collector
+    goes on trying, and a person is told."""
+    return Submission.objects.filter(
+        state__in=OPEN_SUBMISSION_STATES, collect_failures__gte=RECORDING_FAILURES_SHOWN
+    ).count()

@@ -447,6 +447,11 @@ class SubmissionQuerySet(models.QuerySet):
         self.filter(pk=submission_id).update(claimed_until=None)
 
 
+# Failed collections in a row after which a unit is shown on operations and in /api/health: one is
+# a passing outage, three are a cause that retrying alone will not end.
+RECORDING_FAILURES_SHOWN = 3
+
+
 class Submission(models.Model):
     """One provider batch. The intent row exists before any provider call is made."""
 
@@ -483,6 +488,10 @@ class Submission(models.Model):
     # A server answering each request asked us to slow down (429) for longer than a worker waits:
     # its requests are asked again from then (the claim holds it till then); cleared when it answers.
     slowed_until = models.DateTimeField(null=True, blank=True)
+    # Collections of its results that failed in a row for a cause of ours (a database error, a bug),
+    # and the last one's words, scrubbed: shown once `recording_stuck`; cleared when one ends well.
+    collect_failures = models.PositiveIntegerField(default=0)
+    collect_problem = models.TextField(blank=True)
     # How often a worker has claimed this intent to send it.
     send_attempts = models.PositiveIntegerField(default=0)
     # A worker holds the submission until then; a dead worker's lease simply runs out.
@@ -512,6 +521,11 @@ class Submission(models.Model):
     def gives_up_at(self) -> datetime | None:
         """When, still refused, the unit's unanswered requests fail for good (`refused_for_good`)."""
         return self.refusing_since + PERMANENT_REFUSAL_PATIENCE if self.refusing_since else None
+
+    @property
+    def recording_stuck(self) -> bool:
+        """Its results have failed to be recorded often enough in a row to need a person."""
+        return self.collect_failures >= RECORDING_FAILURES_SHOWN
 
 
 class SubmissionItem(models.Model):
@@ -552,7 +566,8 @@ class GeneratedVersion(models.Model):
         db_constraint=False,
     )
     content = models.TextField()
-    # The structured output as returned (when the prompt asks for JSON).
+    # The answer as returned, when it is not `content` itself (JSON whose text field is the draft,
+    # a fenced block): one copy of an answer at most. `answer` reads whichever holds it.
     raw_output = models.TextField(blank=True)
     content_hash = models.CharField(max_length=64)
     input_tokens = models.PositiveIntegerField(default=0)
@@ -574,6 +589,11 @@ class GeneratedVersion(models.Model):
 
     def __str__(self) -> str:
         return f"item {self.item_id} v{self.number}"
+
+    @property
+    def answer(self) -> str:
+        """The answer as the provider returned it."""
+        return self.raw_output or self.content
 
     @property
     def note_labels(self) -> list[str]:

@@ -53,7 +53,7 @@ from ledger.catalogue import (
     text_problem,
     unique_json_keys,
 )
-from ledger.health import collector_stalled, last_poll_at
+from ledger.health import collector_stalled, last_poll_at, units_failing_to_record
 from ledger.models import (
     ApiToken,
     AttemptOutcome,
@@ -797,9 +797,13 @@ def health(request: HttpRequest) -> HttpResponse:
         queue_depth = queue.queue_size()
     except Exception:  # an unreachable broker is what this endpoint is there to report
         log.warning("The task broker cannot be reached", exc_info=True)
-    collector = {"last_poll_at": None, "stalled": None}
+    collector = {"last_poll_at": None, "stalled": None, "units_failing_to_record": None}
     if database == "ok":
-        collector = {"last_poll_at": last_poll_at(), "stalled": collector_stalled()}
+        collector = {
+            "last_poll_at": last_poll_at(),
+            "stalled": collector_stalled(),
+            "units_failing_to_record": units_failing_to_record(),
+        }
     body = {"database": database, "broker": broker, "collector": collector, "queue_depth": queue_depth}
     healthy = database == "ok" and broker["reachable"]
     return JsonResponse(body, status=200 if healthy else 503)
@@ -929,6 +933,13 @@ def metrics(request: HttpRequest) -> HttpResponse:
         "gauge",
         "1 when work waits on a collector that has not polled within 3 poll intervals.",
         {"": int(collector_stalled())},
+    )
+    metric(
+        lines,
+        "batchdesk_units_failing_to_record",
+        "gauge",
+        "Units whose results failed to be recorded several collections in a row.",
+        {"": units_failing_to_record()},
     )
     metric(
         lines,

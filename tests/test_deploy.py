@@ -104,7 +104,9 @@ def test_make_serve_runs_gunicorn_and_serves_the_static_files_itself(tmp_path):
         BIND_ADDRESS="127.0.0.1",
         PORT=str(port),
         WEB_CONCURRENCY="1",
+        HOME=str(tmp_path),  # where gunicorn would put its one control socket by default
     )
+    control_socket = ROOT / "var" / "run" / f"gunicorn-{port}.ctl"
     log = tmp_path / "serve.log"
     with log.open("w") as output:
         # `-o`: the virtualenv this test runs in is the one to use; make does not reinstall it.
@@ -138,6 +140,9 @@ def test_make_serve_runs_gunicorn_and_serves_the_static_files_itself(tmp_path):
         assert "immutable" in static.headers["cache-control"]
         assert static.headers["content-encoding"] == "gzip"
         assert "htmx" in static.text
+        # A control socket of its own, named by its port: a second gunicorn never takes it over.
+        assert control_socket.is_socket(), log.read_text()
+        assert not (tmp_path / ".gunicorn").exists()
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)

@@ -7,6 +7,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from datetime import timedelta
 
+import psycopg
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.db.models import F, Max
@@ -16,14 +17,14 @@ from ..answers import storable
 from ..cycles import fewer_cycle_collections
 from ..models import GeneratedVersion, Item, Submission, SubmissionItem, content_hash
 from ..retrying import PERMANENT_REFUSAL_PATIENCE
-from ..scrubbing import SHORTEST_SECRET_ANYWHERE, configured_secrets
+from ..scrubbing import SHORTEST_SECRET_ANYWHERE, configured_secrets, scrub_credentials
 from ..states import ItemState, ReasonCode, SubmissionState
 from ..stopping import stop_asked
 from ..thread_switching import quicker_thread_switches
 from ..validation import DraftChecker
 from .core import backoff, change_state, enqueue, refresh_job_state
 from .jobs import judge_currency
-from .recording import MAX_INFERENCE_ATTEMPTS, CheckedDraft, checked_draft, record_chunk
+from .recording import MAX_INFERENCE_ATTEMPTS, CheckedDraft, checked_draft, kept_answer, record_chunk
 from .submitting import build_requests, note_anomaly, set_submission_state
 
 # A worker reading a long unit renews its lease this often.
@@ -134,6 +135,10 @@ def refused_for_good(submission: Submission, error) -> bool:
     return now - submission.refusing_since >= PERMANENT_REFUSAL_PATIENCE
 
 
+# Characters kept of why a collection failed.
+PROBLEM_SHOWN = 500
+
+
 def collect_submission(submission_id: int, *, provider=None, seconds: float | None = None) -> str:
     """Record every result of an ended submission, a chunk of lines (BATCHDESK_COLLECT_CHUNK) a
     transaction. Running it twice, or again after an interrupted download or a killed worker,
@@ -147,24 +152,37 @@ def collect_submission(submission_id: int, *, provider=None, seconds: float | No
     if not claim:
         return "not claimable"
     try:
-        return collect_claimed(submission_id, claim, provider=provider, seconds=seconds)
-    except DatabaseError:
-        give_back(submission_id, claim)
+        outcome = collect_claimed(submission_id, claim, provider=provider, seconds=seconds)
+    except (DatabaseError, psycopg.Error) as exc:  # psycopg's own: raised by the recorders' COPY
+        note_failed_collection(submission_id, claim, exc, give_back=True)
         raise
+    except Exception as exc:
+        note_failed_collection(submission_id, claim, exc, give_back=False)
+        raise
+    Submission.objects.filter(pk=submission_id, collect_failures__gt=0).update(
+        collect_failures=0, collect_problem=""
+    )
+    return outcome
 
 
-def give_back(submission_id: int, claim: str) -> None:
-    """A collection that failed on a database error (an outage, a lock that timed out) lets go of
-    its claim as soon as the database answers again, so that the next pass collects the unit at
-    once, not when the lease runs out; what was recorded stays recorded. Tried for as long as the
-    lease would have held the claim anyway."""
+def note_failed_collection(submission_id: int, claim: str, exc: Exception, *, give_back: bool) -> None:
+    """A collection that failed for a cause of ours is counted on its unit, with its words, so that
+    one that keeps failing is shown to people (`Submission.recording_stuck`) instead of being
+    retried in silence; what was recorded stays recorded. One that failed on a database error (an
+    outage, a lock that timed out) also lets go of its claim as soon as the database answers again,
+    so that the next pass collects the unit at once, not when the lease runs out. Tried for as long
+    as the lease would have held the claim anyway."""
     if connection.in_atomic_block:
         return  # the caller's transaction failed with it: the claim goes when it rolls back
+    problem = scrub_credentials(f"{type(exc).__name__}: {exc}")[:PROBLEM_SHOWN]
+    changes = {"collect_failures": F("collect_failures") + 1, "collect_problem": problem}
+    if give_back:
+        changes["claimed_until"] = None
     until = time.monotonic() + settings.BATCHDESK_LEASE_SECONDS
     while True:
         try:
             connection.close_if_unusable_or_obsolete()
-            Submission.objects.filter(pk=submission_id, claimed_by=claim).update(claimed_until=None)
+            Submission.objects.filter(pk=submission_id, claimed_by=claim).update(**changes)
             return
         except DatabaseError:
             if time.monotonic() > until or stop_asked():
@@ -508,7 +526,7 @@ def record_version(item: Item, submission: Submission, line) -> str:
         custom_id=line.custom_id,
         submission=submission,
         content=text,
-        raw_output=line.content,
+        raw_output=kept_answer(line.content, text),
         content_hash=content_hash(text),
         input_tokens=line.input_tokens,
         output_tokens=line.output_tokens,

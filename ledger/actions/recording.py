@@ -203,16 +203,23 @@ class CheckedDraft:
         return self.values[0]
 
 
+def kept_answer(answer: str, text: str) -> str:
+    """A version's raw_output: the answer as returned, unless it is the draft's text itself (one
+    copy of an answer at most; `GeneratedVersion.answer` reads either)."""
+    return "" if answer == text else answer
+
+
 def checked_draft(checker: DraftChecker, line) -> CheckedDraft:
     text, reasons, claimed, notes = checker.check(line.content, truncated=line.truncated)
     usage = {**line.usage, "apportioned": True} if line.apportioned else line.usage
     digest = content_hash(text)
+    raw_output = kept_answer(line.content, text)
     return CheckedDraft(
         text,
         reasons,
         claimed,
-        (line.custom_id, text, line.content, digest, line.input_tokens, line.output_tokens, usage, notes),
-        f"{escaped(line.custom_id)}\t{escaped(text)}\t{escaped(line.content)}\t{digest}\t"
+        (line.custom_id, text, raw_output, digest, line.input_tokens, line.output_tokens, usage, notes),
+        f"{escaped(line.custom_id)}\t{escaped(text)}\t{escaped(raw_output)}\t{digest}\t"
         f"{line.input_tokens}\t{line.output_tokens}\t{escaped(compact_json(usage))}\t{compact_json(notes)}\n",
     )
 

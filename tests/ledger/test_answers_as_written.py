@@ -66,7 +66,7 @@ def test_an_answer_cut_off_at_the_token_limit_is_truncated_kept_and_not_retried(
         assert "max_output_tokens" in item.reason
         # The cut-off draft is kept as evidence (its tokens were paid for), and not sent again.
         [version] = item.versions.all()
-        assert version.valid is False and version.raw_output
+        assert version.valid is False and version.answer
         assert item.inference_attempt == 1
     assert set(emulator.stats()["inferences"].values()) == {1}
 

@@ -29,7 +29,7 @@ from ledger.models import (
 )
 from ledger.providers import get_provider
 from ledger.states import ItemState, SubmissionState
-from tests.api.conftest import token_for
+from tests.api.conftest import ApiClient, token_for
 from tests.factories import ProductFactory, UserFactory
 from tests.ledger.test_provider_faults import emulator, job_with_items  # noqa: F401 - fixtures
 from tests.processes import free_port, wait_until
@@ -261,3 +261,51 @@ def test_a_collection_that_failed_on_a_database_error_gives_its_claim_back_at_on
     assert [func for func, _ in started] == ["ledger.tasks.collect_submission"]
     assert tasks.collect_submission(*started[0][1]) == "collected"
     assert GeneratedVersion.objects.filter(item__job=job).count() == 4
+
+
+@pytest.mark.postgresql_only
+@pytest.mark.django_db(transaction=True)
+def test_a_unit_whose_recording_keeps_failing_is_shown_on_operations_and_in_health(emulator, client):  # noqa: F811
+    """Not retried in silence: after a few failed collections in a row the unit is shown with the
+    last failure's words, and once one ends well it is no longer."""
+    job = job_with_items(BY_NAME["emulator"], 3, unit_size=3)
+    [submission_id] = actions.plan_submissions(job.pk)
+    actions.send_submission(submission_id)
+    provider = get_provider("emulator")
+    while observe_submission(submission_id, provider=provider) != "ended":
+        time.sleep(0.05)
+    # Every draft refused by the database, as a full disk or a broken extension would.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE FUNCTION refuse_version() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN RAISE EXCEPTION 'could not extend file: No space left on device'; END $$"
+        )
+        cursor.execute(
+            "CREATE TRIGGER refuse_version BEFORE INSERT ON ledger_generatedversion "
+            "FOR EACH ROW EXECUTE FUNCTION refuse_version()"
+        )
+    operator = UserFactory(roles=["operator"])
+    client.force_login(operator)
+    try:
+        for failure in range(1, 4):
+            with pytest.raises((DatabaseError, psycopg.Error)):
+                tasks.collect_submission(submission_id)
+            submission = Submission.objects.get(pk=submission_id)
+            assert (submission.collect_failures, submission.recording_stuck) == (failure, failure >= 3)
+            health = client.get("/api/health").json()
+            assert health["collector"]["units_failing_to_record"] == (1 if failure >= 3 else 0)
+        page = client.get(reverse("operations")).content.decode()
+        assert 'data-testid="recording-stuck"' in page
+        assert "could not be recorded 3 times in a row" in page and "No space left on device" in page
+        scraped = ApiClient(token_for(operator)).get("/metrics").content.decode()
+        assert "batchdesk_units_failing_to_record 1" in scraped
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TRIGGER refuse_version ON ledger_generatedversion")
+            cursor.execute("DROP FUNCTION refuse_version()")
+
+    assert tasks.collect_submission(submission_id) == "collected"
+    submission = Submission.objects.get(pk=submission_id)
+    assert (submission.collect_failures, submission.collect_problem) == (0, "")
+    assert GeneratedVersion.objects.filter(item__job=job).count() == 3
+    assert client.get("/api/health").json()["collector"]["units_failing_to_record"] == 0
