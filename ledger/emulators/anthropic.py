@@ -19,7 +19,6 @@ then `ended` with every request not yet run `canceled`.
 import json
 import random
 import re
-import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -178,7 +177,7 @@ class AnthropicEmulator(EmulatorServer):
 
     def advance(self) -> None:
         with self.lock:
-            now = time.time()
+            now = self.clock.now()
             for batch in self._batches.values():
                 self._advance(batch, now)
 
@@ -198,7 +197,7 @@ class AnthropicEmulator(EmulatorServer):
         body = self.json_body(request)
         requests = self._checked_requests(body)
         with self.lock:
-            now = time.time()
+            now = self.clock.now()
             batch = _Batch(id=_new_id("msgbatch_"), created=now, requests=[], clock=now)
             for custom_id, params in requests:
                 batch.requests.append(_Request(custom_id, params, self._attempts[custom_id]))
@@ -252,7 +251,7 @@ class AnthropicEmulator(EmulatorServer):
         if batch_id not in self._batches:
             raise self.error(404, f"No batch found with id '{batch_id}'.", kind="not_found")
         batch = self._batches[batch_id]
-        self._advance(batch, time.time())
+        self._advance(batch, self.clock.now())
         return batch
 
     def get_batch(self, request: Request, batch_id: str) -> dict:
@@ -299,7 +298,7 @@ class AnthropicEmulator(EmulatorServer):
                 raise self.error(400, f"Batch '{batch_id}' has already ended and cannot be canceled.")
             if batch.processing_status == "in_progress":
                 batch.processing_status = "canceling"
-                batch.cancel_initiated = time.time()
+                batch.cancel_initiated = self.clock.now()
             return batch.as_json(self._results_url(request, batch))
 
     def delete_batch(self, request: Request, batch_id: str) -> dict:

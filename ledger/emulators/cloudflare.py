@@ -32,7 +32,6 @@ counted), and the fault knobs' path prefixes match polls as well as creates. A b
 
 import json
 import random
-import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -164,7 +163,7 @@ class CloudflareEmulator(EmulatorServer):
             }
 
     def advance(self) -> None:
-        now = time.time()
+        now = self.clock.now()
         for unit in self._units.values():
             self._advance(unit, now)
 
@@ -197,7 +196,7 @@ class CloudflareEmulator(EmulatorServer):
                 key = entry.get("external_reference") or ""
                 requests.append(_Request(index, entry, attempt=self._attempts[key]))
                 self._attempts[key] += 1
-            unit = _Unit(str(uuid.uuid4()), account_id, model, time.time(), requests)
+            unit = _Unit(str(uuid.uuid4()), account_id, model, self.clock.now(), requests)
             self._units[unit.request_id] = unit
         if self.take_lost_create():
             raise LoseAnswer()
@@ -208,7 +207,7 @@ class CloudflareEmulator(EmulatorServer):
             unit = self._units.get(request_id) if isinstance(request_id, str) else None
             if unit is None or unit.account_id != account_id or unit.model != model:
                 raise self.error(404, f"No queued request {request_id!r} for {model}", kind="not_found")
-            self._advance(unit, time.time())
+            self._advance(unit, self.clock.now())
             if unit.responses is None:
                 word = "queued" if unit.clock is None else "running"
                 return envelope({"status": word, "request_id": unit.request_id, "model": model})

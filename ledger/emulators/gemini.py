@@ -45,7 +45,6 @@ import hashlib
 import json
 import math
 import random
-import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -280,7 +279,7 @@ class GeminiEmulator(EmulatorServer):
         }
 
     def advance(self) -> None:
-        now = time.time()
+        now = self.clock.now()
         for batch in self._batches.values():
             self._advance(batch, now)
 
@@ -325,7 +324,7 @@ class GeminiEmulator(EmulatorServer):
             f"Duplicate request keys in the batch: {', '.join(repeated)[:500]}" if repeated else ""
         )
         with self.lock:
-            now = time.time()
+            now = self.clock.now()
             requests = []
             for entry in entries:
                 key = (_get(entry, "metadata") or {}).get("key")
@@ -356,7 +355,7 @@ class GeminiEmulator(EmulatorServer):
     def list_batches(self, request: Request) -> dict:
         start, size = self._page(request, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
         with self.lock:
-            now = time.time()
+            now = self.clock.now()
             newest_first = sorted(self._batches.values(), key=lambda b: b.created, reverse=True)
             page = newest_first[start : start + size]
             for batch in page:
@@ -395,7 +394,7 @@ class GeminiEmulator(EmulatorServer):
                 raise self.error(
                     400, f"Batch {batch.name} is already in state {batch.state}.", code="FAILED_PRECONDITION"
                 )
-            self._end(batch, "BATCH_STATE_CANCELLED", time.time())
+            self._end(batch, "BATCH_STATE_CANCELLED", self.clock.now())
             return {}
 
     def delete_batch(self, request: Request, batch_id: str) -> dict:
@@ -543,7 +542,7 @@ class GeminiEmulator(EmulatorServer):
             display_name=display_name,
             mime_type=mime_type,
             content=content,
-            created=time.time(),
+            created=self.clock.now(),
             source=source,
         )
         self._files[stored.id] = stored
@@ -609,7 +608,7 @@ class GeminiEmulator(EmulatorServer):
         batch = self._batches.get(batch_id)
         if batch is None:
             raise self.error(404, f"Batch batches/{batch_id} not found.", kind="not_found")
-        self._advance(batch, time.time())
+        self._advance(batch, self.clock.now())
         return batch
 
     def _operation(self, batch: _Batch) -> dict:

@@ -23,7 +23,6 @@ import json
 import logging
 import math
 import random
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -341,7 +340,7 @@ class Emulator(EmulatorServer):
             raise openai_error(
                 400, f"Invalid purpose {purpose!r}: the emulator accepts 'batch'.", param="purpose"
             )
-        now = int(time.time())
+        now = int(self.clock.now())
         file = _File(_new_id("file-"), filename, purpose, content, now, now + (ttl or FILE_TTL))
         with self.lock:
             self._files[file.id] = file
@@ -439,7 +438,7 @@ class Emulator(EmulatorServer):
                 completion_window=body["completion_window"],
                 metadata=metadata,
                 output_ttl=output_ttl,
-                created=time.time(),
+                created=self.clock.now(),
             )
             self._batches[batch.id] = batch
             if self.take_lost_create():
@@ -451,7 +450,7 @@ class Emulator(EmulatorServer):
         if batch_id not in self._batches:
             raise openai_error(404, f"No batch found with id '{batch_id}'.", param="batch_id")
         batch = self._batches[batch_id]
-        self._advance(batch, time.time())
+        self._advance(batch, self.clock.now())
         return batch
 
     def get_batch(self, batch_id: str) -> dict:
@@ -486,13 +485,13 @@ class Emulator(EmulatorServer):
                 )
             if batch.status != "cancelling":
                 batch.status = "cancelling"
-                batch.stamps["cancelling"] = time.time()
+                batch.stamps["cancelling"] = self.clock.now()
             return batch.as_json()
 
     # --- the simulation (callers hold the lock) ------------------------------------------
 
     def _advance_all(self) -> None:
-        now = time.time()
+        now = self.clock.now()
         for batch in self._batches.values():
             self._advance(batch, now)
 

@@ -27,6 +27,7 @@ from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 from werkzeug.wrappers import Request, Response
 
 from ledger.emulators import textgen
+from ledger.emulators.clock import Clock, WallClock
 
 log = logging.getLogger(__name__)
 
@@ -226,8 +227,18 @@ class EmulatorServer:
     create_rule: ClassVar[tuple[str, str] | None] = None  # (method, path regex) of a unit's creation
     knobs_class: ClassVar[type[FaultKnobs]] = FaultKnobs
 
-    def __init__(self, *, host: str = "127.0.0.1", port: int = 0, seed: int = 0, **knobs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        seed: int = 0,
+        clock: Clock | None = None,
+        **knobs: Any,
+    ) -> None:
         self.host, self.port, self.seed = host, port, seed
+        # What the units' timestamps and progress are read from: a test passes a `TestClock` and moves it.
+        self.clock = clock or WallClock()
         self.lock = threading.RLock()
         self.knobs = self.knobs_class()
         self._creates = 0
