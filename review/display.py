@@ -1,0 +1,145 @@
+"""How screens show money, times and states to people: one rule for each, used by every template
+(through the `display` template tags) and by the views that format in Python. The API never uses
+this: machines get exact amounts, ISO times in UTC and machine state names."""
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import ROUND_HALF_UP, Decimal
+
+from django.utils import timezone
+
+from ledger.models import ImportState
+from ledger.states import ItemState, JobState, SubmissionState
+
+# --- money -----------------------------------------------------------------------------------
+
+# The currency amounts on screens are in when a template names none: the provider's prices are in
+# US dollars (ledger/pricing.py). Showing a business currency (SPEC §9) changes this one name.
+SHOWN_CURRENCY = "USD"
+SYMBOLS = {"USD": "$", "GBP": "£", "EUR": "€"}
+CENT = Decimal("0.01")
+
+
+def money_text(amount: Decimal | int | str, currency: str = SHOWN_CURRENCY) -> str:
+    """`$1,234.50`, `$0.00`, or `< $0.01` for a positive amount below a cent (the exact amount is
+    `exact_money_text`). A currency without a symbol is named after the figure: `12.00 CHF`."""
+    amount = Decimal(amount)
+    symbol = SYMBOLS.get(currency)
+
+    def shown(value: Decimal) -> str:
+        figure = f"{abs(value):,.2f}"
+        sign = "-" if value < 0 else ""
+        return f"{sign}{symbol}{figure}" if symbol else f"{sign}{figure} {currency}"
+
+    if 0 < abs(amount) < CENT:
+        return f"< {shown(CENT)}" if amount > 0 else f"> {shown(-CENT)}"
+    return shown(amount.quantize(CENT, rounding=ROUND_HALF_UP))
+
+
+def exact_money_text(amount: Decimal | int | str, currency: str = SHOWN_CURRENCY) -> str:
+    """The amount as the ledger holds it, with its currency code: `0.000031 USD`."""
+    return f"{Decimal(amount)} {currency}"
+
+
+def unit_price_text(amount: Decimal | int | str, currency: str = SHOWN_CURRENCY) -> str:
+    """A price per million tokens: never rounded away (`$0.075`), at least two decimals (`$2.50`)."""
+    amount = Decimal(amount)
+    places = max(2, -amount.normalize().as_tuple().exponent)
+    figure = f"{amount:,.{places}f}"
+    symbol = SYMBOLS.get(currency)
+    return f"{symbol}{figure}" if symbol else f"{figure} {currency}"
+
+
+# --- times -----------------------------------------------------------------------------------
+
+
+def zone_name(moment: datetime) -> str:
+    """The zone's usual abbreviation (UTC, GMT, BST, CET, EST); an offset-only one as UTC+04."""
+    name = moment.tzname() or "UTC"
+    return f"UTC{name}" if name[0] in "+-" else name
+
+
+def time_text(moment: datetime, *, seconds: bool = False) -> str:
+    """`2026-12-03 09:14 CET`: in the viewer's time zone (the one activated for the request), and
+    always saying which."""
+    local = timezone.localtime(moment)
+    shown = local.strftime("%Y-%m-%d %H:%M:%S" if seconds else "%Y-%m-%d %H:%M")
+    return f"{shown} {zone_name(local)}"
+
+
+# --- state badges ----------------------------------------------------------------------------
+
+# A badge's tone says what the state means for the person looking: done well, gone wrong or refused
+# (bad: it needs someone), worth a look (warn), still on its way (neutral), or kept as evidence only.
+GOOD, BAD, WARN, NEUTRAL, QUIET = "good", "bad", "warn", "neutral", "quiet"
+TONES = (GOOD, BAD, WARN, NEUTRAL, QUIET)
+
+
+@dataclass(frozen=True)
+class Badge:
+    word: str  # short, shown in the badge; the state's sentence is shown beside it
+    tone: str
+
+
+S, J, U = ItemState, JobState, SubmissionState
+
+ITEM_BADGES: dict[str, Badge] = {
+    S.PREPARED: Badge("Prepared", NEUTRAL),
+    S.SUBMITTED: Badge("Submitted", NEUTRAL),
+    S.SUBMISSION_UNCERTAIN: Badge("Uncertain", WARN),
+    S.RETURNED: Badge("Returned", NEUTRAL),
+    S.INFERENCE_FAILED: Badge("No draft", BAD),
+    S.VALIDATION_FAILED: Badge("Invalid", BAD),
+    S.OBSOLETE: Badge("Obsolete", QUIET),
+    S.WITHDRAWN: Badge("Withdrawn", QUIET),
+    S.AWAITING_REVIEW: Badge("To review", NEUTRAL),
+    S.REJECTED: Badge("Rejected", BAD),
+    S.APPROVED: Badge("Approved", GOOD),
+    S.APPLYING: Badge("Applying", NEUTRAL),
+    S.APPLIED: Badge("Applied", GOOD),
+    S.DESTINATION_REJECTED: Badge("Refused", BAD),
+    S.DEAD_LETTER: Badge("Dead letter", BAD),
+    S.CANCELLED: Badge("Cancelled", QUIET),
+}
+
+# Keyed by value, so the states SPEC §2 names are covered even where the code has not added them yet.
+JOB_BADGES: dict[str, Badge] = {
+    J.PREPARING: Badge("Preparing", NEUTRAL),
+    J.RUNNING: Badge("Running", NEUTRAL),
+    "paused": Badge("Paused", WARN),
+    J.IN_REVIEW: Badge("In review", NEUTRAL),
+    "needs_attention": Badge("Needs attention", BAD),
+    J.COMPLETED: Badge("Completed", GOOD),
+    J.CANCELLED: Badge("Cancelled", QUIET),
+}
+
+SUBMISSION_BADGES: dict[str, Badge] = {
+    U.INTENT: Badge("Recorded", NEUTRAL),
+    U.UNCERTAIN: Badge("Uncertain", WARN),
+    U.OPEN: Badge("Open", NEUTRAL),
+    U.ENDED: Badge("Ended", NEUTRAL),
+    U.COLLECTED: Badge("Collected", GOOD),
+    U.FAILED: Badge("Not run", BAD),
+}
+
+IMPORT_BADGES: dict[str, Badge] = {
+    ImportState.QUEUED: Badge("Queued", NEUTRAL),
+    ImportState.RUNNING: Badge("Importing", NEUTRAL),
+    ImportState.DONE: Badge("Finished", GOOD),
+    ImportState.FAILED: Badge("Failed", BAD),
+}
+
+# Which table and which sentences each kind of state has.
+KINDS = {
+    "item": (ITEM_BADGES, ItemState),
+    "job": (JOB_BADGES, JobState),
+    "submission": (SUBMISSION_BADGES, SubmissionState),
+    "import": (IMPORT_BADGES, ImportState),
+}
+
+
+def badge_for(kind: str, state: str) -> tuple[Badge, str]:
+    """The badge of a `kind` ("item", "job", "submission", "import") of state, and its sentence."""
+    badges, choices = KINDS[kind]
+    sentence = dict(choices.choices).get(state, state)
+    return badges.get(state) or Badge(state.replace("_", " ").capitalize(), NEUTRAL), sentence

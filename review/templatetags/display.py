@@ -1,0 +1,92 @@
+"""Template face of review/display.py: `{% load display %}`, then
+
+- `{{ amount|money }}` or `{{ amount|money:cost.currency }}`: `<span title="0.000031 USD">< $0.01</span>`
+- `{{ price|unit_price }}`: a price per million tokens, never rounded away
+- `{{ moment|when }}` or `{{ moment|when:"seconds" }}`: `<time datetime=…>2026-12-03 09:14 CET</time>`
+- `{{ item.state|item_badge }}` (also `job_badge`, `submission_badge`, `import_badge`): the short
+  badge with the state's sentence beside it; `:"alone"` for the badge alone, the sentence in its title.
+"""
+
+from datetime import datetime
+from decimal import Decimal
+
+from django import template
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from review.display import SHOWN_CURRENCY, badge_for, exact_money_text, money_text, time_text, unit_price_text
+
+register = template.Library()
+
+
+@register.filter
+def money(amount: Decimal | None, currency: str = SHOWN_CURRENCY) -> SafeString | str:
+    if amount is None or amount == "":
+        return "—"
+    return format_html(
+        '<span class="money" title="{}">{}</span>',
+        exact_money_text(amount, currency),
+        money_text(amount, currency),
+    )
+
+
+@register.filter
+def unit_price(amount: Decimal | None, currency: str = SHOWN_CURRENCY) -> str:
+    return "—" if amount is None or amount == "" else unit_price_text(amount, currency)
+
+
+@register.filter
+def when(moment: datetime | None, detail: str = "") -> SafeString | str:
+    if not moment:
+        return ""
+    local = timezone.localtime(moment)
+    return format_html(
+        '<time datetime="{}">{}</time>', local.isoformat(), time_text(local, seconds=detail == "seconds")
+    )
+
+
+def _badge(kind: str, state: str, shape: str) -> SafeString:
+    badge, sentence = badge_for(kind, state)
+    if shape == "alone":
+        return format_html(
+            '<span class="badge {}" data-state="{}" title="{}">{}</span>',
+            badge.tone,
+            state,
+            sentence,
+            badge.word,
+        )
+    return format_html(
+        '<span class="badge {}" data-state="{}">{}</span> <span class="state-sentence">{}</span>',
+        badge.tone,
+        state,
+        badge.word,
+        sentence,
+    )
+
+
+@register.filter
+def item_badge(state: str, shape: str = "") -> SafeString:
+    return _badge("item", state, shape)
+
+
+@register.filter
+def job_badge(state: str, shape: str = "") -> SafeString:
+    return _badge("job", state, shape)
+
+
+@register.filter
+def submission_badge(state: str, shape: str = "") -> SafeString:
+    return _badge("submission", state, shape)
+
+
+@register.filter
+def import_badge(state: str, shape: str = "") -> SafeString:
+    return _badge("import", state, shape)
+
+
+@register.filter
+def state_tone(state: str, kind: str = "item") -> str:
+    """The tone class alone, for an element that shows a state in its own words (the review desk's
+    outcome)."""
+    return badge_for(kind, state)[0].tone

@@ -1,0 +1,134 @@
+"""One way to show money, times and states on every screen (issue 18, point 8)."""
+
+from datetime import UTC, datetime
+from decimal import Decimal
+from zoneinfo import ZoneInfo
+
+import pytest
+from django.template import Context, Template
+from django.utils import timezone
+
+from ledger.models import ImportState
+from ledger.states import ItemState, JobState, SubmissionState
+from review.display import (
+    BAD,
+    GOOD,
+    IMPORT_BADGES,
+    ITEM_BADGES,
+    JOB_BADGES,
+    SUBMISSION_BADGES,
+    TONES,
+    money_text,
+    time_text,
+    unit_price_text,
+)
+
+
+def render(source: str, **context) -> str:
+    return Template("{% load display %}" + source).render(Context(context))
+
+
+@pytest.mark.parametrize(
+    "amount, shown",
+    [
+        ("0", "$0.00"),
+        ("0.000031", "< $0.01"),
+        ("0.006213", "< $0.01"),
+        ("0.01", "$0.01"),
+        ("0.014999", "$0.01"),
+        ("0.015", "$0.02"),
+        ("1.5", "$1.50"),
+        ("1234.5", "$1,234.50"),
+        ("-2.5", "-$2.50"),
+    ],
+)
+def test_money_has_a_symbol_and_two_decimals_or_says_less_than_a_cent(amount, shown):
+    assert money_text(Decimal(amount)) == shown
+
+
+def test_money_in_another_currency_is_one_parameter():
+    assert money_text(Decimal("1.5"), "GBP") == "£1.50"
+    assert money_text(Decimal("0.004"), "GBP") == "< £0.01"
+    assert money_text(Decimal("12"), "CHF") == "12.00 CHF"
+
+
+def test_the_money_filter_keeps_the_exact_amount_in_its_title():
+    html = render("{{ amount|money }}", amount=Decimal("0.000031"))
+    assert html == '<span class="money" title="0.000031 USD">&lt; $0.01</span>'
+    assert render("{{ amount|money:'GBP' }}", amount=Decimal("1234.5")) == (
+        '<span class="money" title="1234.5 GBP">£1,234.50</span>'
+    )
+    assert render("{{ amount|money }}", amount=None) == "—"
+
+
+def test_a_price_per_million_tokens_is_never_rounded_away():
+    assert unit_price_text(Decimal("0.075")) == "$0.075"
+    assert unit_price_text(Decimal("2.5")) == "$2.50"
+    assert unit_price_text(Decimal("0.150000")) == "$0.15"
+
+
+MOMENT = datetime(2026, 12, 3, 7, 14, 9, tzinfo=UTC)
+
+
+def test_a_time_says_its_zone_utc_by_default():
+    assert time_text(MOMENT) == "2026-12-03 07:14 UTC"
+    assert time_text(MOMENT, seconds=True) == "2026-12-03 07:14:09 UTC"
+
+
+@pytest.mark.parametrize(
+    "zone, shown",
+    [
+        ("Europe/Paris", "2026-12-03 08:14 CET"),
+        ("America/New_York", "2026-12-03 02:14 EST"),
+        ("Asia/Dubai", "2026-12-03 11:14 UTC+04"),
+    ],
+)
+def test_a_time_is_shown_in_the_viewers_zone_and_names_it(zone, shown):
+    with timezone.override(ZoneInfo(zone)):
+        assert time_text(MOMENT) == shown
+        html = render("{{ moment|when }}", moment=MOMENT)
+    assert html == f'<time datetime="{MOMENT.astimezone(ZoneInfo(zone)).isoformat()}">{shown}</time>'
+
+
+def test_summer_time_is_named_as_such():
+    with timezone.override(ZoneInfo("Europe/London")):
+        assert time_text(datetime(2026, 7, 1, 12, 0, tzinfo=UTC)) == "2026-07-01 13:00 BST"
+
+
+@pytest.mark.parametrize(
+    "table, choices",
+    [
+        (ITEM_BADGES, ItemState),
+        (JOB_BADGES, JobState),
+        (SUBMISSION_BADGES, SubmissionState),
+        (IMPORT_BADGES, ImportState),
+    ],
+)
+def test_every_state_has_a_short_badge_with_a_known_tone(table, choices):
+    for state in choices.values:
+        assert state in table, f"{choices.__name__}.{state} has no badge in review/display.py"
+        badge = table[state]
+        assert badge.tone in TONES
+        assert 0 < len(badge.word) <= 16, badge.word
+
+
+def test_failure_and_refusal_states_are_never_shown_as_success():
+    for state in ("rejected", "destination_rejected", "inference_failed", "validation_failed", "dead_letter"):
+        assert ITEM_BADGES[state].tone == BAD
+    assert ITEM_BADGES["applied"].tone == GOOD
+    assert JOB_BADGES["completed"].tone == GOOD
+    assert SUBMISSION_BADGES["failed"].tone == BAD
+
+
+def test_a_rejected_badge_is_short_red_and_has_its_sentence_beside_it():
+    html = render("{{ state|item_badge }}", state="rejected")
+    assert html == (
+        '<span class="badge bad" data-state="rejected">Rejected</span> '
+        '<span class="state-sentence">A reviewer rejected this draft (reason shown)</span>'
+    )
+    assert " good" not in html
+    alone = render("{{ state|item_badge:'alone' }}", state="rejected")
+    assert alone == (
+        '<span class="badge bad" data-state="rejected" title="A reviewer rejected this draft (reason shown)">'
+        "Rejected</span>"
+    )
