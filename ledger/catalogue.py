@@ -51,6 +51,16 @@ from django_q.tasks import async_task
 
 from .actions import record_product
 from .cycles import fewer_cycle_collections
+from .json_values import (
+    MAX_FIELD_DEPTH,
+    FieldValue,
+    InvalidJson,
+    json_value_problem,
+    refuse_json_constant,
+    shown,
+    text_problem,
+    unique_json_keys,
+)
 from .models import (
     CatalogueImport,
     CatalogueImportChunk,
@@ -99,14 +109,6 @@ _READ_AHEAD = 2
 # import waiting for it asks again.
 _IMPORT_LOCK = 7_420_001
 _LOCK_WAIT_SECONDS = 0.5
-# How deep lists and objects may nest in a field's value: `"features": ["LED"]` is 1 deep,
-# `"sizes": [{"w_cm": 30}]` 2. Real catalogues need 2 or 3; the limit keeps every reader of a
-# value (hashing, prompts, screens) far from Python's recursion limit.
-MAX_FIELD_DEPTH = 8
-
-type JsonValue = str | int | float | bool | None | list[JsonValue] | dict[str, JsonValue]
-# A product field: text, a number, true/false, or a list or object of JSON values (SPEC §7).
-type FieldValue = str | int | float | bool | list[JsonValue] | dict[str, JsonValue]
 
 
 class BinaryLines(Protocol):
@@ -206,10 +208,6 @@ class ImportReport:
         self.rejected += not isinstance(error, Unreadable)
         if len(self.errors) < MAX_REPORTED_ERRORS:
             self.errors.append(error)
-
-
-class _Invalid(ValueError):
-    pass
 
 
 class _Line(NamedTuple):
@@ -1286,7 +1284,7 @@ def _read_jsonl(lines: Iterable[_Line]) -> Iterator[tuple[int, dict] | Rejection
             data = json.loads(
                 line.text, object_pairs_hook=unique_json_keys, parse_constant=refuse_json_constant
             )
-        except _Invalid as error:
+        except InvalidJson as error:
             yield Rejection(line.number, str(error))
             continue
         except json.JSONDecodeError as error:
@@ -1305,19 +1303,6 @@ def _read_jsonl(lines: Iterable[_Line]) -> Iterator[tuple[int, dict] | Rejection
             )
             continue
         yield line.number, data
-
-
-def unique_json_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    data: dict[str, object] = {}
-    for key, value in pairs:
-        if key in data:
-            raise _Invalid(f'the key "{key}" appears twice')
-        data[key] = value
-    return data
-
-
-def refuse_json_constant(name: str) -> NoReturn:
-    raise _Invalid(f"not valid JSON ({name} is not a number)")
 
 
 def _read_csv(lines: Iterable[_Line]) -> Iterator[tuple[int, dict] | Rejection]:
@@ -1353,7 +1338,7 @@ def _read_csv(lines: Iterable[_Line]) -> Iterator[tuple[int, dict] | Rejection]:
             if row is not None and any(cell.strip() for cell in row):
                 try:
                     header = _header(row)
-                except _Invalid as error:
+                except InvalidJson as error:
                     yield Unreadable(first, str(error))
                     return
             continue
@@ -1381,13 +1366,13 @@ def _header(row: list[str]) -> list[str]:
     names = [cell.strip() for cell in row]
     for position, name in enumerate(names, start=1):
         if not name:
-            raise _Invalid(f"column {position} of the header has no name")
+            raise InvalidJson(f"column {position} of the header has no name")
         if names.index(name) != position - 1:
-            raise _Invalid(f'the header names the column "{name}" twice')
+            raise InvalidJson(f'the header names the column "{name}" twice')
     missing = [required for required in ("sku", "title") if required not in names]
     if missing:
         hint = "; cells must be separated by commas" if any(";" in name for name in names) else ""
-        raise _Invalid(
+        raise InvalidJson(
             f"the header must name the columns sku and title (missing: {', '.join(missing)}){hint}"
         )
     return names
@@ -1542,21 +1527,6 @@ def normalise_keys(data: dict[str, object], problems: list[str]) -> dict[str, ob
     return values
 
 
-def text_problem(value: str) -> str | None:
-    # PostgreSQL cannot store NUL, and a lone surrogate (JSON "\ud800") cannot be encoded at all.
-    if "\x00" in value:
-        return "contains a NUL character"
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return "contains an unpaired surrogate escape"
-    return None
-
-
-def _shown(value: str) -> str:
-    return json.dumps(value if len(value) <= 70 else value[:70] + "…", ensure_ascii=False)
-
-
 def check_sku(value: object, problems: list[str]) -> str | None:
     if value is not None and not isinstance(value, str):
         problems.append("sku must be text")
@@ -1566,7 +1536,7 @@ def check_sku(value: object, problems: list[str]) -> str | None:
         problems.append("sku is missing")
         return None
     if not SKU_PATTERN.fullmatch(sku):
-        problems.append(f"sku {_shown(sku)} is not valid ({SKU_RULE})")
+        problems.append(f"sku {shown(sku)} is not valid ({SKU_RULE})")
         return None
     return sku
 
@@ -1601,7 +1571,7 @@ def _status(value: object, problems: list[str]) -> str | None:
     if not status:
         return None
     if status not in ProductStatus.values:
-        problems.append(f"status {_shown(value.strip())} is not valid (active or withdrawn)")
+        problems.append(f"status {shown(value.strip())} is not valid (active or withdrawn)")
         return None
     return status
 
@@ -1640,37 +1610,3 @@ def _plainly_storable(values: dict[str, object]) -> bool:
         and "\\u0000" not in text
         and text_problem(text) is None
     )
-
-
-def json_value_problem(value: object, field: str, *, max_depth: int = MAX_FIELD_DEPTH) -> str | None:
-    """Why `value` cannot be stored as `field` (jsonb holds no NUL, JSON no NaN), or None."""
-    return _value_problem(value, field, where=field, depth=0, max_depth=max_depth)
-
-
-def _value_problem(value: object, field: str, *, where: str, depth: int, max_depth: int) -> str | None:
-    if isinstance(value, str):
-        problem = text_problem(value)
-        return f"{where} {problem}" if problem else None
-    if isinstance(value, float):
-        return None if math.isfinite(value) else f"{where} is not a finite number"
-    if value is None or isinstance(value, bool | int):
-        return None
-    if not isinstance(value, list | dict):
-        return f"{where} is not a JSON value"
-    if depth == max_depth:
-        return f"{field} nests lists and objects more than {max_depth} deep"
-    if isinstance(value, list):
-        for position, inner in enumerate(value, start=1):
-            if problem := _value_problem(
-                inner, field, where=f"{where}, item {position}", depth=depth + 1, max_depth=max_depth
-            ):
-                return problem
-        return None
-    for key, inner in value.items():
-        if not isinstance(key, str) or (problem := text_problem(key)) is not None:
-            return f"{where} has a key that {problem or 'is not text'}"
-        if problem := _value_problem(
-            inner, field, where=f"{where}, key {_shown(key)}", depth=depth + 1, max_depth=max_depth
-        ):
-            return problem
-    return None

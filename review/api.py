@@ -49,11 +49,9 @@ from ledger.catalogue import (
     check_sku,
     check_title,
     normalise_keys,
-    refuse_json_constant,
-    text_problem,
-    unique_json_keys,
 )
 from ledger.health import collector_stalled, last_poll_at, units_failing_to_record
+from ledger.json_values import refuse_json_constant, text_problem, unique_json_keys
 from ledger.models import (
     ApiToken,
     AttemptOutcome,

@@ -31,7 +31,7 @@ def prompt_template_problems(template: str) -> list[str]:
     import re
     import string
 
-    from ..catalogue import text_problem
+    from ..json_values import text_problem
 
     if problem := text_problem(template):
         return [f"The template {problem}"]
@@ -76,7 +76,7 @@ def output_schema_problems(schema: object) -> list[str]:
     """The output schema must be a JSON Schema for an object: providers return structured output as one."""
     import jsonschema
 
-    from ..catalogue import json_value_problem
+    from ..json_values import json_value_problem
 
     if not isinstance(schema, dict):
         return ["The output schema must be a JSON object"]
@@ -94,7 +94,7 @@ def output_schema_problems(schema: object) -> list[str]:
 
 def prompt_rules_problems(rules: object, schema: object) -> list[str]:
     """The validation rules `validation.check_draft` reads, and nothing it would silently ignore."""
-    from ..catalogue import json_value_problem
+    from ..json_values import json_value_problem
 
     if not isinstance(rules, dict):
         return ["The rules must be a JSON object"]
@@ -138,7 +138,7 @@ def create_prompt_version(
     """Add the next version of a task's prompt. Versions are never edited: a change is a new one."""
     import re
 
-    from ..catalogue import text_problem
+    from ..json_values import text_problem
 
     problems = []
     if not re.fullmatch(PROMPT_TASK_PATTERN, task):
