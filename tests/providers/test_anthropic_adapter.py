@@ -1,13 +1,13 @@
 """The Anthropic adapter against the Anthropic emulator, over real HTTP."""
 
 import json
-import time
 from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
 
 from ledger.emulators.anthropic import AnthropicEmulator
+from ledger.emulators.clock import TestClock
 from ledger.providers import anthropic as adapter_module
 from ledger.providers import get_provider
 from ledger.providers.anthropic import AnthropicBatchProvider, batch_request, parse_result_line
@@ -47,8 +47,13 @@ def requests(n: int, prefix: str = "bd", schema: dict | None = SCHEMA) -> list[I
 
 
 @pytest.fixture
-def emulator():
-    with AnthropicEmulator(per_request_ms=5) as emu:
+def clock():
+    return TestClock()
+
+
+@pytest.fixture
+def emulator(clock):
+    with AnthropicEmulator(per_request_ms=5, clock=clock) as emu:
         yield emu
 
 
@@ -62,13 +67,12 @@ def provider(emulator, settings, monkeypatch):
     return get_provider("anthropic")
 
 
-def wait_ended(provider, ref):
-    for _ in range(400):
-        status = provider.status(ref)
-        if status.ended:
-            return status
-        time.sleep(0.02)
-    raise AssertionError("the batch never ended")
+def run_to_end(clock, provider, ref):
+    """The unit's status once the emulator's clock has moved past every request it holds."""
+    clock.advance(seconds=60)
+    status = provider.status(ref)
+    assert status.ended, status
+    return status
 
 
 def by_id(lines) -> dict[str, ResultLine]:
@@ -85,13 +89,13 @@ def test_capabilities_say_found_by_listing_cancellable_and_file_delivered():
     assert capabilities.usage_per_request
 
 
-def test_submit_poll_and_stream_results_matched_by_custom_id(emulator, provider):
+def test_submit_poll_and_stream_results_matched_by_custom_id(clock, emulator, provider):
     emulator.configure(per_request_ms=50)
     sent = requests(8)
     ref = provider.submit(requests=sent, intent_key="bd_intent_1", metadata={"job": "j"})
 
     running = provider.status(ref)
-    status = wait_ended(provider, ref)
+    status = run_to_end(clock, provider, ref)
     lines = list(provider.results(ref))
 
     assert ref.startswith("msgbatch_")
@@ -109,9 +113,9 @@ def test_submit_poll_and_stream_results_matched_by_custom_id(emulator, provider)
     assert emulator.stats()["inferences"] == {r.custom_id: 1 for r in sent}
 
 
-def test_without_a_schema_the_text_blocks_are_the_content(provider):
+def test_without_a_schema_the_text_blocks_are_the_content(clock, provider):
     ref = provider.submit(requests=requests(2, schema=None), intent_key="bd_text", metadata={})
-    wait_ended(provider, ref)
+    run_to_end(clock, provider, ref)
 
     lines = list(provider.results(ref))
 
@@ -145,11 +149,11 @@ def test_request_bytes_add_up_to_about_the_create_body(provider):
     assert abs(counted - len(body)) <= 20
 
 
-def test_errored_requests_are_server_errors_and_transient(emulator, provider):
+def test_errored_requests_are_server_errors_and_transient(clock, emulator, provider):
     emulator.configure(fail_rate=1.0)
     ref = provider.submit(requests=requests(3), intent_key="bd_fail", metadata={})
 
-    status = wait_ended(provider, ref)
+    status = run_to_end(clock, provider, ref)
     lines = list(provider.results(ref))
 
     assert status.counts == UnitCounts(total=3, succeeded=0, failed=3)
@@ -159,10 +163,10 @@ def test_errored_requests_are_server_errors_and_transient(emulator, provider):
     assert emulator.stats()["inferences"] == {}
 
 
-def test_expired_requests_are_batch_expired_and_transient(emulator, provider):
+def test_expired_requests_are_batch_expired_and_transient(clock, emulator, provider):
     emulator.configure(expire_rate=1.0)
     ref = provider.submit(requests=requests(2), intent_key="bd_expire", metadata={})
-    wait_ended(provider, ref)
+    run_to_end(clock, provider, ref)
 
     lines = list(provider.results(ref))
 
@@ -171,11 +175,11 @@ def test_expired_requests_are_batch_expired_and_transient(emulator, provider):
     }
 
 
-def test_a_batch_out_of_time_part_way_keeps_what_ran_and_expires_the_rest(emulator, provider):
+def test_a_batch_out_of_time_part_way_keeps_what_ran_and_expires_the_rest(clock, emulator, provider):
     emulator.configure(per_request_ms=50, expire_after_ms=120)
     ref = provider.submit(requests=requests(6), intent_key="bd_part", metadata={})
 
-    status = wait_ended(provider, ref)
+    status = run_to_end(clock, provider, ref)
     lines = by_id(provider.results(ref))
 
     assert status.counts == UnitCounts(total=6, succeeded=2, failed=4)
@@ -183,14 +187,14 @@ def test_a_batch_out_of_time_part_way_keeps_what_ran_and_expires_the_rest(emulat
     assert {lines[f"bd-{i}-1"].reason for i in range(2, 6)} == {ReasonCode.BATCH_EXPIRED}
 
 
-def test_an_invalid_request_inside_a_batch_is_permanent(emulator, provider):
+def test_an_invalid_request_inside_a_batch_is_permanent(clock, emulator, provider):
     # Anthropic checks model and max_tokens at create; the rest fails the one request.
     with httpx.Client(
         base_url=emulator.base_url, headers={"x-api-key": "k", "anthropic-version": "2023-06-01"}
     ) as raw:
         bad = {"custom_id": "bd-bad-1", "params": {"model": "m", "max_tokens": 10, "messages": []}}
         ref = raw.post("/v1/messages/batches", json={"requests": [bad]}).json()["id"]
-    wait_ended(provider, ref)
+    run_to_end(clock, provider, ref)
 
     (line,) = provider.results(ref)
 
@@ -249,10 +253,10 @@ def test_canceled_lines_are_permanent_and_odd_lines_never_raise():
     assert isinstance(no_id, UnreadableLine) and no_id.problem == "no custom_id"
 
 
-def test_repeated_unknown_and_malformed_lines_reach_the_ledger_as_such(emulator, provider):
+def test_repeated_unknown_and_malformed_lines_reach_the_ledger_as_such(clock, emulator, provider):
     emulator.configure(duplicate_lines=1.0, unknown_lines=2, malformed_lines=1)
     ref = provider.submit(requests=requests(3), intent_key="bd_spoiled", metadata={})
-    wait_ended(provider, ref)
+    run_to_end(clock, provider, ref)
 
     lines = list(provider.results(ref))
     ids = sorted(line.custom_id for line in lines if isinstance(line, ResultLine))
@@ -263,10 +267,10 @@ def test_repeated_unknown_and_malformed_lines_reach_the_ledger_as_such(emulator,
     assert [type(line) for line in lines].count(UnreadableLine) == 1
 
 
-def test_a_cut_download_raises_after_the_lines_it_read_and_the_next_try_reads_all(emulator, provider):
+def test_a_cut_download_raises_after_the_lines_it_read_and_the_next_try_reads_all(clock, emulator, provider):
     emulator.configure(cut_downloads=1)
     ref = provider.submit(requests=requests(6), intent_key="bd_cut", metadata={})
-    wait_ended(provider, ref)
+    run_to_end(clock, provider, ref)
 
     read = []
     with pytest.raises(ProviderError) as raised:
@@ -280,11 +284,11 @@ def test_a_cut_download_raises_after_the_lines_it_read_and_the_next_try_reads_al
     assert emulator.stats()["downloads"] == {ref: 2}
 
 
-def test_results_are_read_from_the_results_url_the_batch_gives(settings, monkeypatch):
+def test_results_are_read_from_the_results_url_the_batch_gives(clock, settings, monkeypatch):
     class Elsewhere(AnthropicEmulator):
         results_path = "/v1/elsewhere/<batch_id>/results.jsonl"
 
-    with Elsewhere(per_request_ms=5) as emulator:
+    with Elsewhere(per_request_ms=5, clock=clock) as emulator:
         monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
         settings.PROVIDERS = {
             **settings.PROVIDERS,
@@ -292,7 +296,7 @@ def test_results_are_read_from_the_results_url_the_batch_gives(settings, monkeyp
         }
         provider = get_provider("anthropic")
         ref = provider.submit(requests=requests(2), intent_key="bd_elsewhere", metadata={})
-        wait_ended(provider, ref)
+        run_to_end(clock, provider, ref)
 
         assert len(list(provider.results(ref))) == 2
 
@@ -307,7 +311,7 @@ def test_results_before_the_batch_has_ended_are_a_transient_provider_error(emula
     assert raised.value.transient and "results_url" in str(raised.value)
 
 
-def test_a_lost_create_answer_is_answer_lost_and_the_batch_is_a_candidate(emulator, provider):
+def test_a_lost_create_answer_is_answer_lost_and_the_batch_is_a_candidate(clock, emulator, provider):
     emulator.configure(lose_create_responses=[1])
     sent_at = datetime.now(UTC)
 
@@ -318,7 +322,7 @@ def test_a_lost_create_answer_is_answer_lost_and_the_batch_is_a_candidate(emulat
     assert len(candidates) == 1
     assert emulator.stats()["creates"] == 1
     # The ledger owns a candidate by the custom_ids of its results.
-    wait_ended(provider, candidates[0])
+    run_to_end(clock, provider, candidates[0])
     assert {line.custom_id for line in provider.results(candidates[0])} == {"bd-0-1", "bd-1-1", "bd-2-1"}
 
 
@@ -348,26 +352,26 @@ def test_find_units_lists_candidates_by_window_and_request_count_oldest_first(
     assert provider.find_units(intent_key="k1", sent_at=sent_at, request_count=4) == []
 
 
-def test_cancel_answers_canceling_and_unrun_requests_end_canceled(emulator, provider):
+def test_cancel_answers_canceling_and_unrun_requests_end_canceled(clock, emulator, provider):
     emulator.configure(per_request_ms=200)
     ref = provider.submit(requests=requests(10), intent_key="bd_cancel", metadata={})
-    time.sleep(0.25)
+    clock.advance(ms=250)  # one request has run
 
     said = provider.cancel(ref)
-    status = wait_ended(provider, ref)
+    status = run_to_end(clock, provider, ref)
     lines = by_id(provider.results(ref))
 
     assert said == "canceling"
     assert status.provider_status == "ended"
     canceled = [line for line in lines.values() if line.error_code == "canceled"]
-    assert 3 <= len(canceled) < 10
+    assert len(canceled) == 9  # nothing runs once the cancel is asked
     assert {(line.reason, line.transient) for line in canceled} == {(ReasonCode.MODEL_FAILED, False)}
     assert status.counts == UnitCounts(total=10, succeeded=10 - len(canceled), failed=len(canceled))
 
 
-def test_cancelling_an_ended_batch_is_a_permanent_provider_error(provider):
+def test_cancelling_an_ended_batch_is_a_permanent_provider_error(clock, provider):
     ref = provider.submit(requests=requests(1), intent_key="bd_done", metadata={})
-    wait_ended(provider, ref)
+    run_to_end(clock, provider, ref)
 
     with pytest.raises(ProviderError) as raised:
         provider.cancel(ref)

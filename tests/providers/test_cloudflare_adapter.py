@@ -3,11 +3,11 @@ unit's usage over many shapes of answer."""
 
 import json
 import random
-import time
 
 import httpx
 import pytest
 
+from ledger.emulators.clock import TestClock
 from ledger.emulators.cloudflare import CloudflareEmulator
 from ledger.providers import get_provider
 from ledger.providers.base import (
@@ -54,8 +54,13 @@ def requests(n: int, prefix: str = "bd", model: str = MODEL) -> list[InferenceRe
 
 
 @pytest.fixture
-def emulator():
-    with CloudflareEmulator(per_request_ms=1, queued_ms=10, seed=3) as running:
+def clock():
+    return TestClock()
+
+
+@pytest.fixture
+def emulator(clock):
+    with CloudflareEmulator(per_request_ms=1, queued_ms=10, seed=3, clock=clock) as running:
         yield running
 
 
@@ -73,13 +78,12 @@ def provider(emulator, settings, monkeypatch):
     adapter.client.close()
 
 
-def wait_ended(provider, ref):
-    for _ in range(400):
-        status = provider.status(ref)
-        if status.ended:
-            return status
-        time.sleep(0.02)
-    raise AssertionError("the unit never ended")
+def run_to_end(clock, provider, ref):
+    """The unit's status once the emulator's clock has moved past its queue and every request."""
+    clock.advance(seconds=60)
+    status = provider.status(ref)
+    assert status.ended, status
+    return status
 
 
 def shares(lines) -> tuple[int, int]:
@@ -96,16 +100,20 @@ def shares(lines) -> tuple[int, int]:
 # --- the round trip ----------------------------------------------------------------------------
 
 
-def test_submit_poll_and_read_results_matched_by_external_reference(emulator, provider):
+def test_submit_poll_and_read_results_matched_by_external_reference(clock, emulator, provider):
     sent = requests(12)
     ref = provider.submit(requests=sent, intent_key="bd_intent_1", metadata={"job": "j"})
 
-    first = provider.status(ref)
-    status = wait_ended(provider, ref)
+    queued = provider.status(ref)
+    clock.advance(ms=10)  # out of the queue: no request has run yet
+    running = provider.status(ref)
+    status = run_to_end(clock, provider, ref)
     lines = list(provider.results(ref))
 
-    assert isinstance(provider, CloudflareBatchProvider)
-    assert first.provider_status in ("queued", "running") and not first.ended
+    # The adapter built from settings and the environment reached this emulator, once.
+    assert emulator.stats()["creates"] == 1
+    assert (queued.provider_status, queued.ended) == ("queued", False)
+    assert (running.provider_status, running.ended) == ("running", False)
     assert status.provider_status == "done" and not status.refused
     assert status.counts.as_dict() == {"total": 12, "succeeded": 12, "failed": 0}
     assert sorted(line.custom_id for line in lines) == sorted(r.custom_id for r in sent)
@@ -132,9 +140,9 @@ def test_the_reference_carries_the_model_needed_to_poll(provider):
     assert not raised.value.transient
 
 
-def test_the_batch_usage_is_apportioned_and_its_total_kept_on_every_line(emulator, provider):
+def test_the_batch_usage_is_apportioned_and_its_total_kept_on_every_line(clock, emulator, provider):
     ref = provider.submit(requests=requests(7), intent_key="bd_usage", metadata={})
-    wait_ended(provider, ref)
+    run_to_end(clock, provider, ref)
 
     lines = list(provider.results(ref))
     again = list(provider.results(ref))
@@ -203,10 +211,10 @@ def test_capabilities_say_what_cloudflare_cannot_do(provider):
 # --- failures ----------------------------------------------------------------------------------
 
 
-def test_failed_responses_arrive_classified(emulator, provider):
+def test_failed_responses_arrive_classified(clock, emulator, provider):
     emulator.configure(fail_rate=1.0)
     ref = provider.submit(requests=requests(3), intent_key="bd_fail", metadata={})
-    status = wait_ended(provider, ref)
+    status = run_to_end(clock, provider, ref)
 
     lines = list(provider.results(ref))
 
@@ -218,7 +226,7 @@ def test_failed_responses_arrive_classified(emulator, provider):
     assert emulator.stats()["inferences"] == {}
 
 
-def test_a_request_the_model_cannot_take_fails_permanently(emulator, provider):
+def test_a_request_the_model_cannot_take_fails_permanently(clock, emulator, provider):
     # Sent by hand: the adapter never sends an entry without messages.
     with httpx.Client(base_url=emulator.base_url, headers={"Authorization": f"Bearer {TOKEN}"}) as raw:
         answer = raw.post(
@@ -227,7 +235,7 @@ def test_a_request_the_model_cannot_take_fails_permanently(emulator, provider):
             json={"requests": [{"max_tokens": 5, "external_reference": "bd-bad-1"}]},
         ).json()
     ref = f"{MODEL}|{answer['result']['request_id']}"
-    wait_ended(provider, ref)
+    run_to_end(clock, provider, ref)
 
     [line] = provider.results(ref)
 
@@ -288,11 +296,11 @@ def test_responses_are_matched_by_external_reference_never_by_id_or_place():
     assert all("external_reference" in line.problem for line in unreadable)
 
 
-def test_repeated_unknown_and_unreadable_responses_from_the_emulator(emulator, provider):
+def test_repeated_unknown_and_unreadable_responses_from_the_emulator(clock, emulator, provider):
     emulator.configure(duplicate_lines=1.0, unknown_lines=2, malformed_lines=3)
     sent = requests(4)
     ref = provider.submit(requests=sent, intent_key="bd_spoiled", metadata={})
-    status = wait_ended(provider, ref)
+    status = run_to_end(clock, provider, ref)
 
     lines = list(provider.results(ref))
 
@@ -353,7 +361,7 @@ def test_429_is_transient_with_its_retry_after_and_nothing_is_queued(emulator, p
 
 
 @pytest.mark.parametrize("status", [500, 503])
-def test_server_errors_while_polling_are_transient(emulator, provider, status):
+def test_server_errors_while_polling_are_transient(clock, emulator, provider, status):
     ref = provider.submit(requests=requests(1), intent_key="bd_5xx", metadata={})
     emulator.configure(server_errors=1, server_error_status=status)
 
@@ -361,7 +369,7 @@ def test_server_errors_while_polling_are_transient(emulator, provider, status):
         provider.status(ref)
 
     assert (raised.value.status, raised.value.transient) == (status, True)
-    assert wait_ended(provider, ref).ended
+    assert run_to_end(clock, provider, ref).ended
 
 
 def test_missing_account_id_is_said_plainly(emulator, settings, monkeypatch):
