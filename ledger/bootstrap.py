@@ -62,14 +62,20 @@ DEFAULT_PROMPT = {
 
 
 def ensure_roles_and_prompt(*, using: str = "default", **signal_kwargs) -> None:
+    """The default task gets its prompt, made current (by "system"), only when it has no current
+    version: a job started without naming one works out of the box, and a version people made
+    current since is left current."""
     from django.contrib.auth.models import Group
 
-    from .models import PromptVersion
+    from .models import CurrentPromptChoice, PromptVersion
 
     for name in ROLES:
         Group.objects.using(using).get_or_create(name=name)
-    if not PromptVersion.objects.using(using).filter(task=DEFAULT_PROMPT["task"]).exists():
-        PromptVersion.objects.using(using).create(**DEFAULT_PROMPT)
+    versions = PromptVersion.objects.using(using).filter(task=DEFAULT_PROMPT["task"])
+    if versions.current().exists():
+        return
+    default = versions.filter(version=DEFAULT_PROMPT["version"]).first() or versions.create(**DEFAULT_PROMPT)
+    CurrentPromptChoice.objects.using(using).create(task=default.task, prompt_version=default)
 
 
 def install_schedules(*, using: str = "default", **signal_kwargs) -> None:
@@ -100,6 +106,7 @@ def after_migrate(*, using: str = "default", apps=None, **signal_kwargs) -> None
             for app_label, model in (
                 ("auth", "Group"),
                 ("ledger", "PromptVersion"),
+                ("ledger", "CurrentPromptChoice"),
                 ("django_q", "Schedule"),
             ):
                 apps.get_model(app_label, model)

@@ -131,8 +131,49 @@ class SourceRevision(models.Model):
         return content_hash({"title": title, "fields": fields})
 
 
+class PromptVersionQuerySet(models.QuerySet):
+    def current(self) -> "PromptVersionQuerySet":
+        """The current version of each task among these (SPEC §1): the one its task's newest
+        `CurrentPromptChoice` names. A job that names no version uses it."""
+        return self.filter(pk=models.Subquery(newest_choice_of_task()))
+
+    def for_job(self, task: str, version: int | None = None) -> "PromptVersion | None":
+        """The version a job of `task` uses: the one it names, else the task's current one."""
+        versions = self.filter(task=task)
+        return versions.filter(version=version).first() if version else versions.current().first()
+
+    def with_current(self) -> "PromptVersionQuerySet":
+        """Each version with `is_current`."""
+        return self.annotate(
+            is_current=models.ExpressionWrapper(
+                Q(pk=models.Subquery(newest_choice_of_task())), output_field=models.BooleanField()
+            )
+        )
+
+
+def no_prompt_for_job(task: str, version: int | None = None) -> str:
+    """Why `PromptVersionQuerySet.for_job` found nothing."""
+    if not PromptVersion.objects.filter(task=task).exists():
+        return f"There is no prompt for the task {task!r}"
+    if version:
+        return f"The task {task!r} has no prompt version {version}"
+    return (
+        f"The task {task!r} has no current prompt version: make one current on its page under "
+        "/prompts/, or name a version"
+    )
+
+
+def newest_choice_of_task() -> models.QuerySet:
+    return (
+        CurrentPromptChoice.objects.filter(task=models.OuterRef("task"))
+        .order_by("-pk")
+        .values("prompt_version")[:1]
+    )
+
+
 class PromptVersion(models.Model):
-    """Task + version + template + output schema + validation rules. Never edited once used."""
+    """Task + version + template + output schema + validation rules. Never edited once used. A new
+    version is not current until someone makes it so (`actions.make_prompt_current`)."""
 
     task = models.CharField(max_length=64)
     version = models.PositiveIntegerField()
@@ -144,12 +185,38 @@ class PromptVersion(models.Model):
     max_output_tokens = models.PositiveIntegerField(default=600)
     created_at = models.DateTimeField(auto_now_add=True)
 
+    objects = PromptVersionQuerySet.as_manager()
+
     class Meta:
         ordering = ["task", "-version"]
         constraints = [models.UniqueConstraint(fields=["task", "version"], name="prompt_version_unique")]
 
     def __str__(self) -> str:
         return f"{self.task} v{self.version}"
+
+
+class CurrentPromptChoice(models.Model):
+    """A prompt version made the current one of its task: by whom, when, and which it replaced. Rows
+    are only added; the newest of a task names its current version, the older ones are its history."""
+
+    task = models.CharField(max_length=64)
+    prompt_version = models.ForeignKey(PromptVersion, on_delete=models.PROTECT, related_name="made_current")
+    replaced = models.ForeignKey(
+        PromptVersion, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    # None: `migrate` made the default prompt current (actor_name "system").
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    actor_name = models.CharField(max_length=150, default="system")
+    made_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["task", "-id"]
+        indexes = [models.Index(fields=["task", "-id"], name="current_prompt_of_task")]
+
+    def __str__(self) -> str:
+        return f"{self.prompt_version} made current by {self.actor_name}"
 
 
 # What a job is when its starter does not say (the model is the provider's: settings.PROVIDERS).

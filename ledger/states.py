@@ -64,20 +64,25 @@ OUTSTANDING_STATES = frozenset({S.PREPARED, S.SUBMITTED, S.SUBMISSION_UNCERTAIN,
 # A person decides next: a reviewer on a draft, or an approved draft on its way to the destination.
 REVIEW_STATES = frozenset({S.AWAITING_REVIEW, S.APPROVED, S.APPLYING})
 
-# At rest but not final: nothing moves until an operator (or a reviewer's regeneration) acts. In the
-# order the operations page lists them.
-NEEDS_ATTENTION_STATES = (
+# Waiting for an operator (SPEC §2: failed, dead letter, refused by the destination): at rest, and
+# nothing moves until one acts. An `inference_failed` item at rest is a permanent failure (a transient
+# one is `prepared` again at once, to retry by itself). A job with one of these, nothing in flight and
+# nothing waiting for a reviewer `needs_attention`; it is never `completed`.
+OPERATOR_STATES = (
     S.INFERENCE_FAILED,
     S.VALIDATION_FAILED,
     S.DESTINATION_REJECTED,
     S.DEAD_LETTER,
-    S.REJECTED,
 )
+
+# What the operations page lists, in its order: items waiting for an operator, and drafts a reviewer
+# rejected (which may be regenerated; the reviewer's decision is made, so they hold no job open).
+NEEDS_ATTENTION_STATES = (*OPERATOR_STATES, S.REJECTED)
 
 
 def needs_attention(counts: dict[str, int]) -> int:
-    """How many of a job's items wait for an operator, from its counts by state."""
-    return sum(counts.get(state, 0) for state in NEEDS_ATTENTION_STATES)
+    """How many of a job's items wait for an operator (`OPERATOR_STATES`), from its counts by state."""
+    return sum(counts.get(state, 0) for state in OPERATOR_STATES)
 
 
 # Items at the provider: a product change reaches them when their result returns (rule 5).
@@ -140,10 +145,18 @@ class DraftNote(models.TextChoices):
 
 
 class JobState(models.TextChoices):
+    """A job's state, derived from its items' (`actions.refresh_job_state`), SPEC §2."""
+
     PREPARING = "preparing", "Preparing"
     RUNNING = "running", "Running: results still outstanding"
+    # Set by a budget or a provider's billing refusal (issue 19); nothing derives it from items.
+    PAUSED = "paused", "Paused: nothing new is sent until someone acts"
     IN_REVIEW = "in_review", "In review: all results returned, decisions pending"
-    COMPLETED = "completed", "Completed"
+    NEEDS_ATTENTION = (
+        "needs_attention",
+        "Needs attention: nothing in flight, no draft waiting for a reviewer, items waiting for an operator",
+    )
+    COMPLETED = "completed", "Completed: every item at rest, none waiting for an operator"
     CANCELLED = "cancelled", "Cancelled"
 
 

@@ -10,7 +10,14 @@ from django.utils import timezone
 
 from ..models import Event, Item, ItemTally, Job
 from ..setwise import among, ids_query, insert_from_select
-from ..states import ALLOWED_TRANSITIONS, OUTSTANDING_STATES, REVIEW_STATES, ItemState, JobState
+from ..states import (
+    ALLOWED_TRANSITIONS,
+    OPERATOR_STATES,
+    OUTSTANDING_STATES,
+    REVIEW_STATES,
+    ItemState,
+    JobState,
+)
 
 
 class NotAllowed(Exception):
@@ -127,7 +134,9 @@ COMPACT_AFTER_ROWS = 100
 
 
 def refresh_job_state(job_id: int) -> str:
-    """Derive the job's state from its items' states."""
+    """Derive the job's state from its items' states (SPEC §2): results outstanding, running (preparing
+    before its first unit); else drafts with a reviewer or on their way to the destination, in review;
+    else items waiting for an operator, needs attention; else completed. A cancelled job stays so."""
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job_id)
         if job.state == JobState.CANCELLED:
@@ -140,8 +149,10 @@ def refresh_job_state(job_id: int) -> str:
             new = JobState.PREPARING if not job.submissions.exists() else JobState.RUNNING
         elif states & REVIEW_STATES:
             new = JobState.IN_REVIEW
+        elif states & set(OPERATOR_STATES):
+            # Nothing in flight, nothing for a reviewer: what is left waits for an operator.
+            new = JobState.NEEDS_ATTENTION
         else:
-            # Every item at rest: final, or waiting for an operator ("needs attention", counted).
             new = JobState.COMPLETED
         if new != job.state:
             Job.objects.filter(pk=job.pk).update(state=new, updated_at=timezone.now())

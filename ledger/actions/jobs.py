@@ -12,6 +12,7 @@ from ..models import (
     Product,
     ProductStatus,
     PromptVersion,
+    no_prompt_for_job,
 )
 from ..providers.model_names import model_name_problem
 from ..setwise import insert_from_select, insert_select_sql
@@ -33,7 +34,8 @@ def create_job(
     unit_size: int | None = None,
 ) -> Job:
     """Freeze the set of items (each product's current revision) and queue their submission. No
-    model or unit size: the provider's default model, and the usual size within its limit."""
+    model or unit size: the provider's default model, and the usual size within its limit. No prompt
+    version: the task's current one."""
     from ..destinations import destination_names
     from ..providers import capabilities, default_model, default_unit_size, provider_names
 
@@ -48,10 +50,9 @@ def create_job(
     limit = capabilities(provider).max_requests
     if not 1 <= unit_size <= limit:
         raise NotAllowed(f"unit_size must be between 1 and {limit:,} ({provider}'s limit for one batch)")
-    prompts = PromptVersion.objects.filter(task=task)
-    prompt = prompts.filter(version=prompt_version).first() if prompt_version else prompts.first()
+    prompt = PromptVersion.objects.for_job(task, prompt_version)
     if prompt is None:
-        raise NotAllowed(f"No prompt version {prompt_version or ''} for task {task!r}".replace("  ", " "))
+        raise NotAllowed(no_prompt_for_job(task, prompt_version))
     # Written set-wise by the database: however many products, nothing per item passes through Python.
     products_sql = f"{Product._meta.db_table} WHERE status = %s"
     products_params: list = [ProductStatus.ACTIVE]
