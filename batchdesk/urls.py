@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from review import api
+from review import api, preferences
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -16,6 +16,7 @@ urlpatterns = [
         auth_views.PasswordChangeDoneView.as_view(),
         name="password_change_done",
     ),
+    path("accounts/preferences/", preferences.preferences, name="preferences"),
     path("api/", include("review.api_urls")),
     path("metrics", api.metrics, name="metrics"),
     path("", include("review.urls")),

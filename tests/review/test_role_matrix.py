@@ -68,6 +68,8 @@ EXPECTED: dict[str, dict[str, dict]] = {
     "logout": {"GET": NOT_ALLOWED, "POST": everyone(302)},
     "password_change": {"GET": logged_in(200), "POST": logged_in(200)},
     "password_change_done": {"GET": logged_in(200), "POST": logged_in(405)},
+    # One's own screen preferences; an empty form names no time zone.
+    "preferences": {"GET": logged_in(200), "POST": logged_in(400)},
     # Django's admin is for staff and the `admin` group; none of these people is staff.
     "admin:index": {
         "GET": {**everyone(ADMIN_LOGIN), ADMIN: 200},

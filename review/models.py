@@ -1,0 +1,40 @@
+"""What the screens themselves keep: each person's preferences (the ledger's own records live in
+ledger/models.py)."""
+
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from django.conf import settings
+from django.db import models
+
+DEFAULT_TIME_ZONE = "UTC"
+
+
+class Preferences(models.Model):
+    """A person's own choices: the time zone every time on the screens is shown in, and whether the
+    review desk's single-key shortcuts are on. A person without a row has the defaults."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, primary_key=True, related_name="preferences"
+    )
+    time_zone = models.CharField(max_length=64, default=DEFAULT_TIME_ZONE)
+    keyboard_shortcuts = models.BooleanField(default=True)
+
+    class Meta:
+        verbose_name_plural = "preferences"
+
+    def __str__(self) -> str:
+        return f"Preferences of {self.user}"
+
+    @classmethod
+    def of(cls, user) -> "Preferences":
+        """The person's saved preferences, or the defaults (not saved) for one who has none yet."""
+        if user is None or not user.is_authenticated:
+            return cls()
+        return cls.objects.filter(user=user).first() or cls(user=user)
+
+    @property
+    def zone(self) -> ZoneInfo:
+        try:
+            return ZoneInfo(self.time_zone)
+        except (ZoneInfoNotFoundError, ValueError):
+            return ZoneInfo(DEFAULT_TIME_ZONE)
