@@ -1,11 +1,12 @@
-"""Prompt versions: checked, then added as the next version of their task; never edited."""
+"""Prompt versions: checked, then added as the next version of their task; never edited. A new
+version is not current: someone makes it so, and that choice is recorded (`make_prompt_current`)."""
 
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
-from ..models import PromptVersion
+from ..models import CurrentPromptChoice, PromptVersion
 from ..schema_refs import reference_problems
-from .core import NotAllowed
+from .core import NotAllowed, actor_name
 
 PROMPT_TASK_PATTERN = r"[a-z][a-z0-9_]{0,63}"
 
@@ -135,7 +136,9 @@ def create_prompt_version(
     rules: dict,
     max_output_tokens: int,
 ) -> PromptVersion:
-    """Add the next version of a task's prompt. Versions are never edited: a change is a new one."""
+    """Add the next version of a task's prompt. Versions are never edited: a change is a new one.
+    The new version is not current (not even a task's first): jobs go on using the current one until
+    someone makes this one current."""
     import re
 
     from ..json_values import text_problem
@@ -174,3 +177,35 @@ def create_prompt_version(
         except IntegrityError:
             continue  # another version of this task took the number at the same moment; take the next
     raise NotAllowed(f"Versions of {task!r} are being created too fast; try again")
+
+
+# `make_prompt_current` without `replacing`: whichever version is current now is replaced (the API).
+ANY_CURRENT = object()
+
+
+def make_prompt_current(*, prompt: PromptVersion, actor, replacing=ANY_CURRENT) -> CurrentPromptChoice:
+    """Make `prompt` the version of its task that jobs naming no version use, recorded with who and
+    when. Already current: nothing is written and the choice that made it so is returned. With
+    `replacing` (the id of the version current when the person decided, or None for none), refused if
+    another became current meanwhile: a form sent again after someone else's choice does not undo it."""
+    with transaction.atomic():
+        # The task's versions locked: two choices for one task are made one after the other.
+        list(PromptVersion.objects.select_for_update().filter(task=prompt.task).values_list("pk"))
+        newest = CurrentPromptChoice.objects.filter(task=prompt.task).order_by("-pk").first()
+        current_id = newest.prompt_version_id if newest else None
+        if current_id == prompt.pk:
+            return newest
+        if replacing is not ANY_CURRENT and replacing != current_id:
+            raise NotAllowed(
+                f"{newest.prompt_version} was made current by {newest.actor_name} since this page was "
+                f"shown: look again before choosing"
+                if newest
+                else "The current version changed since this page was shown: look again before choosing"
+            )
+        return CurrentPromptChoice.objects.create(
+            task=prompt.task,
+            prompt_version=prompt,
+            replaced_id=current_id,
+            actor=actor,
+            actor_name=actor_name(actor),
+        )
