@@ -2,13 +2,13 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from review import api, preferences
+from review import accounts, api, preferences
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     # Sign-in, sign-out and changing one's own password. No password reset by e-mail: BatchDesk
     # sends no mail, and admins reset passwords in /admin/.
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", accounts.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("accounts/password_change/", auth_views.PasswordChangeView.as_view(), name="password_change"),
     path(

@@ -1,8 +1,15 @@
-"""Signing in: which address a login attempt comes from, for the throttle (django-axes)."""
+"""Signing in: which address a log-in comes from, what a failed one counts against, and how many
+tries are left (the throttle is django-axes; its settings are in batchdesk/settings.py)."""
 
+from dataclasses import dataclass
+
+from axes.models import AccessAttempt
 from django.conf import settings
+from django.contrib.auth import views as auth_views
+from django.db.models import Sum
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
+from django.utils import timezone
 
 
 def client_address(request: HttpRequest) -> str:
@@ -18,12 +25,67 @@ def client_address(request: HttpRequest) -> str:
     return request.META.get("REMOTE_ADDR", "")
 
 
+def lockout_minutes() -> int:
+    return round(settings.AXES_COOLOFF_TIME.total_seconds() / 60)
+
+
+def failures(**who: str) -> int:
+    """Failed log-ins still counted (within the lock-out window) for `who`: a username or an ip_address."""
+    since = timezone.now() - settings.AXES_COOLOFF_TIME
+    counted = AccessAttempt.objects.filter(attempt_time__gte=since, **who)
+    return counted.aggregate(n=Sum("failures_since_start"))["n"] or 0
+
+
+def lockout_parameters(request: HttpRequest, credentials: dict | None = None) -> list:
+    """What failed log-ins are counted against (django-axes' AXES_LOCKOUT_PARAMETERS), each locking at
+    AXES_FAILURE_LIMIT: the user name, from any address, and the (user name, address) pair; the address
+    alone only once it has failed BATCHDESK_LOGIN_ADDRESS_FAILURE_LIMIT times, so that one person's
+    mistakes behind an office's shared address lock nobody else out."""
+    parameters: list = ["username", ["username", "ip_address"]]
+    address = getattr(request, "axes_ip_address", None) or client_address(request)
+    if failures(ip_address=address) >= settings.BATCHDESK_LOGIN_ADDRESS_FAILURE_LIMIT:
+        parameters.append("ip_address")
+    return parameters
+
+
+@dataclass(frozen=True)
+class TriesLeft:
+    """How many failed log-ins are left before the throttle holds, and for what: the user name, or
+    the address when the address is nearer its own limit."""
+
+    count: int
+    for_address: bool
+
+    @property
+    def minutes(self) -> int:
+        return lockout_minutes()
+
+
+def tries_left(request: HttpRequest, username: str) -> TriesLeft:
+    by_name = settings.AXES_FAILURE_LIMIT - failures(username=username)
+    by_address = settings.BATCHDESK_LOGIN_ADDRESS_FAILURE_LIMIT - failures(ip_address=client_address(request))
+    return TriesLeft(count=max(0, min(by_name, by_address)), for_address=by_address < by_name)
+
+
+class LoginView(auth_views.LoginView):
+    """Django's log-in page; after a failed try it says how many are left before logging in pauses."""
+
+    def form_invalid(self, form) -> HttpResponse:
+        username = form.cleaned_data.get("username")
+        left = tries_left(self.request, username) if username and form.non_field_errors() else None
+        return self.render_to_response(self.get_context_data(form=form, tries_left=left))
+
+
 def locked_out(
     request: HttpRequest, original_response: HttpResponse | None, credentials: dict | None
 ) -> HttpResponse:
-    """The login screen's answer while the throttle holds: 429, saying why and for how long."""
+    """The login screen's answer while the throttle holds: 429, saying which lock holds and for how long."""
+    username = (credentials or {}).get("username") or request.POST.get("username", "")
     context = {
+        "username": username,
+        "by_name": bool(username) and failures(username=username) >= settings.AXES_FAILURE_LIMIT,
         "failure_limit": settings.AXES_FAILURE_LIMIT,
-        "minutes": round(settings.AXES_COOLOFF_TIME.total_seconds() / 60),
+        "address_failure_limit": settings.BATCHDESK_LOGIN_ADDRESS_FAILURE_LIMIT,
+        "minutes": lockout_minutes(),
     }
     return render(request, "registration/locked_out.html", context, status=429)

@@ -1,11 +1,13 @@
 """Signing in and passwords: the password rules and who reaches user management."""
 
 from datetime import timedelta
+from io import StringIO
 
 import pytest
 from axes.models import AccessAttempt
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.core.management import call_command
 from django.urls import reverse
 from django.utils import timezone
 
@@ -60,6 +62,7 @@ def test_changing_ones_own_password_follows_the_same_rules(client):
 # --- login throttling ----------------------------------------------------------------------
 
 LIMIT = settings.AXES_FAILURE_LIMIT
+ADDRESS_LIMIT = settings.BATCHDESK_LOGIN_ADDRESS_FAILURE_LIMIT
 
 
 def log_in(client, username: str, password: str, address: str, forwarded_for: str | None = None):
@@ -90,7 +93,7 @@ def test_failures_for_one_user_name_lock_it_from_every_address(client):
     assert refused.status_code == 429
     html = " ".join(refused.content.decode().split())
     assert "Too many failed log-ins" in html
-    assert f"there were {LIMIT} failed log-ins for this user name or from this address" in html
+    assert f"Logging in as “alice” is paused: there were {LIMIT} failed log-ins for this user name." in html
     assert "Try again in 15 minutes" in html
     assert not is_logged_in(client)
     # Someone else, from yet another address, is not affected.
@@ -98,14 +101,72 @@ def test_failures_for_one_user_name_lock_it_from_every_address(client):
     assert log_in(client, "bob", "pw", "10.0.8.8").status_code == 302
 
 
-def test_failures_from_one_address_lock_it_for_every_user_name(client):
+def test_one_persons_failures_behind_an_office_address_lock_nobody_else(client):
+    """Everyone in the office reaches the server from 192.0.2.10 (a NAT): alice forgets her password."""
+    UserFactory(username="alice")
     UserFactory(username="bob")
-    for n in range(LIMIT - 1):
-        assert log_in(client, f"guess{n}", "nope", "10.0.0.7").status_code == 200
-    assert log_in(client, "one-more-guess", "nope", "10.0.0.7").status_code == 429
-    assert log_in(client, "bob", "pw", "10.0.0.7").status_code == 429
+    for _ in range(LIMIT):
+        log_in(client, "alice", "nope", "192.0.2.10")
+    assert log_in(client, "alice", "pw", "192.0.2.10").status_code == 429
+    # The same (user name, address) pair stays locked; the office does not.
+    response = log_in(client, "bob", "pw", "192.0.2.10")
+    assert response.status_code == 302
+    assert is_logged_in(client)
+
+
+def test_an_address_alone_is_locked_only_at_its_own_much_higher_count(client):
+    UserFactory(username="bob")
+    assert ADDRESS_LIMIT >= 10 * LIMIT
+    for n in range(ADDRESS_LIMIT - 1):
+        # Each name fewer times than its own limit: only the address's count grows to its limit.
+        assert log_in(client, f"guess{n // (LIMIT - 1)}", "nope", "10.0.0.7").status_code == 200
+    last = log_in(client, "one-more-guess", "nope", "10.0.0.7")
+    assert last.status_code == 429
+    refused = log_in(client, "bob", "pw", "10.0.0.7")
+    assert refused.status_code == 429
+    html = " ".join(refused.content.decode().split())
+    assert f"Logging in from this address is paused: {ADDRESS_LIMIT} failed log-ins came from it" in html
     assert not is_logged_in(client)
     assert log_in(client, "bob", "pw", "10.0.0.8").status_code == 302
+
+
+def tries_left(response) -> str:
+    html = " ".join(response.content.decode().split())
+    return html.split('data-testid="tries-left">', 1)[1].split("</li>", 1)[0]
+
+
+def test_the_login_page_says_how_many_tries_are_left(client):
+    UserFactory(username="alice")
+    first = log_in(client, "alice", "nope", "10.0.0.1")
+    assert "Please enter a correct username and password" in first.content.decode()
+    assert (
+        tries_left(first)
+        == f"{LIMIT - 1} tries left for this user name before logging in pauses for 15 minutes."
+    )
+    for _ in range(LIMIT - 3):
+        log_in(client, "alice", "nope", "10.0.0.2")
+    assert tries_left(log_in(client, "alice", "nope", "10.0.0.3")).startswith("1 try left for this user name")
+    # A page that was not a failed try says nothing about tries.
+    assert 'data-testid="tries-left"' not in client.get(reverse("login")).content.decode()
+
+
+def test_the_login_page_counts_the_address_when_it_is_nearer_its_limit(client):
+    UserFactory(username="bob")
+    for n in range(ADDRESS_LIMIT - 3):
+        log_in(client, f"guess{n // (LIMIT - 1)}", "nope", "10.0.0.7")
+    response = log_in(client, "bob", "nope", "10.0.0.7")
+    assert tries_left(response).startswith("2 tries left from this address before logging in pauses")
+
+
+def test_axes_reset_lifts_every_lock(client):
+    UserFactory(username="alice")
+    for _ in range(LIMIT):
+        log_in(client, "alice", "nope", "10.0.0.1")
+    assert log_in(client, "alice", "pw", "10.0.0.1").status_code == 429
+    output = StringIO()
+    call_command("axes_reset", stdout=output)
+    assert "attempts removed" in output.getvalue()
+    assert log_in(client, "alice", "pw", "10.0.0.1").status_code == 302
 
 
 def test_the_lock_lifts_when_the_window_has_passed(client):
@@ -133,9 +194,9 @@ def test_the_admin_login_is_throttled_too(client):
 def test_behind_the_tls_proxy_the_address_is_the_one_the_proxy_saw(client, settings):
     settings.BATCHDESK_HTTPS = True
     UserFactory(username="bob")
-    for n in range(LIMIT):
+    for n in range(ADDRESS_LIMIT):
         # A client cannot choose its address by sending its own X-Forwarded-For: the proxy appends.
-        log_in(client, f"guess{n}", "nope", "10.9.9.9", forwarded_for=f"1.2.3.{n}, 203.0.113.5")
+        log_in(client, f"guess{n}", "nope", "10.9.9.9", forwarded_for=f"1.2.3.{n % 250}, 203.0.113.5")
     assert log_in(client, "bob", "pw", "10.9.9.9", forwarded_for="203.0.113.5").status_code == 429
     # Everyone else behind the same proxy still logs in.
     assert log_in(client, "bob", "pw", "10.9.9.9", forwarded_for="198.51.100.7").status_code == 302
