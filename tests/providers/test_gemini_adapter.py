@@ -1,12 +1,12 @@
 """The Gemini Batch Mode adapter against its emulator, over real HTTP."""
 
 import json
-import time
 
 import pytest
 from django.conf import settings as django_settings
 from django.utils import timezone
 
+from ledger.emulators.clock import TestClock
 from ledger.emulators.gemini import GeminiEmulator
 from ledger.providers import get_provider
 from ledger.providers.base import (
@@ -56,9 +56,13 @@ def requests(n: int, prefix: str = "bd", *, user_message: str | None = None) -> 
 
 
 @pytest.fixture
-def emulator():
-    with GeminiEmulator(per_request_ms=1, seed=5) as running:
-        running.pending_ms = 10
+def clock():
+    return TestClock()
+
+
+@pytest.fixture
+def emulator(clock):
+    with GeminiEmulator(per_request_ms=1, pending_ms=10, seed=5, clock=clock) as running:
         yield running
 
 
@@ -76,13 +80,12 @@ def provider(emulator, settings, monkeypatch):
     adapter.client.close()
 
 
-def wait_ended(provider, ref):
-    for _ in range(400):
-        status = provider.status(ref)
-        if status.ended:
-            return status
-        time.sleep(0.02)
-    raise AssertionError("the batch never ended")
+def run_to_end(clock, provider, ref):
+    """The unit's status once the emulator's clock has moved past every request it holds."""
+    clock.advance(seconds=60)
+    status = provider.status(ref)
+    assert status.ended, status
+    return status
 
 
 def test_capabilities_say_what_gemini_batch_mode_can_do():
@@ -95,17 +98,20 @@ def test_capabilities_say_what_gemini_batch_mode_can_do():
     assert (capabilities.max_requests, capabilities.max_bytes) == (50_000, 2_000_000_000)
 
 
-def test_submit_poll_and_read_inline_results_matched_by_key(emulator, provider):
+def test_submit_poll_and_read_inline_results_matched_by_key(clock, emulator, provider):
     emulator.configure(per_request_ms=25)
     sent = requests(12)
     ref = provider.submit(requests=sent, intent_key="bd_intent_1", metadata={"job": "j"})
 
     first = provider.status(ref)
-    status = wait_ended(provider, ref)
+    clock.advance(ms=10)  # out of pending: no request has run yet
+    running = provider.status(ref)
+    status = run_to_end(clock, provider, ref)
     lines = list(provider.results(ref))
 
     assert ref.startswith("batches/")
-    assert first.provider_status in ("BATCH_STATE_PENDING", "BATCH_STATE_RUNNING") and not first.ended
+    assert (first.provider_status, first.ended) == ("BATCH_STATE_PENDING", False)
+    assert (running.provider_status, running.ended) == ("BATCH_STATE_RUNNING", False)
     assert status.provider_status == "BATCH_STATE_SUCCEEDED"
     assert status.counts == UnitCounts(total=12, succeeded=12, failed=0)
     assert not status.refused and not status.unanswered_reason
@@ -130,12 +136,12 @@ def test_the_request_carries_the_schema_system_message_and_key():
     assert entry["request"]["contents"][0]["role"] == "user"
 
 
-def test_server_errors_are_transient_and_invalid_requests_permanent(emulator, provider):
+def test_server_errors_are_transient_and_invalid_requests_permanent(clock, emulator, provider):
     emulator.configure(fail_rate=0.4)
     sent = requests(20) + requests(2, prefix="empty", user_message="")
     ref = provider.submit(requests=sent, intent_key="bd_intent_2", metadata={})
 
-    status = wait_ended(provider, ref)
+    status = run_to_end(clock, provider, ref)
     failed = [line for line in provider.results(ref) if not line.succeeded]
 
     assert status.provider_status == "BATCH_STATE_SUCCEEDED"
@@ -223,11 +229,11 @@ def test_a_response_without_usable_text_is_a_permanent_failure():
     assert (empty.error_code, empty.reason, empty.transient) == ("OTHER", ReasonCode.MODEL_FAILED, False)
 
 
-def test_an_expired_batch_ends_with_no_results_and_its_requests_transient(emulator, provider):
+def test_an_expired_batch_ends_with_no_results_and_its_requests_transient(clock, emulator, provider):
     emulator.configure(expire_after_ms=30, per_request_ms=20)
     ref = provider.submit(requests=requests(10), intent_key="bd_intent_3", metadata={})
 
-    status = wait_ended(provider, ref)
+    status = run_to_end(clock, provider, ref)
 
     assert status.provider_status == "BATCH_STATE_EXPIRED"
     assert status.ended and not status.refused
@@ -236,12 +242,12 @@ def test_an_expired_batch_ends_with_no_results_and_its_requests_transient(emulat
     assert emulator.stats()["inferences"] == {}
 
 
-def test_a_failed_batch_without_results_is_refused(provider):
+def test_a_failed_batch_without_results_is_refused(clock, provider):
     sent = requests(2)
     duplicated = [sent[0], sent[1], sent[0]]
     ref = provider.submit(requests=duplicated, intent_key="bd_intent_4", metadata={})
 
-    status = wait_ended(provider, ref)
+    status = run_to_end(clock, provider, ref)
 
     assert status.provider_status == "BATCH_STATE_FAILED"
     assert status.refused and "bd-0-1" in status.problem
@@ -262,11 +268,11 @@ def test_a_lost_create_answer_is_answer_lost_and_found_again_by_display_name(emu
     assert provider.find_units(intent_key="bd_intent_never", sent_at=sent_at, request_count=3) == []
 
 
-def test_find_units_pages_through_the_listing_oldest_first(emulator, provider, monkeypatch):
-    refs = [
-        provider.submit(requests=requests(1, prefix=f"p{n}"), intent_key="bd_twice", metadata={})
-        for n in range(3)
-    ]
+def test_find_units_pages_through_the_listing_oldest_first(clock, emulator, provider, monkeypatch):
+    refs = []
+    for n in range(3):
+        refs.append(provider.submit(requests=requests(1, prefix=f"p{n}"), intent_key="bd_twice", metadata={}))
+        clock.advance(ms=1)  # created one after another, a millisecond apart
     for n in range(4):
         provider.submit(requests=requests(1, prefix=f"q{n}"), intent_key=f"bd_noise_{n}", metadata={})
     pages = []
@@ -285,10 +291,10 @@ def test_find_units_pages_through_the_listing_oldest_first(emulator, provider, m
     assert len(pages) == 4 and "pageToken" in pages[1]
 
 
-def test_cancel_stops_a_batch_and_keeps_what_ran(emulator, provider):
+def test_cancel_stops_a_batch_and_keeps_what_ran(clock, emulator, provider):
     emulator.configure(per_request_ms=50)
     ref = provider.submit(requests=requests(50), intent_key="bd_intent_5", metadata={})
-    time.sleep(0.2)
+    clock.advance(ms=200)  # 10 ms pending, then three requests of 50 ms
 
     said = provider.cancel(ref)
     status = provider.status(ref)
@@ -296,7 +302,7 @@ def test_cancel_stops_a_batch_and_keeps_what_ran(emulator, provider):
 
     assert said == status.provider_status == "BATCH_STATE_CANCELLED"
     assert status.ended and not status.refused
-    assert 0 < len(lines) < 50
+    assert len(lines) == 3
     # Cancelling what has already ended is not an error: the adapter says how it ended.
     assert provider.cancel(ref) == "BATCH_STATE_CANCELLED"
 
@@ -455,13 +461,13 @@ def test_a_file_line_names_its_request_by_key_and_is_never_longer_than_the_inlin
     assert len(file_line(request)) < GeminiBatchProvider.request_bytes(None, request)
 
 
-def test_a_unit_sent_by_file_is_uploaded_created_from_the_file_and_read_back_by_key(emulator, by_file):
+def test_a_unit_sent_by_file_is_uploaded_created_from_the_file_and_read_back_by_key(clock, emulator, by_file):
     emulator.configure(per_request_ms=5)
     sent = requests(12)
     calls = calls_of(by_file)
 
     ref = by_file.submit(requests=sent, intent_key="bd_intent_file", metadata={})
-    status = wait_ended(by_file, ref)
+    status = run_to_end(clock, by_file, ref)
     lines = list(by_file.results(ref))
 
     start, upload, create = calls[:3]
@@ -492,12 +498,12 @@ def test_a_unit_sent_by_file_is_uploaded_created_from_the_file_and_read_back_by_
     assert emulator.stats()["inferences"] == {r.custom_id: 1 for r in sent}
 
 
-def test_a_file_batch_fails_per_request_as_an_inline_one_does(emulator, by_file):
+def test_a_file_batch_fails_per_request_as_an_inline_one_does(clock, emulator, by_file):
     emulator.configure(fail_rate=0.4)
     sent = requests(20) + requests(2, prefix="empty", user_message="")
     ref = by_file.submit(requests=sent, intent_key="bd_file_fail", metadata={})
 
-    wait_ended(by_file, ref)
+    run_to_end(clock, by_file, ref)
     failed = [line for line in by_file.results(ref) if not line.succeeded]
 
     assert {(line.error_code, line.reason, line.transient) for line in failed} == {
@@ -510,10 +516,12 @@ def test_a_file_batch_fails_per_request_as_an_inline_one_does(emulator, by_file)
     }
 
 
-def test_a_cut_download_gives_the_lines_read_then_an_error_and_the_next_read_gives_all(emulator, by_file):
+def test_a_cut_download_gives_the_lines_read_then_an_error_and_the_next_read_gives_all(
+    clock, emulator, by_file
+):
     sent = requests(30)
     ref = by_file.submit(requests=sent, intent_key="bd_file_cut", metadata={})
-    wait_ended(by_file, ref)
+    run_to_end(clock, by_file, ref)
     emulator.configure(cut_downloads=1)
 
     first = []
@@ -530,12 +538,12 @@ def test_a_cut_download_gives_the_lines_read_then_an_error_and_the_next_read_giv
 
 
 def test_repeated_unknown_and_keyless_lines_of_a_file_are_passed_on_never_matched_by_position(
-    emulator, by_file
+    clock, emulator, by_file
 ):
     emulator.configure(duplicate_lines=1.0, unknown_lines=1, malformed_lines=2)
     sent = requests(4)
     ref = by_file.submit(requests=sent, intent_key="bd_file_spoiled", metadata={})
-    wait_ended(by_file, ref)
+    run_to_end(clock, by_file, ref)
 
     lines = list(by_file.results(ref))
 
@@ -547,10 +555,10 @@ def test_repeated_unknown_and_keyless_lines_of_a_file_are_passed_on_never_matche
     assert sorted(line.problem.split(":")[0] for line in unreadable) == ["no key", "not JSON"]
 
 
-def test_a_file_whose_lines_all_name_no_request_is_an_error_and_nothing_is_read(emulator, by_file):
+def test_a_file_whose_lines_all_name_no_request_is_an_error_and_nothing_is_read(clock, emulator, by_file):
     emulator.configure(keyless_responses=True)
     ref = by_file.submit(requests=requests(3), intent_key="bd_file_keyless", metadata={})
-    wait_ended(by_file, ref)
+    run_to_end(clock, by_file, ref)
 
     with pytest.raises(ProviderError) as anonymous:
         list(by_file.results(ref))
@@ -559,15 +567,15 @@ def test_a_file_whose_lines_all_name_no_request_is_an_error_and_nothing_is_read(
     assert "never matched by position" in str(anonymous.value)
 
 
-def test_a_file_batch_cancelled_part_way_keeps_what_ran_in_its_file(emulator, by_file):
+def test_a_file_batch_cancelled_part_way_keeps_what_ran_in_its_file(clock, emulator, by_file):
     emulator.configure(per_request_ms=50)
     ref = by_file.submit(requests=requests(50), intent_key="bd_file_cancel", metadata={})
-    time.sleep(0.2)
+    clock.advance(ms=200)  # 10 ms pending, then three requests of 50 ms
 
     assert by_file.cancel(ref) == "BATCH_STATE_CANCELLED"
     lines = list(by_file.results(ref))
 
-    assert 0 < len(lines) < 50 and all(line.succeeded for line in lines)
+    assert len(lines) == 3 and all(line.succeeded for line in lines)
 
 
 def test_a_refused_upload_is_an_ordinary_error_and_creates_no_batch(emulator, by_file):
@@ -580,13 +588,13 @@ def test_a_refused_upload_is_an_ordinary_error_and_creates_no_batch(emulator, by
     assert emulator.stats()["batches"] == 0 and emulator.stats()["creates"] == 0
 
 
-def test_a_lost_create_answer_after_an_upload_is_found_again_by_display_name(emulator, by_file):
+def test_a_lost_create_answer_after_an_upload_is_found_again_by_display_name(clock, emulator, by_file):
     emulator.configure(lose_create_responses=[1])
     with pytest.raises(AnswerLost):
         by_file.submit(requests=requests(3), intent_key="bd_file_lost", metadata={})
 
     [found] = by_file.find_units(intent_key="bd_file_lost", sent_at=timezone.now(), request_count=3)
-    wait_ended(by_file, found)
+    run_to_end(clock, by_file, found)
 
     assert sorted(line.custom_id for line in by_file.results(found)) == ["bd-0-1", "bd-1-1", "bd-2-1"]
 
