@@ -60,6 +60,7 @@
       return;
     }
     if (event.ctrlKey || event.metaKey || event.altKey || event.repeat) return;
+    if (document.body.dataset.shortcuts === "off") return; // turned off on the person's preferences
     var card = document.querySelector("[data-focus-card]");
     var action = keys[event.key];
     if (!card || !action) return;

@@ -34,7 +34,7 @@ def test_a_catalogue_owner_approves_a_draft_in_place_and_it_is_published(
     assert page.url == live_server.url + reverse("review_queue")
 
     page.goto(live_server.url + reverse("item_detail", args=[item.pk]))
-    expect(page.get_by_test_id("item-state")).to_have_text("Published to the destination")
+    expect(page.get_by_test_id("item-state")).to_have_text("Applied Published to the destination")
     expect(page.get_by_test_id("published-text")).to_have_text(draft.content)
     assert Product.objects.get(pk=item.product_id).published_content == draft.content
 

@@ -15,6 +15,7 @@ from ledger.models import Approval, Event, GeneratedVersion, Item, Job, Product,
 from ledger.pricing import version_cost
 from ledger.states import ItemState
 from review.common import word_diff
+from review.templatetags.display import money
 from tests.factories import ItemFactory, JobFactory, add_version
 
 pytestmark = pytest.mark.django_db
@@ -121,7 +122,7 @@ def test_focus_mode_shows_one_draft_with_its_position_and_cost(client, owner):
     assert drafts[0].content in html
     assert drafts[1].content not in html and drafts[2].content not in html
     assert '<span class="desk-position" data-testid="position">1 of 3</span>' in html
-    assert f"Cost ${version_cost(drafts[0])} · 120 tokens in, 60 out" in html
+    assert f"Cost {money(version_cost(drafts[0]))} · 120 tokens in, 60 out" in html
     assert "Passed every validation rule." in html
     assert "Nothing is published for this product yet" in html
     assert f'href="{reverse("review_queue")}?pos=2&amp;after=' in html
@@ -428,7 +429,7 @@ def test_list_mode_pages_fifty_drafts_at_a_time(client, owner):
     assert "53 drafts waiting" in html
     assert drafts[0].content in html and drafts[50].content not in html
     assert f'name="hash_{drafts[0].item_id}" value="{drafts[0].content_hash}"' in html
-    assert f"${version_cost(drafts[0])}" in html
+    assert str(money(version_cost(drafts[0]))) in html
     assert "?mode=list&amp;page=2" in html
     second = listing(client, page=2)
     assert [c.item.pk for c in second.context["cards"]] == [d.item_id for d in drafts[50:]]
@@ -617,7 +618,7 @@ def test_the_item_page_shows_each_versions_cost_and_its_diff_against_the_publish
     client.force_login(owner)
     html = client.get(reverse("item_detail", args=[item.pk])).content.decode()
     for version in (first, second):
-        assert f'<span data-testid="cost-{version.number}">cost ${version_cost(version)}</span>' in html
+        assert f'<span data-testid="cost-{version.number}">cost {money(version_cost(version))}</span>' in html
     assert (
         '<div class="word-diff" data-testid="diff-1">An oak board for <del>bread.</del>'
         "<ins>&lt;b&gt;cheese&lt;/b&gt;.</ins></div>"
@@ -649,6 +650,6 @@ def test_the_desk_says_when_a_drafts_price_is_unknown_and_marks_apportioned_usag
     client.force_login(owner)
     html = focus(client).content.decode()
     assert "price unknown for emulator/emulated-model · 120 tokens in, 60 out (apportioned)" in html
-    assert "Cost $" not in html
+    assert 'Cost <span class="money"' not in html
     listed = listing(client).content.decode()
     assert 'title="price unknown for emulator/emulated-model">price unknown</span>' in listed
