@@ -1,7 +1,9 @@
-"""Prompt versions: what each says, what each provider is sent of its output schema, the exact
-request it makes of a provider for a product, and new versions. A version is never edited; changing
-one makes the next version of its task."""
+"""Prompt versions: what each says, how it differs from its task's current version, what each
+provider is sent of its output schema, the exact request it makes of a provider for a product, new
+versions, and making one current. A version is never edited; changing one makes the next version of
+its task, which is not current until someone makes it so."""
 
+import difflib
 import json
 from dataclasses import dataclass
 
@@ -11,10 +13,11 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Count
 from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from ledger.actions import NotAllowed, create_prompt_version
-from ledger.models import Product, PromptVersion
+from ledger.actions import NotAllowed
+from ledger.actions.prompts import create_prompt_version, make_prompt_current
+from ledger.models import CurrentPromptChoice, Product, PromptVersion
 from ledger.providers import (
     anthropic,
     cloudflare,
@@ -45,7 +48,9 @@ def pretty_json(value: object) -> str:
 @login_required
 @role_required(*VIEWERS)
 def prompts(request: HtmxHttpRequest) -> HttpResponse:
-    versions = PromptVersion.objects.annotate(jobs_using=Count("jobs")).order_by("task", "-version")
+    versions = (
+        PromptVersion.objects.with_current().annotate(jobs_using=Count("jobs")).order_by("task", "-version")
+    )
     context = {"versions": versions, "can_create": has_role(request.user, *APPROVERS)}
     return render(request, "prompt_list.html", context)
 
@@ -125,6 +130,71 @@ def preview_request(prompt: PromptVersion, product: Product, provider: str, mode
     return Preview(product, provider, where, user_message, pretty_json(request))
 
 
+@dataclass(frozen=True)
+class PartDiff:
+    """One part of a version beside the same part of the current version: `lines` of a unified diff
+    as (kind, text), kind "delete", "insert", "hunk" or "equal". Plain text: the template escapes it."""
+
+    name: str
+    lines: list[tuple[str, str]]
+
+
+DIFF_KINDS = {"-": "delete", "+": "insert", "@": "hunk", " ": "equal"}
+
+
+def parts_of(prompt: PromptVersion) -> dict[str, str]:
+    return {
+        "System message": prompt.system_message,
+        "Template": prompt.template,
+        "Output schema": json.dumps(prompt.output_schema, indent=2, ensure_ascii=False, sort_keys=True),
+        "Validation rules": json.dumps(prompt.rules, indent=2, ensure_ascii=False, sort_keys=True),
+        "Max output tokens": str(prompt.max_output_tokens),
+    }
+
+
+def diff_against(current: PromptVersion, prompt: PromptVersion) -> list[PartDiff]:
+    """What `prompt` changes from `current`, part by part; parts that are the same are left out."""
+    before, after = parts_of(current), parts_of(prompt)
+    diffs = []
+    for name in before:
+        if before[name] == after[name]:
+            continue
+        lines = difflib.unified_diff(
+            before[name].splitlines(), after[name].splitlines(), str(current), str(prompt), lineterm=""
+        )
+        shown = [(DIFF_KINDS.get(line[:1], "equal"), line) for line in lines]
+        diffs.append(PartDiff(name, shown[2:]))  # the two file-name lines say what the heading says
+    return diffs
+
+
+def detail_context(request: HtmxHttpRequest, prompt: PromptVersion) -> dict:
+    """What the version's page shows besides the preview: whether it is current, who made which
+    version current and when, and its differences from the current version."""
+    history = list(
+        CurrentPromptChoice.objects.filter(task=prompt.task)
+        .select_related("prompt_version", "replaced")
+        .order_by("-pk")[:CHOICES_SHOWN]
+    )
+    current_choice = history[0] if history else None
+    current = current_choice.prompt_version if current_choice else None
+    return {
+        "prompt": prompt,
+        "is_current": current == prompt,
+        "current": current,
+        "current_choice": current_choice,
+        "history": history,
+        "diff": diff_against(current, prompt) if current and current != prompt else [],
+        "schema_json": pretty_json(prompt.output_schema),
+        "rules_json": pretty_json(prompt.rules),
+        "schemas_as_sent": schemas_as_sent(prompt),
+        "can_create": has_role(request.user, *APPROVERS),
+    }
+
+
+# The page lists a task's latest choices of its current version.
+CHOICES_SHOWN = 10
+
+
 @require_GET
 @login_required
 @role_required(*VIEWERS)
@@ -140,15 +210,7 @@ def prompt_detail(request: HtmxHttpRequest, prompt_id: int) -> HttpResponse:
         else:
             data = preview_form.cleaned_data
             preview = preview_request(prompt, product, data["provider"], data["model"])
-    context = {
-        "prompt": prompt,
-        "schema_json": pretty_json(prompt.output_schema),
-        "rules_json": pretty_json(prompt.rules),
-        "schemas_as_sent": schemas_as_sent(prompt),
-        "preview_form": preview_form,
-        "preview": preview,
-        "can_create": has_role(request.user, *APPROVERS),
-    }
+    context = {**detail_context(request, prompt), "preview_form": preview_form, "preview": preview}
     if wants_partial(request):
         return render(request, "prompt_detail.html#preview", context)
     return render(request, "prompt_detail.html", context)
@@ -191,5 +253,44 @@ def prompt_new(request: HtmxHttpRequest) -> HttpResponse:
     except NotAllowed as exc:
         form.add_error(None, str(exc))
         return render(request, "prompt_new.html", {**context, "form": form}, status=400)
-    messages.success(request, f"Created {prompt}. Earlier versions are unchanged.")
+    current = PromptVersion.objects.filter(task=prompt.task).current().first()
+    messages.success(
+        request,
+        f"Created {prompt}. Earlier versions are unchanged. It is not current: jobs that name no version "
+        + (f"go on using {current}" if current else "cannot start until a version is current")
+        + "; make it current below when it is ready.",
+    )
     return redirect("prompt_detail", prompt.pk)
+
+
+@require_POST
+@login_required
+@role_required(*APPROVERS)
+def prompt_make_current(request: HtmxHttpRequest, prompt_id: int) -> HttpResponse:
+    """Make this version the one jobs naming no version use. The form carries the version that was
+    current when the page was shown (`replacing`): sent again after someone else chose, it is refused."""
+    prompt = get_object_or_404(PromptVersion.objects.annotate(jobs_using=Count("jobs")), pk=prompt_id)
+    seen = request.POST.get("replacing", "")
+    replacing = parse_id(seen) if seen else None
+    if seen and replacing is None:
+        return refused(request, prompt, "The form is not one this page sent; look again.", status=400)
+    try:
+        _, made = make_prompt_current(prompt=prompt, actor=request.user, replacing=replacing)
+    except NotAllowed as refusal:
+        return refused(request, prompt, str(refusal), status=409)
+    if made:
+        messages.success(request, f"{prompt} is now current: jobs that name no version use it.")
+    else:
+        messages.info(request, f"{prompt} was current already; nothing changed.")
+    return redirect("prompt_detail", prompt.pk)
+
+
+def refused(request: HtmxHttpRequest, prompt: PromptVersion, message: str, *, status: int) -> HttpResponse:
+    """The version's page again, with why it was not made current."""
+    context = {
+        **detail_context(request, prompt),
+        "preview_form": PromptPreviewForm(),
+        "preview": None,
+        "refusal": message,
+    }
+    return render(request, "prompt_detail.html", context, status=status)

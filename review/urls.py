@@ -24,6 +24,7 @@ urlpatterns = [
     path("prompts/", prompts.prompts, name="prompts"),
     path("prompts/new", prompts.prompt_new, name="prompt_new"),
     path("prompts/<id:prompt_id>/", prompts.prompt_detail, name="prompt_detail"),
+    path("prompts/<id:prompt_id>/current", prompts.prompt_make_current, name="prompt_make_current"),
     path("operations/", operations.operations, name="operations"),
     path("operations/retry", operations.retry, name="operations_retry"),
     path("operations/retry-group", operations.retry_group, name="operations_retry_group"),
