@@ -12,9 +12,9 @@ from django.db import transaction
 
 import ledger.actions.jobs
 import ledger.actions.products
-from ledger import catalogue
 from ledger.actions import record_product
-from ledger.catalogue import Record, import_catalogue, read_catalogue
+from ledger.catalogue import Record, check_fields, import_catalogue, importing, merging, read_catalogue
+from ledger.json_values import json_value_problem
 from ledger.models import Event, Item, Job, Product, SourceRevision
 from ledger.states import ItemState
 from tests.factories import ItemFactory, JobFactory
@@ -175,7 +175,7 @@ def test_the_setwise_import_writes_what_record_product_writes_row_by_row(
     tmp_path, queued, monkeypatch, chunk
 ):
     reports = []
-    monkeypatch.setattr(catalogue, "_WRITE_CHUNK", chunk)
+    monkeypatch.setattr(importing, "_WRITE_CHUNK", chunk)
     setwise, setwise_work = run_and_undo(
         tmp_path, queued, lambda path: reports.append(import_catalogue(path))
     )
@@ -246,8 +246,8 @@ def test_an_unchanged_reimport_writes_nothing(tmp_path):
 def test_the_quick_look_at_a_record_refuses_exactly_what_the_field_by_field_check_refuses(value):
     """`check_fields` clears most records with one look at the whole; its answer is the walk's."""
     problems: list[str] = []
-    fields = catalogue.check_fields({"name": "x", "value": value}, problems)
-    expected = catalogue.json_value_problem(value, 'field "value"')
+    fields = check_fields({"name": "x", "value": value}, problems)
+    expected = json_value_problem(value, 'field "value"')
     assert problems == ([expected] if expected else [])
     assert fields == ({"name": "x"} if expected else {"name": "x", "value": value})
 
@@ -276,10 +276,10 @@ def test_new_products_are_written_straight_from_the_rows_as_the_staged_merge_and
     """A chunk of new products only is written by one statement without staging
     (`_created_if_all_new`): the same products, revisions, hashes, statuses and line digests as
     the staged merge writes, and as `record_product` row by row."""
-    monkeypatch.setattr(catalogue, "_WRITE_CHUNK", chunk)
+    monkeypatch.setattr(importing, "_WRITE_CHUNK", chunk)
     path = jsonl(tmp_path / "new.jsonl", NEW_ONLY)
     straight_calls = []
-    straight = catalogue._created_if_all_new
+    straight = merging._created_if_all_new
 
     def counted(rows):
         straight_calls.append(written := straight(rows))
@@ -292,11 +292,11 @@ def test_new_products_are_written_straight_from_the_rows_as_the_staged_merge_and
             transaction.set_rollback(True)
         return contents, digests, reports
 
-    monkeypatch.setattr(catalogue, "_created_if_all_new", counted)
+    monkeypatch.setattr(merging, "_created_if_all_new", counted)
     written, written_digests, (report,) = import_and_undo(import_catalogue)
     assert straight_calls and all(straight_calls)
 
-    monkeypatch.setattr(catalogue, "_created_if_all_new", lambda rows: False)
+    monkeypatch.setattr(merging, "_created_if_all_new", lambda rows: False)
     staged, staged_digests, (staged_report,) = import_and_undo(import_catalogue)
     one_by_one, _, _ = import_and_undo(record_each_row)
 
@@ -324,9 +324,9 @@ def test_new_products_are_written_straight_from_the_rows_as_the_staged_merge_and
 def test_a_chunk_with_one_known_sku_among_new_ones_is_staged_and_merged(tmp_path, monkeypatch):
     import_catalogue(jsonl(tmp_path / "first.jsonl", NEW_ONLY[:1]))
     straight_calls = []
-    straight = catalogue._created_if_all_new
+    straight = merging._created_if_all_new
     monkeypatch.setattr(
-        catalogue,
+        merging,
         "_created_if_all_new",
         lambda rows: straight_calls.append(straight(rows)) or straight_calls[-1],
     )

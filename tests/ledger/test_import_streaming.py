@@ -13,7 +13,14 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from ledger import catalogue
-from ledger.catalogue import MAX_RECORD_BYTES, StoredFile, import_catalogue, read_catalogue
+from ledger.catalogue import (
+    MAX_RECORD_BYTES,
+    StoredFile,
+    import_catalogue,
+    importing,
+    read_catalogue,
+    uploads,
+)
 from ledger.models import CatalogueImport, CatalogueImportChunk, ImportState, Product
 from ledger.tasks import import_catalogue_file
 from ledger.thread_switching import SWITCH_INTERVAL
@@ -33,7 +40,7 @@ def rows(count: int, *, start: int = 0) -> bytes:
 def test_a_file_of_30000_rows_is_checked_without_holding_its_records(tmp_path, monkeypatch):
     # Rows are held a few chunks at a time (the one written, the ones read ahead): small chunks
     # here, so holding the file's records would show.
-    monkeypatch.setattr(catalogue, "_WRITE_CHUNK", 500)
+    monkeypatch.setattr(importing, "_WRITE_CHUNK", 500)
     path = tmp_path / "big.jsonl"
     path.write_bytes(rows(30_000) + b'{"sku": "S-000001", "title": "Again"}\n')
 
@@ -54,7 +61,7 @@ def test_a_file_of_30000_rows_is_checked_without_holding_its_records(tmp_path, m
 
 
 def test_rows_are_written_in_chunks_inside_one_transaction(tmp_path, monkeypatch):
-    monkeypatch.setattr(catalogue, "_WRITE_CHUNK", 2)
+    monkeypatch.setattr(importing, "_WRITE_CHUNK", 2)
     path = tmp_path / "five.jsonl"
     path.write_bytes(rows(5))
     written = []
@@ -211,7 +218,7 @@ def test_a_running_import_is_left_to_its_worker_unless_that_worker_fell_silent()
 
 def test_a_worker_whose_claim_was_taken_over_commits_nothing(monkeypatch):
     stored = stored_upload(rows(2), piece=50)
-    real_import = catalogue.import_catalogue
+    real_import = uploads.import_catalogue
 
     def taken_over_while_writing(source, **options):
         def steal_then_finish(report):
@@ -220,7 +227,7 @@ def test_a_worker_whose_claim_was_taken_over_commits_nothing(monkeypatch):
 
         return real_import(source, **{**options, "before_commit": steal_then_finish})
 
-    monkeypatch.setattr(catalogue, "import_catalogue", taken_over_while_writing)
+    monkeypatch.setattr(uploads, "import_catalogue", taken_over_while_writing)
 
     assert import_catalogue_file(stored.pk) == "taken over"
     assert not Product.objects.exists()
@@ -230,7 +237,7 @@ def test_a_worker_whose_claim_was_taken_over_commits_nothing(monkeypatch):
 def test_an_unexpected_error_fails_the_import_and_says_so(monkeypatch):
     stored = stored_upload(rows(2), piece=50)
     # Any error while writing (new products are merged set-wise, not one record_product at a time).
-    monkeypatch.setattr(catalogue, "_write", lambda chunk, report: 1 / 0)
+    monkeypatch.setattr(importing, "_write", lambda chunk, report: 1 / 0)
 
     assert import_catalogue_file(stored.pk) == ImportState.FAILED
 

@@ -11,8 +11,7 @@ import jiter
 import orjson
 import pytest
 
-from ledger import catalogue
-from ledger.catalogue import Rejection, read_catalogue
+from ledger.catalogue import Rejection, checks, digests, read_catalogue, reading, records, usual_rows
 from ledger.models import SourceRevision
 
 TRICKY_LINES = [
@@ -85,25 +84,25 @@ def _values(value):
         yield from _values(inner)
 
 
-def full_reading(line: catalogue._Line, seen: catalogue._SeenSkus):
-    rows = list(catalogue._read_jsonl((line,)))
+def full_reading(line: records._Line, seen: digests._SeenSkus):
+    rows = list(reading._read_jsonl((line,)))
     assert len(rows) <= 1
     if not rows:
         return None
     row = rows[0]
-    return catalogue._staged(row if isinstance(row, Rejection) else catalogue._check(*row, seen))
+    return records._staged(row if isinstance(row, Rejection) else checks._check(*row, seen))
 
 
-def as_line(number: int, text: str) -> catalogue._Line:
-    return catalogue._Line(number, text + "\n", len(text.encode("utf-8", "surrogatepass")), None)
+def as_line(number: int, text: str) -> records._Line:
+    return records._Line(number, text + "\n", len(text.encode("utf-8", "surrogatepass")), None)
 
 
 def test_every_row_it_accepts_is_staged_as_the_full_reading_stages_it():
-    seen = catalogue._SeenSkus()  # the SKUs of the lines before, as the full reading knows them
+    seen = digests._SeenSkus()  # the SKUs of the lines before, as the full reading knows them
     accepted = 0
     for number, text in enumerate(TRICKY_LINES, start=1):
         line = as_line(number, text)
-        usual = catalogue._usual_row(line, copy.deepcopy(seen))
+        usual = usual_rows._usual_row(line, copy.deepcopy(seen))
         full = full_reading(line, seen)
         if usual is None:
             continue
@@ -134,14 +133,14 @@ def test_every_row_it_accepts_is_staged_as_the_full_reading_stages_it():
     ],
 )
 def test_what_it_cannot_vouch_for_goes_the_full_way(text):
-    assert catalogue._usual_row(as_line(1, text), catalogue._SeenSkus()) is None
+    assert usual_rows._usual_row(as_line(1, text), digests._SeenSkus()) is None
 
 
 def test_a_whole_file_reads_the_same_with_and_without_the_quick_way(monkeypatch):
     content = ("\n".join(TRICKY_LINES) + "\n").encode("utf-8", "surrogatepass")
 
     quick = list(read_catalogue(io.BytesIO(content)))
-    monkeypatch.setattr(catalogue, "_usual_row", lambda line, seen, keep_fields=True: None)
+    monkeypatch.setattr(reading, "_usual_row", lambda line, seen, keep_fields=True: None)
     full = list(read_catalogue(io.BytesIO(content)))
 
     assert quick == full
@@ -160,7 +159,7 @@ def test_a_whole_file_reads_the_same_with_and_without_the_quick_way(monkeypatch)
     ],
 )
 def test_the_canonical_encoder_made_once_renders_as_the_encoder_it_stands_for(value):
-    assert catalogue._canonical(value) == catalogue._CANONICAL.encode(value)
+    assert usual_rows._canonical(value) == usual_rows._CANONICAL.encode(value)
 
 
 @pytest.mark.parametrize(
@@ -169,23 +168,23 @@ def test_the_canonical_encoder_made_once_renders_as_the_encoder_it_stands_for(va
 )
 def test_the_canonical_encoder_made_once_refuses_what_the_encoder_refuses(value, error):
     with pytest.raises(error):
-        catalogue._CANONICAL.encode(value)
+        usual_rows._CANONICAL.encode(value)
     with pytest.raises(error):
-        catalogue._canonical(value)
+        usual_rows._canonical(value)
 
 
 @pytest.mark.parametrize("keep_fields", [True, False], ids=["fields-kept", "fields-let-go"])
 @pytest.mark.parametrize("text", [line for line in TRICKY_LINES if line.startswith("{")])
 def test_a_rows_fields_are_rendered_as_the_json_module_renders_them(text, keep_fields):
-    usual = catalogue._usual_row(as_line(1, text), catalogue._SeenSkus(), keep_fields)
-    if not isinstance(usual, catalogue._Staged):
+    usual = usual_rows._usual_row(as_line(1, text), digests._SeenSkus(), keep_fields)
+    if not isinstance(usual, records._Staged):
         return
     fields = {
         key: value
         for key, value in json.loads(text).items()
-        if key not in catalogue._NOT_FIELDS and value is not None and value != ""
+        if key not in checks._NOT_FIELDS and value is not None and value != ""
     }
-    assert usual.fields == catalogue._canonical(fields), text
+    assert usual.fields == usual_rows._canonical(fields), text
     assert usual.record.fields == (fields if keep_fields else None), text
 
 
@@ -199,10 +198,10 @@ def test_a_rows_fields_are_rendered_as_the_json_module_renders_them(text, keep_f
     ],
 )
 def test_a_row_holding_floats_still_takes_the_quick_way_with_python_floats(text):
-    usual = catalogue._usual_row(as_line(1, text), catalogue._SeenSkus())
-    let_go = catalogue._usual_row(as_line(1, text), catalogue._SeenSkus(), keep_fields=False)
+    usual = usual_rows._usual_row(as_line(1, text), digests._SeenSkus())
+    let_go = usual_rows._usual_row(as_line(1, text), digests._SeenSkus(), keep_fields=False)
 
-    assert isinstance(usual, catalogue._Staged), text
+    assert isinstance(usual, records._Staged), text
     assert all(type(value) is not jiter.LosslessFloat for value in _values(usual.record.fields)), text
     assert let_go == usual._replace(record=usual.record._replace(fields=None)), text
 
@@ -214,7 +213,7 @@ def test_a_float_read_as_written_is_rendered_as_the_json_module_renders_it(value
     read = jiter.from_json(value.encode(), float_mode="lossless-float")
 
     assert (
-        orjson.dumps([read], default=catalogue._float_as_json)
+        orjson.dumps([read], default=usual_rows._float_as_json)
         == json.dumps([json.loads(value)]).replace(" ", "").encode()
     )
 
@@ -223,5 +222,5 @@ def test_a_float_read_as_written_is_rendered_as_the_json_module_renders_it(value
 def test_a_float_beyond_the_finite_is_refused(value):
     with pytest.raises(TypeError):  # orjson.JSONEncodeError, as the json module refuses infinity
         orjson.dumps(
-            jiter.from_json(value.encode(), float_mode="lossless-float"), default=catalogue._float_as_json
+            jiter.from_json(value.encode(), float_mode="lossless-float"), default=usual_rows._float_as_json
         )

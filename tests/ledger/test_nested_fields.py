@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from ledger.catalogue import MAX_FIELD_DEPTH, import_catalogue
+from ledger.catalogue import import_catalogue
+from ledger.json_values import MAX_FIELD_DEPTH
 from ledger.models import Product, PromptVersion, SourceRevision
 from ledger.validation import check_draft, render_user_message, source_text
 

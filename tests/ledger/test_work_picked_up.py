@@ -18,6 +18,7 @@ from django_q.models import OrmQ
 
 from ledger import actions, catalogue, stopping, tasks
 from ledger.actions.collecting import observe_submission
+from ledger.catalogue import importing
 from ledger.models import (
     CatalogueImport,
     GeneratedVersion,
@@ -191,7 +192,7 @@ def test_a_screen_upload_during_another_import_is_answered_at_once_and_its_task_
     # a minute idle, so that without this change (the screen importing in the request, waiting for
     # the lock) the test fails there rather than hangs.
     other = other_connection(idle_in_transaction_session_timeout="60s")
-    other.execute("SELECT pg_advisory_xact_lock(%s)", [catalogue._IMPORT_LOCK])
+    other.execute("SELECT pg_advisory_xact_lock(%s)", [importing._IMPORT_LOCK])
     client.force_login(owner)
 
     response = client.post(reverse("catalogue_import"), {"file": SimpleUploadedFile("c.csv", CSV)})

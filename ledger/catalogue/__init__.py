@@ -1,0 +1,58 @@
+"""Catalogue files (SPEC §7): read JSONL or CSV into checked records, then import them.
+
+One module per concern: `records` (what each step hands on, and the report), `reading` and
+`usual_rows` (a file's lines into records), `checks` (one record's rules), `digests` (SKUs and lines
+an import remembers), `merging` (a chunk written set-wise), `importing` (the one transaction) and
+`uploads` (files from the import screen, imported by a worker). The rules of a JSON value that the
+API and prompts share are in `ledger.json_values`.
+"""
+
+from .checks import check_fields, check_sku, check_title, normalise_keys
+from .importing import import_catalogue
+from .reading import StoredFile, read_catalogue
+from .records import (
+    MAX_RECORD_BYTES,
+    MAX_REPORTED_ERRORS,
+    MAX_TITLE_LENGTH,
+    SKU_PATTERN,
+    SKU_RULE,
+    ImportReport,
+    Record,
+    Rejection,
+    Unreadable,
+)
+from .uploads import (
+    IMPORT_STALE_AFTER,
+    IMPORT_TIMEOUT_SECONDS,
+    UPLOAD_CHUNK_BYTES,
+    queue_lost_imports,
+    report_of,
+    run_stored_import,
+    store_upload,
+)
+
+__all__ = [
+    "IMPORT_STALE_AFTER",
+    "IMPORT_TIMEOUT_SECONDS",
+    "MAX_RECORD_BYTES",
+    "MAX_REPORTED_ERRORS",
+    "MAX_TITLE_LENGTH",
+    "SKU_PATTERN",
+    "SKU_RULE",
+    "UPLOAD_CHUNK_BYTES",
+    "ImportReport",
+    "Record",
+    "Rejection",
+    "StoredFile",
+    "Unreadable",
+    "check_fields",
+    "check_sku",
+    "check_title",
+    "import_catalogue",
+    "normalise_keys",
+    "queue_lost_imports",
+    "read_catalogue",
+    "report_of",
+    "run_stored_import",
+    "store_upload",
+]
