@@ -4,7 +4,8 @@ Every call names its user with `Authorization: Bearer <token>` (`manage.py creat
 a session cookie alone authenticates nothing here, so the views need no CSRF protection.
 Who may do what, by role (SPEC §8; admins and superusers may do everything):
 - reading, and `/metrics`: any role;
-- creating jobs, approving and rejecting, revising and withdrawing products: `catalogue_owner`;
+- creating jobs, approving and rejecting, revising and withdrawing products, making a prompt version
+  current: `catalogue_owner`;
 - retrying and cancelling: `operator`; a catalogue owner may also cancel a job they own;
 - `/api/health` needs no token and says nothing about the work itself.
 Errors are `{"error": {"code", "message", "fields"}}`: 400 for bad input (each bad field named
@@ -15,6 +16,7 @@ traceback is logged and never sent.
 
 import json
 import logging
+import re
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 from functools import wraps
@@ -42,6 +44,7 @@ from ledger.actions import (
     revise_product,
     withdraw_product,
 )
+from ledger.actions.prompts import PROMPT_TASK_PATTERN, make_prompt_current
 from ledger.catalogue import (
     MAX_RECORD_BYTES,
     SKU_PATTERN,
@@ -55,6 +58,7 @@ from ledger.json_values import refuse_json_constant, text_problem, unique_json_k
 from ledger.models import (
     ApiToken,
     AttemptOutcome,
+    CurrentPromptChoice,
     DestinationAttempt,
     Event,
     GeneratedVersion,
@@ -63,6 +67,7 @@ from ledger.models import (
     Job,
     Product,
     ProductStatus,
+    PromptVersion,
     Submission,
 )
 from ledger.providers import configured_provider_names
@@ -420,7 +425,7 @@ def same_work(job: Job, wanted: dict, owner) -> str | None:
     """Why an existing job is not the one asked for, or None when it is.
 
     Nothing about the request is stored, so it is compared with the job itself. A request that
-    leaves out `skus` (every active product) or `prompt_version` (the latest) is compared on the
+    leaves out `skus` (every active product) or `prompt_version` (the current one) is compared on the
     other fields only: the catalogue and the prompts may have changed since the job was made."""
     if job.owner_id != owner.pk:
         return f"The reference {job.reference!r} is already used by another person's job"
@@ -767,6 +772,49 @@ def withdraw(request: HttpRequest, sku: str) -> HttpResponse:
         return not_found(request, "No product")
     withdraw_product(sku=sku, actor=request.user)
     return JsonResponse(product_json(products().get(sku=sku)))
+
+
+# --- prompts -------------------------------------------------------------------------------
+
+# A prompt version number is a PostgreSQL integer.
+MAX_PROMPT_VERSION = 2**31 - 1
+
+
+def current_prompt_json(task: str) -> dict:
+    """The task's current version and the choice that made it so (all null when none is current)."""
+    choice = (
+        CurrentPromptChoice.objects.filter(task=task)
+        .select_related("prompt_version", "replaced")
+        .order_by("-pk")
+        .first()
+    )
+    return {
+        "task": task,
+        "version": choice.prompt_version.version if choice else None,
+        "prompt_version_id": choice.prompt_version_id if choice else None,
+        "made_current_by": choice.actor_name if choice else None,
+        "made_current_at": choice.made_at if choice else None,
+        "replaced_version": choice.replaced.version if choice and choice.replaced else None,
+    }
+
+
+@endpoint(GET=VIEWERS, POST=APPROVERS)
+def prompt_current(request: HttpRequest, task: str) -> HttpResponse:
+    """GET: the task's current prompt version. POST `{version}`: make that version current (SPEC §6),
+    recorded with who and when; `changed` is false when it was current already."""
+    if not re.fullmatch(PROMPT_TASK_PATTERN, task) or not PromptVersion.objects.filter(task=task).exists():
+        return not_found(request, "No prompt task")
+    if request.method == "GET":
+        return JsonResponse(current_prompt_json(task))
+    data = read_json(request, allowed=("version",))
+    version = data.get("version")
+    if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= MAX_PROMPT_VERSION:
+        raise invalid({"version": "required: the version number within the task, a whole number from 1"})
+    prompt = PromptVersion.objects.filter(task=task, version=version).first()
+    if prompt is None:
+        raise invalid({"version": f"the task {task} has no version {version}"})
+    _, changed = make_prompt_current(prompt=prompt, actor=request.user)
+    return JsonResponse({**current_prompt_json(task), "changed": changed})
 
 
 # --- health and metrics --------------------------------------------------------------------

@@ -21,6 +21,7 @@ urlpatterns = [
     path("items/<id:item_id>/retry", api.retry, name="retry"),
     path("products/<str:sku>", api.product_detail, name="product"),
     path("products/<str:sku>/withdraw", api.withdraw, name="withdraw"),
+    path("prompts/<str:task>/current", api.prompt_current, name="prompt_current"),
     path("health", api.health, name="health"),
     re_path(r"^.*$", api.unknown),
 ]
