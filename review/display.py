@@ -13,9 +13,11 @@ from ledger.states import ItemState, JobState, SubmissionState
 
 # --- money -----------------------------------------------------------------------------------
 
-# The currency amounts on screens are in when a template names none: the provider's prices are in
-# US dollars (ledger/pricing.py). Showing a business currency (SPEC §9) changes this one name.
-SHOWN_CURRENCY = "USD"
+# Providers price in US dollars (ledger/pricing.py), and so are the amounts the screens show while no
+# business currency is (SPEC §9): showing one changes SHOWN_CURRENCY alone. Prices per million
+# tokens stay in the provider's currency.
+PROVIDER_CURRENCY = "USD"
+SHOWN_CURRENCY = PROVIDER_CURRENCY
 SYMBOLS = {"USD": "$", "GBP": "£", "EUR": "€"}
 CENT = Decimal("0.01")
 
@@ -41,7 +43,7 @@ def exact_money_text(amount: Decimal | int | str, currency: str = SHOWN_CURRENCY
     return f"{Decimal(amount)} {currency}"
 
 
-def unit_price_text(amount: Decimal | int | str, currency: str = SHOWN_CURRENCY) -> str:
+def unit_price_text(amount: Decimal | int | str, currency: str = PROVIDER_CURRENCY) -> str:
     """A price per million tokens: never rounded away (`$0.075`), at least two decimals (`$2.50`)."""
     amount = Decimal(amount)
     places = max(2, -amount.normalize().as_tuple().exponent)

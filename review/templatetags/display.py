@@ -15,7 +15,15 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from review.display import SHOWN_CURRENCY, badge_for, exact_money_text, money_text, time_text, unit_price_text
+from review.display import (
+    PROVIDER_CURRENCY,
+    SHOWN_CURRENCY,
+    badge_for,
+    exact_money_text,
+    money_text,
+    time_text,
+    unit_price_text,
+)
 
 register = template.Library()
 
@@ -32,7 +40,7 @@ def money(amount: Decimal | None, currency: str = SHOWN_CURRENCY) -> SafeString 
 
 
 @register.filter
-def unit_price(amount: Decimal | None, currency: str = SHOWN_CURRENCY) -> str:
+def unit_price(amount: Decimal | None, currency: str = PROVIDER_CURRENCY) -> str:
     return "—" if amount is None or amount == "" else unit_price_text(amount, currency)
 
 
