@@ -14,6 +14,7 @@ from ledger.models import Event, Item, Job, ProductStatus, PromptVersion, Submis
 from ledger.pricing import price_for
 from ledger.states import ItemState, JobState, SubmissionState
 from review.jobs import SUBMISSIONS_PER_PAGE
+from review.templatetags.display import money
 from tests.factories import ItemFactory, JobFactory, ProductFactory, UserFactory, add_version
 
 pytestmark = pytest.mark.django_db
@@ -128,7 +129,7 @@ def test_the_estimate_step_shows_requests_and_cost_and_starts_nothing(client, ow
     assert "3 requests" in html and "2 provider batches" in html
     assert estimate.output_tokens_per_request == 300  # half of the prompt's 600
     assert estimate.input_tokens_per_request > 50
-    assert estimate.cost > 0 and f"{estimate.cost} USD" in html
+    assert estimate.cost > 0 and f'<strong data-testid="estimated-cost">{money(estimate.cost)}</strong>' in html
     expected = price_for("emulator", "gpt-4o-mini").cost(estimate.input_tokens, estimate.output_tokens)
     assert estimate.cost == expected.quantize(Decimal("0.000001"))
     assert "50% batch discount" in html
@@ -413,7 +414,7 @@ def test_the_job_page_shows_cost_and_submissions_with_anomalies(client, owner, j
     html = response.content.decode()
     cost = response.context["cost"]
     assert cost["total"] == cost["approved"] + cost["wasted"] > 0
-    assert f'<dd class="num">{cost["wasted"]}</dd>' in html
+    assert f'<dd class="num">{money(cost["wasted"])}</dd>' in html
     assert "batch_xyz" in html and "in_progress" in html
     assert all(count in html for count in ("total 4", "completed 3", "failed 1"))
     assert '<details class="anomalies"' in html and "3 anomalies" in html
@@ -596,7 +597,7 @@ def test_the_estimate_of_a_model_without_a_price_says_so(client, owner, products
         '<strong class="price-unknown" data-testid="price-unknown">price unknown for emulator/emulated-model</strong>'
         in html
     )
-    assert "estimated-cost" not in html and "USD in and" not in html
+    assert "estimated-cost" not in html and "out per million tokens" not in html
     assert 'value="start"' in html  # it may still be started
 
 
@@ -638,7 +639,7 @@ def test_the_job_page_shows_each_submission_in_the_providers_words_beside_its_st
     cells = re.findall(r'<td(?: data-testid="([a-z-]+)")?>(.*?)</td>', row, re.S)
     named = {name: " ".join(re.sub(r"<[^>]+>", " ", text).split()) for name, text in cells if name}
     assert list(named) == ["business-state", "provider-words"]  # side by side
-    assert named["business-state"] == "Accepted by the provider; waiting for results"
+    assert named["business-state"] == "Open Accepted by the provider; waiting for results"
     assert named["provider-words"] == "emulator said in_progress"
     assert "<q>in_progress</q>" in row
 
