@@ -62,40 +62,37 @@ class ReviewPlaceForm(forms.Form):
     after = forms.CharField(required=False, max_length=1000)
 
 
-class ItemIdsField(forms.Field):
-    """The ticked rows: every value of a repeated `item` parameter, as item ids, each once."""
+class DraftsField(forms.Field):
+    """The ticked rows: every value of a repeated `draft` parameter, each `<version id>:<content hash>`,
+    as (version id, content hash) pairs, each once. A tick names the very draft its row showed."""
 
     widget = forms.MultipleHiddenInput
 
-    def to_python(self, value) -> list[int]:
-        ids = [parse_id(v) for v in value or []]
-        if None in ids:
-            raise forms.ValidationError(f"Drafts are named by their item ids. {INVALID_ID}")
-        return list(dict.fromkeys(ids))
+    def to_python(self, value) -> list[tuple[int, str]]:
+        pairs = []
+        for text in value or []:
+            version, _, digest = text.partition(":") if isinstance(text, str) else ("", "", "")
+            version_id = parse_id(version)
+            try:
+                sha256_hex(digest)
+            except forms.ValidationError:
+                version_id = None
+            if version_id is None:
+                raise forms.ValidationError(
+                    "Each ticked draft is named by its version id and content hash "
+                    f"(<id>:<64 hexadecimal characters>). {INVALID_ID}"
+                )
+            pairs.append((version_id, digest))
+        return list(dict.fromkeys(pairs))
 
-    def validate(self, value: list[int]) -> None:
+    def validate(self, value: list[tuple[int, str]]) -> None:
         super().validate(value)
         if len(value) > LIST_PAGE_SIZE:
             raise forms.ValidationError(f"Approve at most {LIST_PAGE_SIZE} drafts at once.")
 
 
 class ApproveSelectedForm(forms.Form):
-    """Ticked rows of the review list, each with the content hash of the draft shown (`hash_<item id>`),
+    """Ticked rows of the review list, each naming the version and content hash of the draft shown,
     so that only the text the reviewer saw is approved."""
 
-    item = ItemIdsField(error_messages={"required": "Tick the drafts to approve."})
-
-    def clean(self) -> dict:
-        cleaned = super().clean()
-        hashes = {}
-        for item_id in cleaned.get("item", []):
-            digest = self.data.get(f"hash_{item_id}", "")
-            try:
-                sha256_hex(digest)
-            except forms.ValidationError:
-                raise forms.ValidationError(
-                    f"The content hash of the draft of item {item_id} is missing or malformed."
-                ) from None
-            hashes[item_id] = digest
-        cleaned["hashes"] = hashes
-        return cleaned
+    draft = DraftsField(error_messages={"required": "Tick the drafts to approve."})

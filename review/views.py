@@ -510,36 +510,64 @@ def reject(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     return decided(request, item, "Rejected")
 
 
+def out_of_date(pairs: list[tuple[int, str]]) -> tuple[dict[int, GeneratedVersion], list[str]]:
+    """The ticked drafts (by version id), and what no longer matches the page they were ticked on: a
+    draft unknown or changed, an item decided since, or one with a newer draft than the row showed."""
+    latest = GeneratedVersion.objects.filter(item=OuterRef("item_id")).order_by("-number").values("pk")[:1]
+    versions = (
+        GeneratedVersion.objects.filter(pk__in=[version_id for version_id, _ in pairs])
+        .select_related("item__product")
+        .annotate(latest_id=Subquery(latest))
+        .in_bulk()
+    )
+    stale = []
+    for version_id, digest in pairs:
+        version = versions.get(version_id)
+        if version is None:
+            stale.append(f"draft {version_id} does not exist")
+            continue
+        sku = version.item.product.sku
+        if version.content_hash != digest:
+            stale.append(f"{sku}: the draft changed since the page was shown")
+        elif version.item.state != ItemState.AWAITING_REVIEW:
+            stale.append(f"{sku} is no longer waiting for review ({version.item.label.lower()})")
+        elif version.latest_id != version.pk:
+            stale.append(f"{sku} has a newer draft than the one shown")
+    return versions, stale
+
+
 @require_POST
 @login_required
 @role_required(*APPROVERS)
 def approve_selected(request: HtmxHttpRequest) -> HttpResponse:
-    """Approve the ticked drafts of the list, each the version whose hash was on the page. Each is its
-    own decision: the ledger approves the valid, current ones and refuses the others, saying why."""
+    """Approve the ticked drafts of the list, each named by the version id and content hash its row
+    showed (rule 15). If any of them is no longer what the page showed (decided since, changed, or
+    superseded: the ticks of a page the browser brought back), nothing is approved and the reviewer
+    ticks again on the list as it is now. Otherwise each is its own decision: the ledger approves the
+    valid, current ones and refuses the others, saying why."""
     back = next_url(request, default=queue_url(mode="list"))
     form = ApproveSelectedForm(request.POST)
     if not form.is_valid():
         return render(request, "refused.html", {"message": form_errors(form), "next_url": back}, status=400)
-    hashes: dict[int, str] = form.cleaned_data["hashes"]
-    latest = GeneratedVersion.objects.filter(item=OuterRef("pk")).order_by("-number").values("pk")[:1]
-    items = (
-        Item.objects.filter(pk__in=hashes)
-        .select_related("product")
-        .annotate(latest_version_id=Subquery(latest))
-        .in_bulk()
-    )
+    pairs: list[tuple[int, str]] = form.cleaned_data["draft"]
+    versions, stale = out_of_date(pairs)
+    if stale:
+        messages.error(
+            request,
+            "Nothing was approved: the page you ticked on is out of date ("
+            + "; ".join(stale)
+            + "). This is the list as it is now: tick the drafts to approve again.",
+        )
+        return redirect(back)
     approved, refusals = 0, []
-    for item_id, digest in hashes.items():
-        item = items.get(item_id)
-        if item is None or item.latest_version_id is None:
-            refusals.append(f"Item {item_id}: there is no draft to approve")
-            continue
+    for version_id, digest in pairs:
+        version = versions[version_id]
         try:
             approve_version(
-                item_id=item.pk, version_id=item.latest_version_id, version_hash=digest, approver=request.user
+                item_id=version.item_id, version_id=version.pk, version_hash=digest, approver=request.user
             )
         except NotAllowed as exc:
-            refusals.append(f"{item.product.sku}: {exc}")
+            refusals.append(f"{version.item.product.sku}: {exc}")
         else:
             approved += 1
     if approved:

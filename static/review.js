@@ -70,8 +70,8 @@
 
   // List mode: say on the button what approving the ticked rows will do.
   function countSelection(form) {
-    var ticked = form.querySelectorAll("input[name=item]:checked");
-    var publishable = form.querySelectorAll("input[name=item][data-approvable=true]:checked").length;
+    var ticked = form.querySelectorAll("input[name=draft]:checked");
+    var publishable = form.querySelectorAll("input[name=draft][data-approvable=true]:checked").length;
     var button = form.querySelector("[data-approve-selected]");
     var note = form.querySelector("[data-selection-note]");
     var n = ticked.length;
@@ -87,7 +87,7 @@
 
   function enhanceList(form) {
     var all = form.querySelector("[data-select-all]");
-    var boxes = form.querySelectorAll("input[name=item]");
+    var boxes = form.querySelectorAll("input[name=draft]");
     if (all) {
       all.hidden = false;
       all.addEventListener("change", function () {
@@ -100,4 +100,24 @@
   }
 
   document.querySelectorAll("form[data-bulk-approve]").forEach(enhanceList);
+
+  // A decision is sent once (rule 15): a second click or Enter while the first is on its way does
+  // nothing. htmx forms are kept to one request by hx-sync; a plain form is marked when it goes.
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (!form.matches("form[data-approve], form[data-approve-edited], form[data-reject], form[data-bulk-approve], form[data-once]")) return;
+    if (form.hasAttribute("hx-post")) return;
+    if (form.dataset.sent) { event.preventDefault(); return; }
+    form.dataset.sent = "yes";
+  });
+
+  // A page the browser brings back from its cache on Back shows no ticks and may be sent again.
+  window.addEventListener("pageshow", function (event) {
+    if (!event.persisted) return;
+    document.querySelectorAll("form[data-bulk-approve]").forEach(function (form) {
+      form.querySelectorAll("input[type=checkbox]").forEach(function (box) { box.checked = false; });
+      countSelection(form);
+    });
+    document.querySelectorAll("form[data-sent]").forEach(function (form) { delete form.dataset.sent; });
+  });
 })();

@@ -149,3 +149,49 @@ def test_a_hostile_draft_stays_inert_in_focus_mode_list_mode_and_the_diff(page, 
         assert "<script>window.__xss=1</script>" in page.inner_text("main")
         assert page.evaluate("window.__xss") is None
         assert page.locator("main img").count() == 0
+
+
+def test_back_after_a_bulk_approval_ticks_nothing_and_approves_only_what_is_ticked_then(
+    page, live_server, owner, apply_inline
+):
+    """Rule 15: the page Back brings shows no tick, whether the browser keeps it in its cache or
+    loads it again (its rows moved); ticking one more row approves that one alone."""
+    from playwright.sync_api import expect
+
+    drafts = queue_of(5)
+    first_three = {d.item_id for d in drafts[:3]}
+    log_in(page, live_server, owner, then=reverse("review_queue") + "?mode=list")
+    for draft in drafts[:3]:
+        page.get_by_label(f"Select {draft.item.product.sku}").check()
+    page.get_by_test_id("approve-selected").click()
+    expect(page.get_by_test_id("messages")).to_contain_text("Approved 3 drafts; being applied.")
+    assert set(Approval.objects.values_list("item_id", flat=True)) == first_three
+
+    page.go_back()
+    expect(page.locator("input[name=draft]").first).to_be_visible()
+    assert page.locator("input[name=draft]:checked").count() == 0
+    page.get_by_label(f"Select {drafts[3].item.product.sku}").check()
+    expect(page.get_by_test_id("approve-selected")).to_have_text("Approve 1 draft — 1 will be published")
+    page.get_by_test_id("approve-selected").click()
+    expect(page.get_by_test_id("messages")).to_contain_text("Approved 1 draft; being applied.")
+    assert set(Approval.objects.values_list("item_id", flat=True)) == first_three | {drafts[3].item_id}
+    assert Item.objects.get(pk=drafts[4].item_id).state == ItemState.AWAITING_REVIEW
+
+
+def test_a_double_click_on_approve_acts_once(page, live_server, owner, apply_inline):
+    from playwright.sync_api import expect
+
+    drafts = queue_of(3)
+    log_in(page, live_server, owner, then=reverse("review_queue"))
+    page.get_by_role("button", name="Approve", exact=True).dblclick()
+    expect(page.get_by_test_id("outcome")).to_have_text("Approved — being applied")
+    expect(page.get_by_test_id("draft")).to_have_text(drafts[1].content)
+    assert list(Approval.objects.values_list("item_id", flat=True)) == [drafts[0].item_id]
+
+    page.goto(live_server.url + reverse("review_queue") + "?mode=list")
+    page.get_by_label(f"Select {drafts[1].item.product.sku}").check()
+    page.get_by_test_id("approve-selected").dblclick()
+    expect(page.get_by_test_id("messages")).to_contain_text("Approved 1 draft; being applied.")
+    expect(page.get_by_test_id("messages")).not_to_contain_text("Nothing was approved")
+    assert Approval.objects.count() == 2
+    assert Item.objects.get(pk=drafts[2].item_id).state == ItemState.AWAITING_REVIEW

@@ -428,7 +428,7 @@ def test_list_mode_pages_fifty_drafts_at_a_time(client, owner):
     assert len(first.context["cards"]) == 50 and "Page 1 of 2" in html
     assert "53 drafts waiting" in html
     assert drafts[0].content in html and drafts[50].content not in html
-    assert f'name="hash_{drafts[0].item_id}" value="{drafts[0].content_hash}"' in html
+    assert f'name="draft" value="{drafts[0].pk}:{drafts[0].content_hash}"' in html
     assert str(money(version_cost(drafts[0]))) in html
     assert "?mode=list&amp;page=2" in html
     second = listing(client, page=2)
@@ -493,26 +493,25 @@ def test_focus_mode_queries_do_not_grow_with_the_queue(client, owner, django_ass
 # --- approving many at once ----------------------------------------------------------------
 
 
+def ticked(*drafts: GeneratedVersion) -> list[str]:
+    """The values of the ticked rows: each draft's version id and content hash."""
+    return [f"{d.pk}:{d.content_hash}" for d in drafts]
+
+
 def approve_selected(client, drafts: list[GeneratedVersion], **more):
-    data = {"item": [d.item_id for d in drafts], **{f"hash_{d.item_id}": d.content_hash for d in drafts}}
-    return client.post(reverse("approve_selected"), {**data, **more}, follow=True)
+    return client.post(reverse("approve_selected"), {"draft": ticked(*drafts), **more}, follow=True)
 
 
 def test_approving_selected_drafts_approves_the_valid_current_ones_and_says_why_not_the_rest(client, owner):
     good = queue_of(3)
-    stale, gone, changed = queue_of(3)
+    stale, gone = queue_of(2)
     invalid_item = ItemFactory(awaiting_review=True)
     invalid = add_version(invalid_item, "Short.", valid=False, reasons=["Too short"])
     revise(stale.item.product)
     withdraw(gone.item.product)
     client.force_login(owner)
 
-    data = {f"hash_{d.item_id}": d.content_hash for d in [*good, stale, gone, invalid]}
-    data[f"hash_{changed.item_id}"] = "0" * 64  # a draft other than the one on the page
-    everyone = [d.item_id for d in [*good, stale, gone, changed, invalid]]
-    response = client.post(
-        reverse("approve_selected"), {"item": everyone, "next": "/review/?mode=list", **data}, follow=True
-    )
+    response = approve_selected(client, [*good, stale, gone, invalid], next="/review/?mode=list")
     assert response.redirect_chain == [("/review/?mode=list", 302)]
     html = response.content.decode()
     assert "Approved 3 drafts; being applied." in html
@@ -520,20 +519,60 @@ def test_approving_selected_drafts_approves_the_valid_current_ones_and_says_why_
         f"Not approved — {stale.item.product.sku}: The product changed since this draft was generated" in html
     )
     assert f"Not approved — {gone.item.product.sku}: The product was withdrawn" in html
-    assert f"Not approved — {changed.item.product.sku}: The draft changed since it was shown" in html
     assert f"Not approved — {invalid_item.product.sku}: Only a valid draft can be approved" in html
 
     approved = set(Approval.objects.values_list("version_id", "version_hash"))
     assert approved == {(d.pk, d.content_hash) for d in good}
-    assert Item.objects.get(pk=changed.item_id).state == ItemState.AWAITING_REVIEW
     assert Item.objects.get(pk=invalid_item.pk).state == ItemState.AWAITING_REVIEW
+
+
+@pytest.mark.parametrize(
+    "spoil, says",
+    [
+        (lambda d: f"{d.pk}:{'0' * 64}", "the draft changed since the page was shown"),
+        (lambda d: f"{d.pk + 1000}:{d.content_hash}", "does not exist"),
+    ],
+)
+def test_a_tick_that_names_another_draft_than_the_page_showed_approves_nothing(client, owner, spoil, says):
+    drafts = queue_of(3)
+    client.force_login(owner)
+    before = Event.objects.count()
+    values = [*ticked(*drafts[:2]), spoil(drafts[2])]
+    response = client.post(reverse("approve_selected"), {"draft": values}, follow=True)
+    html = response.content.decode()
+    assert "Nothing was approved: the page you ticked on is out of date" in html and says in html
+    assert not Approval.objects.exists() and Event.objects.count() == before
+    assert {i.state for i in Item.objects.all()} == {ItemState.AWAITING_REVIEW}
+
+
+def test_ticks_from_a_page_shown_before_a_bulk_approval_approve_nothing(client, owner):
+    """Back after approving three: the page of then, ticked again with one more, approves nothing."""
+    drafts = queue_of(4)
+    client.force_login(owner)
+    approve_selected(client, drafts[:3])
+    assert Approval.objects.count() == 3
+    html = approve_selected(client, drafts).content.decode()
+    assert "Nothing was approved: the page you ticked on is out of date" in html
+    assert f"{drafts[0].item.product.sku} is no longer waiting for review" in html
+    assert Approval.objects.count() == 3
+    assert Item.objects.get(pk=drafts[3].item_id).state == ItemState.AWAITING_REVIEW
+
+
+def test_the_list_names_each_drafts_version_and_hash_and_asks_the_browser_not_to_restore_ticks(
+    client, owner, item, draft
+):
+    client.force_login(owner)
+    html = listing(client).content.decode()
+    assert 'data-bulk-approve autocomplete="off"' in html
+    assert f'name="draft" value="{draft.pk}:{draft.content_hash}" autocomplete="off"' in html
+    assert f"hash_{item.pk}" not in html
 
 
 def test_approving_selected_names_only_the_latest_draft(client, owner, item, draft):
     newer = add_version(item, "A newer draft, the one that is on the page now for this oak board.")
     client.force_login(owner)
     html = approve_selected(client, [draft]).content.decode()
-    assert "The draft changed since it was shown" in html and not Approval.objects.exists()
+    assert "has a newer draft than the one shown" in html and not Approval.objects.exists()
     approve_selected(client, [newer])
     assert Approval.objects.get().version == newer
 
@@ -542,13 +581,10 @@ def test_approving_selected_names_only_the_latest_draft(client, owner, item, dra
     "data, message",
     [
         ({}, "Tick the drafts to approve."),
-        ({"item": ["x"]}, "Drafts are named by their item ids. Ids are whole numbers from 1"),
-        ({"item": ["1"]}, "The content hash of the draft of item 1 is missing or malformed."),
-        (
-            {"item": ["1"], "hash_1": "nope"},
-            "The content hash of the draft of item 1 is missing or malformed.",
-        ),
-        ({"item": [str(i) for i in range(1, 52)]}, "Approve at most 50 drafts at once."),
+        ({"draft": ["x"]}, "Each ticked draft is named by its version id and content hash"),
+        ({"draft": ["1"]}, "Each ticked draft is named by its version id and content hash"),
+        ({"draft": ["1:nope"]}, "Each ticked draft is named by its version id and content hash"),
+        ({"draft": [f"{i}:{'a' * 64}" for i in range(1, 52)]}, "Approve at most 50 drafts at once."),
     ],
 )
 def test_malformed_bulk_approval_is_a_400_and_changes_nothing(client, owner, item, data, message):
@@ -560,24 +596,10 @@ def test_malformed_bulk_approval_is_a_400_and_changes_nothing(client, owner, ite
     assert snapshot(item) == before
 
 
-def test_an_unknown_item_in_a_bulk_approval_is_refused_alone(client, owner, item, draft):
-    client.force_login(owner)
-    response = client.post(
-        reverse("approve_selected"),
-        {"item": [item.pk, 999999], f"hash_{item.pk}": draft.content_hash, "hash_999999": "a" * 64},
-        follow=True,
-    )
-    html = response.content.decode()
-    assert "Approved 1 draft; being applied." in html
-    assert "Not approved — Item 999999: there is no draft to approve" in html
-
-
 def test_an_operator_cannot_approve_selected_drafts(client, operator, item, draft):
     client.force_login(operator)
     before = snapshot(item)
-    response = client.post(
-        reverse("approve_selected"), {"item": [item.pk], f"hash_{item.pk}": draft.content_hash}
-    )
+    response = client.post(reverse("approve_selected"), {"draft": ticked(draft)})
     assert response.status_code == 403
     assert snapshot(item) == before
 
@@ -586,7 +608,7 @@ def test_approving_selected_drafts_needs_post_and_the_csrf_token(owner, item, dr
     client = Client(enforce_csrf_checks=True)
     client.force_login(owner)
     before = snapshot(item)
-    data = {"item": [item.pk], f"hash_{item.pk}": draft.content_hash}
+    data = {"draft": ticked(draft)}
     assert client.get(reverse("approve_selected"), data).status_code == 405
     assert client.post(reverse("approve_selected"), data).status_code == 403
     assert snapshot(item) == before
@@ -601,8 +623,7 @@ def test_approving_selected_drafts_needs_post_and_the_csrf_token(owner, item, dr
 def test_bulk_approval_does_not_return_elsewhere(client, owner, item, draft):
     client.force_login(owner)
     response = client.post(
-        reverse("approve_selected"),
-        {"item": [item.pk], f"hash_{item.pk}": draft.content_hash, "next": "https://evil.example/"},
+        reverse("approve_selected"), {"draft": ticked(draft), "next": "https://evil.example/"}
     )
     assert response.url == "/review/?mode=list"
 

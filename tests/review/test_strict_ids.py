@@ -50,7 +50,7 @@ def test_posted_ids_are_refused_clearly(browser, waiting, bad):
     posts = [
         (reverse("operations_retry"), {"item": bad}),
         (reverse("operations_retry"), {"item": [str(waiting.pk), bad]}),
-        (reverse("approve_selected"), {"item": bad, f"hash_{bad}": HASH}),
+        (reverse("approve_selected"), {"draft": f"{bad}:{HASH}"}),
         (reverse("approve_item", args=[waiting.pk]), {"version_id": bad, "version_hash": HASH}),
         (reverse("reject_item", args=[waiting.pk]), {"version_id": bad, "reason": "No."}),
     ]
