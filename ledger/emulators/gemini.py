@@ -356,7 +356,7 @@ class GeminiEmulator(EmulatorServer):
         start, size = self._page(request, DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
         with self.lock:
             now = self.clock.now()
-            newest_first = sorted(self._batches.values(), key=lambda b: b.created, reverse=True)
+            newest_first = list(reversed(self._batches.values()))  # kept in the order they were created
             page = newest_first[start : start + size]
             for batch in page:
                 self._advance(batch, now)
