@@ -42,7 +42,11 @@ ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     S.SUBMISSION_UNCERTAIN: frozenset({S.SUBMITTED, S.PREPARED, S.DEAD_LETTER, S.CANCELLED}),
     S.RETURNED: frozenset({S.AWAITING_REVIEW, S.VALIDATION_FAILED, S.OBSOLETE, S.WITHDRAWN, S.CANCELLED}),
     S.INFERENCE_FAILED: frozenset({S.PREPARED, S.DEAD_LETTER, S.OBSOLETE, S.WITHDRAWN, S.CANCELLED}),
-    S.VALIDATION_FAILED: frozenset({S.PREPARED, S.DEAD_LETTER, S.OBSOLETE, S.WITHDRAWN, S.CANCELLED}),
+    # -> approved: a catalogue owner edited the unusable draft into a text that passes every check
+    # and approved it in the same act (ledger.actions.reviewing.approve_version).
+    S.VALIDATION_FAILED: frozenset(
+        {S.PREPARED, S.APPROVED, S.DEAD_LETTER, S.OBSOLETE, S.WITHDRAWN, S.CANCELLED}
+    ),
     S.OBSOLETE: frozenset(),
     S.WITHDRAWN: frozenset(),
     S.AWAITING_REVIEW: frozenset({S.APPROVED, S.REJECTED, S.OBSOLETE, S.WITHDRAWN, S.CANCELLED}),
