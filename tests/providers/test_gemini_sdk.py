@@ -5,12 +5,12 @@ sends and reads."""
 
 import io
 import json
-import time
 
 import pytest
 from google import genai
 from google.genai import errors, types
 
+from ledger.emulators.clock import TestClock
 from ledger.emulators.gemini import GeminiEmulator
 
 SCHEMA = {
@@ -27,9 +27,13 @@ ENDED = {
 
 
 @pytest.fixture
-def emulator():
-    with GeminiEmulator(per_request_ms=2, seed=11) as running:
-        running.pending_ms = 10
+def clock():
+    return TestClock()
+
+
+@pytest.fixture
+def emulator(clock):
+    with GeminiEmulator(per_request_ms=2, pending_ms=10, seed=11, clock=clock) as running:
         yield running
 
 
@@ -53,16 +57,15 @@ def inline(key: str, title: str) -> dict:
     }
 
 
-def wait(client: genai.Client, name: str) -> types.BatchJob:
-    for _ in range(300):
-        job = client.batches.get(name=name)
-        if job.state in ENDED:
-            return job
-        time.sleep(0.02)
-    raise AssertionError("the batch never ended")
+def wait(clock, client: genai.Client, name: str) -> types.BatchJob:
+    """The batch once the emulator's clock has moved past every request it holds."""
+    clock.advance(seconds=60)
+    job = client.batches.get(name=name)
+    assert job.state in ENDED, job.state
+    return job
 
 
-def test_the_sdk_creates_polls_lists_and_reads_inline_results(emulator):
+def test_the_sdk_creates_polls_lists_and_reads_inline_results(clock, emulator):
     client = client_for(emulator)
     sent = {f"bd-{n}-1": f"Oak chair {n}" for n in range(4)}
 
@@ -76,7 +79,7 @@ def test_the_sdk_creates_polls_lists_and_reads_inline_results(emulator):
     assert job.state == types.JobState.JOB_STATE_PENDING
     assert job.model == "models/gemini-2.5-flash"
 
-    done = wait(client, job.name)
+    done = wait(clock, client, job.name)
 
     assert done.state == types.JobState.JOB_STATE_SUCCEEDED
     assert done.end_time is not None and done.create_time <= done.end_time
@@ -109,7 +112,7 @@ def test_the_sdk_lists_batches_page_by_page(emulator):
     assert {job.display_name for job in listed} == {f"bd_list_{n}" for n in range(5)}
 
 
-def test_the_sdk_cancels_a_batch(emulator):
+def test_the_sdk_cancels_a_batch(clock, emulator):
     emulator.configure(per_request_ms=50)
     client = client_for(emulator)
     job = client.batches.create(
@@ -117,27 +120,27 @@ def test_the_sdk_cancels_a_batch(emulator):
         src=[inline(f"c{n}", "Table") for n in range(40)],
         config={"display_name": "bd_cancel"},
     )
-    time.sleep(0.15)
+    clock.advance(ms=150)  # 10 ms pending, then two requests of 50 ms
 
     client.batches.cancel(name=job.name)
     cancelled = client.batches.get(name=job.name)
 
     assert cancelled.state == types.JobState.JOB_STATE_CANCELLED
     kept = cancelled.dest.inlined_responses if cancelled.dest else []
-    assert len(kept) < 40
+    assert sorted(response.metadata["key"] for response in kept) == ["c0", "c1"]
     with pytest.raises(errors.ClientError) as again:
         client.batches.cancel(name=job.name)
     assert again.value.code == 400 and again.value.status == "FAILED_PRECONDITION"
 
 
-def test_the_sdk_reads_per_request_errors(emulator):
+def test_the_sdk_reads_per_request_errors(clock, emulator):
     emulator.configure(fail_rate=1.0)
     client = client_for(emulator)
     job = client.batches.create(
         model="gemini-2.5-flash", src=[inline("f1", "Lamp")], config={"display_name": "bd_f"}
     )
 
-    done = wait(client, job.name)
+    done = wait(clock, client, job.name)
 
     (answer,) = done.dest.inlined_responses
     assert answer.response is None
@@ -163,7 +166,9 @@ def test_the_sdk_understands_googles_error_envelope_and_retries_a_429(emulator):
     assert stats["rejected_calls"] == 2 and stats["creates"] == 3 and stats["batches"] == 1
 
 
-def test_the_sdk_uploads_a_file_creates_a_batch_from_it_and_downloads_its_responses(emulator, tmp_path):
+def test_the_sdk_uploads_a_file_creates_a_batch_from_it_and_downloads_its_responses(
+    clock, emulator, tmp_path
+):
     client = client_for(emulator)
     sent = {f"bd-{n}-1": f"Walnut shelf {n}" for n in range(5)}
     path = tmp_path / "requests.jsonl"
@@ -191,7 +196,7 @@ def test_the_sdk_uploads_a_file_creates_a_batch_from_it_and_downloads_its_respon
         model="gemini-2.5-flash", src=uploaded.name, config={"display_name": "bd_file_sdk"}
     )
     assert job.name.startswith("batches/") and job.display_name == "bd_file_sdk"
-    done = wait(client, job.name)
+    done = wait(clock, client, job.name)
 
     assert done.state == types.JobState.JOB_STATE_SUCCEEDED
     assert done.dest.inlined_responses is None and done.dest.file_name.startswith("files/batch-")
@@ -211,7 +216,7 @@ def test_the_sdk_uploads_a_file_creates_a_batch_from_it_and_downloads_its_respon
     assert emulator.stats()["inferences"] == dict.fromkeys(sent, 1)
 
 
-def test_the_sdk_uploads_in_chunks_across_its_chunk_size(emulator, monkeypatch):
+def test_the_sdk_uploads_in_chunks_across_its_chunk_size(clock, emulator, monkeypatch):
     """The SDK sends files in 8 MB chunks (`upload` then `upload, finalize`); a small chunk size
     shows the emulator joins them at their offsets."""
     from google.genai import _api_client
@@ -228,6 +233,7 @@ def test_the_sdk_uploads_in_chunks_across_its_chunk_size(emulator, monkeypatch):
 
     uploaded = client.files.upload(file=io.BytesIO(content), config={"mime_type": "application/jsonl"})
     done = wait(
+        clock,
         client,
         client.batches.create(
             model="gemini-2.5-flash", src=uploaded.name, config={"display_name": "bd_chunks"}
@@ -242,7 +248,7 @@ def test_the_sdk_uploads_in_chunks_across_its_chunk_size(emulator, monkeypatch):
     ) == [f"c{n}" for n in range(6)]
 
 
-def test_inline_requests_without_metadata_are_answered_in_their_order(emulator):
+def test_inline_requests_without_metadata_are_answered_in_their_order(clock, emulator):
     client = client_for(emulator)
     titles = [f"Birch stool {n}" for n in range(4)]
     keyless = []
@@ -252,6 +258,7 @@ def test_inline_requests_without_metadata_are_answered_in_their_order(emulator):
         keyless.append(request)
 
     done = wait(
+        clock,
         client,
         client.batches.create(model="gemini-2.5-flash", src=keyless, config={"display_name": "bd_k"}).name,
     )
@@ -307,7 +314,9 @@ def test_a_page_size_of_0_is_the_default_page(emulator):
 @pytest.mark.parametrize(
     "separator", ["\u2028", "\u2029", "\x85", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e"], ids=repr
 )
-def test_a_file_whose_title_holds_a_line_break_other_than_newline_runs_like_any_other(emulator, separator):
+def test_a_file_whose_title_holds_a_line_break_other_than_newline_runs_like_any_other(
+    clock, emulator, separator
+):
     client = client_for(emulator)
 
     def line(key: str, title: str) -> dict:
@@ -318,6 +327,7 @@ def test_a_file_whose_title_holds_a_line_break_other_than_newline_runs_like_any_
 
     uploaded = upload_jsonl(client, [line("s1", f"Oak{separator}stool"), line("s2", "Elm stool")])
     done = wait(
+        clock,
         client,
         client.batches.create(
             model="gemini-2.5-flash", src=uploaded.name, config={"display_name": "bd_s"}
