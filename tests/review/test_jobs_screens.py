@@ -10,6 +10,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from ledger.actions.prompts import make_prompt_current
 from ledger.models import Event, Item, Job, ProductStatus, PromptVersion, Submission
 from ledger.pricing import price_for
 from ledger.states import ItemState, JobState, SubmissionState
@@ -204,10 +205,14 @@ def test_a_chosen_prompt_version_is_used(client, owner, products):
         rules=v1.rules,
     )
     client.force_login(owner)
-    client.post(reverse("job_start"), start(step="start", reference="old", prompt_version=str(v1.pk)))
-    client.post(reverse("job_start"), start(step="start", reference="new"))
-    assert Job.objects.get(reference="old").prompt_version == v1
-    assert Job.objects.get(reference="new").prompt_version == v2
+    client.post(reverse("job_start"), start(step="start", reference="chosen", prompt_version=str(v2.pk)))
+    # None chosen: the task's current version, not its newest.
+    client.post(reverse("job_start"), start(step="start", reference="current"))
+    make_prompt_current(prompt=v2, actor=owner)
+    client.post(reverse("job_start"), start(step="start", reference="made-current"))
+    assert Job.objects.get(reference="chosen").prompt_version == v2
+    assert Job.objects.get(reference="current").prompt_version == v1
+    assert Job.objects.get(reference="made-current").prompt_version == v2
 
 
 def test_the_categories_offered_are_those_of_active_products(client, owner, products):
