@@ -1,12 +1,11 @@
 """The official `anthropic` SDK against the Anthropic emulator: proof that the emulator speaks
 the real protocol (paths, batch objects, list pages, the results stream, errors)."""
 
-import time
-
 import anthropic
 import pytest
 
 from ledger.emulators.anthropic import AnthropicEmulator
+from ledger.emulators.clock import TestClock
 
 
 def request(custom_id: str, **params) -> dict:
@@ -23,8 +22,13 @@ def request(custom_id: str, **params) -> dict:
 
 
 @pytest.fixture
-def emulator():
-    with AnthropicEmulator(per_request_ms=10) as emu:
+def clock():
+    return TestClock()
+
+
+@pytest.fixture
+def emulator(clock):
+    with AnthropicEmulator(per_request_ms=10, clock=clock) as emu:
         yield emu
 
 
@@ -35,16 +39,15 @@ def client(emulator):
     sdk.close()
 
 
-def until_ended(client, batch_id: str):
-    for _ in range(400):
-        batch = client.messages.batches.retrieve(batch_id)
-        if batch.processing_status == "ended":
-            return batch
-        time.sleep(0.02)
-    raise AssertionError("the batch never ended")
+def until_ended(clock, client, batch_id: str):
+    """The batch once the emulator's clock has moved past every request it holds."""
+    clock.advance(seconds=60)
+    batch = client.messages.batches.retrieve(batch_id)
+    assert batch.processing_status == "ended", batch
+    return batch
 
 
-def test_create_retrieve_list_and_read_results(emulator, client):
+def test_create_retrieve_list_and_read_results(clock, emulator, client):
     tool = {
         "name": "output",
         "input_schema": {"type": "object", "properties": {"headline": {"type": "string"}}},
@@ -56,7 +59,7 @@ def test_create_retrieve_list_and_read_results(emulator, client):
             request("bd-3-1", tools=[tool], tool_choice={"type": "tool", "name": "output"}),
         ]
     )
-    batch = until_ended(client, created.id)
+    batch = until_ended(clock, client, created.id)
     listed = [b.id for b in client.messages.batches.list(limit=10)]
     results = {r.custom_id: r.result for r in client.messages.batches.results(created.id)}
 
@@ -86,12 +89,12 @@ def test_list_pages_through_every_batch_with_after_id(client):
     assert paged == list(reversed(ids))
 
 
-def test_cancel_and_the_canceled_results(emulator, client):
+def test_cancel_and_the_canceled_results(clock, emulator, client):
     emulator.configure(per_request_ms=1000)
     created = client.messages.batches.create(requests=[request(f"bd-{n}-1") for n in range(4)])
 
     canceling = client.messages.batches.cancel(created.id)
-    batch = until_ended(client, created.id)
+    batch = until_ended(clock, client, created.id)
     results = list(client.messages.batches.results(created.id))
 
     assert canceling.processing_status == "canceling" and canceling.cancel_initiated_at is not None
@@ -100,13 +103,13 @@ def test_cancel_and_the_canceled_results(emulator, client):
     assert client.messages.batches.delete(created.id).type == "message_batch_deleted"
 
 
-def test_errored_and_expired_results_read_as_the_sdks_types(emulator, client):
+def test_errored_and_expired_results_read_as_the_sdks_types(clock, emulator, client):
     emulator.configure(fail_rate=1.0)
     failing = client.messages.batches.create(requests=[request("bd-1-1")])
-    until_ended(client, failing.id)
+    until_ended(clock, client, failing.id)
     emulator.configure(fail_rate=0.0, expire_rate=1.0)
     expiring = client.messages.batches.create(requests=[request("bd-2-1")])
-    until_ended(client, expiring.id)
+    until_ended(clock, client, expiring.id)
 
     (errored,) = client.messages.batches.results(failing.id)
     (expired,) = client.messages.batches.results(expiring.id)
@@ -144,9 +147,9 @@ def test_the_sdk_retries_a_529_by_itself(emulator):
     retrying.close()
 
 
-def test_every_answer_carries_a_request_id(client):
+def test_every_answer_carries_a_request_id(clock, client):
     created = client.messages.batches.create(requests=[request("bd-1-1")])
-    until_ended(client, created.id)
+    until_ended(clock, client, created.id)
     listed = client.messages.batches.with_raw_response.list()
     results = client.messages.batches.with_raw_response.results(created.id)
     with pytest.raises(anthropic.NotFoundError) as missing:
@@ -160,11 +163,11 @@ def test_every_answer_carries_a_request_id(client):
 
 
 @pytest.mark.parametrize("separator", ["\u2028", "\u2029", "\x85"], ids=repr)
-def test_a_title_holding_a_line_break_other_than_newline_comes_back_in_its_result(client, separator):
+def test_a_title_holding_a_line_break_other_than_newline_comes_back_in_its_result(clock, client, separator):
     sent = request("bd-1-1")
     sent["params"]["messages"][0]["content"] = f"Title: Oak{separator}stool\n- wood: oak"
     created = client.messages.batches.create(requests=[sent, request("bd-2-1")])
-    until_ended(client, created.id)
+    until_ended(clock, client, created.id)
 
     results = {r.custom_id: r.result for r in client.messages.batches.results(created.id)}
 
