@@ -20,6 +20,7 @@ from django.views.decorators.http import require_GET
 from ledger.models import Approval, Item, Job
 
 from .common import url_of, word_diff
+from .display import time_text
 from .paging import capped_count, screen_page
 from .permissions import ADMIN, role_required
 
@@ -137,7 +138,7 @@ class AuditRow:
 
     @property
     def approved_at_shown(self) -> str:
-        return self.approved_at.strftime("%Y-%m-%d %H:%M")
+        return time_text(self.approved_at)
 
 
 @require_GET
