@@ -132,13 +132,16 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = VAR_DIR / "static"
+STATIC_ROOT = Path(os.environ.get("BATCHDESK_STATIC_ROOT") or VAR_DIR / "static")
 # Filled by collectstatic; WhiteNoise warns at every start while it is missing.
-STATIC_ROOT.mkdir(exist_ok=True)
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+    # Collected files by their hashed names; a file not collected by its plain name (batchdesk/static_files.py).
+    "staticfiles": {"BACKEND": "batchdesk.static_files.StaticFilesStorage"},
 }
+# Without collectstatic, WhiteNoise serves the files from the application's static folders too.
+WHITENOISE_USE_FINDERS = True
 
 SESSION_COOKIE_HTTPONLY = True
 CSRF_COOKIE_HTTPONLY = False

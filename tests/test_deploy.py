@@ -146,3 +146,111 @@ def test_make_serve_runs_gunicorn_and_serves_the_static_files_itself(tmp_path):
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
+
+
+# --- a production start without collectstatic (issue 18, point 7) ---------------------------
+
+
+def gunicorn(env: dict[str, str], tmp_path, log) -> subprocess.Popen:
+    """The web server as `make serve` starts it, without the steps before it."""
+    port = env["PORT"]
+    return subprocess.Popen(
+        [
+            str(ROOT / ".venv" / "bin" / "gunicorn"),
+            "batchdesk.wsgi",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            "1",
+            "--control-socket",
+            str(tmp_path / "gunicorn.ctl"),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def answering(server: subprocess.Popen, url: str, log_path):
+    def page() -> httpx.Response | None:
+        assert server.poll() is None, log_path.read_text()
+        try:
+            return httpx.get(url, timeout=5)
+        except httpx.TransportError:
+            return None
+
+    return wait_until(page, timeout=120, what="gunicorn to answer")
+
+
+def uncollected_env(tmp_path, **extra: str) -> dict[str, str]:
+    static_root = tmp_path / "static"  # what collectstatic would fill: left empty
+    return production_env(
+        ALLOWED_HOSTS="127.0.0.1",
+        PORT=str(free_port()),
+        HOME=str(tmp_path),
+        BATCHDESK_STATIC_ROOT=str(static_root),
+        **extra,
+    )
+
+
+def test_without_collectstatic_pages_render_and_link_static_files_by_their_plain_names(tmp_path):
+    env = uncollected_env(tmp_path, DATABASE_URL=f"sqlite:///{tmp_path / 'serve.sqlite3'}")
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--verbosity", "0"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        timeout=300,
+    )
+    log_path = tmp_path / "gunicorn.log"
+    base = f"http://127.0.0.1:{env['PORT']}"
+    with log_path.open("w") as log:
+        server = gunicorn(env, tmp_path, log)
+    try:
+        page = answering(server, f"{base}/accounts/login/", log_path)
+        assert page.status_code == 200, page.text
+        assert "Log in" in page.text
+        assert not (tmp_path / "static" / "staticfiles.json").exists()
+        # Linked by their plain names, and served from the application's own static folder.
+        assert '<link rel="stylesheet" href="/static/batchdesk.css">' in page.text
+        stylesheet = httpx.get(f"{base}/static/batchdesk.css", timeout=5)
+        assert stylesheet.status_code == 200
+        assert stylesheet.headers["content-type"].startswith("text/css")
+        assert stylesheet.content == (ROOT / "static" / "batchdesk.css").read_bytes()
+        script = httpx.get(f"{base}/static/vendor/htmx-2.0.8.min.js", timeout=5)
+        assert script.status_code == 200 and "htmx" in script.text
+        # A missing page is the application's own, in its layout.
+        missing = httpx.get(f"{base}/no-such-page/", timeout=5)
+        assert missing.status_code == 404
+        assert "<title>Not found · BatchDesk</title>" in missing.text
+        assert '<a class="brand" href="/">BatchDesk</a>' in missing.text
+        assert "/no-such-page/" in missing.text
+        # The missing step is named in the log.
+        assert "Run `python manage.py collectstatic`" in log_path.read_text()
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+
+
+def test_a_fault_answers_the_applications_500_page_even_without_a_database(tmp_path):
+    # A database server that is up, and a database on it that does not exist: every query fails.
+    env = uncollected_env(tmp_path, DATABASE_URL="postgres://127.0.0.1:5432/batchdesk_no_such_database")
+    log_path = tmp_path / "gunicorn.log"
+    base = f"http://127.0.0.1:{env['PORT']}"
+    with log_path.open("w") as log:
+        server = gunicorn(env, tmp_path, log)
+    try:
+        answering(server, f"{base}/accounts/login/", log_path)
+        # A session cookie makes the request ask the database who is signed in.
+        page = httpx.get(f"{base}/jobs/", cookies={"sessionid": "x" * 32}, timeout=5)
+        assert page.status_code == 500
+        assert "<title>Something went wrong · BatchDesk</title>" in page.text
+        assert '<link rel="stylesheet" href="/static/batchdesk.css">' in page.text
+        assert "Something went wrong on our side" in page.text
+        assert "batchdesk_no_such_database" not in page.text
+        assert "OperationalError" in log_path.read_text()
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)

@@ -1,0 +1,76 @@
+"""403, 404 and 500 pages in the application's layout (issue 18, point 7). A real server started
+without collectstatic, and one whose database is missing, are in tests/test_deploy.py."""
+
+import pytest
+from django.db import connection
+from django.test import Client, RequestFactory
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from batchdesk.urls import handler500
+from review import api
+
+pytestmark = pytest.mark.django_db
+
+LAYOUT = '<a class="brand" href="/">BatchDesk</a>'
+
+
+def test_a_missing_page_is_the_applications_404(client, owner):
+    client.force_login(owner)
+    response = client.get("/jobs/999999999/")
+    assert response.status_code == 404
+    html = response.content.decode()
+    assert "<title>Not found · BatchDesk</title>" in html
+    assert LAYOUT in html
+    assert 'aria-label="Main"' in html  # the signed-in person keeps the navigation
+
+
+def test_the_404_page_escapes_the_address(client, owner):
+    client.force_login(owner)
+    html = client.get("/<script>alert(1)</script>/").content.decode()
+    assert "<script>alert(1)</script>" not in html
+    assert "/%3Cscript%3Ealert%281%29%3C/script%3E/" in html
+
+
+def test_a_refusal_is_the_applications_403(client, outsider):
+    client.force_login(outsider)
+    response = client.get(reverse("job_list"))
+    assert response.status_code == 403
+    html = response.content.decode()
+    assert "<title>Not allowed · BatchDesk</title>" in html
+    assert LAYOUT in html
+
+
+def test_a_form_without_its_csrf_token_is_refused_in_the_layout(owner):
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(owner)
+    response = browser.post(reverse("job_start"), {"task": "product_description"})
+    assert response.status_code == 403
+    html = response.content.decode()
+    assert "<title>Form expired · BatchDesk</title>" in html
+    assert "Nothing was changed" in html
+    assert LAYOUT in html
+
+
+@pytest.mark.urls("tests.review.failing_urls")
+def test_a_fault_is_the_applications_500(owner):
+    browser = Client(raise_request_exception=False)
+    browser.force_login(owner)
+    response = browser.get("/fault/")
+    assert response.status_code == 500
+    html = response.content.decode()
+    assert "<title>Something went wrong · BatchDesk</title>" in html
+    assert LAYOUT in html
+    assert "a fault of ours" not in html
+
+
+def test_the_500_page_needs_neither_the_database_nor_a_signed_in_person():
+    assert handler500 is api.server_error
+    request = RequestFactory().get("/jobs/")  # no session, no user, no middleware ran
+    with CaptureQueriesContext(connection) as queries:
+        response = api.server_error(request)
+    assert response.status_code == 500
+    assert len(queries) == 0
+    html = response.content.decode()
+    assert "Something went wrong on our side" in html
+    assert LAYOUT in html
