@@ -1,10 +1,12 @@
-"""What the screens themselves keep: each person's preferences (the ledger's own records live in
-ledger/models.py)."""
+"""What the screens themselves keep: each person's preferences, and the job start form's one-time
+tokens (the ledger's own records live in ledger/models.py)."""
 
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from django.conf import settings
 from django.db import models
+
+from ledger.models import Job
 
 DEFAULT_TIME_ZONE = "UTC"
 
@@ -38,3 +40,20 @@ class Preferences(models.Model):
             return ZoneInfo(self.time_zone)
         except (ZoneInfoNotFoundError, ValueError):
             return ZoneInfo(DEFAULT_TIME_ZONE)
+
+
+class JobStartToken(models.Model):
+    """The one-time token a job start form carries (SPEC rule 15: a form sent twice acts once).
+
+    The first send of the form writes its token and starts its job in one transaction; the token is
+    unique, so a second send (a double click, Back then Start, a refresh) waits for the first to
+    commit, cannot write it again and is shown the job already started. In the database, so every web
+    process agrees. `job` is empty only inside that first transaction."""
+
+    token = models.UUIDField(unique=True)
+    person = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, null=True, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return str(self.token)
