@@ -1,7 +1,6 @@
 """The provider emulator over real HTTP: OpenAI's Files + Batch wire protocol, statuses and fault knobs."""
 
 import json
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -11,6 +10,7 @@ import pytest
 from openai import OpenAI
 
 from ledger.emulators import textgen
+from ledger.emulators.clock import TestClock
 from ledger.emulators.openai import Emulator
 
 ENDPOINT = "/v1/chat/completions"
@@ -52,8 +52,13 @@ SCHEMA = {
 
 
 @pytest.fixture
-def emulator():
-    with Emulator(per_request_ms=2, validating_ms=100, finalizing_ms=20, seed=7) as running:
+def clock():
+    return TestClock()
+
+
+@pytest.fixture
+def emulator(clock):
+    with Emulator(per_request_ms=2, validating_ms=100, finalizing_ms=20, seed=7, clock=clock) as running:
         yield running
 
 
@@ -96,13 +101,13 @@ def submit(api: httpx.Client, requests: list[dict] | bytes, **extra: object) -> 
     return response.json()
 
 
-def wait(api: httpx.Client, batch_id: str, until: set[str] = ENDED) -> dict:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+def wait(clock: TestClock, api: httpx.Client, batch_id: str, until: set[str] = ENDED) -> dict:
+    """The batch once it reaches a status in `until`, the emulator's clock moved 10 ms between polls."""
+    for _ in range(10_000):
         batch = api.get(f"/batches/{batch_id}").json()
         if batch["status"] in until:
             return batch
-        time.sleep(0.02)
+        clock.advance(ms=10)
     raise AssertionError(f"batch {batch_id} never reached {until}")
 
 
@@ -119,7 +124,7 @@ def assert_error_envelope(response: httpx.Response, status: int) -> None:
     assert set(response.json()["error"]) == {"message", "type", "param", "code"}
 
 
-def test_a_batch_runs_to_completed_with_every_key_and_a_line_per_request(api):
+def test_a_batch_runs_to_completed_with_every_key_and_a_line_per_request(clock, api):
     sent = lines(6)
     created = submit(api, sent, metadata={"job": "nightly"})
 
@@ -130,7 +135,7 @@ def test_a_batch_runs_to_completed_with_every_key_and_a_line_per_request(api):
     assert created["request_counts"] == {"total": 0, "completed": 0, "failed": 0}
     assert created["metadata"] == {"job": "nightly"}
 
-    batch = wait(api, created["id"])
+    batch = wait(clock, api, created["id"])
     assert set(batch) == BATCH_KEYS
     assert batch["status"] == "completed"
     assert batch["model"] == "gpt-4o-mini"
@@ -156,7 +161,7 @@ def test_a_batch_runs_to_completed_with_every_key_and_a_line_per_request(api):
     assert output_file["purpose"] == "batch_output" and output_file["object"] == "file"
 
 
-def test_statuses_follow_the_documented_order(emulator, api):
+def test_statuses_follow_the_documented_order(clock, emulator, api):
     emulator.configure(per_request_ms=30)
     batch_id = submit(api, lines(10))["id"]
     seen = []
@@ -164,10 +169,8 @@ def test_statuses_follow_the_documented_order(emulator, api):
         status = api.get(f"/batches/{batch_id}").json()["status"]
         if not seen or seen[-1] != status:
             seen.append(status)
-        time.sleep(0.01)
-    order = ["validating", "in_progress", "finalizing", "completed"]
-    assert seen == [status for status in order if status in seen]
-    assert {"validating", "in_progress", "completed"} <= set(seen)
+        clock.advance(ms=10)
+    assert seen == ["validating", "in_progress", "finalizing", "completed"]
 
 
 def test_an_upload_comes_back_byte_for_byte(api):
@@ -205,11 +208,11 @@ def wrong_url(sent: list[dict]) -> None:
         (wrong_url, "mismatched_url", 2),
     ],
 )
-def test_a_bad_input_file_fails_validation(api, emulator, spoil, code, line_number):
+def test_a_bad_input_file_fails_validation(clock, api, emulator, spoil, code, line_number):
     sent = lines(3)
     spoil(sent)
 
-    batch = wait(api, submit(api, sent)["id"])
+    batch = wait(clock, api, submit(api, sent)["id"])
 
     assert batch["status"] == "failed" and batch["failed_at"] is not None
     assert batch["in_progress_at"] is None and batch["output_file_id"] is None
@@ -219,10 +222,10 @@ def test_a_bad_input_file_fails_validation(api, emulator, spoil, code, line_numb
     assert emulator.stats()["inferences"] == {}
 
 
-def test_a_line_that_is_not_json_fails_validation(api):
+def test_a_line_that_is_not_json_fails_validation(clock, api):
     data = b'{"custom_id": "a"\n' + json.dumps(line("b")).encode() + b"\n"
 
-    batch = wait(api, submit(api, data)["id"])
+    batch = wait(clock, api, submit(api, data)["id"])
 
     assert batch["status"] == "failed"
     assert {(e["code"], e["line"]) for e in batch["errors"]["data"]} == {("invalid_json_line", 1)}
@@ -241,11 +244,11 @@ def test_a_wrong_window_is_refused_when_the_batch_is_created(api, emulator):
     assert emulator.stats()["batches"] == 0
 
 
-def test_fail_rate_writes_server_errors_to_the_error_file(emulator, api):
+def test_fail_rate_writes_server_errors_to_the_error_file(clock, emulator, api):
     emulator.configure(fail_rate=0.5)
     sent = lines(20)
 
-    batch = wait(api, submit(api, sent)["id"])
+    batch = wait(clock, api, submit(api, sent)["id"])
     output, errors = results(api, batch["output_file_id"]), results(api, batch["error_file_id"])
 
     assert batch["status"] == "completed"
@@ -260,28 +263,29 @@ def test_fail_rate_writes_server_errors_to_the_error_file(emulator, api):
         assert set(error["response"]["body"]["error"]) == {"message", "type", "param", "code"}
 
     # The same seed picks the same unlucky requests.
-    with Emulator(per_request_ms=0, seed=7, fail_rate=0.5) as again:
+    again_clock = TestClock()
+    with Emulator(per_request_ms=0, seed=7, fail_rate=0.5, clock=again_clock) as again:
         with httpx.Client(base_url=again.base_url, headers={"Authorization": "Bearer t"}) as other:
-            rerun = wait(other, submit(other, sent)["id"])
+            rerun = wait(again_clock, other, submit(other, sent)["id"])
             assert {r["custom_id"] for r in results(other, rerun["error_file_id"])} == {
                 r["custom_id"] for r in errors
             }
 
 
-def test_when_every_request_fails_the_output_file_is_null(emulator, api):
+def test_when_every_request_fails_the_output_file_is_null(clock, emulator, api):
     emulator.configure(fail_rate=1)
 
-    batch = wait(api, submit(api, lines(3))["id"])
+    batch = wait(clock, api, submit(api, lines(3))["id"])
 
     assert batch["status"] == "completed"
     assert batch["output_file_id"] is None and batch["error_file_id"] is not None
     assert batch["request_counts"] == {"total": 3, "completed": 0, "failed": 3}
 
 
-def test_expire_rate_expires_the_batch_and_keeps_what_finished(emulator, api):
+def test_expire_rate_expires_the_batch_and_keeps_what_finished(clock, emulator, api):
     emulator.configure(expire_rate=0.5)
 
-    batch = wait(api, submit(api, lines(20))["id"])
+    batch = wait(clock, api, submit(api, lines(20))["id"])
     output, errors = results(api, batch["output_file_id"]), results(api, batch["error_file_id"])
 
     assert batch["status"] == "expired"
@@ -292,21 +296,19 @@ def test_expire_rate_expires_the_batch_and_keeps_what_finished(emulator, api):
         assert error["error"]["code"] == "batch_expired"
 
 
-def test_cancel_keeps_finished_lines_and_marks_the_rest_cancelled(emulator, api):
+def test_cancel_keeps_finished_lines_and_marks_the_rest_cancelled(clock, emulator, api):
     emulator.configure(per_request_ms=40)
     sent = lines(20)
     batch_id = submit(api, sent)["id"]
-    in_progress = wait(api, batch_id, until={"in_progress"})
-    while in_progress["request_counts"]["completed"] < 2:
-        time.sleep(0.02)
-        in_progress = api.get(f"/batches/{batch_id}").json()
+    wait(clock, api, batch_id, until={"in_progress"})  # seen within 10 ms of its start
+    clock.advance(ms=90)  # two requests of 40 ms, and part of a third
 
     cancelling = api.post(f"/batches/{batch_id}/cancel").json()
     assert cancelling["status"] == "cancelling" and cancelling["cancelling_at"] is not None
     finished = cancelling["request_counts"]["completed"]
-    assert 2 <= finished < 20
+    assert finished == 2
 
-    batch = wait(api, batch_id)
+    batch = wait(clock, api, batch_id)
     output, errors = results(api, batch["output_file_id"]), results(api, batch["error_file_id"])
     assert batch["status"] == "cancelled" and batch["cancelled_at"] is not None
     assert len(output) == finished and len(errors) == 20 - finished
@@ -365,14 +367,14 @@ def test_a_request_without_an_api_key_gets_401(emulator):
     assert_error_envelope(response, 401)
 
 
-def test_a_json_schema_response_format_gets_json_matching_the_schema(api):
+def test_a_json_schema_response_format_gets_json_matching_the_schema(clock, api):
     response_format = {
         "type": "json_schema",
         "json_schema": {"name": "draft", "schema": SCHEMA, "strict": True},
     }
     sent = [line(f"json-{i}", response_format=response_format) for i in range(5)]
 
-    batch = wait(api, submit(api, sent)["id"])
+    batch = wait(clock, api, submit(api, sent)["id"])
 
     for result in results(api, batch["output_file_id"]):
         draft = json.loads(result["response"]["body"]["choices"][0]["message"]["content"])
@@ -393,10 +395,10 @@ def test_textgen_writes_only_from_the_title_and_facts_and_is_deterministic():
     assert len(truncated) < len(content) and truncated_usage["completion_tokens"] == 4
 
 
-def test_stats_count_each_inference_so_double_payment_shows(emulator, api):
+def test_stats_count_each_inference_so_double_payment_shows(clock, emulator, api):
     emulator.configure(fail_rate=0.5)
     sent = lines(10)
-    first = wait(api, submit(api, sent)["id"])
+    first = wait(clock, api, submit(api, sent)["id"])
     failed = {r["custom_id"] for r in results(api, first["error_file_id"])}
     succeeded = {r["custom_id"] for r in sent} - failed
 
@@ -406,14 +408,14 @@ def test_stats_count_each_inference_so_double_payment_shows(emulator, api):
 
     # Sending a request that already succeeded is paid for again, and the count shows it.
     emulator.configure(fail_rate=0)
-    wait(api, submit(api, [r for r in sent if r["custom_id"] in succeeded][:1])["id"])
+    wait(clock, api, submit(api, [r for r in sent if r["custom_id"] in succeeded][:1])["id"])
     assert sorted(emulator.stats()["inferences"].values()) == [1] * (len(succeeded) - 1) + [2]
 
 
-def test_concurrent_clients_each_get_their_own_batch_run_once(emulator, api):
+def test_concurrent_clients_each_get_their_own_batch_run_once(clock, emulator, api):
     def run(n: int) -> dict:
         with httpx.Client(base_url=emulator.base_url, headers={"Authorization": "Bearer t"}) as own:
-            return wait(own, submit(own, lines(5, prefix=f"c{n}"))["id"])
+            return wait(clock, own, submit(own, lines(5, prefix=f"c{n}"))["id"])
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         batches = list(pool.map(run, range(8)))
@@ -423,18 +425,18 @@ def test_concurrent_clients_each_get_their_own_batch_run_once(emulator, api):
     assert emulator.stats()["inferences"] == {f"c{n}-{i}": 1 for n in range(8) for i in range(5)}
 
 
-def test_the_config_endpoint_changes_the_knobs(emulator, api):
+def test_the_config_endpoint_changes_the_knobs(clock, emulator, api):
     root = emulator.base_url.removesuffix("/v1")
     answer = httpx.post(f"{root}/_emulator/config", json={"fail_rate": 1, "per_request_ms": 0})
     knobs = answer.json()  # every knob; the fault switches have their own tests
     assert (knobs["fail_rate"], knobs["expire_rate"], knobs["per_request_ms"]) == (1, 0.0, 0)
 
-    batch = wait(api, submit(api, lines(2))["id"])
+    batch = wait(clock, api, submit(api, lines(2))["id"])
     assert batch["request_counts"]["failed"] == 2
     assert_error_envelope(httpx.post(f"{root}/_emulator/config", json={"fail_rate": 2}), 400)
 
 
-def test_the_official_sdk_understands_every_answer(emulator):
+def test_the_official_sdk_understands_every_answer(clock, emulator):
     client = OpenAI(base_url=emulator.base_url, api_key="test", max_retries=0)
     data = "".join(json.dumps(r) + "\n" for r in lines(4, prefix="sdk")).encode()
 
@@ -445,7 +447,7 @@ def test_the_official_sdk_understands_every_answer(emulator):
     )
     assert batch.status == "validating" and batch.metadata == {"job": "sdk"}
     while batch.status not in ENDED:
-        time.sleep(0.02)
+        clock.advance(ms=10)
         batch = client.batches.retrieve(batch.id)
     assert batch.status == "completed" and batch.request_counts.completed == 4
     assert batch.usage.total_tokens > 0
