@@ -33,7 +33,9 @@ def _check(line: int, data: dict[str, object], seen: "_SeenSkus") -> Record | Re
     fields = check_fields(values, problems)
     if problems or sku is None or title is None:
         return Rejection(line, "; ".join(problems))
-    return Record(line, sku, title, status, fields)
+    # Fields named with a blank value (an empty cell, "", null): an existing product loses them.
+    cleared = tuple(name for name in values if name not in fields)
+    return Record(line, sku, title, status, fields, cleared)
 
 
 def normalise_keys(data: dict[str, object], problems: list[str]) -> dict[str, object]:

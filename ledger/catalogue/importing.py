@@ -27,6 +27,7 @@ from .digests import _KnownLines, _LineNotRecognised, _may_recognise
 from .merging import _Chunk, _staging_table, _write
 from .reading import StoredFile, _CountingReader, _opened, _read
 from .records import BinaryLines, CatalogueSource, ImportReport, Rejection, Unreadable, _Staged
+from .rework import price_rework
 
 # Records written per chunk of the second pass, and at most this many bytes of them in memory.
 _WRITE_CHUNK = 5000
@@ -58,27 +59,37 @@ def import_catalogue(
     source: CatalogueSource,
     *,
     skip_invalid: bool = False,
+    replace: bool = False,
+    dry_run: bool = False,
     on_progress: Callable[[ImportReport], None] | None = None,
     before_commit: Callable[[ImportReport], None] | None = None,
 ) -> ImportReport:
     """Create and revise products from a catalogue file, in one transaction.
 
-    Any rejected row stops the whole import unless `skip_invalid`, in which case the valid
-    rows are imported and the others counted as rejected. Products missing from the file are
-    left alone; a row without a status leaves an existing product's status alone.
+    A file changes only what it names (SPEC §7): a field a record does not name is left as it is on
+    an existing product; a named field with a blank value (an empty cell, "", null) is removed.
+    With `replace`, each record is the product's whole content. Any rejected row stops the whole
+    import unless `skip_invalid`, in which case the valid rows are imported and the others counted
+    as rejected. Products missing from the file are left alone; a row without a status leaves an
+    existing product's status alone.
+
+    A `dry_run` does all of it in its transaction, reports what it did (revisions and their fields,
+    the unfinished jobs' items stopped and queued again, with their estimated cost), and rolls back:
+    nothing changes.
 
     `source` is a path or a binary file-like object (left open). `on_progress` is told how far
     the import has come now and then; `before_commit` is called inside the transaction once
-    every row is written, and may raise to undo the whole import.
+    every row is written, and may raise to undo the whole import (`DryRun`: and keep its report).
     """
+    options = {"skip_invalid": skip_invalid, "replace": replace, "dry_run": dry_run}
     with _opened(source) as (stream, name):
         try:
-            report = _import(stream, name, skip_invalid, on_progress, before_commit, recognise=True)
+            report = _import(stream, name, on_progress, before_commit, recognise=True, **options)
         except _LineNotRecognised:
             # A product changed between reading the lines it had and meeting one of them: rare,
             # and the import was rolled back. Once more, reading every line.
             stream.seek(0)
-            report = _import(stream, name, skip_invalid, on_progress, before_commit, recognise=False)
+            report = _import(stream, name, on_progress, before_commit, recognise=False, **options)
     if report.imported:
         new_revisions = report.created + report.revised
         changed = new_revisions + report.withdrawn + report.reactivated
@@ -86,16 +97,23 @@ def import_catalogue(
     return report
 
 
+class DryRun(Exception):
+    """Raised inside an import's transaction: everything is rolled back and the report kept, as a
+    dry run's."""
+
+
 def _import(
     stream: BinaryLines,
     name: str,
-    skip_invalid: bool,
     on_progress: Callable[[ImportReport], None] | None,
     before_commit: Callable[[ImportReport], None] | None,
     *,
+    skip_invalid: bool,
+    replace: bool,
+    dry_run: bool,
     recognise: bool,
 ) -> ImportReport:
-    report = ImportReport()
+    report = ImportReport(replace=replace)
     counted = _CountingReader(stream)
     try:
         with fewer_cycle_collections(), transaction.atomic():
@@ -113,11 +131,16 @@ def _import(
                         on_progress(report)
             if report.stops(skip_invalid):
                 raise _Refused
+            price_rework(report)
+            if dry_run:
+                raise DryRun
             report.imported = True
             if before_commit:
                 before_commit(report)
     except _Refused:
         report.nothing_written()
+    except DryRun:
+        report.imported, report.dry_run = False, True
     return report
 
 

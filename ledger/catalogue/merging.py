@@ -14,9 +14,11 @@ from django.utils import timezone
 from ..actions import record_product
 from ..models import (
     Item,
+    Job,
     Product,
     ProductStatus,
     SourceRevision,
+    canonical_json,
 )
 from ..setwise import (
     PackedArray,
@@ -28,7 +30,7 @@ from ..setwise import (
     packed_texts,
     with_packed_arrays,
 )
-from ..states import ItemState, sources_for
+from ..states import ItemState, JobState, sources_for
 from .digests import _LineNotRecognised
 from .records import ImportReport, _Recognised, _Staged
 
@@ -50,6 +52,9 @@ _REVISIONS = SourceRevision._meta.db_table
 
 
 _ITEMS = Item._meta.db_table
+_JOBS = Job._meta.db_table
+# The products of a job queued again whose prompts are measured to estimate what they cost.
+REWORK_SAMPLE = 50
 
 
 # A staged row whose product exists: its content differs from the current revision's / it withdraws.
@@ -299,6 +304,8 @@ def _write_staged(chunk: list[_Staged], report: ImportReport) -> None:
         )
         if connection.vendor == "postgresql":
             _lock_the_changed(cursor)
+        _merge_named_fields(cursor, records, report)
+        _count_rework(cursor, records, report)
         stopping = sorted(_STOPPABLE_STATES)
         cursor.execute(
             f"SELECT s.sku, k.old_status FROM {_ROWS} WHERE ({_REVISED} OR {_WITHDRAWING}) "
@@ -322,6 +329,82 @@ def _write_staged(chunk: list[_Staged], report: ImportReport) -> None:
             cursor.execute(f"DELETE FROM {_STAGING} WHERE sku IN ({', '.join(['%s'] * len(skus))})", skus)
         _merge(cursor, report)
     report.rows_written += len(chunk)
+
+
+def _merge_named_fields(cursor, records: dict[str, _Staged], report: ImportReport) -> None:
+    """A row names some fields (its CSV header's columns, its JSONL record's keys): an existing
+    product keeps the others as they are (SPEC §7), unless the import replaces whole records. Each
+    row whose content as written differs from its product's is merged here, from the product as it
+    is now (on PostgreSQL, locked by `_lock_the_changed`), and each revision's changed fields are
+    counted. A merged row keeps no line digest: its line is not the product's whole content, and
+    only a line that is can be recognised by a later import, whole-record or not."""
+    cursor.execute(
+        f"SELECT s.sku, k.old_hash, r.title, r.fields FROM {_ROWS} "
+        f"JOIN {_REVISIONS} r ON r.id = k.old_revision_id WHERE {_REVISED} ORDER BY s.sku"
+    )
+    merged = []
+    for sku, old_hash, old_title, old_fields in cursor.fetchall():
+        staged = records[sku]
+        old = json.loads(old_fields) if isinstance(old_fields, str | bytes) else old_fields
+        new = json.loads(staged.fields)
+        named = new.keys() | set(staged.record.cleared)
+        kept = {name: value for name, value in old.items() if name not in named}
+        if kept and not report.replace:
+            new = kept | new
+            staged = staged._replace(
+                fields=json.dumps(new),
+                content_hash=SourceRevision.hash_content(staged.record.title, new),
+                line_digest=None,
+            )
+            records[sku] = staged
+            merged.append((staged.fields, staged.content_hash, sku))
+        if staged.content_hash != old_hash:
+            report.add_revision(sku, _changed_fields(old_title, old, staged.record.title, new))
+    if merged:
+        fields = "%s::jsonb" if connection.vendor == "postgresql" else "%s"
+        cursor.executemany(
+            f"UPDATE {_STAGING} SET fields = {fields}, content_hash = %s, line_digest = NULL WHERE sku = %s",
+            merged,
+        )
+
+
+def _changed_fields(old_title: str, old: dict, new_title: str, new: dict) -> list[str]:
+    """The fields whose values differ (compared as canonical JSON, as the content hash compares them),
+    "title" first."""
+    names = sorted(
+        name
+        for name in old.keys() | new.keys()
+        if name not in old or name not in new or canonical_json(old[name]) != canonical_json(new[name])
+    )
+    return (["title"] if old_title != new_title else []) + names
+
+
+def _count_rework(cursor, records: dict[str, _Staged], report: ImportReport) -> None:
+    """The unfinished items of the products this chunk revises or withdraws, by job: what they are
+    about to become (`record_product` and, for items at the provider, the result's return do it),
+    counted before anything is written so that a dry run says the same. Each revised product still
+    active has its current revision queued once in each job not cancelled: paid work."""
+    final_status = "COALESCE(s.status, k.old_status)"
+    at_rest = [ItemState.APPLIED, ItemState.CANCELLED, ItemState.OBSOLETE, ItemState.WITHDRAWN]
+    cursor.execute(
+        f"SELECT i.job_id, j.state, s.sku, {final_status}, COUNT(*) FROM {_ROWS} "
+        f"JOIN {_ITEMS} i ON i.product_id = k.product_id JOIN {_JOBS} j ON j.id = i.job_id "
+        f"WHERE (({_REVISED} AND {final_status} = %s) OR {_WITHDRAWING}) "
+        f"AND i.state NOT IN ({', '.join(['%s'] * len(at_rest))}) "
+        f"GROUP BY i.job_id, j.state, s.sku, {final_status} ORDER BY i.job_id, s.sku",
+        [ProductStatus.ACTIVE, *at_rest],
+    )
+    for job_id, job_state, sku, status, items in cursor.fetchall():
+        rework = report.job_rework(job_id)
+        if status == ProductStatus.WITHDRAWN:
+            rework.withdrawn += items
+            continue
+        rework.obsolete += items
+        if job_state != JobState.CANCELLED:
+            rework.requeued += 1
+            if len(rework.sample) < REWORK_SAMPLE:
+                staged = records[sku]
+                rework.sample.append((staged.record.title, json.loads(staged.fields)))
 
 
 def _created_if_all_new(chunk: list[_Staged]) -> bool:

@@ -291,7 +291,8 @@ def _read_csv(lines: Iterable[_Line]) -> Iterator[tuple[int, dict] | Rejection]:
         elif len(row) > len(header):
             yield Rejection(first, f"{len(row)} cells, but the header names {len(header)} columns")
         else:
-            yield first, dict(zip(header, row, strict=False))
+            # A row shorter than the header leaves its last columns blank: they are named all the same.
+            yield first, dict(zip(header, row + [None] * (len(header) - len(row)), strict=True))
 
 
 def _span_problem(lines: list[_Line]) -> str | None:

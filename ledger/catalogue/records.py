@@ -6,6 +6,7 @@ import json
 import os
 import re
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import NamedTuple, Protocol
 
 from ..json_values import FieldValue
@@ -25,6 +26,8 @@ SKU_RULE = "letters, digits, . _ - ; at most 64"
 
 # A report (on the screen, from the command) lists this many problems and counts the rest.
 MAX_REPORTED_ERRORS = 100
+# A report names the fields changed by this many revisions, and counts the fields of all of them.
+MAX_REPORTED_REVISIONS = 100
 
 
 class BinaryLines(Protocol):
@@ -45,6 +48,9 @@ class Record(NamedTuple):
     title: str
     status: str | None
     fields: dict[str, FieldValue]
+    # The fields the row names with a blank value: an existing product's are removed (SPEC §7).
+    # A field the row does not name at all is left as it is, unless the import replaces whole records.
+    cleared: tuple[str, ...] = ()
 
 
 class Rejection(NamedTuple):
@@ -57,6 +63,25 @@ class Rejection(NamedTuple):
 
 class Unreadable(Rejection):
     """The file as a whole cannot be read (a CSV header without sku or title, say)."""
+
+
+@dataclass
+class JobRework:
+    """What an import does to one unfinished job: its items of revised products become obsolete (at
+    once, or when their result returns) and each such product's current revision is queued again in
+    it, paid for again (`requeued`, one a product); its items of withdrawn products are withdrawn.
+    `cost` is the estimate of the work queued again, in the provider's currency (USD), None without
+    a known price."""
+
+    job_id: int
+    reference: str = ""
+    obsolete: int = 0
+    requeued: int = 0
+    withdrawn: int = 0
+    cost: Decimal | None = None
+    price_note: str = ""
+    # A few of the products queued again, (title, fields), to estimate the size of their prompts.
+    sample: list[tuple[str, dict]] = field(default_factory=list, repr=False)
 
 
 @dataclass
@@ -85,6 +110,14 @@ class ImportReport:
     rows_written: int = 0
     # Unchanged rows recognised by their line alone (met before, see `_KnownLines`).
     recognised: int = 0
+    # Whether each record was the product's whole content, and whether nothing was kept at all.
+    replace: bool = False
+    dry_run: bool = False
+    # How many revisions change each field ("title" too), and the fields of the first revisions.
+    changed_fields: dict[str, int] = field(default_factory=dict)
+    revisions: list[tuple[str, list[str]]] = field(default_factory=list)
+    # The unfinished jobs whose items the revisions and withdrawals stop, by job id.
+    rework: dict[int, JobRework] = field(default_factory=dict)
 
     @property
     def summary(self) -> str:
@@ -92,6 +125,41 @@ class ImportReport:
             f"created {self.created}, revised {self.revised}, unchanged {self.unchanged}, "
             f"withdrawn {self.withdrawn}, rejected {self.rejected}"
         )
+
+    @property
+    def items_obsolete(self) -> int:
+        return sum(job.obsolete for job in self.rework.values())
+
+    @property
+    def items_requeued(self) -> int:
+        return sum(job.requeued for job in self.rework.values())
+
+    @property
+    def items_withdrawn(self) -> int:
+        return sum(job.withdrawn for job in self.rework.values())
+
+    @property
+    def requeue_cost(self) -> Decimal | None:
+        """The estimated cost of the work queued again (USD), of the jobs whose price is known."""
+        costs = [job.cost for job in self.rework.values() if job.cost is not None]
+        return sum(costs, Decimal(0)) if costs else None
+
+    @property
+    def unpriced_requeues(self) -> int:
+        return sum(job.requeued for job in self.rework.values() if job.requeued and job.cost is None)
+
+    @property
+    def unlisted_revisions(self) -> int:
+        return self.revised - len(self.revisions)
+
+    def add_revision(self, sku: str, fields: list[str]) -> None:
+        for name in fields:
+            self.changed_fields[name] = self.changed_fields.get(name, 0) + 1
+        if len(self.revisions) < MAX_REPORTED_REVISIONS:
+            self.revisions.append((sku, fields))
+
+    def job_rework(self, job_id: int) -> JobRework:
+        return self.rework.setdefault(job_id, JobRework(job_id))
 
     @property
     def unlisted_errors(self) -> int:
@@ -114,6 +182,7 @@ class ImportReport:
         """The import was rolled back: what it wrote meanwhile does not count."""
         self.created = self.revised = self.unchanged = self.withdrawn = self.reactivated = 0
         self.rows_written = self.recognised = 0
+        self.changed_fields, self.revisions, self.rework = {}, [], {}
 
     def add_error(self, error: Rejection) -> None:
         self.error_count += 1

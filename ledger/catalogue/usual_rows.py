@@ -112,8 +112,10 @@ def _usual_row(
     colons = sum(1 + value.count(":") if type(value) is str else 1 for value in (sku, title, status)) - sum(
         key not in data for key in _NOT_FIELDS
     )
+    cleared: tuple[str, ...] = ()
     if None in fields.values() or "" in texts:
-        for key in [key for key, value in fields.items() if value is None or value == ""]:
+        cleared = tuple(key for key, value in fields.items() if value is None or value == "")
+        for key in cleared:
             colons += 1 + key.count(":")
             del fields[key]
         texts = [value for value in texts if value]
@@ -148,5 +150,8 @@ def _usual_row(
         return Rejection(line.number, f'sku "{sku}" appears again (first on line {first})')
     stored = product_line_digest(line.digest, sku_number) if line.digest else None
     return _Staged(
-        Record(line.number, sku, title, status, fields if keep_fields else None), rendered, digest, stored
+        Record(line.number, sku, title, status, fields if keep_fields else None, cleared),
+        rendered,
+        digest,
+        stored,
     )
