@@ -823,6 +823,10 @@ class ImportState(models.TextChoices):
     RUNNING = "running", "Importing"
     DONE = "done", "Finished"  # imported, or refused with its report
     FAILED = "failed", "Failed"  # stopped by an error of its own; nothing was imported
+    # Checked and rolled back: it would queue paid work again (or a preview was asked for); waits
+    # for the person to confirm it, or to discard it.
+    PREVIEWED = "previewed", "Waiting for confirmation"
+    DISCARDED = "discarded", "Discarded"  # previewed, then not imported
 
 
 class CatalogueImport(models.Model):
@@ -833,7 +837,18 @@ class CatalogueImport(models.Model):
     file_name = models.CharField(max_length=255)
     size = models.PositiveBigIntegerField()
     skip_invalid = models.BooleanField(default=False)
+    # Each record is the product's whole content (`import_catalogue --replace`).
+    replace = models.BooleanField(default=False)
+    # Stop at the preview even when nothing paid would be queued again.
+    preview_first = models.BooleanField(default=False)
     uploaded_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    # Who confirmed a preview, when, and how many products queued again they saw: an import that
+    # would queue more than that stops at a new preview.
+    confirmed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+", null=True, blank=True
+    )
+    confirmed_at = models.DateTimeField(null=True, blank=True)
+    confirmed_requeues = models.PositiveIntegerField(null=True, blank=True)
     state = models.CharField(max_length=16, choices=ImportState.choices, default=ImportState.QUEUED)
     # Which worker's claim runs it: a worker whose claim was taken over cannot commit.
     claimed_by = models.CharField(max_length=32, blank=True)
@@ -846,6 +861,9 @@ class CatalogueImport(models.Model):
     # and how many there are in all.
     counts = models.JSONField(default=dict, blank=True)
     errors = models.JSONField(default=list, blank=True)
+    # What the revisions change: {"changed_fields": {field: n}, "revisions": [[sku, [field, …]]],
+    # "rework": [{job_id, reference, obsolete, requeued, withdrawn, cost, price_note}]}.
+    changes = models.JSONField(default=dict, blank=True)
     error_count = models.PositiveBigIntegerField(default=0)
     imported = models.BooleanField(default=False)
     failure = models.TextField(blank=True)
@@ -869,7 +887,12 @@ class CatalogueImport(models.Model):
 
     @property
     def finished(self) -> bool:
-        return self.state in (ImportState.DONE, ImportState.FAILED)
+        return self.state in (ImportState.DONE, ImportState.FAILED, ImportState.DISCARDED)
+
+    @property
+    def at_work(self) -> bool:
+        """A worker has it or will take it: its page follows it."""
+        return self.state in (ImportState.QUEUED, ImportState.RUNNING)
 
     @property
     def percent(self) -> int:
