@@ -55,11 +55,19 @@ def processes(settings):
 
 
 @pytest.fixture
-def emulator():
-    """The OpenAI Batch emulator in this process, over real HTTP, fast."""
+def clock():
+    """The emulator's clock: it stands still until the test moves it (`clock.advance(ms=...)`)."""
+    from ledger.emulators.clock import TestClock
+
+    return TestClock()
+
+
+@pytest.fixture
+def emulator(clock):
+    """The OpenAI Batch emulator in this process, over real HTTP, on the test's clock."""
     from ledger.emulators.openai import Emulator
 
-    with Emulator(per_request_ms=1, validating_ms=10, finalizing_ms=5, seed=3) as running:
+    with Emulator(per_request_ms=1, validating_ms=10, finalizing_ms=5, seed=3, clock=clock) as running:
         yield running
 
 

@@ -123,7 +123,9 @@ def test_a_round_waiting_for_its_next_pass_ends_as_soon_as_a_newer_round_takes_t
     assert tasks.wait_holding(held, "newer round", 0.5) is True
 
 
-def test_a_poll_holds_the_passs_claim_until_the_providers_answer_is_recorded(emulator, provider, monkeypatch):
+def test_a_poll_holds_the_passs_claim_until_the_providers_answer_is_recorded(
+    clock, emulator, provider, monkeypatch
+):
     """A pass coming round while the provider is being asked queues no second poll; the ended
     unit is collected by the poll that saw it end, not left to a task queued behind it."""
     job = job_with_items(4)
@@ -145,6 +147,7 @@ def test_a_poll_holds_the_passs_claim_until_the_providers_answer_is_recorded(emu
         if said == "collected":
             break
         [(_, (_, claim))] = started_by_a_pass()  # not ended yet: released, and queued again
+        clock.advance(ms=10)
     assert said == "collected" and during == []
     assert Submission.objects.get(pk=submission_id).state == SubmissionState.COLLECTED
     assert set(Item.objects.filter(job=job).values_list("state", flat=True)) == {ItemState.AWAITING_REVIEW}

@@ -1,7 +1,5 @@
 """Background work is safe to run twice: the ledger, not the queue, decides what happens."""
 
-import time
-
 import pytest
 
 from ledger import actions
@@ -20,12 +18,12 @@ def job_with_items(n: int, unit_size: int = 4):
     return job
 
 
-def poll_until_collected(submission_id, provider):
+def poll_until_collected(clock, submission_id, provider):
     for _ in range(200):
         actions.poll_submission(submission_id, provider=provider)
         if Submission.objects.get(pk=submission_id).state == SubmissionState.COLLECTED:
             return
-        time.sleep(0.05)
+        clock.advance(ms=50)
     raise AssertionError("never collected")
 
 
@@ -49,11 +47,11 @@ def test_sending_twice_sends_once(emulator, provider):
     assert set(Item.objects.filter(job=job).values_list("state", flat=True)) == {ItemState.SUBMITTED}
 
 
-def test_collecting_the_same_output_twice_changes_nothing(emulator, provider):
+def test_collecting_the_same_output_twice_changes_nothing(clock, emulator, provider):
     job = job_with_items(4)
     [submission_id] = actions.plan_submissions(job.pk)
     actions.send_submission(submission_id, provider=provider)
-    poll_until_collected(submission_id, provider)
+    poll_until_collected(clock, submission_id, provider)
     item_events_before = Event.objects.filter(item__isnull=False).count()
     versions_before = list(GeneratedVersion.objects.values_list("pk", "content_hash"))
 
@@ -66,7 +64,7 @@ def test_collecting_the_same_output_twice_changes_nothing(emulator, provider):
     assert set(Item.objects.filter(job=job).values_list("state", flat=True)) == {ItemState.AWAITING_REVIEW}
 
 
-def test_a_collection_that_died_half_way_is_finished_by_the_next_worker(emulator, provider):
+def test_a_collection_that_died_half_way_is_finished_by_the_next_worker(clock, emulator, provider):
     job = job_with_items(4)
     [submission_id] = actions.plan_submissions(job.pk)
     actions.send_submission(submission_id, provider=provider)
@@ -75,7 +73,7 @@ def test_a_collection_that_died_half_way_is_finished_by_the_next_worker(emulator
         status = provider.status(submission.provider_ref)
         if status.ended:
             break
-        time.sleep(0.05)
+        clock.advance(ms=50)
     # The first worker recorded two lines and died, holding a lease that has since run out.
     for line in list(provider.results(submission.provider_ref))[:2]:
         actions.record_result(submission, line)

@@ -3,7 +3,6 @@ ledger's own check, and that the ledger still checks the whole schema."""
 
 import copy
 import json
-import time
 
 import httpx
 import jsonschema
@@ -461,7 +460,7 @@ def test_a_draft_breaking_a_length_rule_openai_was_not_sent_is_still_unusable():
 # --- the OpenAI emulator refusing what OpenAI refuses ----------------------------------------------
 
 
-def test_openai_strict_mode_takes_every_schema_the_adapter_sends(emulator):
+def test_openai_strict_mode_takes_every_schema_the_adapter_sends(clock, emulator):
     """The emulator, made to refuse strict schemas outside OpenAI's subset as OpenAI does, runs
     every request the adapter sends, for the default prompt's schema and every tricky one."""
     emulator.configure(strict_schemas=True)
@@ -485,7 +484,7 @@ def test_openai_strict_mode_takes_every_schema_the_adapter_sends(emulator):
             status = provider.status(ref)
             if status.ended:
                 break
-            time.sleep(0.05)
+            clock.advance(ms=50)
         lines = list(provider.results(ref))
 
     refused = [line for line in lines if line.http_status == 400]
@@ -494,7 +493,9 @@ def test_openai_strict_mode_takes_every_schema_the_adapter_sends(emulator):
 
 
 @pytest.mark.django_db
-def test_through_the_pipeline_a_length_rule_openai_was_not_sent_still_fails_the_draft(emulator, provider):
+def test_through_the_pipeline_a_length_rule_openai_was_not_sent_still_fails_the_draft(
+    clock, emulator, provider
+):
     """The emulator refuses strict schemas outside OpenAI's subset (as OpenAI does), so the
     version's maxLength is not sent; its drafts come back and the ledger's own check refuses them."""
     schema = copy.deepcopy(DEFAULT_SCHEMA)
@@ -517,7 +518,7 @@ def test_through_the_pipeline_a_length_rule_openai_was_not_sent_still_fails_the_
         actions.poll_submission(submission_id, provider=provider)
         if Submission.objects.get(pk=submission_id).state == SubmissionState.COLLECTED:
             break
-        time.sleep(0.05)
+        clock.advance(ms=50)
 
     items = list(Item.objects.filter(job=job))
     assert {item.state for item in items} == {ItemState.VALIDATION_FAILED}
