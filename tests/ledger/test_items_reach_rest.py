@@ -96,19 +96,22 @@ def test_an_item_being_applied_stops_before_its_next_attempt_and_says_it_may_hav
     assert item.destination_attempts.count() == 1
 
 
-def test_a_job_whose_items_are_at_rest_is_completed_and_counts_what_needs_attention(client):
+def test_a_job_whose_items_are_at_rest_needs_attention_while_one_waits_for_an_operator(client):
     job = JobFactory(state=JobState.RUNNING)
     ItemFactory(job=job, state=S.APPLIED)
-    ItemFactory(job=job, state=S.DEAD_LETTER)
+    dead = ItemFactory(job=job, state=S.DEAD_LETTER)
     waiting = ItemFactory(job=job, awaiting_review=True)
     assert actions.refresh_job_state(job.pk) == JobState.IN_REVIEW
     actions.change_state(waiting.pk, to=S.REJECTED, reason="too plain")
-    assert actions.refresh_job_state(job.pk) == JobState.COMPLETED
+    assert actions.refresh_job_state(job.pk) == JobState.NEEDS_ATTENTION
 
     operator = UserFactory(roles=["operator"])
     client.force_login(operator)
     page = client.get(f"/jobs/{job.pk}/").content.decode()
-    assert "2 items need attention" in page
+    assert "1 item needs attention" in page  # the dead letter; a rejected draft was decided on
+    # The operator gives the dead letter up for good: nothing waits for anyone any more.
+    actions.change_state(dead.pk, to=S.CANCELLED, reason="not worth it")
+    assert actions.refresh_job_state(job.pk) == JobState.COMPLETED
 
 
 def test_cancelling_asks_the_provider_to_stop_running_batches_and_records_its_answer(emulator):  # noqa: F811
