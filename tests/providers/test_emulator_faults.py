@@ -10,6 +10,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from openai import OpenAI
 
+from ledger.emulators.clock import TestClock
 from ledger.emulators.openai import Emulator, OpenAIKnobs
 from ledger.emulators.server import ApiError
 from ledger.management.commands.run_emulator import Command as RunEmulator
@@ -29,8 +30,13 @@ TIMINGS = {"per_request_ms": 1, "validating_ms": 20, "finalizing_ms": 5}
 
 
 @pytest.fixture
-def emulator():
-    with Emulator(seed=7, **TIMINGS) as running:
+def clock():
+    return TestClock()
+
+
+@pytest.fixture
+def emulator(clock):
+    with Emulator(seed=7, clock=clock, **TIMINGS) as running:
         yield running
 
 
@@ -58,7 +64,7 @@ def create_body(input_file: str, intent: str) -> dict:
     }
 
 
-def test_a_lost_create_answer_still_creates_the_batch(emulator, api):
+def test_a_lost_create_answer_still_creates_the_batch(clock, emulator, api):
     input_file = upload(api, lines(3))
     assert api.post("/batches", json=create_body(input_file, "before")).status_code == 200
     # Counted from now: the 1st and 3rd batches created from here on get no answer.
@@ -75,7 +81,7 @@ def test_a_lost_create_answer_still_creates_the_batch(emulator, api):
     listed = api.get("/batches").json()["data"]
     intents = [batch["metadata"]["batchdesk_intent"] for batch in listed]
     assert intents == ["lost-2", "answered", "lost-1", "before"]
-    assert wait(api, listed[0]["id"])["status"] == "completed"  # a lost answer is not a lost batch
+    assert wait(clock, api, listed[0]["id"])["status"] == "completed"  # a lost answer is not a lost batch
     stats = emulator.stats()
     assert stats["creates"] == 5 and stats["batches"] == 4
     assert stats["batches_by_intent"] == {"before": 1, "lost-1": 1, "answered": 1, "lost-2": 1}
@@ -150,13 +156,13 @@ def output_shape(api: httpx.Client, file_id: str) -> list[str]:
     return shape
 
 
-def test_output_files_can_repeat_invent_and_mangle_lines(emulator, api):
+def test_output_files_can_repeat_invent_and_mangle_lines(clock, emulator, api):
     spoilers = {"duplicate_lines": 0.5, "unknown_lines": 2, "malformed_lines": 3}
     emulator.configure(**spoilers)
     sent = lines(10)
     sent_ids = {r["custom_id"] for r in sent}
 
-    batch = wait(api, submit(api, sent)["id"])
+    batch = wait(clock, api, submit(api, sent)["id"])
     shape = output_shape(api, batch["output_file_id"])
 
     seen = Counter(shape)
@@ -173,24 +179,25 @@ def test_output_files_can_repeat_invent_and_mangle_lines(emulator, api):
     assert emulator.stats()["inferences"] == dict.fromkeys(sent_ids, 1)
 
     # The same seed spoils the same file the same way.
-    with Emulator(seed=7, **TIMINGS, **spoilers) as again:
+    again_clock = TestClock()
+    with Emulator(seed=7, clock=again_clock, **TIMINGS, **spoilers) as again:
         with httpx.Client(base_url=again.base_url, headers={"Authorization": "Bearer t"}) as other:
-            rerun = wait(other, submit(other, sent)["id"])
+            rerun = wait(again_clock, other, submit(other, sent)["id"])
             assert output_shape(other, rerun["output_file_id"]) == shape
 
 
-def test_count_mismatch_reports_more_than_the_files_hold(emulator, api):
+def test_count_mismatch_reports_more_than_the_files_hold(clock, emulator, api):
     emulator.configure(count_mismatch=True)
 
-    batch = wait(api, submit(api, lines(3))["id"])
+    batch = wait(clock, api, submit(api, lines(3))["id"])
 
     assert batch["request_counts"] == {"total": 3, "completed": 4, "failed": 0}
     assert len(results(api, batch["output_file_id"])) == 3 and batch["error_file_id"] is None
 
 
-def test_a_cut_download_fails_mid_line_and_the_next_one_is_whole(emulator, api):
+def test_a_cut_download_fails_mid_line_and_the_next_one_is_whole(clock, emulator, api):
     emulator.configure(cut_downloads=1)
-    batch = wait(api, submit(api, lines(4))["id"])
+    batch = wait(clock, api, submit(api, lines(4))["id"])
     file_id = batch["output_file_id"]
     size = api.get(f"/files/{file_id}").json()["bytes"]
 
@@ -208,11 +215,11 @@ def test_a_cut_download_fails_mid_line_and_the_next_one_is_whole(emulator, api):
     assert emulator.stats()["downloads"] == {file_id: 2}
 
 
-def test_expire_after_ms_expires_a_batch_part_way(emulator, api):
+def test_expire_after_ms_expires_a_batch_part_way(clock, emulator, api):
     emulator.configure(per_request_ms=20, expire_after_ms=100)
     sent = lines(20)
 
-    batch = wait(api, submit(api, sent)["id"])
+    batch = wait(clock, api, submit(api, sent)["id"])
     output, errors = results(api, batch["output_file_id"]), results(api, batch["error_file_id"])
 
     assert batch["status"] == "expired"
@@ -225,7 +232,7 @@ def test_expire_after_ms_expires_a_batch_part_way(emulator, api):
     assert {r["custom_id"] for r in output} == set(emulator.stats()["inferences"]) == finished
 
     emulator.configure(per_request_ms=1)
-    assert wait(api, submit(api, lines(3, prefix="quick"))["id"])["status"] == "completed"
+    assert wait(clock, api, submit(api, lines(3, prefix="quick"))["id"])["status"] == "completed"
 
 
 def test_the_knobs_are_shown_and_changed_over_http(emulator, api, control):
