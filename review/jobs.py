@@ -4,6 +4,7 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from functools import partial
 
@@ -12,7 +13,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import IntegrityError
-from django.db.models import QuerySet
+from django.db.models import QuerySet, Sum
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
@@ -20,11 +21,11 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseStopPolling
 
 from ledger.actions import CANCELLABLE_ITEM_STATES, NotAllowed, cancel_job, create_job
-from ledger.models import ItemTally, Job, Submission
-from ledger.pricing import PLACES, Price, job_cost, price_for, unknown_price
+from ledger.models import GeneratedVersion, ItemTally, Job, Submission
+from ledger.pricing import PLACES, Price, Spend, job_cost, price_for, unknown_price
 from ledger.providers import answers_at_once, capabilities
 from ledger.setwise import among
-from ledger.states import JobState, SubmissionState, needs_attention
+from ledger.states import ItemState, JobState, SubmissionState, needs_attention
 from ledger.validation import render_user_message
 
 from .common import WORKING_JOB_STATES, HtmxHttpRequest, progress_of, state_counts, url_of, wants_partial
@@ -60,15 +61,61 @@ def render_jobs(request: HtmxHttpRequest, template: str, jobs: QuerySet[Job], **
     return render(request, template, context)
 
 
+@dataclass(frozen=True)
+class Waiting:
+    """What waits for the person looking, by their role: drafts to review (catalogue owners), items
+    waiting for an operator (operators), both for admins; and what the day's drafts cost so far."""
+
+    drafts_to_review: int | None
+    items_for_operator: int | None
+    spend_today: Spend
+
+
+def start_of_today() -> datetime:
+    """Midnight in the viewer's time zone."""
+    return timezone.localtime().replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def spend_since(moment: datetime) -> Spend:
+    """What the drafts received since `moment` cost, priced as `pricing.spend` prices every draft:
+    by their job's provider and model (drafts found by the day through their BRIN index)."""
+    rows = (
+        GeneratedVersion.objects.filter(created_at__gte=moment)
+        .order_by()
+        .values("item__job__provider", "item__job__model")
+        .annotate(input_tokens=Sum("input_tokens"), output_tokens=Sum("output_tokens"))
+    )
+    total, unpriced = Decimal(0), {}
+    for row in rows:
+        provider, model = row["item__job__provider"], row["item__job__model"]
+        price = price_for(provider, model)
+        if price is None:
+            unpriced[(provider, model)] = row["input_tokens"] + row["output_tokens"]
+        else:
+            total += price.cost(row["input_tokens"], row["output_tokens"])
+    return Spend(total.quantize(PLACES), unpriced)
+
+
+def waiting_for(user) -> Waiting:
+    counts = ItemTally.objects.counts_by_state()
+    return Waiting(
+        drafts_to_review=counts.get(ItemState.AWAITING_REVIEW, 0) if has_role(user, *APPROVERS) else None,
+        items_for_operator=needs_attention(counts) if has_role(user, OPERATOR) else None,
+        spend_today=spend_since(start_of_today()),
+    )
+
+
 @require_GET
 @login_required
 @role_required(*VIEWERS)
 def dashboard(request: HtmxHttpRequest) -> HttpResponse:
+    """What waits for the person looking, then the jobs (the jobs' panel alone polls)."""
     return render_jobs(
         request,
         "dashboard.html",
         Job.objects.order_by("-created_at", "-id"),
         can_start=has_role(request.user, *APPROVERS),
+        waiting=None if wants_partial(request) else waiting_for(request.user),
     )
 
 
