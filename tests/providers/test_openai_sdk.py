@@ -4,11 +4,11 @@ missing (issue 17): listing and deleting files, a completion window other than 2
 Outputs' schema subset refused as OpenAI refuses it."""
 
 import json
-import time
 
 import openai
 import pytest
 
+from ledger.emulators.clock import TestClock
 from ledger.emulators.openai import Emulator
 
 ENDPOINT = "/v1/chat/completions"
@@ -25,8 +25,13 @@ CLOSED_SCHEMA = {
 
 
 @pytest.fixture
-def emulator():
-    with Emulator(per_request_ms=2, validating_ms=20, finalizing_ms=5, seed=3) as running:
+def clock():
+    return TestClock()
+
+
+@pytest.fixture
+def emulator(clock):
+    with Emulator(per_request_ms=2, validating_ms=20, finalizing_ms=5, seed=3, clock=clock) as running:
         yield running
 
 
@@ -50,13 +55,13 @@ def jsonl(lines: list[dict]) -> bytes:
     return "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines).encode()
 
 
-def run_batch(client: openai.OpenAI, lines: list[dict]):
+def run_batch(clock: TestClock, client: openai.OpenAI, lines: list[dict]):
     uploaded = client.files.create(file=("batch.jsonl", jsonl(lines)), purpose="batch")
     batch = client.batches.create(input_file_id=uploaded.id, endpoint=ENDPOINT, completion_window="24h")
     for _ in range(500):
         if batch.status in ENDED:
             return batch
-        time.sleep(0.01)
+        clock.advance(ms=10)
         batch = client.batches.retrieve(batch.id)
     raise AssertionError(f"batch {batch.id} never ended")
 
@@ -68,12 +73,12 @@ def file_lines(client: openai.OpenAI, file_id: str | None) -> list[dict]:
     return [json.loads(text) for text in client.files.content(file_id).text.split("\n") if text]
 
 
-def test_files_are_listed_newest_first_page_by_page_and_by_purpose(client):
+def test_files_are_listed_newest_first_page_by_page_and_by_purpose(clock, client):
     uploaded = [
         client.files.create(file=(f"f{n}.jsonl", jsonl([request_line(f"f{n}")])), purpose="batch")
         for n in range(5)
     ]
-    batch = run_batch(client, [request_line("x")])
+    batch = run_batch(clock, client, [request_line("x")])
     newest_first = [batch.output_file_id, batch.input_file_id, *[f.id for f in reversed(uploaded)]]
 
     listed = client.files.list(limit=2)  # iterating follows `after` across pages
@@ -133,16 +138,16 @@ def test_every_answer_carries_an_x_request_id(client):
 
 
 @pytest.mark.parametrize("separator", LINE_BREAKS_BUT_NOT_NEWLINE, ids=repr)
-def test_a_title_holding_a_line_break_other_than_newline_runs_like_any_other(client, separator):
+def test_a_title_holding_a_line_break_other_than_newline_runs_like_any_other(clock, client, separator):
     title = f"Oak board{separator}large"
-    batch = run_batch(client, [request_line("sep-1", title), request_line("sep-2")])
+    batch = run_batch(clock, client, [request_line("sep-1", title), request_line("sep-2")])
 
     assert (batch.status, batch.errors, batch.request_counts.completed) == ("completed", None, 2)
     output = file_lines(client, batch.output_file_id)
     assert {line["custom_id"] for line in output} == {"sep-1", "sep-2"}
 
 
-def test_a_strict_schema_outside_openais_subset_fails_its_line_with_openais_error(emulator, client):
+def test_a_strict_schema_outside_openais_subset_fails_its_line_with_openais_error(clock, emulator, client):
     emulator.configure(strict_schemas=True)
     lengths = {
         **CLOSED_SCHEMA,
@@ -153,6 +158,7 @@ def test_a_strict_schema_outside_openais_subset_fails_its_line_with_openais_erro
         return {"type": "json_schema", "json_schema": {"name": "output", "schema": schema, "strict": True}}
 
     batch = run_batch(
+        clock,
         client,
         [
             request_line("refused", response_format=strict(lengths)),
