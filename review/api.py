@@ -45,6 +45,7 @@ from ledger.actions import (
     withdraw_product,
 )
 from ledger.actions.prompts import PROMPT_TASK_PATTERN, make_prompt_current
+from ledger.actions.reviewing import EditRefused
 from ledger.catalogue import (
     MAX_RECORD_BYTES,
     SKU_PATTERN,
@@ -676,14 +677,17 @@ def approve(request: HttpRequest, item_id: int, version_id: int) -> HttpResponse
         raise invalid(problems)
     version = version_or_404(item_id, version_id)
     # There is no screen here that showed a hash: the caller approves the version as it is stored.
-    approval = approve_version(
-        item_id=item_id,
-        version_id=version.pk,
-        version_hash=version.content_hash,
-        approver=request.user,
-        content=content,
-        note=note,
-    )
+    try:
+        approval = approve_version(
+            item_id=item_id,
+            version_id=version.pk,
+            version_hash=version.content_hash,
+            approver=request.user,
+            content=content,
+            note=note,
+        )
+    except EditRefused as refusal:  # the edited text is bad input: 400 with its reasons (rule 15)
+        raise ApiError(400, "invalid", str(refusal), {"content": "; ".join(refusal.reasons)}) from None
     body = item_json(request, item_or_404(item_id))
     body["approval"] = {"id": approval.pk, "version": version.pk, "edited": approval.edited}
     return JsonResponse(body)

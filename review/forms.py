@@ -19,15 +19,18 @@ class ApproveForm(forms.Form):
     version_hash = forms.CharField(
         validators=[sha256_hex], error_messages={"required": "The draft's hash is missing."}
     )
-    # The edited final text; empty means "publish the draft as it is". Not stripped: whitespace is text.
+    # The edited final text, sent only by the forms that edit: absent means "publish the draft as it
+    # is", while an edit box sent empty is an empty edit, which the ledger refuses (rule 15). Not
+    # stripped: whitespace is text.
     content = forms.CharField(
         required=False, strip=False, max_length=MAX_CONTENT_LENGTH, widget=forms.Textarea
     )
     note = forms.CharField(required=False, max_length=MAX_NOTE_LENGTH)
 
     def clean_content(self) -> str | None:
-        content = self.cleaned_data["content"].replace("\r\n", "\n")  # browsers send CRLF
-        return content if content.strip() else None
+        if "content" not in self.data:
+            return None
+        return self.cleaned_data["content"].replace("\r\n", "\n")  # browsers send CRLF
 
 
 class RejectForm(forms.Form):

@@ -22,7 +22,8 @@ from django.utils.text import Truncator
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from ledger.actions import NotAllowed, approve_version, currency_problem, reject_version
+from ledger.actions import NotAllowed, currency_problem
+from ledger.actions.reviewing import EditRefused, approve_version, reject_version
 from ledger.models import GeneratedVersion, Item, ItemTally, Job
 from ledger.pricing import is_apportioned, unknown_price, version_cost
 from ledger.states import ItemState
@@ -88,9 +89,14 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     latest = versions[-1] if versions else None
     product = item.product
     current = product.current_revision if product.current_revision_id != item.source_revision_id else None
+    # Waiting for review: approve (the text as it stands in the box, judged like a draft) or reject.
+    # Unusable (validation_failed): an owner may edit the draft into a valid text and approve it.
     can_decide = (
-        item.state == ItemState.AWAITING_REVIEW and latest is not None and has_role(request.user, *APPROVERS)
+        item.state in (ItemState.AWAITING_REVIEW, ItemState.VALIDATION_FAILED)
+        and latest is not None
+        and has_role(request.user, *APPROVERS)
     )
+    currency = currency_problem(item) if can_decide else None
     context = {
         "item": item,
         "product": product,
@@ -103,7 +109,8 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
         "attempts": item.destination_attempts.select_related("version").order_by("started_at", "id"),
         "events": item.events.order_by("id"),
         "can_decide": can_decide,
-        "approve_refusal": refusal_of(latest, currency_problem(item)) if can_decide else "",
+        "can_reject": can_decide and item.state == ItemState.AWAITING_REVIEW,
+        "approve_refusal": CURRENCY_NOTES[currency] if currency else "",
     }
     return render(request, "item_detail.html", context)
 
@@ -259,6 +266,8 @@ def focus_context(
     decided: Item | None = None,
     outcome: str = "",
     error: str = "",
+    refused_item: int | None = None,
+    edited_text: str | None = None,
 ) -> dict:
     """The draft at position `pos` of the queue (clamped to it), and what happened to the one decided on.
 
@@ -326,7 +335,11 @@ def focus_context(
         "return_to": queue_url(job=job_id, pos=pos, after=here),
         "decided": decided,
         "outcome": outcome,
-        "error": error,
+        "error": error if decided else "",
+        # A refusal stays with its own draft's card, never on the next one shown (rule 15), with the
+        # text the reviewer had typed when it was an edit.
+        "card_error": error if refused_item and card and card.item.pk == refused_item else "",
+        "edited_text": edited_text if refused_item and card and card.item.pk == refused_item else None,
         "can_decide": has_role(request.user, *APPROVERS),
     }
 
@@ -421,7 +434,13 @@ def form_errors(form: forms.Form) -> str:
 
 
 def render_focus(
-    request: HtmxHttpRequest, item_id: int, *, outcome: str = "", error: str = "", status: int = 200
+    request: HtmxHttpRequest,
+    item_id: int,
+    *,
+    outcome: str = "",
+    error: str = "",
+    edited_text: str | None = None,
+    status: int = 200,
 ) -> HttpResponse:
     """The answer to a decision sent from focus mode. Still waiting (a refusal): the same draft, saying
     why nothing changed. Decided, or gone from the queue: what became of it, then the draft now at the
@@ -432,7 +451,15 @@ def render_focus(
     still_waiting = None if outcome else place_in(job_id, item)
     if still_waiting:
         pos, after = still_waiting
-        context = focus_context(request, job_id=job_id, pos=pos, after=after, error=error)
+        context = focus_context(
+            request,
+            job_id=job_id,
+            pos=pos,
+            after=after,
+            error=error,
+            refused_item=item.pk,
+            edited_text=edited_text,
+        )
     else:
         context = focus_context(
             request,
@@ -448,10 +475,12 @@ def render_focus(
     return response
 
 
-def refused(request: HtmxHttpRequest, item: Item, message: str, *, status: int) -> HttpResponse:
+def refused(
+    request: HtmxHttpRequest, item: Item, message: str, *, status: int, edited_text: str | None = None
+) -> HttpResponse:
     """Nothing was changed: say why, in the desk (htmx), on an error page (bad input) or as a message."""
     if wants_partial(request):
-        return render_focus(request, item.pk, error=message, status=status)
+        return render_focus(request, item.pk, error=message, edited_text=edited_text, status=status)
     if status == 400:
         return render(
             request, "refused.html", {"message": message, "next_url": next_url(request)}, status=400
@@ -484,6 +513,8 @@ def approve(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
             content=form.cleaned_data["content"],
             note=form.cleaned_data["note"],
         )
+    except EditRefused as exc:
+        return refused(request, item, str(exc), status=400, edited_text=form.cleaned_data["content"])
     except NotAllowed as exc:
         return refused(request, item, str(exc), status=409)
     outcome = "Approved with your edits — being applied" if approval.edited else "Approved — being applied"

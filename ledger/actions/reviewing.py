@@ -1,20 +1,83 @@
-"""Reviewing: approving one specific version, or rejecting a draft (rule 6)."""
+"""Reviewing: approving one specific version, with the reviewer's edits judged like a draft, or
+rejecting a draft (rules 6 and 15)."""
 
+import jsonschema
 from django.db import transaction
 
-from ..models import Approval, GeneratedVersion, Item
+from ..models import Approval, GeneratedVersion, Item, PromptVersion, SourceRevision
 from ..states import ItemState, ReasonCode
+from ..validation import DraftChecker, Reason, read_draft, shortened, source_text
 from .core import NotAllowed, change_state, enqueue, refresh_job_state
 from .jobs import currency_problem, judge_currency
+
+
+class EditRefused(NotAllowed):
+    """The edited text fails a check a draft must pass (or is empty); `reasons` says which. Nothing
+    was changed."""
+
+    def __init__(self, reasons: list[str]):
+        self.reasons = reasons
+        super().__init__("The edited text cannot be approved: " + "; ".join(reasons))
+
+
+INVALID_DRAFT = "Only a valid draft can be approved; an edited text that passes every check may be"
+EMPTY_EDIT = "The edited text is empty: write the text to publish, or approve the draft as it is"
+
+
+def edit_reasons(
+    *, prompt: PromptVersion, revision: SourceRevision, version: GeneratedVersion, text: str
+) -> list[Reason]:
+    """Why an edited final text may not be published, judged as the draft it replaces was (rule 15):
+    the output schema, the length rules and the claims against the source revision.
+
+    With a `text_field`, the edit stands in for that field of the draft's answer, and only what the
+    schema says about that field counts (the rest of the answer is never published); without one,
+    the edit is the whole answer and is checked as one."""
+    if not text.strip():
+        return [Reason(ReasonCode.TOO_SHORT, EMPTY_EDIT)]
+    checker = DraftChecker.of(prompt)
+    text_field = prompt.rules.get("text_field")
+    if checker.validator is None or not text_field:
+        checked = checker.check(text)
+        return checked.reasons + checker.unstated(checked.claimed, source_text(revision))
+    try:
+        answer = read_draft(version.answer)[0]
+    except (ValueError, RecursionError):
+        answer = None
+    data = {**answer, text_field: text} if isinstance(answer, dict) else {text_field: text}
+    errors = [e for e in checker.schema_errors(data) if list(e.absolute_path)[:1] == [text_field]]
+    if errors:
+        error = jsonschema.exceptions.best_match(errors)
+        return [
+            Reason(
+                ReasonCode.SCHEMA_MISMATCH,
+                f"Does not match the output schema at {text_field}: {shortened(error.message)}",
+            )
+        ]
+    # The length rules and the claims, on the text itself (an empty schema checks nothing more).
+    rules = DraftChecker({}, prompt.rules)
+    checked = rules.check(text)
+    return checked.reasons + rules.unstated(checked.claimed, source_text(revision))
 
 
 def approve_version(
     *, item_id: int, version_id: int, version_hash: str, approver, content: str | None = None, note: str = ""
 ) -> Approval:
-    """Approve one specific version (id + content hash). Applying is queued, never awaited."""
+    """Approve one specific version (id + content hash). Applying is queued, never awaited.
+
+    `content` is the reviewer's edited final text (None: the draft as it is). It is judged like a
+    draft and refused with its reasons when it fails; an empty one is refused. A valid edit may also
+    repair an unusable draft: an item in `validation_failed` becomes `approved` with it."""
     with transaction.atomic():
-        item = Item.objects.select_for_update().get(pk=item_id)
-        if item.state != ItemState.AWAITING_REVIEW:
+        item = (
+            Item.objects.select_for_update(of=("self",))  # the item's row only, not its job's
+            .select_related("job__prompt_version", "source_revision")
+            .get(pk=item_id)
+        )
+        repairing = item.state == ItemState.VALIDATION_FAILED
+        if repairing and content is None:
+            raise NotAllowed(INVALID_DRAFT)
+        if item.state != ItemState.AWAITING_REVIEW and not repairing:
             raise NotAllowed(
                 f"This draft cannot be approved: the item is {ItemState(item.state).label.lower()}"
             )
@@ -23,13 +86,19 @@ def approve_version(
             raise NotAllowed("That version does not belong to this item")
         if version.content_hash != version_hash:
             raise NotAllowed("The draft changed since it was shown; reload and review it again")
-        if not version.valid:
-            raise NotAllowed("Only a valid draft can be approved")
         if item.versions.filter(number__gt=version.number).exists():
             raise NotAllowed("A newer draft exists for this item; review that one")
+        if content is not None:
+            reasons = edit_reasons(
+                prompt=item.job.prompt_version, revision=item.source_revision, version=version, text=content
+            )
+            if reasons:
+                raise EditRefused(reasons)
+        elif not version.valid:
+            raise NotAllowed(INVALID_DRAFT)
         problem = currency_problem(item)
         if problem is None:
-            final = content if content is not None and content.strip() else version.content
+            final = version.content if content is None else content
             approval = Approval.objects.create(
                 item=item,
                 version=version,
@@ -39,12 +108,18 @@ def approve_version(
                 edited=final != version.content,
                 note=note,
             )
+            data = {"version": version.pk, "content_hash": version.content_hash, "edited": approval.edited}
+            reason = ""
+            if repairing:
+                data["repaired"] = True
+                reason = "Edited into a text that passes every check and approved (the generated draft was unusable)"
             change_state(
                 item.pk,
                 to=ItemState.APPROVED,
                 actor=approver,
-                expect=[ItemState.AWAITING_REVIEW],
-                data={"version": version.pk, "content_hash": version.content_hash, "edited": approval.edited},
+                reason=reason,
+                expect=[ItemState.AWAITING_REVIEW, ItemState.VALIDATION_FAILED],
+                data=data,
                 approved_version=version,
             )
             enqueue("ledger.tasks.apply_item", item.pk)

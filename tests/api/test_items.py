@@ -90,9 +90,10 @@ def test_approving_makes_the_item_approved_and_queues_applying(
 
 def test_approving_with_edited_text(as_owner, draft):
     url = f"/api/items/{draft.item_id}/versions/{draft.pk}/approve"
-    assert as_owner.post_json(url, {"content": "Edited by hand."}).status_code == 200
+    edited = "Edited by hand: an oak board of 40 x 25 cm, oiled and ready for daily use."
+    assert as_owner.post_json(url, {"content": edited}).status_code == 200
     approval = Approval.objects.get()
-    assert approval.final_content == "Edited by hand." and approval.edited
+    assert approval.final_content == edited and approval.edited
 
 
 @pytest.mark.parametrize(

@@ -195,3 +195,29 @@ def test_a_double_click_on_approve_acts_once(page, live_server, owner, apply_inl
     expect(page.get_by_test_id("messages")).not_to_contain_text("Nothing was approved")
     assert Approval.objects.count() == 2
     assert Item.objects.get(pk=drafts[2].item_id).state == ItemState.AWAITING_REVIEW
+
+
+def test_an_edit_into_something_false_is_refused_on_its_card_and_nothing_is_approved(
+    page, live_server, owner, apply_inline
+):
+    from playwright.sync_api import expect
+
+    drafts = queue_of(2)
+    log_in(page, live_server, owner, then=reverse("review_queue"))
+    page.keyboard.press("e")
+    text = page.get_by_label("Final text.")
+    false = "Waterproof, certified organic and award-winning! An oak board for every kitchen."
+    text.fill(false)
+    text.press("Control+Enter")
+    card = page.get_by_test_id(f"review-card-{drafts[0].item_id}")
+    expect(card.get_by_test_id("card-error")).to_contain_text("Claims “waterproof”")
+    expect(card.get_by_test_id("card-error")).to_contain_text("Claims “award-winning”")
+    expect(page.get_by_label("Final text.")).to_have_value(false)  # kept, to be put right
+    assert not Approval.objects.exists()
+    assert {i.state for i in Item.objects.all()} == {ItemState.AWAITING_REVIEW}
+
+    page.get_by_label("Final text.").fill("")
+    page.get_by_label("Final text.").press("Control+Enter")
+    expect(card.get_by_test_id("card-error")).to_contain_text("The edited text is empty")
+    assert not Approval.objects.exists()
+    assert Product.objects.get(pk=drafts[0].item.product_id).published_content == ""

@@ -363,7 +363,7 @@ def test_a_decision_deep_in_the_queue_moves_on_without_counting(client, owner):
 def test_editing_before_approving_keeps_both_texts(client, owner, item, draft):
     client.force_login(owner)
     html = focus(client).content.decode()
-    assert f'name="content" rows="8" aria-keyshortcuts="Control+Enter">{draft.content}</textarea>' in html
+    assert f'aria-describedby="edit-rules-{item.pk}">{draft.content}</textarea>' in html
     edited = "A sturdy oak board.\r\nOiled by hand; 40 x 25 cm."
     response = client.post(
         reverse("approve_item", args=[item.pk]), approve_data(draft, content=edited, pos=1), headers=HTMX
