@@ -9,6 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import httpx
 import pytest
 
+from ledger.emulators.clock import TestClock
 from ledger.providers import anthropic, cloudflare, gemini, openai
 from ledger.providers.base import (
     AnswerLost,
@@ -317,15 +318,14 @@ def test_an_unexpected_fault_on_one_answer_keeps_every_other_answer_and_fails_th
 def test_a_finished_gemini_batch_without_responses_is_asked_again_not_read_as_empty(monkeypatch):
     from ledger.emulators.gemini import GeminiEmulator
 
-    with GeminiEmulator(per_request_ms=1, pending_ms=0, seed=5) as emulator:
+    clock = TestClock()
+    with GeminiEmulator(per_request_ms=1, pending_ms=0, seed=5, clock=clock) as emulator:
         provider = gemini.GeminiBatchProvider(
             client=httpx.Client(base_url=emulator.base_url, headers={"x-goog-api-key": "k"})
         )
         sent = [request(f"bd-{i}-1") for i in range(3)]
         ref = provider.submit(requests=sent, intent_key="k", metadata={})
-        for _ in range(200):
-            if provider.status(ref).ended:
-                break
+        clock.advance(seconds=1)
         assert provider.status(ref).provider_status == "BATCH_STATE_SUCCEEDED"
         # The batch ran (and was paid for), but its answer carries no responses.
         with emulator.lock:
@@ -473,7 +473,8 @@ def test_a_reference_that_makes_no_url_is_a_provider_error_and_nothing_is_sent()
 def test_cloudflare_results_read_the_answer_the_finishing_poll_gave_without_asking_again():
     from ledger.emulators.cloudflare import CloudflareEmulator
 
-    with CloudflareEmulator(per_request_ms=1, queued_ms=0, seed=3) as emulator:
+    clock = TestClock()
+    with CloudflareEmulator(per_request_ms=1, queued_ms=0, seed=3, clock=clock) as emulator:
         provider = cloudflare.CloudflareBatchProvider(
             client=httpx.Client(base_url=emulator.base_url, headers={"Authorization": "Bearer t"}),
             account_id="acct",
@@ -485,9 +486,8 @@ def test_cloudflare_results_read_the_answer_the_finishing_poll_gave_without_aski
             for i in range(3)
         ]
         ref = provider.submit(requests=sent, intent_key="k", metadata={})
-        for _ in range(400):
-            if provider.status(ref).ended:
-                break
+        clock.advance(seconds=1)
+        assert provider.status(ref).ended
         # Were the responses given once only, asking again would find nothing: every poll fails now.
         emulator.configure(server_errors=100)
 
@@ -532,16 +532,16 @@ def test_cloudflare_calls_follow_the_base_rules():
 def test_a_refused_openai_download_keeps_what_the_provider_said_and_its_retry_after():
     from ledger.emulators.openai import Emulator
 
-    with Emulator(per_request_ms=0) as emulator:
+    clock = TestClock()
+    with Emulator(per_request_ms=0, clock=clock) as emulator:
         provider = openai.OpenAIBatchProvider(
             client=httpx.Client(
                 base_url=emulator.base_url, headers={"Authorization": "Bearer sk-test-0123456789"}
             )
         )
         ref = provider.submit(requests=[request()], intent_key="k", metadata={})
-        for _ in range(400):
-            if provider.status(ref).ended:
-                break
+        clock.advance(seconds=1)
+        assert provider.status(ref).ended
         emulator.configure(rate_limit_calls=1, rate_limit_path="/v1/files/", retry_after=7)
 
         with pytest.raises(ProviderError) as raised:
@@ -557,16 +557,16 @@ def test_a_refused_openai_download_keeps_what_the_provider_said_and_its_retry_af
 def test_an_anthropic_results_url_at_another_host_is_never_followed():
     from ledger.emulators.anthropic import AnthropicEmulator
 
-    with AnthropicEmulator(per_request_ms=0) as emulator:
+    clock = TestClock()
+    with AnthropicEmulator(per_request_ms=0, clock=clock) as emulator:
         port = httpx.URL(emulator.base_url).port
         key = {"x-api-key": "sk-ant-test-0123456789", "anthropic-version": anthropic.API_VERSION}
         honest = anthropic.AnthropicBatchProvider(
             client=httpx.Client(base_url=emulator.base_url, headers=key)
         )
         ref = honest.submit(requests=[request()], intent_key="k", metadata={})
-        for _ in range(400):
-            if honest.status(ref).ended:
-                break
+        clock.advance(seconds=1)
+        assert honest.status(ref).ended
         assert [line.custom_id for line in honest.results(ref)] == ["bd-1-1"]
 
         # The emulator writes results_url from the Host it was asked under: here another host
@@ -641,14 +641,14 @@ def test_an_anthropic_results_url_on_a_listed_gateway_host_is_followed_and_on_no
 
     line = json.dumps({"custom_id": "bd-1-1", "result": {"type": "expired"}}).encode() + b"\n"
     key = "sk-ant-test-0123456789"
-    with AnthropicEmulator(per_request_ms=0) as emulator, RecordingGateway(line) as gateway:
+    clock = TestClock()
+    with AnthropicEmulator(per_request_ms=0, clock=clock) as emulator, RecordingGateway(line) as gateway:
         deployed = {**settings.PROVIDERS["anthropic"], "base_url": emulator.base_url}
         setup = anthropic.AnthropicBatchProvider.from_settings(deployed)
         setup.client.headers["x-api-key"] = key
         ref = setup.submit(requests=[request()], intent_key="k", metadata={})
-        for _ in range(400):
-            if setup.status(ref).ended:
-                break
+        clock.advance(seconds=1)
+        assert setup.status(ref).ended
 
         def provider(results_hosts: str) -> anthropic.AnthropicBatchProvider:
             """Configured as a deployment is; the emulator writes results_url from the Host it is
