@@ -4,7 +4,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from functools import partial
 
+from django import forms
 from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.files.uploadhandler import FileUploadHandler, StopUpload
@@ -12,9 +14,9 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.defaultfilters import filesizeformat
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from ledger.catalogue import SKU_PATTERN, report_of, store_upload
+from ledger.catalogue import SKU_PATTERN, confirm_import, discard_import, report_of, store_upload
 from ledger.models import (
     CatalogueImport,
     GeneratedVersion,
@@ -203,7 +205,7 @@ def catalogue_import(request: HtmxHttpRequest) -> HttpResponse:
     can_import = has_role(request.user, *APPROVERS)
     if request.method == "GET":
         return render(
-            request, "catalogue_import.html", {"form": CatalogueImportForm(), "can_import": can_import}
+            request, "catalogue_import.html", {"form": ImportUploadForm(), "can_import": can_import}
         )
     if not can_import:
         raise PermissionDenied
@@ -215,24 +217,38 @@ def catalogue_import(request: HtmxHttpRequest) -> HttpResponse:
 
 @csrf_protect
 def receive_upload(request: HtmxHttpRequest, cap: UploadSizeCap) -> HttpResponse:
-    form = CatalogueImportForm(request.POST, request.FILES)
+    form = ImportUploadForm(request.POST, request.FILES)
     if not form.is_valid() and cap.too_large:  # the file was dropped: say why, not "required"
         form.errors["file"] = form.error_class([too_large_message(cap.limit)])
         return render(request, "catalogue_import.html", {"form": form, "can_import": True}, status=413)
     if not form.is_valid():
         return render(request, "catalogue_import.html", {"form": form, "can_import": True}, status=400)
     stored = store_upload(
-        form.cleaned_data["file"], uploaded_by=request.user, skip_invalid=form.cleaned_data["skip_invalid"]
+        form.cleaned_data["file"],
+        uploaded_by=request.user,
+        skip_invalid=form.cleaned_data["skip_invalid"],
+        replace=form.cleaned_data["replace"],
+        preview_first=request.POST.get("step") == "preview",
     )
     # To the upload's own page: reloading it follows the import, never uploads the file again.
     return redirect("import_detail", stored.pk)
 
 
+class ImportUploadForm(CatalogueImportForm):
+    replace = forms.BooleanField(
+        required=False,
+        label="Replace whole records",
+        help_text="Each record becomes its product's whole content: fields it does not name are removed. "
+        "Otherwise a file changes only the columns or keys it names.",
+    )
+
+
 def import_context(stored: CatalogueImport) -> dict:
+    reported = stored.state in (ImportState.DONE, ImportState.PREVIEWED, ImportState.DISCARDED)
     return {
         "stored": stored,
-        "report": report_of(stored) if stored.state == ImportState.DONE else None,
-        "polling": not stored.finished,
+        "report": report_of(stored) if reported else None,
+        "polling": stored.at_work,
     }
 
 
@@ -242,8 +258,51 @@ def import_context(stored: CatalogueImport) -> dict:
 def catalogue_import_detail(request: HtmxHttpRequest, import_id: int) -> HttpResponse:
     """One upload: its progress while a worker imports it (polled every 2 s), then its report."""
     stored = get_object_or_404(CatalogueImport.objects.select_related("uploaded_by"), pk=import_id)
-    context = import_context(stored)
+    context = {**import_context(stored), "can_import": has_role(request.user, *APPROVERS)}
     if wants_partial(request):
         return polled(render(request, "catalogue_import.html#outcome", context), context["polling"])
-    context.update(form=CatalogueImportForm(), can_import=has_role(request.user, *APPROVERS))
+    context["form"] = ImportUploadForm()
     return render(request, "catalogue_import.html", context)
+
+
+@require_POST
+@login_required
+@role_required(*APPROVERS)
+def import_confirm(request: HtmxHttpRequest, import_id: int) -> HttpResponse:
+    """The person saw the preview (counts, changed fields, the work queued again and its cost) and
+    imports the file: a worker imports it, and this page follows it (rule 16)."""
+    stored = get_object_or_404(CatalogueImport, pk=import_id)
+    if not confirm_import(stored.pk, confirmed_by=request.user):
+        messages.info(request, "This import is no longer waiting for confirmation.")
+    return redirect("import_detail", stored.pk)
+
+
+@require_POST
+@login_required
+@role_required(*APPROVERS)
+def import_discard(request: HtmxHttpRequest, import_id: int) -> HttpResponse:
+    """The person does not import a previewed file: nothing changes, the file is let go."""
+    stored = get_object_or_404(CatalogueImport, pk=import_id)
+    if not discard_import(stored.pk):
+        messages.info(request, "This import is no longer waiting for confirmation.")
+    return redirect("import_detail", stored.pk)
+
+
+IMPORTS_PER_PAGE = 25
+
+
+@require_GET
+@login_required
+@role_required(*VIEWERS)
+def import_history(request: HtmxHttpRequest) -> HttpResponse:
+    """Past imports from the screen, newest first."""
+    imports = CatalogueImport.objects.select_related("uploaded_by", "confirmed_by")
+    page = screen_page(
+        imports,
+        order=["-created_at", "-id"],
+        per_page=IMPORTS_PER_PAGE,
+        page=request.GET.get("page"),
+        count=partial(capped_count, imports),
+    )
+    rows = [(stored, report_of(stored) if stored.counts else None) for stored in page]
+    return render(request, "catalogue_imports.html", {"page": page, "rows": rows})

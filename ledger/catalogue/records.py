@@ -149,6 +149,11 @@ class ImportReport:
         return sum(job.requeued for job in self.rework.values() if job.requeued and job.cost is None)
 
     @property
+    def changed_fields_by_count(self) -> list[tuple[str, int]]:
+        """(field, revisions changing it), the most changed first."""
+        return sorted(self.changed_fields.items(), key=lambda pair: (-pair[1], pair[0]))
+
+    @property
     def unlisted_revisions(self) -> int:
         return self.revised - len(self.revisions)
 

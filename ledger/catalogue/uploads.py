@@ -5,7 +5,9 @@ to run twice), with their progress and report.
 import logging
 import secrets
 import threading
+from dataclasses import asdict
 from datetime import timedelta
+from decimal import Decimal
 from functools import partial
 
 from django.conf import settings
@@ -21,9 +23,9 @@ from ..models import (
     ImportState,
 )
 from ..stopping import stop_asked
-from .importing import import_catalogue
+from .importing import DryRun, import_catalogue
 from .reading import StoredFile
-from .records import ImportReport, Rejection, Unreadable
+from .records import ImportReport, JobRework, Rejection, Unreadable
 
 log = logging.getLogger(__name__)
 
@@ -45,14 +47,24 @@ IMPORT_TIMEOUT_SECONDS = 6 * 3600
 _PROGRESS_EVERY = timedelta(seconds=1)
 
 
-def store_upload(upload: UploadedFile, *, uploaded_by, skip_invalid: bool) -> CatalogueImport:
+def store_upload(
+    upload: UploadedFile,
+    *,
+    uploaded_by,
+    skip_invalid: bool,
+    replace: bool = False,
+    preview_first: bool = False,
+) -> CatalogueImport:
     """Keep an uploaded file in the database, where a worker on any machine can read it, and queue
-    its import."""
+    its import. The worker stops at a preview, changing nothing, when the import would queue paid
+    work again or `preview_first` asks for one: the person confirms it (`confirm_import`) or not."""
     with transaction.atomic():
         stored = CatalogueImport.objects.create(
             file_name=(upload.name or "")[:255],
             size=upload.size,
             skip_invalid=skip_invalid,
+            replace=replace,
+            preview_first=preview_first,
             uploaded_by=uploaded_by,
             progress_at=timezone.now(),
         )
@@ -62,6 +74,47 @@ def store_upload(upload: UploadedFile, *, uploaded_by, skip_invalid: bool) -> Ca
         # queued, for the collector's pass to queue again (`queue_lost_imports`).
         transaction.on_commit(partial(_queue_task, stored.pk), robust=True)
     return stored
+
+
+def confirm_import(import_id: int, *, confirmed_by) -> bool:
+    """The person saw the preview and wants the import: queued again, to be imported for real unless
+    it would now queue more paid work than the preview showed (then it stops at a new preview).
+    False when it is not waiting for confirmation (confirmed or discarded already)."""
+    with transaction.atomic():
+        stored = CatalogueImport.objects.filter(pk=import_id, state=ImportState.PREVIEWED).first()
+        if stored is None:
+            return False
+        requeues = report_of(stored).items_requeued
+        confirmed = CatalogueImport.objects.filter(pk=import_id, state=ImportState.PREVIEWED).update(
+            state=ImportState.QUEUED,
+            confirmed_by=confirmed_by,
+            confirmed_at=timezone.now(),
+            confirmed_requeues=requeues,
+            claimed_by="",
+            progress_at=timezone.now(),
+            rows_written=0,
+        )
+        if confirmed:
+            transaction.on_commit(partial(_queue_task, import_id), robust=True)
+    return bool(confirmed)
+
+
+def discard_import(import_id: int) -> bool:
+    """The person does not want a previewed import: nothing of it is kept but its report."""
+    with transaction.atomic():
+        discarded = CatalogueImport.objects.filter(pk=import_id, state=ImportState.PREVIEWED).update(
+            state=ImportState.DISCARDED, finished_at=timezone.now()
+        )
+        if discarded:
+            CatalogueImportChunk.objects.filter(catalogue_import_id=import_id).delete()
+    return bool(discarded)
+
+
+def _needs_confirmation(stored: CatalogueImport, report: ImportReport) -> bool:
+    """Rule 16: nothing paid is queued from an import before the person has seen its count and cost."""
+    if stored.confirmed_at is None:
+        return stored.preview_first or report.items_requeued > 0
+    return report.items_requeued > (stored.confirmed_requeues or 0)
 
 
 def _queue_task(import_id: int) -> None:
@@ -122,6 +175,8 @@ def run_stored_import(import_id: int) -> str:
             _save_progress(mine, report)
 
     def finish(report: ImportReport) -> None:
+        if _needs_confirmation(stored, report):
+            raise DryRun
         if not mine.update(state=ImportState.DONE, finished_at=timezone.now(), **_report_values(report)):
             raise _ClaimLost
         CatalogueImportChunk.objects.filter(catalogue_import_id=import_id).delete()
@@ -130,9 +185,14 @@ def run_stored_import(import_id: int) -> str:
         report = import_catalogue(
             StoredFile(stored),
             skip_invalid=stored.skip_invalid,
+            replace=stored.replace,
             on_progress=on_progress,
             before_commit=finish,
         )
+        if report.dry_run:  # rolled back: the file is kept for the person to confirm
+            if not mine.update(state=ImportState.PREVIEWED, **_report_values(report)):
+                return "taken over"
+            return ImportState.PREVIEWED
         if not report.imported:  # refused: nothing was written, and `finish` was not called
             with transaction.atomic():
                 finish(report)
@@ -170,7 +230,18 @@ def _report_values(report: ImportReport) -> dict:
         "rows_read": report.rows_read,
         "checked_bytes": report.checked_bytes,
         "rows_written": report.rows_written,
+        "changes": {
+            "changed_fields": report.changed_fields,
+            "revisions": report.revisions,
+            "rework": [_rework_values(job) for job in report.rework.values()],
+        },
     }
+
+
+def _rework_values(job: JobRework) -> dict:
+    values = asdict(job)
+    del values["sample"]  # only for the estimate
+    return {**values, "cost": None if job.cost is None else str(job.cost)}
 
 
 def report_of(stored: CatalogueImport) -> ImportReport:
@@ -179,8 +250,18 @@ def report_of(stored: CatalogueImport) -> ImportReport:
         (Unreadable if unreadable else Rejection)(line, message)
         for line, message, unreadable in stored.errors
     ]
+    changes = stored.changes or {}
+    rework = {}
+    for job in changes.get("rework", []):
+        cost = None if job["cost"] is None else Decimal(job["cost"])
+        rework[job["job_id"]] = JobRework(**{**job, "cost": cost})
     return ImportReport(
         **stored.counts,
+        replace=stored.replace,
+        dry_run=stored.state == ImportState.PREVIEWED,
+        changed_fields=changes.get("changed_fields", {}),
+        revisions=[(sku, fields) for sku, fields in changes.get("revisions", [])],
+        rework=rework,
         errors=errors,
         error_count=stored.error_count,
         imported=stored.imported,

@@ -64,7 +64,7 @@ def changes_in_words(report: ImportReport) -> list[str]:
     """The fields the revisions change, and the work of unfinished jobs they stop and queue again."""
     lines = []
     if report.changed_fields:
-        counted = sorted(report.changed_fields.items(), key=lambda pair: (-pair[1], pair[0]))
+        counted = report.changed_fields_by_count
         lines.append("fields changed: " + ", ".join(f"{name} ({count})" for name, count in counted))
         lines += [f"  {sku}: {', '.join(fields)}" for sku, fields in report.revisions]
         if report.unlisted_revisions > 0:
