@@ -1,9 +1,13 @@
 """A serving emulator works on its units as time passes, asked about them or not, as a provider
-does: a finished unit's results are written before anyone polls it."""
+does: a finished unit's results are written before anyone polls it. The emulator's clock is moved
+by the test; what is waited for is the emulator's own thread (`keep_time`) doing the work."""
 
 import json
 import threading
 
+import pytest
+
+from ledger.emulators.clock import TestClock, WallClock
 from ledger.emulators.openai import ENDPOINT, Emulator
 from tests.processes import wait_until
 
@@ -14,13 +18,16 @@ def request(n: int) -> str:
 
 
 def test_a_unit_nobody_asks_about_is_worked_on_and_its_results_written():
-    emulator = Emulator(per_request_ms=1, validating_ms=5, finalizing_ms=5)
+    clock = TestClock()
+    emulator = Emulator(per_request_ms=1, validating_ms=5, finalizing_ms=5, clock=clock)
     content = "".join(request(n) + "\n" for n in range(20)).encode()
     file = emulator.create_file(filename="in.jsonl", purpose="batch", content=content)
     batch = emulator.create_batch(
         {"input_file_id": file["id"], "endpoint": ENDPOINT, "completion_window": "24h"}
     )
     unit = emulator._batches[batch["id"]]  # read as it is: `get_batch` would bring it up to date
+    clock.advance(seconds=1)  # past every step of the unit; nobody asks about it
+    assert unit.status == "validating"
     stop = threading.Event()
     clock = threading.Thread(target=emulator.keep_time, args=(stop,), kwargs={"every": 0.01})
     clock.start()
@@ -35,3 +42,19 @@ def test_a_unit_nobody_asks_about_is_worked_on_and_its_results_written():
     output = emulator._files[answered["output_file_id"]].content.decode().splitlines()
     assert sorted(json.loads(line)["custom_id"] for line in output) == sorted(f"bd-{n}-1" for n in range(20))
     assert emulator.evidence()["inferences"] == {f"bd-{n}-1": 1 for n in range(20)}
+
+
+def test_a_test_clock_stands_still_until_moved_and_never_goes_back():
+    clock = TestClock(start=1_000.0)
+
+    assert clock.now() == clock.now() == 1_000.0
+    assert clock.advance(ms=250) == 1_000.25 and clock.advance(seconds=2) == 1_002.25
+    with pytest.raises(ValueError):
+        clock.advance(seconds=-1)
+    assert clock.now() == 1_002.25
+
+
+def test_a_served_emulator_follows_the_wall_clock_unless_given_one():
+    assert isinstance(Emulator().clock, WallClock)
+    clock = TestClock()
+    assert Emulator(clock=clock).clock is clock
