@@ -38,7 +38,7 @@ def test_health_needs_no_token_and_reports_each_part():
     assert body == {
         "database": "ok",
         "broker": {"kind": "database", "reachable": True},
-        "collector": {"last_poll_at": None, "stalled": False},
+        "collector": {"last_poll_at": None, "stalled": False, "units_failing_to_record": 0},
         "queue_depth": 0,
     }
 
