@@ -34,3 +34,26 @@ def test_migrate_again_restores_what_is_missing_and_duplicates_nothing():
     assert Group.objects.filter(name="operator").count() == 1
     # The default prompt is made only for a task that has none: people's versions are left alone.
     assert list(PromptVersion.objects.filter(task="product_description")) == [kept]
+
+
+def test_migrate_leaves_the_default_prompt_current_and_a_later_choice_alone():
+    from ledger.actions.prompts import create_prompt_version, make_prompt_current
+    from ledger.models import CurrentPromptChoice
+    from tests.factories import UserFactory
+
+    v1 = PromptVersion.objects.get(task="product_description")
+    assert PromptVersion.objects.filter(task="product_description").current().get() == v1
+    v2 = create_prompt_version(
+        task="product_description",
+        system_message=v1.system_message,
+        template=v1.template,
+        output_schema=v1.output_schema,
+        rules=v1.rules,
+        max_output_tokens=300,
+    )
+    make_prompt_current(prompt=v2, actor=UserFactory(roles=["catalogue_owner"]))
+
+    call_command("migrate", verbosity=0)
+
+    assert PromptVersion.objects.filter(task="product_description").current().get() == v2
+    assert CurrentPromptChoice.objects.count() == 2
