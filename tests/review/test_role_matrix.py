@@ -95,6 +95,8 @@ EXPECTED: dict[str, dict[str, dict]] = {
     "prompts": {"GET": viewers(), "POST": NOT_ALLOWED},
     "prompt_new": {"GET": viewers(), "POST": approvers(400)},
     "prompt_detail": {"GET": viewers(), "POST": NOT_ALLOWED},
+    # The version is current already: nothing to change, back to its page.
+    "prompt_make_current": {"GET": NOT_ALLOWED, "POST": approvers(302)},
     "operations": {"GET": viewers(), "POST": NOT_ALLOWED},
     "operations_retry": {"GET": NOT_ALLOWED, "POST": operators(400)},
     "operations_retry_group": {"GET": NOT_ALLOWED, "POST": operators(400)},
