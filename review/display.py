@@ -104,13 +104,12 @@ ITEM_BADGES: dict[str, Badge] = {
     S.CANCELLED: Badge("Cancelled", QUIET),
 }
 
-# Keyed by value, so the states SPEC §2 names are covered even where the code has not added them yet.
 JOB_BADGES: dict[str, Badge] = {
     J.PREPARING: Badge("Preparing", NEUTRAL),
     J.RUNNING: Badge("Running", NEUTRAL),
-    "paused": Badge("Paused", WARN),
+    J.PAUSED: Badge("Paused", WARN),
     J.IN_REVIEW: Badge("In review", NEUTRAL),
-    "needs_attention": Badge("Needs attention", BAD),
+    J.NEEDS_ATTENTION: Badge("Needs attention", BAD),
     J.COMPLETED: Badge("Completed", GOOD),
     J.CANCELLED: Badge("Cancelled", QUIET),
 }
@@ -129,6 +128,8 @@ IMPORT_BADGES: dict[str, Badge] = {
     ImportState.RUNNING: Badge("Importing", NEUTRAL),
     ImportState.DONE: Badge("Finished", GOOD),
     ImportState.FAILED: Badge("Failed", BAD),
+    ImportState.PREVIEWED: Badge("To confirm", WARN),
+    ImportState.DISCARDED: Badge("Discarded", QUIET),
 }
 
 # Which table and which sentences each kind of state has.

@@ -1,13 +1,16 @@
 """One way to show money, times and states on every screen (issue 18, point 8)."""
 
+import re
 from datetime import UTC, datetime
 from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 import pytest
 from django.template import Context, Template
+from django.urls import reverse
 from django.utils import timezone
 
+from ledger.actions.reviewing import reject_version
 from ledger.models import ImportState
 from ledger.states import ItemState, JobState, SubmissionState
 from review.display import (
@@ -131,4 +134,17 @@ def test_a_rejected_badge_is_short_red_and_has_its_sentence_beside_it():
     assert alone == (
         '<span class="badge bad" data-state="rejected" title="A reviewer rejected this draft (reason shown)">'
         "Rejected</span>"
+    )
+
+
+@pytest.mark.django_db
+def test_a_rejected_item_is_red_on_its_page_the_jobs_and_in_the_review_desks_outcome(client, owner, draft):
+    item = reject_version(item_id=draft.item_id, version_id=draft.pk, reviewer=owner, reason="Too generic")
+    client.force_login(owner)
+    for address in (reverse("item_detail", args=[item.pk]), reverse("job_detail", args=[item.job_id])):
+        html = client.get(address).content.decode()
+        badges = re.findall(r'<span class="badge ([a-z ]+)" data-state="rejected"', html)
+        assert badges and all(tone == BAD for tone in badges), address
+    assert render('<p class="outcome {{ state|state_tone }}">Rejected.</p>', state=item.state) == (
+        '<p class="outcome bad">Rejected.</p>'
     )
