@@ -4,7 +4,8 @@
 - `{{ price|unit_price }}`: a price per million tokens, never rounded away
 - `{{ moment|when }}` or `{{ moment|when:"seconds" }}`: `<time datetime=…>2026-12-03 09:14 CET</time>`
 - `{{ item.state|item_badge }}` (also `job_badge`, `submission_badge`, `import_badge`): the short
-  badge with the state's sentence beside it; `:"alone"` for the badge alone, the sentence in its title.
+  badge with the state's sentence beside it; `:"alone"` for the badge alone, the sentence in its title;
+  `:"word"` for the short word alone (a legend beside colour swatches), the sentence in its title.
 """
 
 from datetime import datetime
@@ -56,6 +57,8 @@ def when(moment: datetime | None, detail: str = "") -> SafeString | str:
 
 def _badge(kind: str, state: str, shape: str) -> SafeString:
     badge, sentence = badge_for(kind, state)
+    if shape == "word":
+        return format_html('<span title="{}">{}</span>', sentence, badge.word)
     if shape == "alone":
         return format_html(
             '<span class="badge {}" data-state="{}" title="{}">{}</span>',

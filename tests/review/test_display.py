@@ -148,3 +148,9 @@ def test_a_rejected_item_is_red_on_its_page_the_jobs_and_in_the_review_desks_out
     assert render('<p class="outcome {{ state|state_tone }}">Rejected.</p>', state=item.state) == (
         '<p class="outcome bad">Rejected.</p>'
     )
+
+
+def test_a_legend_shows_the_short_word_and_keeps_the_sentence_in_its_title():
+    assert render("{{ state|item_badge:'word' }}", state="awaiting_review") == (
+        '<span title="Draft ready for review">To review</span>'
+    )
