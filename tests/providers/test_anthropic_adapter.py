@@ -119,6 +119,7 @@ def test_without_a_schema_the_text_blocks_are_the_content(clock, provider):
 
     lines = list(provider.results(ref))
 
+    assert len(lines) == 2
     assert all(
         line.succeeded and line.content.startswith(("Introducing", "Meet", "Say", "Discover"))
         for line in lines

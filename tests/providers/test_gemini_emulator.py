@@ -333,6 +333,7 @@ def test_duplicate_lines_repeat_successful_responses(clock, emulator, http):
     entries = done["response"]["inlinedResponses"]["inlinedResponses"]
     succeeded = {e["metadata"]["key"] for e in entries if "response" in e}
     keys = keys_of(done)
+    assert 0 < len(succeeded) < 10  # some of each, so neither check below holds for want of keys
     assert all(keys.count(key) == 2 for key in succeeded)
     assert all(keys.count(key) == 1 for key in set(keys) - succeeded)
     # Repeated in the answer, generated (paid for) once.
