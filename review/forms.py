@@ -40,6 +40,10 @@ class RejectForm(forms.Form):
     )
 
 
+class RegenerateForm(forms.Form):
+    prompt_version = IdField(error_messages={"required": "Choose the prompt version to ask with."})
+
+
 class ItemFilterForm(forms.Form):
     state = forms.ChoiceField(required=False, choices=[("", "Every state"), *ItemState.choices])
     sku = forms.CharField(required=False, max_length=64, label="SKU contains")

@@ -6,9 +6,10 @@ which checks the state again under a row lock, and reports per item what happene
 
 import hashlib
 import re
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -30,12 +31,15 @@ from ledger.actions import (
     resend_uncertain,
     retry_item,
 )
-from ledger.models import Item, Submission
+from ledger.estimates import request_estimate, work_cost
+from ledger.models import Item, SourceRevision, Submission
+from ledger.pricing import price_for
 from ledger.providers import answers_at_once, configured_provider_names
 from ledger.providers.base import ProviderError
 from ledger.states import NEEDS_ATTENTION_STATES, ItemState, JobState, ReasonCode, SubmissionState
 
 from .common import HtmxHttpRequest, wants_partial
+from .display import money_text
 from .ids import parse_id
 from .paging import screen_page
 from .permissions import OPERATOR, VIEWERS, has_role, role_required
@@ -116,6 +120,8 @@ class Group:
     code: str
     # How many of its items each provider's jobs hold.
     by_provider: dict[str, int] = field(default_factory=dict)
+    # Said before a bulk retry is confirmed: what asking again with the same prompt version means.
+    warning: str = ""
 
     @property
     def key(self) -> str:
@@ -147,7 +153,9 @@ class Group:
             items = items.filter(reason_code=self.code)
         if self.is_dead_letter:
             items = items.filter(approved_version__isnull=not self.applying)
-        return items.select_related("product", "job", "submission").order_by("updated_at", "id")
+        return items.select_related("product", "job__prompt_version", "submission").order_by(
+            "updated_at", "id"
+        )
 
 
 def attention_items() -> QuerySet[Item]:
@@ -229,6 +237,8 @@ def operations(request: HtmxHttpRequest) -> HttpResponse:
     groups = attention_groups()
     expanded = find_group(groups, request.GET.get("group"))
     confirming = find_group(groups, request.GET.get("confirm")) if can_act else None
+    if confirming is not None and confirming.state == S.VALIDATION_FAILED:
+        confirming.warning = same_version_warning(list(confirming.items()[:BULK_LIMIT]))
     context = {
         "groups": groups,
         "providers": providers_of(groups),
@@ -279,6 +289,53 @@ def operations(request: HtmxHttpRequest) -> HttpResponse:
 
 
 # --- retrying ------------------------------------------------------------------------------
+
+# Source revisions of a job's items read to estimate what asking for their drafts again costs.
+ESTIMATE_SAMPLE = 20
+
+
+def retry_cost(items: list[Item]) -> Decimal | None:
+    """What sending these items to the model again would cost (the provider's currency), estimated as a
+    job's cost is before it starts (ledger.estimates); None when a job's model has no known price."""
+    by_job: dict[int, list[Item]] = defaultdict(list)
+    for item in items:
+        by_job[item.job_id].append(item)
+    total = Decimal(0)
+    for job_items in by_job.values():
+        job = job_items[0].job
+        sample = SourceRevision.objects.filter(
+            pk__in=[item.source_revision_id for item in job_items[:ESTIMATE_SAMPLE]]
+        ).values_list("title", "fields")
+        cost = work_cost(
+            price_for(job.provider, job.model), len(job_items), request_estimate(job.prompt_version, sample)
+        )
+        if cost is None:
+            return None
+        total += cost
+    return total
+
+
+def same_version_warning(items: list[Item]) -> str:
+    """Said before unusable drafts are retried (rule 15): the same prompt version will probably fail
+    the same way, and each request is paid again. "" when none of them is unusable."""
+    unusable = [item for item in items if item.state == S.VALIDATION_FAILED]
+    if not unusable:
+        return ""
+    versions = sorted({str(item.job.prompt_version) for item in unusable})
+    cost = retry_cost(unusable)
+    n = len(unusable)
+    price = (
+        f"about {money_text(cost, 'USD')}"
+        if cost is not None
+        else "an unknown amount (no price for the model)"
+    )
+    return (
+        f"{n} draft{'s' if n != 1 else ''} failed the checks of prompt version {', '.join(versions)}. Retrying asks the same "
+        f"prompt version again, which will probably fail the same way, and pays for {n} request"
+        f"{'s' if n != 1 else ''} again: {price}. To ask with another prompt version, regenerate the "
+        "item from its page."
+    )
+
 
 RETRYABLE = frozenset(
     {S.INFERENCE_FAILED, S.VALIDATION_FAILED, S.REJECTED, S.DESTINATION_REJECTED, S.DEAD_LETTER}
@@ -340,12 +397,19 @@ def retry(request: HtmxHttpRequest) -> HttpResponse:
     ids = list(dict.fromkeys(parse_id(value) for value in raw))
     if None in ids or len(raw) > BULK_LIMIT:
         return refused(request, f"Items are named by their ids, at most {BULK_LIMIT} at once.", status=400)
-    found = Item.objects.select_related("product", "job").in_bulk(ids)
+    found = Item.objects.select_related("product", "job__prompt_version").in_bulk(ids)
     if len(found) != len(ids):
         return refused(
             request, "No such item: " + ", ".join(str(i) for i in ids if i not in found), status=404
         )
-    return render_outcomes(request, retry_all([found[i] for i in ids], actor=request.user))
+    items = [found[i] for i in ids]
+    if request.POST.get("confirmed") != "yes" and (warning := same_version_warning(items)):
+        # Unusable drafts are retried only once the operator has read what it will probably bring.
+        context = {"items": items, "warning": warning}
+        if wants_partial(request) and len(items) == 1:
+            return render(request, "operations_retry_confirm.html#row", {**context, "item": items[0]})
+        return render(request, "operations_retry_confirm.html", context)
+    return render_outcomes(request, retry_all(items, actor=request.user))
 
 
 @require_POST

@@ -17,6 +17,7 @@ urlpatterns = [
     path("items/<id:item_id>/reject", views.reject, name="reject_item"),
     path("review/", views.review_queue, name="review_queue"),
     path("review/approve-selected", views.approve_selected, name="approve_selected"),
+    path("items/<id:item_id>/regenerate", views.regenerate, name="regenerate_item"),
     path("catalogue/", catalogue.catalogue, name="catalogue"),
     path("catalogue/import", catalogue.catalogue_import, name="catalogue_import"),
     path("catalogue/import/history", catalogue.import_history, name="import_history"),

@@ -23,15 +23,29 @@ from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from ledger.actions import NotAllowed, currency_problem
-from ledger.actions.reviewing import EditRefused, approve_version, reject_version
-from ledger.models import GeneratedVersion, Item, ItemTally, Job
-from ledger.pricing import is_apportioned, unknown_price, version_cost
-from ledger.states import ItemState
+from ledger.actions.reviewing import (
+    REGENERABLE_STATES,
+    EditRefused,
+    approve_version,
+    regenerate_with_prompt,
+    reject_version,
+)
+from ledger.estimates import request_estimate, work_cost
+from ledger.models import GeneratedVersion, Item, ItemTally, Job, PromptVersion
+from ledger.pricing import is_apportioned, price_for, unknown_price, version_cost
+from ledger.states import ItemState, JobState
 
 from .common import HtmxHttpRequest, ShownValue, fields_of, wants_partial, word_diff
-from .forms import LIST_PAGE_SIZE, ApproveForm, ApproveSelectedForm, RejectForm, ReviewPlaceForm
+from .forms import (
+    LIST_PAGE_SIZE,
+    ApproveForm,
+    ApproveSelectedForm,
+    RegenerateForm,
+    RejectForm,
+    ReviewPlaceForm,
+)
 from .paging import PageRefused, _beyond, _read_token, _reversed, _token, screen_page
-from .permissions import APPROVERS, VIEWERS, has_role, role_required
+from .permissions import APPROVERS, OPERATOR, VIEWERS, has_role, role_required
 
 # Why a draft may not be approved although it waits for review: the product moved on since it was generated.
 CURRENCY_NOTES = {
@@ -110,9 +124,38 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
         "events": item.events.order_by("id"),
         "can_decide": can_decide,
         "can_reject": can_decide and item.state == ItemState.AWAITING_REVIEW,
+        "regenerate_choices": regenerate_choices(item) if may_regenerate(request.user, item) else [],
         "approve_refusal": CURRENCY_NOTES[currency] if currency else "",
     }
     return render(request, "item_detail.html", context)
+
+
+def may_regenerate(user, item: Item) -> bool:
+    return (
+        item.state in REGENERABLE_STATES and item.job.state != JobState.CANCELLED and has_role(user, OPERATOR)
+    )
+
+
+@dataclass(frozen=True)
+class PromptChoice:
+    """A prompt version an unusable or rejected draft may be asked again with, and what one request
+    with it is expected to cost (the provider's currency; None without a known price)."""
+
+    prompt: PromptVersion
+    cost: Decimal | None
+    used: bool  # the version the draft was written with
+
+
+def regenerate_choices(item: Item) -> list[PromptChoice]:
+    job = item.job
+    price = price_for(job.provider, job.model)
+    sample = [(item.product.current_revision.title, item.product.current_revision.fields)]
+    return [
+        PromptChoice(
+            prompt, work_cost(price, 1, request_estimate(prompt, sample)), prompt.pk == job.prompt_version_id
+        )
+        for prompt in PromptVersion.objects.filter(task=job.task).order_by("-version")
+    ]
 
 
 def refusal_of(version: GeneratedVersion | None, currency: str | None) -> str:
@@ -606,3 +649,33 @@ def approve_selected(request: HtmxHttpRequest) -> HttpResponse:
     for refusal in refusals:
         messages.error(request, f"Not approved — {refusal}")
     return redirect(back)
+
+
+@require_POST
+@login_required
+@role_required(OPERATOR)
+def regenerate(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
+    """Ask for a new draft of an unusable or rejected item with the prompt version the operator chose:
+    a one-item job (a job has one prompt version). The same form sent again shows the job it started."""
+    item = get_object_or_404(Item.objects.select_related("product", "job"), pk=item_id)
+    form = RegenerateForm(request.POST)
+    back = reverse("item_detail", args=[item.pk])
+    if not form.is_valid():
+        return render(request, "refused.html", {"message": form_errors(form), "next_url": back}, status=400)
+    version = form.cleaned_data["prompt_version"]
+    try:
+        job, started = regenerate_with_prompt(item_id=item.pk, prompt_version=version, actor=request.user)
+    except NotAllowed as exc:
+        messages.error(request, f"{item.product.sku}: nothing was started. {exc}")
+        return redirect(back)
+    if started:
+        messages.success(
+            request,
+            f"{item.product.sku}: a new draft is asked for with prompt version {version} in job {job.reference}.",
+        )
+    else:
+        messages.info(
+            request,
+            f"{item.product.sku} was regenerated with prompt version {version} already: job {job.reference}.",
+        )
+    return redirect("job_detail", job.pk)

@@ -4,11 +4,11 @@ rejecting a draft (rules 6 and 15)."""
 import jsonschema
 from django.db import transaction
 
-from ..models import Approval, GeneratedVersion, Item, PromptVersion, SourceRevision
-from ..states import ItemState, ReasonCode
+from ..models import Approval, GeneratedVersion, Item, Job, PromptVersion, SourceRevision
+from ..states import ItemState, JobState, ReasonCode
 from ..validation import DraftChecker, Reason, read_draft, shortened, source_text
 from .core import NotAllowed, change_state, enqueue, refresh_job_state
-from .jobs import currency_problem, judge_currency
+from .jobs import create_job, currency_problem, judge_currency
 
 
 class EditRefused(NotAllowed):
@@ -155,3 +155,60 @@ def reject_version(*, item_id: int, version_id: int, reviewer, reason: str) -> I
         )
     refresh_job_state(item.job_id)
     return item
+
+
+# --- regenerating with another prompt version ------------------------------------------------
+
+# Drafts that a new prompt version may be asked to write again: unusable, or rejected by a reviewer.
+REGENERABLE_STATES = (ItemState.VALIDATION_FAILED, ItemState.REJECTED)
+
+
+def regeneration_reference(item: Item, prompt_version: int) -> str:
+    """The job that regenerates `item` with `prompt_version`: one per (item, version), so the same
+    form sent twice finds the job it started (rule 15) rather than starting a second."""
+    return f"{item.job.reference[:200]}-item{item.pk}-prompt-v{prompt_version}"
+
+
+def regenerate_with_prompt(*, item_id: int, prompt_version: int, actor) -> tuple[Job, bool]:
+    """Ask for a new draft of an unusable or rejected item with another prompt version.
+
+    A job has one prompt version (SPEC §1), so the new draft is the work of a new one-item job over
+    the product's current revision, with the same task, provider, model and destination; the item
+    itself becomes `cancelled` (its draft kept as evidence) with an event naming that job. Returns
+    (the job, whether it was started now): a job this item was already regenerated into with this
+    version is returned as it is."""
+    item = Item.objects.select_related("job", "product").get(pk=item_id)
+    reference = regeneration_reference(item, prompt_version)
+    started = Job.objects.filter(reference=reference).first()
+    if started is not None:
+        return started, False
+    if item.state not in REGENERABLE_STATES:
+        raise NotAllowed(
+            f"Only an unusable or rejected draft is regenerated; the item is {ItemState(item.state).label.lower()}"
+        )
+    source = item.job
+    if source.state == JobState.CANCELLED:
+        raise NotAllowed("The job was cancelled; nothing of it is regenerated")
+    if not PromptVersion.objects.filter(task=source.task, version=prompt_version).exists():
+        raise NotAllowed(f"The task {source.task!r} has no prompt version {prompt_version}")
+    with transaction.atomic():
+        job = create_job(
+            reference=reference,
+            owner=actor,
+            task=source.task,
+            provider=source.provider,
+            model=source.model,
+            prompt_version=prompt_version,
+            destination=source.destination,
+            skus=[item.product.sku],
+        )
+        change_state(
+            item.pk,
+            to=ItemState.CANCELLED,
+            actor=actor,
+            reason=f"Regenerated with prompt version {prompt_version} in job {job.reference}",
+            expect=REGENERABLE_STATES,
+            data={"regenerated_in": job.pk, "prompt_version": prompt_version},
+        )
+    refresh_job_state(source.pk)
+    return job, True

@@ -287,7 +287,8 @@ def test_an_unknown_group_opens_nothing(client, operator, job):
 def test_an_operator_retries_the_smallest_failed_unit(client, operator, job, state, reason, approved, now):
     [item] = failed(job, state, reason, approved=approved)
     client.force_login(operator)
-    response = client.post(reverse("operations_retry"), {"item": item.pk})
+    # confirmed: an unusable draft is retried only once the operator has read the warning
+    response = client.post(reverse("operations_retry"), {"item": item.pk, "confirmed": "yes"})
     assert response.status_code == 200
     html = response.content.decode()
     assert "Retried 1 item" in html and f"Now: {ItemState(now).label}" in html

@@ -86,6 +86,7 @@ EXPECTED: dict[str, dict[str, dict]] = {
     "item_detail": {"GET": viewers(), "POST": NOT_ALLOWED},
     "approve_item": {"GET": NOT_ALLOWED, "POST": approvers(400)},
     "reject_item": {"GET": NOT_ALLOWED, "POST": approvers(400)},
+    "regenerate_item": {"GET": NOT_ALLOWED, "POST": operators(400)},
     "review_queue": {"GET": viewers(), "POST": NOT_ALLOWED},
     "approve_selected": {"GET": NOT_ALLOWED, "POST": approvers(400)},
     "catalogue": {"GET": viewers(), "POST": NOT_ALLOWED},
