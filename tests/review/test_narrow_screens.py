@@ -1,5 +1,5 @@
 """Every screen at a phone's 390 px (issue 18, point 8; SPEC §8): for each role that may see it, no page
-is wider than the screen (a wide table scrolls inside its own box); a skip link leads past the
+(nor the login and not-found pages) is wider than the screen (a wide table scrolls inside its own box); a skip link leads past the
 navigation; the review desk's single-key shortcuts can be turned off."""
 
 import pytest
@@ -76,16 +76,24 @@ def test_no_screen_is_wider_than_a_phone(page, live_server, role):
     page.set_viewport_size(PHONE)
     allowed = {address: roles for address, roles in screens(job).items() if role in roles}
     assert len(allowed) >= (20 if role == ADMIN else 18)
-    first, *_ = allowed
-    log_in(page, live_server, person, then=first)
     too_wide = {}
-    for address in allowed:
-        response = page.goto(live_server.url + address)
-        assert response.status == 200, address
+
+    def measure(address: str) -> None:
         page.wait_for_load_state("networkidle")
         width = page.evaluate("document.documentElement.scrollWidth")
         if width > PHONE["width"]:
             too_wide[address] = (width, page.evaluate(OVERFLOWING))
+
+    page.goto(live_server.url + reverse("login"))
+    measure(reverse("login"))
+    first, *_ = allowed
+    log_in(page, live_server, person, then=first)
+    assert page.goto(live_server.url + "/no-such-screen/").status == 404
+    measure("/no-such-screen/")
+    for address in allowed:
+        response = page.goto(live_server.url + address)
+        assert response.status == 200, address
+        measure(address)
     assert not too_wide, "\n".join(
         f"{address}: {width} px wide, past the edge: {' | '.join(culprits)}"
         for address, (width, culprits) in too_wide.items()
