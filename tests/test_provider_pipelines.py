@@ -13,7 +13,7 @@ from django_q.tasks import async_task
 from ledger import actions
 from ledger.models import Approval, Event, GeneratedVersion, Item, Product, Submission, SubmissionItem
 from ledger.providers.base import Delivery
-from ledger.states import FINAL_STATES, ItemState, JobState
+from ledger.states import FINAL_STATES, OPERATOR_STATES, ItemState, JobState
 from tests.factories import UserFactory
 from tests.processes import emulator_stats, make_catalogue, wait_until
 from tests.provider_emulators import ONE_PER_PROTOCOL
@@ -129,4 +129,8 @@ def test_catalogue_to_published_text_for_every_provider(processes, provider):
         == SubmissionItem.objects.filter(item__job=job, outcome="returned").count()
     )
     job.refresh_from_db()
-    assert job.state in {JobState.IN_REVIEW, JobState.COMPLETED}
+    # Nothing in flight: an item waiting for an operator (a dead letter, say) keeps the job from completed.
+    if set(job.items.counts_by_state()) & set(OPERATOR_STATES):
+        assert job.state in {JobState.IN_REVIEW, JobState.NEEDS_ATTENTION}
+    else:
+        assert job.state in {JobState.IN_REVIEW, JobState.COMPLETED}
