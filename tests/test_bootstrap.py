@@ -6,7 +6,9 @@ from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django_q.models import Schedule
 
-from ledger.models import PromptVersion
+from ledger.actions.prompts import create_prompt_version, make_prompt_current
+from ledger.models import CurrentPromptChoice, PromptVersion
+from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -37,10 +39,6 @@ def test_migrate_again_restores_what_is_missing_and_duplicates_nothing():
 
 
 def test_migrate_leaves_the_default_prompt_current_and_a_later_choice_alone():
-    from ledger.actions.prompts import create_prompt_version, make_prompt_current
-    from ledger.models import CurrentPromptChoice
-    from tests.factories import UserFactory
-
     v1 = PromptVersion.objects.get(task="product_description")
     assert PromptVersion.objects.filter(task="product_description").current().get() == v1
     v2 = create_prompt_version(

@@ -5,6 +5,7 @@ and when, and the page shows what it changes from the current version."""
 import json
 
 import pytest
+from django.test import Client
 from django.urls import reverse
 
 from ledger.actions import NotAllowed, create_job
@@ -191,8 +192,6 @@ def test_make_current_takes_only_a_post(client, v1, v2, owner):
 
 
 def test_make_current_needs_the_csrf_token(v1, v2, owner):
-    from django.test import Client
-
     client = Client(enforce_csrf_checks=True)
     client.force_login(owner)
     assert client.post(make_current_url(v2), {"replacing": str(v1.pk)}).status_code == 403
