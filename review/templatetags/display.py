@@ -2,7 +2,8 @@
 
 - `{{ amount|money }}` or `{{ amount|money:cost.currency }}`: `<span title="0.000031 USD">< $0.01</span>`
 - `{{ price|unit_price }}`: a price per million tokens, never rounded away
-- `{{ moment|when }}` or `{{ moment|when:"seconds" }}`: `<time datetime=…>2026-12-03 09:14 CET</time>`
+- `{{ moment|when }}` or `{{ moment|when:"seconds" }}`: `<time datetime=…>2026-12-03 09:14 CET</time>`;
+  `when_text` the same words alone, for a title
 - `{{ item.state|item_badge }}` (also `job_badge`, `submission_badge`, `import_badge`): the short
   badge with the state's sentence beside it; `:"alone"` for the badge alone, the sentence in its title;
   `:"word"` for the short word alone (a legend beside colour swatches), the sentence in its title.
@@ -53,6 +54,12 @@ def when(moment: datetime | None, detail: str = "") -> SafeString | str:
     return format_html(
         '<time datetime="{}">{}</time>', local.isoformat(), time_text(local, seconds=detail == "seconds")
     )
+
+
+@register.filter
+def when_text(moment: datetime | None, detail: str = "") -> str:
+    """The same words as `when` without the element, for a title beside a relative time ("5 minutes ago")."""
+    return time_text(moment, seconds=detail == "seconds") if moment else ""
 
 
 def _badge(kind: str, state: str, shape: str) -> SafeString:
