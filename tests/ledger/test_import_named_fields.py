@@ -202,3 +202,16 @@ def test_a_refused_dry_run_says_why_and_changes_nothing(tmp_path, catalogue):
     with pytest.raises(CommandError, match="line 3: title is empty"):
         run(str(write(tmp_path, "bad.csv", "sku,title,price\nLAMP-1,Desk lamp,1\nLAMP-2,,2\n")), "--dry-run")
     assert ledger_size() == before
+
+
+def test_a_partial_record_is_compared_as_json_where_python_would_take_true_for_one(tmp_path):
+    import_catalogue(
+        jsonl(tmp_path, "first.jsonl", {"sku": "JAR-1", "title": "Jar", "lid": 1, "glass": "clear"})
+    )
+
+    same = import_catalogue(jsonl(tmp_path, "same.jsonl", {"sku": "JAR-1", "title": "Jar", "lid": 1}))
+    changed = import_catalogue(jsonl(tmp_path, "true.jsonl", {"sku": "JAR-1", "title": "Jar", "lid": True}))
+
+    assert (same.revised, same.unchanged) == (0, 1)
+    assert changed.revisions == [("JAR-1", ["lid"])]
+    assert Product.objects.get(sku="JAR-1").current_revision.fields == {"lid": True, "glass": "clear"}
