@@ -183,18 +183,21 @@ def create_prompt_version(
 ANY_CURRENT = object()
 
 
-def make_prompt_current(*, prompt: PromptVersion, actor, replacing=ANY_CURRENT) -> CurrentPromptChoice:
+def make_prompt_current(
+    *, prompt: PromptVersion, actor, replacing=ANY_CURRENT
+) -> tuple[CurrentPromptChoice, bool]:
     """Make `prompt` the version of its task that jobs naming no version use, recorded with who and
-    when. Already current: nothing is written and the choice that made it so is returned. With
-    `replacing` (the id of the version current when the person decided, or None for none), refused if
-    another became current meanwhile: a form sent again after someone else's choice does not undo it."""
+    when: (the choice, True). Already current: nothing is written, (the choice that made it so,
+    False). With `replacing` (the id of the version current when the person decided, or None for
+    none), refused if another became current meanwhile: a form sent again after someone else's
+    choice does not undo it."""
     with transaction.atomic():
         # The task's versions locked: two choices for one task are made one after the other.
         list(PromptVersion.objects.select_for_update().filter(task=prompt.task).values_list("pk"))
         newest = CurrentPromptChoice.objects.filter(task=prompt.task).order_by("-pk").first()
         current_id = newest.prompt_version_id if newest else None
         if current_id == prompt.pk:
-            return newest
+            return newest, False
         if replacing is not ANY_CURRENT and replacing != current_id:
             raise NotAllowed(
                 f"{newest.prompt_version} was made current by {newest.actor_name} since this page was "
@@ -202,10 +205,11 @@ def make_prompt_current(*, prompt: PromptVersion, actor, replacing=ANY_CURRENT) 
                 if newest
                 else "The current version changed since this page was shown: look again before choosing"
             )
-        return CurrentPromptChoice.objects.create(
+        choice = CurrentPromptChoice.objects.create(
             task=prompt.task,
             prompt_version=prompt,
             replaced_id=current_id,
             actor=actor,
             actor_name=actor_name(actor),
         )
+    return choice, True
