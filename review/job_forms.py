@@ -17,6 +17,7 @@ from ledger.models import (
     Product,
     ProductStatus,
     PromptVersion,
+    no_prompt_for_job,
 )
 from ledger.providers import (
     capabilities,
@@ -76,7 +77,7 @@ class ProviderField(forms.ChoiceField):
 class JobForm(forms.Form):
     reference = forms.CharField(max_length=200)
     task = forms.CharField(max_length=64)
-    # The version number within the task; empty means the latest.
+    # The version number within the task; empty means the task's current version.
     prompt_version = forms.IntegerField(required=False, min_value=1, max_value=2**31 - 1)
     provider = ProviderField()
     # Empty: the provider's default model, and the usual unit size within its limit.
@@ -103,8 +104,7 @@ class JobForm(forms.Form):
         self.prompt: PromptVersion | None = None
 
     def find_prompt(self, task: str, version) -> PromptVersion | None:
-        versions = PromptVersion.objects.filter(task=task)
-        return versions.filter(version=version).first() if version else versions.first()
+        return PromptVersion.objects.for_job(task, version)
 
     def clean(self) -> dict:
         data = super().clean()
@@ -127,8 +127,10 @@ class JobForm(forms.Form):
                 self.add_error("task", f"There is no prompt for the task “{task}”.")
             else:
                 self.prompt = self.find_prompt(task, data.get("prompt_version"))
-                if self.prompt is None:
+                if self.prompt is None and data.get("prompt_version"):
                     self.add_error("prompt_version", f"That prompt version is not one of the task {task}.")
+                elif self.prompt is None:
+                    self.add_error("prompt_version", no_prompt_for_job(task) + ".")
         return data
 
     def job_fields(self) -> dict:

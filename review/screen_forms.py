@@ -94,8 +94,11 @@ class JobStartForm(JobForm):
         if "product_description" in tasks:
             self.fields["task"].initial = "product_description"
         self.fields["prompt_version"].choices = [
-            ("", "The latest version of the task"),
-            *((str(p.pk), str(p)) for p in PromptVersion.objects.order_by("task", "-version")),
+            ("", "The current version of the task"),
+            *(
+                (str(p.pk), f"{p} (current)" if p.is_current else str(p))
+                for p in PromptVersion.objects.with_current().order_by("task", "-version")
+            ),
         ]
         self.fields["category"].choices = [("", "Choose a category"), *((c, c) for c in categories())]
         self.fields["model"].widget.attrs["list"] = "priced-models"
@@ -104,8 +107,9 @@ class JobStartForm(JobForm):
 
     def find_prompt(self, task: str, version_id) -> PromptVersion | None:
         """The screen picks a prompt version by its id, from one list of every task's versions."""
-        versions = PromptVersion.objects.filter(task=task)
-        return versions.filter(pk=version_id).first() if version_id else versions.first()
+        if not version_id:
+            return PromptVersion.objects.for_job(task)
+        return PromptVersion.objects.filter(task=task, pk=version_id).first()
 
     def clean_reference(self) -> str:
         reference = self.cleaned_data["reference"].strip()
