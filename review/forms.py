@@ -67,6 +67,12 @@ class ReviewPlaceForm(forms.Form):
     # The draft before the one at `pos`, as a signed cursor (review/paging.py): the draft shown is the
     # first one after it, found from the queue's index whatever the position.
     after = forms.CharField(required=False, max_length=1000)
+    # List mode's filters beside the job: the product's category as its source revision states it,
+    # and whether the draft passed its checks.
+    category = forms.CharField(required=False, max_length=200)
+    validity = forms.ChoiceField(
+        required=False, choices=[("", "Valid or not"), ("valid", "Valid"), ("invalid", "Invalid")]
+    )
 
 
 class DraftsField(forms.Field):
@@ -103,3 +109,31 @@ class ApproveSelectedForm(forms.Form):
     so that only the text the reviewer saw is approved."""
 
     draft = DraftsField(error_messages={"required": "Tick the drafts to approve."})
+
+
+class RejectSelectedForm(ApproveSelectedForm):
+    """Ticked rows to reject, all for one reason."""
+
+    reason = forms.CharField(
+        max_length=MAX_NOTE_LENGTH, error_messages={"required": "Say why the ticked drafts are rejected."}
+    )
+
+
+# The most drafts one "all matching" decision takes: the oldest this many; the rest wait for another.
+MATCHING_LIMIT = 500
+
+
+class DecideMatchingForm(forms.Form):
+    """A decision on every draft matching the list's filters, as the reviewer confirmed it: how many
+    there were and which (`fingerprint`), so that a set changed since is asked about again."""
+
+    decision = forms.ChoiceField(choices=[("approve", "Approve"), ("reject", "Reject")])
+    count = forms.IntegerField(min_value=1, max_value=MATCHING_LIMIT)
+    fingerprint = forms.CharField(validators=[sha256_hex])
+    reason = forms.CharField(required=False, max_length=MAX_NOTE_LENGTH)
+
+    def clean(self) -> dict:
+        cleaned = super().clean()
+        if cleaned.get("decision") == "reject" and not (cleaned.get("reason") or "").strip():
+            raise forms.ValidationError("Say why the drafts are rejected.")
+        return cleaned

@@ -5,6 +5,7 @@ The desk has two modes. Focus mode shows one draft at a time beside its source r
 word with the text published now; a decision sent with htmx answers with what happened to that draft and
 the next one to decide on. List mode is a table of fifty drafts at a time, for approving many at once."""
 
+import hashlib
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from functools import cached_property
@@ -38,10 +39,13 @@ from ledger.states import ItemState, JobState
 from .common import HtmxHttpRequest, ShownValue, fields_of, wants_partial, word_diff
 from .forms import (
     LIST_PAGE_SIZE,
+    MATCHING_LIMIT,
     ApproveForm,
     ApproveSelectedForm,
+    DecideMatchingForm,
     RegenerateForm,
     RejectForm,
+    RejectSelectedForm,
     ReviewPlaceForm,
 )
 from .paging import PageRefused, _beyond, _read_token, _reversed, _token, screen_page
@@ -422,7 +426,7 @@ def review_queue(request: HtmxHttpRequest) -> HttpResponse:
     place = place_of(request.GET)
     job_id = place.get("job")
     if place.get("mode") == "list":
-        return review_list(request, job_id)
+        return review_list(request, ReviewFilter.of(place))
     pos, after = place.get("pos"), place.get("after")
     if item_id := place.get("item"):
         item = get_object_or_404(Item, pk=item_id)
@@ -437,25 +441,85 @@ def review_queue(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, "review_queue.html", context)
 
 
-def review_list(request: HtmxHttpRequest, job_id: int | None) -> HttpResponse:
+@dataclass(frozen=True)
+class ReviewFilter:
+    """Which waiting drafts list mode shows and an "all matching" decision takes: of a job, of a
+    category (as the item's source revision states it), valid or invalid."""
+
+    job: int | None = None
+    category: str = ""
+    validity: str = ""
+
+    @classmethod
+    def of(cls, place: dict) -> "ReviewFilter":
+        return cls(place.get("job"), place.get("category") or "", place.get("validity") or "")
+
+    def items(self) -> QuerySet[Item]:
+        items = with_latest_draft(review_queue_items(self.job))
+        if self.category:
+            items = items.filter(source_revision__fields__category=self.category)
+        if self.validity:
+            latest_valid = (
+                GeneratedVersion.objects.filter(item=OuterRef("pk")).order_by("-number").values("valid")[:1]
+            )
+            items = items.annotate(latest_valid=Subquery(latest_valid)).filter(
+                latest_valid=self.validity == "valid"
+            )
+        return items
+
+    def count(self) -> int:
+        """From the tallies when only the job narrows the queue; counted otherwise."""
+        return self.items().count() if self.category or self.validity else waiting_count(self.job)
+
+    def params(self) -> dict:
+        return {"job": self.job or "", "category": self.category, "validity": self.validity}
+
+    def words(self) -> str:
+        """The filters in words, for a confirmation."""
+        parts = []
+        if self.job:
+            parts.append(
+                f"of job {Job.objects.filter(pk=self.job).values_list('reference', flat=True).first()}"
+            )
+        if self.category:
+            parts.append(f"in category “{self.category}”")
+        if self.validity:
+            parts.append(self.validity)
+        return ", ".join(parts) or "every waiting draft"
+
+
+def matching_drafts(review_filter: ReviewFilter) -> tuple[list[Item], str]:
+    """The oldest MATCHING_LIMIT drafts the filter matches, and their fingerprint: a hash of each
+    item and the draft it would be decided on, so a set changed since it was confirmed is noticed."""
+    items = list(review_filter.items().select_related("product")[:MATCHING_LIMIT])
+    named = ",".join(f"{item.pk}:{item.latest_version_id}" for item in items)
+    return items, hashlib.sha256(named.encode()).hexdigest()
+
+
+def review_list(request: HtmxHttpRequest, review_filter: ReviewFilter) -> HttpResponse:
+    count = review_filter.count()
     page = screen_page(
         # What the list shows of each row: not the source's fields nor the published text.
-        with_latest_draft(review_queue_items(job_id)).defer(
-            "source_revision__fields", "product__published_content"
-        ),
+        review_filter.items().defer("source_revision__fields", "product__published_content"),
         order=["updated_at", "id"],
         per_page=LIST_PAGE_SIZE,
         page=request.GET.get("page"),
-        count=waiting_count(job_id),
+        count=count,
     )
+    can_decide = has_role(request.user, *APPROVERS)
     context = {
         "page": page,
         "cards": review_cards(page.object_list),
-        "job_id": job_id,
-        "jobs": jobs_in_review(job_id),
-        "can_decide": has_role(request.user, *APPROVERS),
+        "job_id": review_filter.job,
+        "filter": review_filter,
+        "jobs": jobs_in_review(review_filter.job),
+        "can_decide": can_decide,
         "return_to": request.get_full_path(),
+        "matching_limit": MATCHING_LIMIT,
     }
+    if can_decide and request.GET.get("confirm") == "all" and count:
+        items, fingerprint = matching_drafts(review_filter)
+        context["matching"] = {"count": len(items), "of": count, "fingerprint": fingerprint}
     return render(request, "review_list.html", context)
 
 
@@ -623,6 +687,14 @@ def approve_selected(request: HtmxHttpRequest) -> HttpResponse:
     form = ApproveSelectedForm(request.POST)
     if not form.is_valid():
         return render(request, "refused.html", {"message": form_errors(form), "next_url": back}, status=400)
+    if request.POST.get("reason", "").strip():
+        # A reason is typed to reject: Enter in its field submits the form with its first button.
+        messages.error(
+            request,
+            "Nothing was approved: a reason for rejecting was typed. Press “Reject selected drafts” to "
+            "reject the ticked drafts, or clear the reason to approve them.",
+        )
+        return redirect(back)
     pairs: list[tuple[int, str]] = form.cleaned_data["draft"]
     versions, stale = out_of_date(pairs)
     if stale:
@@ -649,6 +721,108 @@ def approve_selected(request: HtmxHttpRequest) -> HttpResponse:
     for refusal in refusals:
         messages.error(request, f"Not approved — {refusal}")
     return redirect(back)
+
+
+def list_url(review_filter: ReviewFilter, **more) -> str:
+    return queue_url(mode="list", **review_filter.params(), **more)
+
+
+@require_POST
+@login_required
+@role_required(*APPROVERS)
+def reject_selected(request: HtmxHttpRequest) -> HttpResponse:
+    """Reject the ticked drafts of the list for one reason, each the draft its row showed; if any of
+    them is no longer what the page showed, nothing is rejected (as for approving)."""
+    back = next_url(request, default=queue_url(mode="list"))
+    form = RejectSelectedForm(request.POST)
+    if not form.is_valid():
+        return render(request, "refused.html", {"message": form_errors(form), "next_url": back}, status=400)
+    pairs: list[tuple[int, str]] = form.cleaned_data["draft"]
+    versions, stale = out_of_date(pairs)
+    if stale:
+        messages.error(
+            request,
+            "Nothing was rejected: the page you ticked on is out of date ("
+            + "; ".join(stale)
+            + "). This is the list as it is now: tick the drafts to reject again.",
+        )
+        return redirect(back)
+    rejected, refusals = 0, []
+    for version_id, _ in pairs:
+        version = versions[version_id]
+        try:
+            reject_version(
+                item_id=version.item_id,
+                version_id=version.pk,
+                reviewer=request.user,
+                reason=form.cleaned_data["reason"],
+            )
+        except NotAllowed as exc:
+            refusals.append(f"{version.item.product.sku}: {exc}")
+        else:
+            rejected += 1
+    if rejected:
+        messages.success(request, f"Rejected {rejected} draft{'s' if rejected != 1 else ''}.")
+    for refusal in refusals:
+        messages.error(request, f"Not rejected — {refusal}")
+    return redirect(back)
+
+
+@require_POST
+@login_required
+@role_required(*APPROVERS)
+def decide_matching(request: HtmxHttpRequest) -> HttpResponse:
+    """Approve or reject every draft the list's filters match (the oldest MATCHING_LIMIT), as the
+    reviewer confirmed them: if the drafts matching are no longer those counted on the confirmation,
+    nothing is decided and the reviewer is asked again with the set as it is now."""
+    review_filter = ReviewFilter.of(place_of(request.POST))
+    form = DecideMatchingForm(request.POST)
+    if not form.is_valid():
+        return render(
+            request,
+            "refused.html",
+            {"message": form_errors(form), "next_url": list_url(review_filter)},
+            status=400,
+        )
+    items, fingerprint = matching_drafts(review_filter)
+    if len(items) != form.cleaned_data["count"] or fingerprint != form.cleaned_data["fingerprint"]:
+        messages.warning(
+            request,
+            f"The drafts matching changed since you confirmed: {len(items)} now. Nothing was decided; "
+            "confirm again.",
+        )
+        return redirect(list_url(review_filter, confirm="all"))
+    approving = form.cleaned_data["decision"] == "approve"
+    versions = GeneratedVersion.objects.in_bulk([item.latest_version_id for item in items])
+    done, refusals = 0, []
+    for item in items:
+        version = versions[item.latest_version_id]
+        try:
+            if approving:
+                approve_version(
+                    item_id=item.pk,
+                    version_id=version.pk,
+                    version_hash=version.content_hash,
+                    approver=request.user,
+                )
+            else:
+                reject_version(
+                    item_id=item.pk,
+                    version_id=version.pk,
+                    reviewer=request.user,
+                    reason=form.cleaned_data["reason"],
+                )
+        except NotAllowed as exc:
+            refusals.append(f"{item.product.sku}: {exc}")
+        else:
+            done += 1
+    verb = "Approved" if approving else "Rejected"
+    if done:
+        being = "; being applied" if approving else ""
+        messages.success(request, f"{verb} {done} draft{'s' if done != 1 else ''}{being}.")
+    for refusal in refusals:
+        messages.error(request, f"Not {verb.lower()} — {refusal}")
+    return redirect(list_url(review_filter))
 
 
 @require_POST

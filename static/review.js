@@ -97,6 +97,16 @@
     }
     form.addEventListener("change", function () { countSelection(form); });
     countSelection(form);
+    // Enter in the reason rejects (the form's first button would approve).
+    var reason = form.querySelector("[name=reason]");
+    var reject = form.querySelector("[data-testid=reject-selected]");
+    if (reason && reject) {
+      reason.addEventListener("keydown", function (event) {
+        if (event.key !== "Enter") return;
+        event.preventDefault();
+        reject.click();
+      });
+    }
   }
 
   document.querySelectorAll("form[data-bulk-approve]").forEach(enhanceList);

@@ -89,6 +89,8 @@ EXPECTED: dict[str, dict[str, dict]] = {
     "regenerate_item": {"GET": NOT_ALLOWED, "POST": operators(400)},
     "review_queue": {"GET": viewers(), "POST": NOT_ALLOWED},
     "approve_selected": {"GET": NOT_ALLOWED, "POST": approvers(400)},
+    "reject_selected": {"GET": NOT_ALLOWED, "POST": approvers(400)},
+    "decide_matching": {"GET": NOT_ALLOWED, "POST": approvers(400)},
     "catalogue": {"GET": viewers(), "POST": NOT_ALLOWED},
     "catalogue_import": {"GET": viewers(), "POST": approvers(400)},
     "import_detail": {"GET": viewers(), "POST": NOT_ALLOWED},
