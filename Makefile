@@ -68,7 +68,8 @@ format: $(PY)
 	$(VENV)/bin/ruff check --fix .
 
 # Issue 9's figures on a fresh PostgreSQL database (on DATABASE_URL's server, default 127.0.0.1:5432),
-# dropped at the end: `make bench ARGS="--products 1200000"`.
+# dropped at the end, each judged against its baseline from the same run (SPEC §10: the import of
+# new products against its ceiling): `make bench ARGS="--products 1200000"`.
 bench: $(PY)
 	DEBUG=$${DEBUG:-1} $(PY) manage.py bench $(ARGS)
 
