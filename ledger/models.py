@@ -791,6 +791,10 @@ class Event(models.Model):
             models.Index(
                 fields=["id"], name="event_inference_failed", condition=Q(to_state=ItemState.INFERENCE_FAILED)
             ),
+            # The audit's rejections, newest first: a few among a million events.
+            models.Index(
+                fields=["at", "id"], name="event_rejection", condition=Q(to_state=ItemState.REJECTED)
+            ),
         ]
 
     def save(self, *args, **kwargs):
