@@ -1,7 +1,8 @@
-"""Audit (SPEC §8), for admins: who approved which version when and what they changed, as a page and
-as CSV, and the full event log of any item."""
+"""Audit (SPEC §8), for admins: who approved which version when and what they changed, who rejected
+which draft and why, as a page and as CSV, and the full event log of any item."""
 
 import csv
+import heapq
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -11,13 +12,16 @@ from functools import cached_property, partial
 from django import forms
 from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
-from django.db.models import QuerySet
+from django.db.models import BigIntegerField, OuterRef, Q, QuerySet, Subquery
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from ledger.models import Approval, Item, Job
+from ledger.models import Approval, Event, GeneratedVersion, Item, Job
+from ledger.states import ItemState
 
 from .common import url_of, word_diff
 from .display import time_text
@@ -30,12 +34,17 @@ DIFF_CHAR_LIMIT = 20_000
 
 
 class ApprovalFilter(forms.Form):
+    decision = forms.ChoiceField(
+        required=False,
+        choices=[("", "Approvals"), ("rejected", "Rejections")],
+        label="Decisions",
+    )
     person = forms.ModelChoiceField(
         queryset=get_user_model().objects.none(),
         to_field_name="username",
         required=False,
         empty_label="Everyone",
-        label="Approved by",
+        label="Decided by",
     )
     job = forms.CharField(required=False, max_length=200, label="Job reference")
     since = forms.DateField(required=False, label="From", widget=forms.DateInput(attrs={"type": "date"}))
@@ -43,10 +52,11 @@ class ApprovalFilter(forms.Form):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        # Only people who have approved something: the list stays short and every choice finds rows.
+        # Only people who have decided something: the list stays short and every choice finds rows.
         approvers = Approval.objects.values("approved_by")
+        rejecters = rejection_events().filter(actor__isnull=False).values("actor")
         self.fields["person"].queryset = (
-            get_user_model().objects.filter(pk__in=approvers).order_by("username")
+            get_user_model().objects.filter(Q(pk__in=approvers) | Q(pk__in=rejecters)).order_by("username")
         )
 
     def clean_job(self) -> Job | None:
@@ -79,6 +89,36 @@ class ApprovalFilter(forms.Form):
             approvals = approvals.filter(approved_at__date__lte=data["until"])
         return approvals
 
+    def rejections(self) -> QuerySet[Event]:
+        """The rejections the (valid) filter selects, newest first, each with the draft it named."""
+        events = rejection_events().order_by("-at", "-id")
+        data = self.cleaned_data
+        if data["person"]:
+            events = events.filter(actor=data["person"])
+        if data["job"]:
+            events = events.filter(item__job=data["job"])
+        if data["since"]:
+            events = events.filter(at__date__gte=data["since"])
+        if data["until"]:
+            events = events.filter(at__date__lte=data["until"])
+        return with_rejected_draft(events)
+
+
+def rejection_events() -> QuerySet[Event]:
+    """A reviewer's rejection of a draft is the event that moved its item to `rejected`."""
+    return Event.objects.filter(to_state=ItemState.REJECTED, item__isnull=False)
+
+
+def with_rejected_draft(events: QuerySet[Event]) -> QuerySet[Event]:
+    """Events annotated with the draft their `data.version` names: its number, hash and text."""
+    drafts = GeneratedVersion.objects.filter(pk=OuterRef("version_id"))
+    return events.annotate(
+        version_id=Cast(KeyTextTransform("version", "data"), BigIntegerField()),
+        version_number=Subquery(drafts.values("number")[:1]),
+        version_hash=Subquery(drafts.values("content_hash")[:1]),
+        version_content=Subquery(drafts.values("content")[:1]),
+    )
+
 
 # --- edits -------------------------------------------------------------------------------
 
@@ -105,6 +145,7 @@ AUDIT_ROW_FIELDS = (
     "item__product__sku",
     "version__number",
     "version__content",
+    "version__valid",
 )
 
 
@@ -141,11 +182,64 @@ class AuditRow:
         return time_text(self.approved_at)
 
 
+@dataclass(frozen=True)
+class RejectionRow:
+    event: Event
+
+    @property
+    def item_url(self) -> str:
+        return url_of("item_detail", self.event.item_id)
+
+    @property
+    def events_url(self) -> str:
+        return url_of("audit_events", self.event.item_id)
+
+    @cached_property
+    def at(self) -> datetime:
+        return timezone.localtime(self.event.at)
+
+    @property
+    def at_iso(self) -> str:
+        return self.at.isoformat()
+
+    @property
+    def at_shown(self) -> str:
+        return time_text(self.at)
+
+
+def rejections_page(request: HttpRequest, filters: ApprovalFilter) -> HttpResponse:
+    events = (
+        filters.rejections()
+        .select_related("item__job", "item__product")
+        .defer("item__product__published_content")
+        if filters.is_valid()
+        else Event.objects.none()
+    )
+    page = screen_page(
+        events,
+        order=["-at", "-id"],
+        per_page=APPROVALS_PER_PAGE,
+        page=request.GET.get("page"),
+        count=partial(capped_count, events),
+    )
+    csv_query = request.GET.copy()
+    csv_query.pop("page", None)
+    context = {
+        "filters": filters,
+        "page": page,
+        "rejections": [RejectionRow(event) for event in page.object_list],
+        "csv_query": csv_query.urlencode(),
+    }
+    return render(request, "audit.html", context)
+
+
 @require_GET
 @login_required
 @role_required(ADMIN)
 def audit(request: HttpRequest) -> HttpResponse:
     filters = ApprovalFilter(request.GET)
+    if filters.is_valid() and filters.cleaned_data["decision"] == "rejected":
+        return rejections_page(request, filters)
     approvals = (
         filters.approvals()
         .select_related("approved_by", "item__job", "item__product", "version")
@@ -164,26 +258,64 @@ def audit(request: HttpRequest) -> HttpResponse:
     rows = [AuditRow(a, edit_of(a) if a.edited else None) for a in page.object_list]
     csv_query = request.GET.copy()
     csv_query.pop("page", None)
-    context = {"filters": filters, "page": page, "rows": rows, "csv_query": csv_query.urlencode()}
+    context = {
+        "filters": filters,
+        "page": page,
+        "rows": rows,
+        "rejections": None,  # the approvals are shown
+        "csv_query": csv_query.urlencode(),
+    }
     return render(request, "audit.html", context)
 
 
 # --- CSV -----------------------------------------------------------------------------------
 
+# Approvals and rejections in one file, newest first: a rejection's `reason` is the reviewer's, and it
+# has no final text.
 CSV_COLUMNS = (
-    ("approved_at", "approved_at"),
-    ("approved_by", "approved_by__username"),
-    ("job", "item__job__reference"),
-    ("sku", "item__product__sku"),
-    ("item_id", "item_id"),
-    ("version_number", "version__number"),
-    ("version_id", "version_id"),
-    ("content_hash", "version_hash"),
-    ("edited", "edited"),
-    ("note", "note"),
-    ("generated_content", "version__content"),
-    ("final_content", "final_content"),
+    "decision",
+    "decided_at",
+    "decided_by",
+    "job",
+    "sku",
+    "item_id",
+    "version_number",
+    "version_id",
+    "content_hash",
+    "edited",
+    "note",
+    "reason",
+    "generated_content",
+    "final_content",
 )
+APPROVAL_FIELDS = (
+    "approved_at",
+    "approved_by__username",
+    "item__job__reference",
+    "item__product__sku",
+    "item_id",
+    "version__number",
+    "version_id",
+    "version_hash",
+    "edited",
+    "note",
+    "version__content",
+    "final_content",
+)
+REJECTION_FIELDS = (
+    "at",
+    "actor_name",
+    "item__job__reference",
+    "item__product__sku",
+    "item_id",
+    "version_number",
+    "version_id",
+    "version_hash",
+    "reason",
+    "version_content",
+)
+# Spreadsheet programs read a CSV file as UTF-8 only when it starts with a byte-order mark ("°C").
+BYTE_ORDER_MARK = "\ufeff"
 # A spreadsheet runs a cell starting with one of these as a formula (CSV injection).
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
@@ -205,12 +337,56 @@ class Echo:
         return value
 
 
-def csv_lines(approvals: QuerySet[Approval]) -> Iterator[str]:
+def approval_rows(approvals: QuerySet[Approval]) -> Iterator[tuple]:
+    # A server-side cursor on PostgreSQL: rows arrive in chunks, never all at once.
+    for (
+        at,
+        by,
+        job,
+        sku,
+        item,
+        number,
+        version,
+        digest,
+        edited,
+        note,
+        generated,
+        final,
+    ) in approvals.values_list(*APPROVAL_FIELDS).iterator(chunk_size=500):
+        yield (
+            "approved",
+            at,
+            by,
+            job,
+            sku,
+            item,
+            number,
+            version,
+            digest,
+            edited,
+            note,
+            "",
+            generated,
+            final,
+        )
+
+
+def rejection_rows(rejections: QuerySet[Event]) -> Iterator[tuple]:
+    for at, by, job, sku, item, number, version, digest, reason, generated in rejections.values_list(
+        *REJECTION_FIELDS
+    ).iterator(chunk_size=500):
+        yield ("rejected", at, by, job, sku, item, number, version, digest, False, "", reason, generated, "")
+
+
+def csv_lines(approvals: QuerySet[Approval], rejections: QuerySet[Event]) -> Iterator[str]:
     # Every cell quoted: no spreadsheet guesses that a hash or an id is a number or a date.
     writer = csv.writer(Echo(), quoting=csv.QUOTE_ALL)
-    yield writer.writerow([name for name, _ in CSV_COLUMNS])
-    # A server-side cursor on PostgreSQL: rows arrive in chunks, never all at once.
-    for row in approvals.values_list(*(field for _, field in CSV_COLUMNS)).iterator(chunk_size=500):
+    yield BYTE_ORDER_MARK + writer.writerow(CSV_COLUMNS)
+    # Both newest first, merged by the time of the decision.
+    decisions = heapq.merge(
+        approval_rows(approvals), rejection_rows(rejections), key=lambda row: row[1], reverse=True
+    )
+    for row in decisions:
         yield writer.writerow([csv_cell(value) for value in row])
 
 
@@ -224,9 +400,9 @@ def approvals_csv(request: HttpRequest) -> HttpResponse:
         return HttpResponse(f"Nothing was exported: {problems}\n", status=400, content_type="text/plain")
     stamp = timezone.now().strftime("%Y%m%d-%H%M")
     return StreamingHttpResponse(
-        csv_lines(filters.approvals()),
+        csv_lines(filters.approvals(), filters.rejections()),
         content_type="text/csv; charset=utf-8",
-        headers={"Content-Disposition": f'attachment; filename="approvals-{stamp}.csv"'},
+        headers={"Content-Disposition": f'attachment; filename="decisions-{stamp}.csv"'},
     )
 
 

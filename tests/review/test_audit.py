@@ -67,7 +67,8 @@ def approve(
 def exported(response) -> list[dict]:
     assert isinstance(response, StreamingHttpResponse)
     text = b"".join(response.streaming_content).decode("utf-8")
-    return list(csv.DictReader(io.StringIO(text)))
+    assert text.startswith("\ufeff")  # the byte-order mark spreadsheet programs need to read UTF-8
+    return list(csv.DictReader(io.StringIO(text.removeprefix("\ufeff"))))
 
 
 # --- who may see it --------------------------------------------------------------------------
@@ -224,11 +225,12 @@ def test_the_csv_export_streams_the_filtered_rows(client, admin, owner, job):
     response = client.get(reverse("audit_csv"), {"person": owner.username, "job": job.reference})
     assert response.status_code == 200
     assert response["Content-Type"] == "text/csv; charset=utf-8"
-    assert response["Content-Disposition"].startswith('attachment; filename="approvals-')
+    assert response["Content-Disposition"].startswith('attachment; filename="decisions-')
     [row] = exported(response)
     assert row == {
-        "approved_at": mine.approved_at.isoformat(),
-        "approved_by": owner.username,
+        "decision": "approved",
+        "decided_at": mine.approved_at.isoformat(),
+        "decided_by": owner.username,
         "job": job.reference,
         "sku": "OAK-1",
         "item_id": str(mine.item_id),
@@ -237,6 +239,7 @@ def test_the_csv_export_streams_the_filtered_rows(client, admin, owner, job):
         "content_hash": mine.version_hash,
         "edited": "yes",
         "note": "",
+        "reason": "",
         "generated_content": mine.version.content,
         "final_content": 'Line one,\n"quoted" line two',
     }
@@ -259,8 +262,9 @@ def test_every_csv_cell_is_quoted(client, admin, owner):
     client.force_login(admin)
     response = client.get(reverse("audit_csv"))
     header, row, end = b"".join(response.streaming_content).decode("utf-8").split("\r\n")
-    assert header == ",".join('"' + name + '"' for name, _ in CSV_COLUMNS)
+    assert header == "\ufeff" + ",".join('"' + name + '"' for name in CSV_COLUMNS)
     cells = [
+        "approved",
         approval.approved_at.isoformat(),
         owner.username,
         approval.item.job.reference,
@@ -270,6 +274,7 @@ def test_every_csv_cell_is_quoted(client, admin, owner):
         str(approval.version_id),
         approval.version_hash,
         "no",
+        "",
         "",
         "A plain draft.",
         "A plain draft.",
@@ -300,7 +305,7 @@ def test_the_csv_export_reads_rows_in_chunks(client, admin, owner, job, monkeypa
     client.force_login(admin)
     response = client.get(reverse("audit_csv"))
     assert len(exported(response)) == 3
-    assert chunks == [500]
+    assert chunks == [500, 500]  # the approvals, and the rejections
 
 
 # --- events --------------------------------------------------------------------------------
@@ -431,3 +436,55 @@ def test_the_rows_links_and_times_are_what_url_and_date_make(settings):
     with timezone.override("Europe/Berlin"):
         assert f"{row.approved_at_iso} {row.approved_at_shown}" == shown.render(Context({"at": moment}))
         assert "+01:00" in row.approved_at_iso or "+02:00" in row.approved_at_iso
+
+
+# --- rejections ----------------------------------------------------------------------------
+
+
+def reject(item: Item, by, reason: str) -> Event:
+    """A draft and its rejection as the ledger records them: the reviewer's verb."""
+    from ledger.actions.reviewing import reject_version
+
+    version = add_version(item)
+    reject_version(item_id=item.pk, version_id=version.pk, reviewer=by, reason=reason)
+    return Event.objects.filter(item=item, to_state=ItemState.REJECTED).get()
+
+
+def test_the_audit_shows_rejections_with_who_why_and_the_draft(client, admin, owner, job):
+    rejected = reject(ItemFactory(job=job, awaiting_review=True, product__sku="OAK-9"), owner, XSS)
+    reject(ItemFactory(awaiting_review=True), UserFactory(username="bob", roles=["catalogue_owner"]), "No")
+    client.force_login(admin)
+    html = client.get(reverse("audit"), {"decision": "rejected", "job": job.reference}).content.decode()
+    assert "1 rejection" in html and 'data-testid="rejections"' in html
+    row = html[html.index(f'data-testid="rejection-{rejected.pk}"') :]
+    assert owner.username in row and "OAK-9" in row and rejected.data["version"]
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in row and XSS not in html
+    version = Item.objects.get(pk=rejected.item_id).versions.get()
+    assert version.content_hash[:12] in row
+    by_bob = client.get(reverse("audit"), {"decision": "rejected", "person": "bob"}).content.decode()
+    assert "1 rejection" in by_bob and "OAK-9" not in by_bob
+    assert "0 approvals" in client.get(reverse("audit")).content.decode()  # approvals stay apart
+
+
+def test_an_approval_that_repaired_an_unusable_draft_says_so(client, admin, owner):
+    item = ItemFactory(awaiting_review=True)
+    approval = approve(item, owner, final="An oak board, 40 x 25 cm, oiled by hand and ready for use.")
+    approval.version.valid = False
+    approval.version.save()
+    client.force_login(admin)
+    assert 'data-testid="repaired"' in client.get(reverse("audit")).content.decode()
+
+
+def test_the_csv_holds_approvals_and_rejections_newest_first_with_a_byte_order_mark(client, admin, owner):
+    approval = approve(ItemFactory(product__sku="OAK-1"), owner, final="Oiled at 20 °C for a day.")
+    Approval.objects.filter(pk=approval.pk).update(approved_at=timezone.now() - timedelta(hours=1))
+    rejection = reject(ItemFactory(awaiting_review=True, product__sku="OAK-2"), owner, "Says 100 °C")
+    client.force_login(admin)
+    response = client.get(reverse("audit_csv"))
+    raw = b"".join(response.streaming_content)
+    assert raw.startswith(b"\xef\xbb\xbf")  # UTF-8's byte-order mark
+    rows = list(csv.DictReader(io.StringIO(raw.decode("utf-8-sig"))))
+    assert [(r["decision"], r["sku"]) for r in rows] == [("rejected", "OAK-2"), ("approved", "OAK-1")]
+    assert rows[0]["reason"] == "Says 100 °C" and rows[0]["decided_by"] == owner.username
+    assert rows[0]["version_id"] == str(rejection.data["version"]) and rows[0]["final_content"] == ""
+    assert rows[1]["final_content"] == "Oiled at 20 °C for a day."
