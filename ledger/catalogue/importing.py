@@ -113,7 +113,7 @@ def _import(
     dry_run: bool,
     recognise: bool,
 ) -> ImportReport:
-    report = ImportReport(replace=replace)
+    report = ImportReport(replace=replace, dry_run=dry_run)
     counted = _CountingReader(stream)
     try:
         with fewer_cycle_collections(), transaction.atomic():

@@ -312,6 +312,14 @@ def _write_staged(chunk: list[_Staged], report: ImportReport) -> None:
             _lock_the_changed(cursor)
         _merge_named_fields(cursor, records, report)
         _count_rework(cursor, records, report)
+        if report.dry_run:
+            # Rolled back in the end: no item need be judged, what they would become is counted
+            # (`_count_rework`), and every row is merged set-wise, as it counts exactly as
+            # `record_product` would (a dry run of 10,000 revised products with items at work took
+            # 6 minutes one by one).
+            _merge(cursor, report)
+            report.rows_written += len(chunk)
+            return
         stopping = sorted(_STOPPABLE_STATES)
         cursor.execute(
             f"SELECT s.sku, k.old_status FROM {_ROWS} WHERE ({_REVISED} OR {_WITHDRAWING}) "

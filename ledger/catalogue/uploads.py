@@ -175,27 +175,33 @@ def run_stored_import(import_id: int) -> str:
             _save_progress(mine, report)
 
     def finish(report: ImportReport) -> None:
-        if _needs_confirmation(stored, report):
-            raise DryRun
         if not mine.update(state=ImportState.DONE, finished_at=timezone.now(), **_report_values(report)):
             raise _ClaimLost
         CatalogueImportChunk.objects.filter(catalogue_import_id=import_id).delete()
 
+    def finish_if_confirmed(report: ImportReport) -> None:
+        # The catalogue may have changed since the dry run or the preview the person confirmed.
+        if _needs_confirmation(stored, report):
+            raise DryRun
+        finish(report)
+
+    options = {"skip_invalid": stored.skip_invalid, "replace": stored.replace, "on_progress": on_progress}
     try:
-        report = import_catalogue(
-            StoredFile(stored),
-            skip_invalid=stored.skip_invalid,
-            replace=stored.replace,
-            on_progress=on_progress,
-            before_commit=finish,
-        )
-        if report.dry_run:  # rolled back: the file is kept for the person to confirm
+        report = None
+        if stored.confirmed_at is None:
+            # A dry run first: quick (no item is judged), and it says whether paid work would be queued.
+            report = import_catalogue(StoredFile(stored), dry_run=True, **options)
+            if not report.stops(stored.skip_invalid) and not _needs_confirmation(stored, report):
+                report = None  # nothing to confirm: imported at once
+        if report is None:
+            report = import_catalogue(StoredFile(stored), before_commit=finish_if_confirmed, **options)
+        if report.stops(stored.skip_invalid):  # refused: nothing was written, `finish` was not called
+            with transaction.atomic():
+                finish(report)
+        elif report.dry_run:  # rolled back: the file is kept for the person to confirm
             if not mine.update(state=ImportState.PREVIEWED, **_report_values(report)):
                 return "taken over"
             return ImportState.PREVIEWED
-        if not report.imported:  # refused: nothing was written, and `finish` was not called
-            with transaction.atomic():
-                finish(report)
     except _ClaimLost:
         return "taken over"
     except _Stopping:

@@ -14,6 +14,8 @@ from ledger.catalogue import import_catalogue
 from ledger.models import Event, Item, Product, SourceRevision
 from ledger.states import ItemState
 from tests.factories import ItemFactory, JobFactory
+from tests.ledger.test_import_setwise import SECOND, SUMMARY, a_ledger_at_work, ledger_contents
+from tests.ledger.test_import_setwise import jsonl as setwise_jsonl
 
 pytestmark = pytest.mark.django_db
 
@@ -215,3 +217,28 @@ def test_a_partial_record_is_compared_as_json_where_python_would_take_true_for_o
     assert (same.revised, same.unchanged) == (0, 1)
     assert changed.revisions == [("JAR-1", ["lid"])]
     assert Product.objects.get(sku="JAR-1").current_revision.fields == {"lid": True, "glass": "clear"}
+
+
+@pytest.mark.postgresql_only
+def test_a_dry_run_counts_products_with_items_at_work_as_the_import_does_and_changes_nothing(tmp_path):
+    # A dry run merges every row set-wise, judging no item: its counts are still the import's.
+    a_ledger_at_work(tmp_path)
+    path = setwise_jsonl(tmp_path / "second.jsonl", SECOND)
+    before = ledger_contents()
+
+    preview = import_catalogue(path, replace=True, dry_run=True)
+
+    assert preview.summary == SUMMARY and (preview.dry_run, preview.imported) == (True, False)
+    assert ledger_contents() == before
+    report = import_catalogue(path, replace=True)
+    assert report.summary == SUMMARY
+    assert (preview.reactivated, preview.revisions, preview.changed_fields) == (
+        report.reactivated,
+        report.revisions,
+        report.changed_fields,
+    )
+    assert (preview.items_obsolete, preview.items_requeued, preview.items_withdrawn) == (
+        report.items_obsolete,
+        report.items_requeued,
+        report.items_withdrawn,
+    )
