@@ -1,3 +1,4 @@
+from decimal import Decimal
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -73,17 +74,19 @@ def changes_in_words(report: ImportReport) -> list[str]:
         cost = report.requeue_cost
         lines.append(
             f"unfinished jobs: {report.items_obsolete} items become obsolete and {report.items_requeued} "
-            f"are queued again (estimated cost {'unknown' if cost is None else f'{cost} USD'}), "
+            f"are queued again (estimated cost {_usd(cost)}), "
             f"{report.items_withdrawn} items withdrawn"
         )
         for job in report.rework.values():
-            estimate = (
-                ""
-                if not job.requeued
-                else f", estimated {'unknown' if job.cost is None else f'{job.cost} USD'}"
-            )
+            estimate = f", estimated {_usd(job.cost)}" if job.requeued else ""
             lines.append(
                 f"  job {job.reference}: {job.obsolete} obsolete, {job.requeued} queued again{estimate}, "
                 f"{job.withdrawn} withdrawn"
             )
     return lines
+
+
+def _usd(amount: Decimal | None) -> str:
+    if amount is None:
+        return "unknown (no price for the model)"
+    return "< 0.01 USD" if amount < Decimal("0.01") else f"{amount.quantize(Decimal('0.01'))} USD"
