@@ -84,17 +84,18 @@ def test_an_admin_exports_the_filtered_approvals_as_csv(page, live_server, owner
         )
     admin = UserFactory(roles=["admin"])
     log_in(page, live_server, admin, then=reverse("audit"))
-    page.get_by_label("Approved by").select_option("bob")
+    page.get_by_label("Decided by").select_option("bob")
     page.get_by_role("button", name="Filter").click()
     expect(page.get_by_test_id("approvals").locator("tbody tr")).to_have_count(2)
 
     with page.expect_download() as download:
         page.get_by_test_id("export-csv").click()
-    with open(download.value.path(), encoding="utf-8", newline="") as exported:
+    # utf-8-sig: the file starts with the byte-order mark spreadsheet programs need.
+    with open(download.value.path(), encoding="utf-8-sig", newline="") as exported:
         rows = list(csv.DictReader(exported))
 
     bobs = sorted((a for a in approvals if a.approved_by == bob), key=lambda a: a.pk, reverse=True)
-    assert [(r["sku"], r["approved_by"], r["content_hash"], r["job"]) for r in rows] == [
+    assert [(r["sku"], r["decided_by"], r["content_hash"], r["job"]) for r in rows] == [
         (a.item.product.sku, "bob", a.version_hash, job.reference) for a in bobs
     ]
     assert rows[1]["final_content"] == "'" + '=HYPERLINK("https://evil.example")'
