@@ -221,3 +221,22 @@ def test_an_edit_into_something_false_is_refused_on_its_card_and_nothing_is_appr
     expect(card.get_by_test_id("card-error")).to_contain_text("The edited text is empty")
     assert not Approval.objects.exists()
     assert Product.objects.get(pk=drafts[0].item.product_id).published_content == ""
+
+
+def test_enter_in_the_reason_rejects_the_ticked_drafts_and_approves_nothing(page, live_server, owner):
+    from playwright.sync_api import expect
+
+    drafts = queue_of(3)
+    log_in(page, live_server, owner, then=reverse("review_queue") + "?mode=list")
+    for draft in drafts[:2]:
+        page.get_by_label(f"Select {draft.item.product.sku}").check()
+    reason = page.get_by_label("Reason for rejecting the ticked drafts")
+    reason.fill("Off brand")
+    reason.press("Enter")
+    expect(page.get_by_test_id("messages")).to_contain_text("Rejected 2 drafts.")
+    assert not Approval.objects.exists()
+    assert [Item.objects.get(pk=d.item_id).state for d in drafts] == [
+        ItemState.REJECTED,
+        ItemState.REJECTED,
+        ItemState.AWAITING_REVIEW,
+    ]
