@@ -166,7 +166,8 @@ REGENERABLE_STATES = (ItemState.VALIDATION_FAILED, ItemState.REJECTED)
 def regeneration_reference(item: Item, prompt_version: int) -> str:
     """The job that regenerates `item` with `prompt_version`: one per (item, version), so the same
     form sent twice finds the job it started (rule 15) rather than starting a second."""
-    return f"{item.job.reference[:200]}-item{item.pk}-prompt-v{prompt_version}"
+    suffix = f"-item{item.pk}-prompt-v{prompt_version}"
+    return item.job.reference[: Job._meta.get_field("reference").max_length - len(suffix)] + suffix
 
 
 def regenerate_with_prompt(*, item_id: int, prompt_version: int, actor) -> tuple[Job, bool]:

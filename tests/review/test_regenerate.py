@@ -164,3 +164,11 @@ def test_retrying_a_draft_that_is_not_unusable_asks_nothing_more(client, operato
     client.force_login(operator)
     html = client.post(reverse("operations_retry"), {"item": item.pk}).content.decode()
     assert "Retried 1 item" in html and "retry-warning" not in html
+
+
+def test_a_job_with_the_longest_reference_is_regenerated_too(client, operator, unusable, stricter):
+    Job.objects.filter(pk=unusable.job_id).update(reference="r" * 200)
+    client.force_login(operator)
+    client.post(reverse("regenerate_item", args=[unusable.pk]), {"prompt_version": 2})
+    job = Job.objects.get(prompt_version=stricter)
+    assert len(job.reference) == 200 and job.reference.endswith(f"-item{unusable.pk}-prompt-v2")
