@@ -94,6 +94,10 @@ EXPECTED: dict[str, dict[str, dict]] = {
     "catalogue": {"GET": viewers(), "POST": NOT_ALLOWED},
     "catalogue_import": {"GET": viewers(), "POST": approvers(400)},
     "import_detail": {"GET": viewers(), "POST": NOT_ALLOWED},
+    "import_history": {"GET": viewers(), "POST": NOT_ALLOWED},
+    # The upload is not waiting for confirmation: nothing to do, back to its page.
+    "import_confirm": {"GET": NOT_ALLOWED, "POST": approvers(302)},
+    "import_discard": {"GET": NOT_ALLOWED, "POST": approvers(302)},
     "catalogue_product": {"GET": viewers(), "POST": NOT_ALLOWED},
     "prompts": {"GET": viewers(), "POST": NOT_ALLOWED},
     "prompt_new": {"GET": viewers(), "POST": approvers(400)},
