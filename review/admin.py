@@ -18,6 +18,7 @@ from ledger.models import (
     CatalogueImport,
     CatalogueImportChunk,
     CollectorHeartbeat,
+    CurrentPromptChoice,
     DestinationAttempt,
     Event,
     GeneratedVersion,
@@ -81,6 +82,13 @@ class SourceRevisionAdmin(LedgerAdmin):
 class PromptVersionAdmin(LedgerAdmin):
     list_display = ("task", "version", "max_output_tokens", "created_at")
     list_filter = ("task",)
+
+
+@admin.register(CurrentPromptChoice)
+class CurrentPromptChoiceAdmin(LedgerAdmin):
+    list_display = ("task", "prompt_version", "replaced", "actor_name", "made_at")
+    list_filter = ("task",)
+    list_select_related = ("prompt_version", "replaced")
 
 
 @admin.register(Job)
