@@ -1,8 +1,12 @@
-"""Factories for the ledger, one trait per item state."""
+"""Factories for the ledger, one trait per item state. An item reaches its state as the ledger
+brings it there: made `prepared`, then moved step by step along the usual path by the transition
+verb (`ledger.actions.change_state`), which checks each step against the transition table and
+writes its event; the job's tallies follow from the items' rows. No provider is asked."""
 
 import factory
 from django.contrib.auth.models import Group, User
 
+from ledger.actions.core import change_state
 from ledger.models import (
     GeneratedVersion,
     Item,
@@ -13,6 +17,31 @@ from ledger.models import (
     content_hash,
 )
 from ledger.states import ItemState
+
+S = ItemState
+_REVIEWED = [S.SUBMITTED, S.RETURNED, S.AWAITING_REVIEW]
+_APPLYING = [*_REVIEWED, S.APPROVED, S.APPLYING]
+# The usual way from `prepared` to each state: sent, answered, judged, reviewed, applied. A dead
+# letter is an item whose inference kept failing; an obsolete, withdrawn or cancelled one was
+# stopped before it was sent.
+USUAL_PATH: dict[str, list[str]] = {
+    S.PREPARED: [],
+    S.SUBMITTED: [S.SUBMITTED],
+    S.SUBMISSION_UNCERTAIN: [S.SUBMISSION_UNCERTAIN],
+    S.RETURNED: [S.SUBMITTED, S.RETURNED],
+    S.INFERENCE_FAILED: [S.SUBMITTED, S.INFERENCE_FAILED],
+    S.VALIDATION_FAILED: [S.SUBMITTED, S.RETURNED, S.VALIDATION_FAILED],
+    S.AWAITING_REVIEW: _REVIEWED,
+    S.REJECTED: [*_REVIEWED, S.REJECTED],
+    S.APPROVED: [*_REVIEWED, S.APPROVED],
+    S.APPLYING: _APPLYING,
+    S.APPLIED: [*_APPLYING, S.APPLIED],
+    S.DESTINATION_REJECTED: [*_APPLYING, S.DESTINATION_REJECTED],
+    S.DEAD_LETTER: [S.SUBMITTED, S.INFERENCE_FAILED, S.DEAD_LETTER],
+    S.OBSOLETE: [S.OBSOLETE],
+    S.WITHDRAWN: [S.WITHDRAWN],
+    S.CANCELLED: [S.CANCELLED],
+}
 
 
 class UserFactory(factory.django.DjangoModelFactory):
@@ -66,7 +95,8 @@ class JobFactory(factory.django.DjangoModelFactory):
 
 
 class ItemFactory(factory.django.DjangoModelFactory):
-    """An item put straight into a state, for screens and rules that start there."""
+    """An item brought to a state along its usual path (`USUAL_PATH`), for screens and rules that
+    start there. `reason` and `reason_code` are the last step's."""
 
     class Meta:
         model = Item
@@ -80,6 +110,19 @@ class ItemFactory(factory.django.DjangoModelFactory):
         awaiting_review = factory.Trait(state=ItemState.AWAITING_REVIEW)
         submitted = factory.Trait(state=ItemState.SUBMITTED)
         approved = factory.Trait(state=ItemState.APPROVED)
+
+    @classmethod
+    def _create(cls, model_class, *args, state=ItemState.PREPARED, reason="", reason_code="", **kwargs):
+        path = USUAL_PATH[state]
+        if not path:  # made prepared: the reason is its own
+            return super()._create(model_class, *args, reason=reason, reason_code=reason_code, **kwargs)
+        item = super()._create(model_class, *args, state=ItemState.PREPARED, **kwargs)
+        for step in path:
+            last = step == path[-1]
+            item = change_state(
+                item.pk, to=step, reason=reason if last else "", code=reason_code if last else ""
+            )
+        return item
 
 
 def add_version(item: Item, content: str = "", *, valid: bool = True, reasons=None) -> GeneratedVersion:

@@ -54,11 +54,12 @@ def test_an_item_shows_versions_approvals_attempts_and_events_oldest_first(as_op
     assert body["approvals"] == []
     assert body["destination_attempts"][0]["operation_key"] == "k"
     assert [(e["from"], e["to"]) for e in body["events"]] == [
+        ("prepared", "submitted"),
         ("submitted", "returned"),
         ("returned", "validation_failed"),
     ]
-    assert set(body["events"][1]) >= {"at", "from", "to", "actor", "reason"}
-    assert body["events"][1]["actor"] == "system"
+    assert set(body["events"][2]) >= {"at", "from", "to", "actor", "reason"}
+    assert body["events"][2]["actor"] == "system"
 
 
 def test_an_unknown_item_is_404(as_operator):

@@ -403,7 +403,7 @@ def test_an_operator_cancels_what_has_not_been_used(as_operator, operator):
     for item in waiting:
         item.refresh_from_db()
         assert item.state == ItemState.CANCELLED
-        assert item.events.get().reason == f"Job cancelled by {operator.username}"
+        assert item.events.get(to_state=ItemState.CANCELLED).reason == f"Job cancelled by {operator.username}"
     # An application under way may be landing right now: it finishes; applied text stays applied.
     assert [Item.objects.get(pk=item.pk).state for item in used] == [ItemState.APPLYING, ItemState.APPLIED]
     job_event = Event.objects.get(job=job, item=None)

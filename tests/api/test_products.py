@@ -130,7 +130,10 @@ def test_withdrawing_moves_drafts_awaiting_review_to_withdrawn(as_owner, owner):
     response = as_owner.post_json("/api/products/OAK-1/withdraw")
     assert response.status_code == 200 and response.json()["status"] == "withdrawn"
     waiting.refresh_from_db()
-    assert waiting.state == ItemState.WITHDRAWN and waiting.events.get().actor == owner
+    assert (
+        waiting.state == ItemState.WITHDRAWN
+        and waiting.events.get(to_state=ItemState.WITHDRAWN).actor == owner
+    )
     assert Item.objects.get(pk=applied.pk).state == ItemState.APPLIED
     assert as_owner.post_json("/api/products/OAK-1/withdraw").status_code == 200  # already withdrawn
 

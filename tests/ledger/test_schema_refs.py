@@ -4,7 +4,6 @@ before that rule. Checked against a real HTTP server that records every request 
 
 import json
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import jsonschema
@@ -189,7 +188,7 @@ def test_a_stored_reference_is_never_fetched_and_fails_the_draft_with_a_reason(s
 
 
 def test_collecting_drafts_for_a_stored_outside_reference_fetches_nothing_and_finishes(
-    server, emulator, provider
+    server, clock, emulator, provider
 ):
     # A server that takes the schema as it is (OpenAI itself refuses a request whose strict schema
     # points outside, as the emulator does by default): the drafts reach the ledger's check.
@@ -206,7 +205,7 @@ def test_collecting_drafts_for_a_stored_outside_reference_fetches_nothing_and_fi
         actions.poll_submission(submission_id, provider=provider)
         if Submission.objects.get(pk=submission_id).state == SubmissionState.COLLECTED:
             break
-        time.sleep(0.05)
+        clock.advance(ms=50)
 
     assert Submission.objects.get(pk=submission_id).state == SubmissionState.COLLECTED
     items = Item.objects.filter(job=job)
