@@ -2,7 +2,7 @@
 rejecting a draft (rules 6 and 15)."""
 
 import jsonschema
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from ..models import Approval, GeneratedVersion, Item, Job, PromptVersion, SourceRevision
 from ..states import ItemState, JobState, ReasonCode
@@ -192,6 +192,20 @@ def regenerate_with_prompt(*, item_id: int, prompt_version: int, actor) -> tuple
         raise NotAllowed("The job was cancelled; nothing of it is regenerated")
     if not PromptVersion.objects.filter(task=source.task, version=prompt_version).exists():
         raise NotAllowed(f"The task {source.task!r} has no prompt version {prompt_version}")
+    try:
+        job = start_regeneration(item, source, reference, prompt_version, actor)
+    except IntegrityError:
+        # The same form sent by two requests at once: the other one started the job.
+        started = Job.objects.filter(reference=reference).first()
+        if started is None:
+            raise
+        return started, False
+    refresh_job_state(source.pk)
+    return job, True
+
+
+def start_regeneration(item: Item, source: Job, reference: str, prompt_version: int, actor) -> Job:
+    """`regenerate_with_prompt`'s writes, in one transaction: the new job and the item cancelled."""
     with transaction.atomic():
         job = create_job(
             reference=reference,
@@ -211,5 +225,4 @@ def regenerate_with_prompt(*, item_id: int, prompt_version: int, actor) -> tuple
             expect=REGENERABLE_STATES,
             data={"regenerated_in": job.pk, "prompt_version": prompt_version},
         )
-    refresh_job_state(source.pk)
-    return job, True
+    return job

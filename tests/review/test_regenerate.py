@@ -3,9 +3,13 @@ draft with the prompt version they choose (a one-item job, the item cancelled wi
 it), and retrying unusable drafts with the same version says first that it will probably fail again
 and what it costs."""
 
+import threading
+
 import pytest
+from django.db import connection, transaction
 from django.urls import reverse
 
+from ledger.actions.reviewing import regenerate_with_prompt, regeneration_reference, start_regeneration
 from ledger.models import Event, Item, Job, PromptVersion
 from ledger.states import ItemState
 from review.operations import attention_groups
@@ -172,3 +176,39 @@ def test_a_job_with_the_longest_reference_is_regenerated_too(client, operator, u
     client.post(reverse("regenerate_item", args=[unusable.pk]), {"prompt_version": 2})
     job = Job.objects.get(prompt_version=stricter)
     assert len(job.reference) == 200 and job.reference.endswith(f"-item{unusable.pk}-prompt-v2")
+
+
+@pytest.mark.postgresql_only
+@pytest.mark.django_db(transaction=True)
+def test_two_requests_regenerating_at_once_start_one_job(operator, stricter):
+    """The same form sent by two requests at the same instant: the second finds the first's job
+    (the reference is unique) instead of answering 500."""
+    item = ItemFactory(state=S.VALIDATION_FAILED, reason=TOO_LONG, reason_code="too_long")
+    add_version(item, "Oak. " * 260, valid=False, reasons=[TOO_LONG])
+    reference_taken, go_on = threading.Event(), threading.Event()
+    first: list = []
+
+    def first_request():
+        # Its job is written, not yet committed, when the second request looks for it.
+        try:
+            with transaction.atomic():
+                now = Item.objects.select_related("job", "product").get(pk=item.pk)
+                first.append(start_regeneration(now, now.job, regeneration_reference(now, 2), 2, operator))
+                reference_taken.set()
+                go_on.wait(timeout=30)
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=first_request)
+    worker.start()
+    assert reference_taken.wait(timeout=30)
+    # The second request does not see the first's job yet, so it starts one; its insert waits for
+    # the first's transaction, then finds the reference taken.
+    threading.Timer(0.5, go_on.set).start()
+    job, started_now = regenerate_with_prompt(item_id=item.pk, prompt_version=2, actor=operator)
+    worker.join(timeout=30)
+
+    assert started_now is False and job.pk == first[0].pk
+    assert Job.objects.filter(prompt_version=stricter).count() == 1
+    item.refresh_from_db()
+    assert item.state == S.CANCELLED
