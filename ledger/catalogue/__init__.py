@@ -2,8 +2,10 @@
 
 One module per concern: `records` (what each step hands on, and the report), `reading` and
 `usual_rows` (a file's lines into records), `checks` (one record's rules), `digests` (SKUs and lines
-an import remembers), `merging` (a chunk written set-wise), `importing` (the one transaction) and
-`uploads` (files from the import screen, imported by a worker). The rules of a JSON value that the
+an import remembers), `merging` (a chunk merged with the products as they are and written
+set-wise), `rework` (the paid work an import queues again, estimated), `importing` (the one
+transaction, or a dry run) and `uploads` (files from the import screen, imported by a worker,
+previewed and confirmed). The rules of a JSON value that the
 API and prompts share are in `ledger.json_values`.
 """
 
