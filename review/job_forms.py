@@ -3,7 +3,10 @@
 `JobForm` holds every rule about what a job may be (a provider configured here and a known destination,
 a task with a prompt, a unit size within the provider's limit). The screen's `JobStartForm` adds how people pick products;
 the API's `ApiJobForm` adds the JSON list of SKUs and requires a reference. `create_job` checks
-again in its transaction: a form is here for clear, per-field messages."""
+again in its transaction: a form is here for clear, per-field messages. `StartTokenForm` is the start
+screen's one-time token: the API's reference plays that part for machines."""
+
+import uuid
 
 from django import forms
 from django.conf import settings
@@ -212,3 +215,14 @@ class ApiJobForm(JobForm):
 
     def problems(self) -> dict[str, str]:
         return {name: " ".join(errors) for name, errors in self.errors.items()}
+
+
+class StartTokenForm(forms.Form):
+    """The start screen's one-time token (`review.models.JobStartToken`): a new one with each new start
+    form, carried through the estimate step, so that the form sent again shows the job it started."""
+
+    start_token = forms.UUIDField(widget=forms.HiddenInput, initial=uuid.uuid4)
+
+    def token(self) -> uuid.UUID | None:
+        """The token the form was sent with, or None when it came without a valid one."""
+        return self.cleaned_data["start_token"] if self.is_valid() else None

@@ -7,12 +7,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from functools import partial
+from uuid import UUID
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db import IntegrityError
+from django.db import IntegrityError, transaction
 from django.db.models import QuerySet, Sum
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -21,15 +22,18 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseStopPolling
 
 from ledger.actions import CANCELLABLE_ITEM_STATES, NotAllowed, cancel_job, create_job
-from ledger.models import GeneratedVersion, ItemTally, Job, Submission
+from ledger.models import Event, GeneratedVersion, Item, ItemTally, Job, Submission
 from ledger.pricing import PLACES, Price, Spend, job_cost, price_for, unknown_price
 from ledger.providers import answers_at_once, capabilities
 from ledger.setwise import among
 from ledger.states import ItemState, JobState, SubmissionState, needs_attention
+from ledger.table_statistics import analyse_after_bulk_change
 from ledger.validation import render_user_message
 
 from .common import WORKING_JOB_STATES, HtmxHttpRequest, progress_of, state_counts, url_of, wants_partial
 from .forms import ItemFilterForm
+from .job_forms import StartTokenForm
+from .models import JobStartToken
 from .paging import COUNT_CAP, capped_count, screen_page
 from .permissions import APPROVERS, OPERATOR, VIEWERS, has_role, may_cancel, role_required
 from .screen_forms import JobFilterForm, JobStartForm
@@ -213,38 +217,79 @@ def new_reference(task: str) -> str:
     return reference
 
 
+def started_by_form(token: UUID) -> Job | None:
+    """The job a start form with this token has started, if it has."""
+    found = JobStartToken.objects.filter(token=token, job__isnull=False).select_related("job").first()
+    return found.job if found else None
+
+
+def shown_again(request: HtmxHttpRequest, job: Job) -> HttpResponse:
+    """A start form sent again (double click, Back then Start, a refresh): the job it started, not a second."""
+    messages.info(
+        request,
+        f"This form started job {job.reference} already; nothing more was started. "
+        "To start another job, open a new start form.",
+    )
+    return redirect("job_detail", job.pk)
+
+
 @require_http_methods(["GET", "POST"])
 @login_required
 @role_required(*VIEWERS)
 def job_start(request: HtmxHttpRequest) -> HttpResponse:
-    """Choose the work, see what it would cost (a confirm step without JavaScript), then start it."""
+    """Choose the work, see what it would cost (a confirm step without JavaScript), then start it,
+    once per form: its one-time token (`JobStartToken`) is written in the job's own transaction."""
     can_start = has_role(request.user, *APPROVERS)
     context = {"can_start": can_start, "estimate": None}
     if request.method == "GET":
-        return render(request, "job_start.html", {**context, "form": JobStartForm()})
+        return render(
+            request, "job_start.html", {**context, "form": JobStartForm(), "once": StartTokenForm()}
+        )
     if not can_start:
         raise PermissionDenied
+    token = StartTokenForm(request.POST).token()
+    if token and (job := started_by_form(token)):
+        return shown_again(request, job)
+    # A form that came without a valid token (a page from before tokens) is given a new one.
+    once = StartTokenForm(request.POST) if token else StartTokenForm()
     form = JobStartForm(request.POST)
-    context["form"] = form
+    context.update(form=form, once=once)
     if not form.is_valid():
         return render(request, "job_start.html", context, status=400)
     context["estimate"] = estimate_job(form)
     if request.POST.get("step") != "start":
         return render(request, "job_start.html", {**context, "confirm": True})
+    if token is None:
+        form.add_error(
+            None,
+            "This form had no one-time token, so it could not be told from a repeat: check the estimate and start again.",
+        )
+        return render(request, "job_start.html", {**context, "confirm": True}, status=400)
     fields = form.job_fields()
     try:
-        job = create_job(
-            **{**fields, "reference": fields["reference"] or new_reference(fields["task"])},
-            owner=request.user,
-            skus=form.job_skus(),
-        )
+        # The token first: a second send of this form waits here until the first has committed.
+        with transaction.atomic():
+            claim = JobStartToken.objects.create(token=token, person=request.user)
+            job = create_job(
+                **{**fields, "reference": fields["reference"] or new_reference(fields["task"])},
+                owner=request.user,
+                skus=form.job_skus(),
+            )
+            claim.job = job
+            claim.save(update_fields=["job"])
     except NotAllowed as exc:
         form.add_error(None, str(exc))
         return render(request, "job_start.html", context, status=409)
-    except IntegrityError:  # another person took the reference at the same moment
+    except IntegrityError:
+        if job := started_by_form(token):  # the same form, sent again while the first send started it
+            return shown_again(request, job)
+        # Another person took the reference at the same moment.
         form.add_error("reference", "A job with this reference exists already.")
         return render(request, "job_start.html", context, status=409)
-    messages.success(request, f"Job {job.reference} started with {context['estimate'].requests} items.")
+    # create_job analyses the tables it filled once its rows are committed; inside this transaction it could not.
+    requests = context["estimate"].requests
+    analyse_after_bulk_change({Item: requests, Event: requests})
+    messages.success(request, f"Job {job.reference} started with {requests} items.")
     return redirect("job_detail", job.pk)
 
 

@@ -3,6 +3,7 @@
 import re
 from datetime import UTC, datetime
 from decimal import Decimal
+from uuid import uuid4
 
 import pytest
 from django.db import connection
@@ -37,7 +38,9 @@ def products():
 
 
 def start(**changes) -> dict:
+    """A start form as the screen sends it, with a one-time token of its own."""
     data = {
+        "start_token": str(uuid4()),
         "reference": "",
         "task": "product_description",
         "prompt_version": "",
