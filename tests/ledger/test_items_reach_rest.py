@@ -119,7 +119,7 @@ def test_cancelling_asks_the_provider_to_stop_running_batches_and_records_its_an
     for _ in range(3):
         product = ProductFactory()
         Item.objects.create(job=job, product=product, source_revision=product.current_revision)
-    emulator.configure(per_request_ms=2000)  # the batch is still running when the job is cancelled
+    emulator.configure(per_request_ms=60_000)  # the batch is still running when the job is cancelled
     (submission_id,) = actions.plan_submissions(job.pk)
     assert actions.send_submission(submission_id) == "sent"
 
@@ -143,7 +143,7 @@ def test_the_collector_asks_again_when_the_cancel_task_was_lost(emulator):  # no
     job = JobFactory(unit_size=5)
     product = ProductFactory()
     Item.objects.create(job=job, product=product, source_revision=product.current_revision)
-    emulator.configure(per_request_ms=2000)
+    emulator.configure(per_request_ms=60_000)  # still running when the job is cancelled
     (submission_id,) = actions.plan_submissions(job.pk)
     actions.send_submission(submission_id)
     actions.cancel_job(job_id=job.pk, actor=None)  # its task is never run (no worker here)

@@ -378,7 +378,7 @@ class AnswersLate:
 @pytest.mark.parametrize("landed", [True, False], ids=["after-it-landed", "before-it-landed"])
 @pytest.mark.parametrize("provider", providers(batched), ids=str)
 def test_a_worker_whose_lease_ran_out_while_its_create_call_was_out(emulator, provider, landed):
-    emulator.configure(per_request_ms=500)  # a duplicate is stopped before it runs
+    emulator.configure(per_request_ms=60_000)  # a duplicate is stopped before it runs, however busy the machine
     job = job_with_items(provider, 4)
     [submission_id] = actions.plan_submissions(job.pk)
 
@@ -419,7 +419,7 @@ def test_a_worker_whose_lease_ran_out_while_its_create_call_was_out(emulator, pr
 
 @pytest.mark.parametrize("provider", providers(lambda c: c.finding == Finding.BY_KEY), ids=str)
 def test_a_duplicate_batch_for_one_intent_is_cancelled_and_recorded(emulator, provider):
-    emulator.configure(per_request_ms=500)  # the duplicate is still running when it is found
+    emulator.configure(per_request_ms=60_000)  # the duplicate is still running when it is found
     job = job_with_items(provider, 4)
     [submission_id] = actions.plan_submissions(job.pk)
     submission = Submission.objects.get(pk=submission_id)
@@ -873,7 +873,7 @@ def calls_heard(caplog) -> list[str]:
 @pytest.mark.parametrize("asked_by", ["the queued task", "the collector's round"])
 def test_cancelling_a_job_while_its_unit_is_at_the_provider(emulator, provider, asked_by, caplog):
     caplog.set_level(logging.INFO, logger="ledger.emulators.server")
-    emulator.configure(per_request_ms=500)  # still running when the job is cancelled
+    emulator.configure(per_request_ms=60_000)  # still running when the job is cancelled
     job = job_with_items(provider, 4, unit_size=4)
     [submission_id] = actions.plan_submissions(job.pk)
     assert actions.send_submission(submission_id) == "sent"
