@@ -22,13 +22,13 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseStopPolling
 
 from ledger.actions import CANCELLABLE_ITEM_STATES, NotAllowed, cancel_job, create_job
+from ledger.estimates import request_estimate
 from ledger.models import Event, GeneratedVersion, Item, ItemTally, Job, Submission
 from ledger.pricing import PLACES, Price, Spend, job_cost, price_for, unknown_price
 from ledger.providers import answers_at_once, capabilities
 from ledger.setwise import among
 from ledger.states import ItemState, JobState, SubmissionState, needs_attention
 from ledger.table_statistics import analyse_after_bulk_change
-from ledger.validation import render_user_message
 
 from .common import WORKING_JOB_STATES, HtmxHttpRequest, progress_of, state_counts, url_of, wants_partial
 from .forms import ItemFilterForm
@@ -143,18 +143,15 @@ def job_list(request: HtmxHttpRequest) -> HttpResponse:
 
 # The estimate renders the prompt for a sample of the chosen products, not all of them.
 ESTIMATE_SAMPLE = 50
-# A common rule of thumb for English text with OpenAI's and Anthropic's tokenizers.
-CHARS_PER_TOKEN = 4
 
 
 @dataclass(frozen=True)
 class Estimate:
     """What a job would cost before it starts, from `ledger.pricing` at the batch price.
 
-    Input tokens per request: the characters of the system message, the rendered user message
-    and the output schema, divided by CHARS_PER_TOKEN, averaged over a sample of the products.
-    Output tokens per request: half the prompt's `max_output_tokens` (drafts rarely use it all).
-    A model without a known price has no cost: `price_note` says so.
+    Tokens per request as `ledger.estimates.request_estimate` guesses them (the one rule, shared
+    with an import's preview and a regeneration's cost), over a sample of the products. A model
+    without a known price has no cost: `price_note` says so.
     """
 
     requests: int
@@ -192,14 +189,14 @@ def estimate_job(form: JobStartForm) -> Estimate:
     prompt, data = form.prompt, form.cleaned_data
     requests = form.products.count()
     sample = form.products.select_related("current_revision").order_by("sku")[:ESTIMATE_SAMPLE]
-    fixed = len(prompt.system_message) + len(json.dumps(prompt.output_schema, ensure_ascii=False))
-    sizes = [fixed + len(render_user_message(prompt, product.current_revision)) for product in sample]
+    contents = [(product.current_revision.title, product.current_revision.fields) for product in sample]
+    per_request = request_estimate(prompt, contents)
     return Estimate(
         requests=requests,
         submissions=math.ceil(requests / data["unit_size"]),
-        sample_size=len(sizes),
-        input_tokens_per_request=math.ceil(sum(sizes) / len(sizes) / CHARS_PER_TOKEN) if sizes else 0,
-        output_tokens_per_request=prompt.max_output_tokens // 2,
+        sample_size=len(contents),
+        input_tokens_per_request=per_request.input_tokens,
+        output_tokens_per_request=per_request.output_tokens,
         price=price_for(data["provider"], data["model"]),
         provider=data["provider"],
         model=data["model"],
