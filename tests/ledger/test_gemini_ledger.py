@@ -6,6 +6,7 @@ import time
 import pytest
 
 from ledger import actions
+from ledger.emulators.clock import TestClock
 from ledger.emulators.gemini import GeminiEmulator
 from ledger.models import GeneratedVersion, Item, Submission, SubmissionItem
 from ledger.states import ItemState, ReasonCode
@@ -22,8 +23,8 @@ def emulator(settings, monkeypatch):
     settings.BATCHDESK_RETRY_BASE_SECONDS = 0
     settings.BATCHDESK_UNCERTAIN_GRACE_SECONDS = 0.5
     monkeypatch.setenv("GEMINI_API_KEY", "test-key")
-    with GeminiEmulator(per_request_ms=1, seed=9) as running:
-        running.pending_ms = 10
+    # The emulator's time moves with the collector's rounds (`clock.advance`), never by itself.
+    with GeminiEmulator(per_request_ms=1, pending_ms=10, seed=9, clock=TestClock()) as running:
         settings.PROVIDERS = {
             **settings.PROVIDERS,
             "gemini": {**settings.PROVIDERS["gemini"], "base_url": running.base_url},
@@ -39,13 +40,16 @@ def job_with_items(n: int, unit_size: int = 5):
     return job
 
 
-def run_collector(job, *, timeout: float = 20.0) -> dict:
+def run_collector(emulator, job, *, timeout: float = 20.0) -> dict:
+    """Collector rounds, the emulator's clock 50 ms on after each, until the job's items settle.
+    The real pause between rounds is the ledger's own (its grace period for a lost answer)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         poll_everything()
         counts = job.items.counts_by_state()
         if set(counts) <= SETTLED:
             return counts
+        emulator.clock.advance(ms=50)
         time.sleep(0.05)
     raise AssertionError(f"not settled: {job.items.counts_by_state()}")
 
@@ -60,7 +64,7 @@ def assert_paid_once(emulator, job):
 def test_a_job_runs_through_gemini_to_review(emulator):
     job = job_with_items(7, unit_size=3)
 
-    counts = run_collector(job)
+    counts = run_collector(emulator, job)
 
     assert counts == {ItemState.AWAITING_REVIEW: 7}
     assert_paid_once(emulator, job)
@@ -74,7 +78,7 @@ def test_a_lost_create_answer_is_adopted_by_display_name_not_sent_twice(emulator
     emulator.configure(lose_create_responses=[1])
     job = job_with_items(5)
 
-    counts = run_collector(job)
+    counts = run_collector(emulator, job)
 
     assert counts == {ItemState.AWAITING_REVIEW: 5}
     stats = emulator.stats()
@@ -89,10 +93,10 @@ def test_an_expired_batch_is_retried_as_transient(emulator):
         poll_everything()
         if Submission.objects.filter(job=job, last_observed_status="BATCH_STATE_EXPIRED").exists():
             break
-        time.sleep(0.05)
+        emulator.clock.advance(ms=50)
     emulator.configure(expire_rate=0.0)
 
-    counts = run_collector(job)
+    counts = run_collector(emulator, job)
 
     assert counts == {ItemState.AWAITING_REVIEW: 3}
     expired = Submission.objects.get(job=job, last_observed_status="BATCH_STATE_EXPIRED")
@@ -105,7 +109,7 @@ def test_repeated_unknown_and_malformed_answers_change_nothing_but_are_recorded(
     emulator.configure(duplicate_lines=1.0, unknown_lines=1, malformed_lines=2)
     job = job_with_items(4)
 
-    counts = run_collector(job)
+    counts = run_collector(emulator, job)
 
     assert counts == {ItemState.AWAITING_REVIEW: 4}
     for item in job.items.all():
@@ -133,7 +137,7 @@ def test_answers_that_name_no_request_are_neither_guessed_by_position_nor_paid_f
     deadline = time.monotonic() + 20
     while not read_once_ended():
         assert time.monotonic() < deadline, Submission.objects.filter(job=job).values("state", "error")
-        time.sleep(0.05)
+        emulator.clock.advance(ms=50)
     for _ in range(5):  # more rounds change nothing
         poll_everything()
 
@@ -168,7 +172,7 @@ def uploaded(emulator) -> int:
 def test_a_job_sent_by_file_runs_through_gemini_to_review(by_file):
     job = job_with_items(7, unit_size=3)
 
-    counts = run_collector(job)
+    counts = run_collector(by_file, job)
 
     assert counts == {ItemState.AWAITING_REVIEW: 7}
     assert_paid_once(by_file, job)
@@ -192,7 +196,7 @@ def test_a_cut_download_of_a_responses_file_is_repeated_harmlessly(by_file):
         results.append(actions.poll_submission(submission_id))
         if results[-1] in ("collected", "interrupted"):
             break
-        time.sleep(0.02)
+        by_file.clock.advance(ms=20)
 
     assert results[-1] == "interrupted"
     half = GeneratedVersion.objects.filter(item__job=job).count()
@@ -212,7 +216,7 @@ def test_repeated_unknown_and_keyless_lines_of_a_file_change_nothing_but_are_rec
     by_file.configure(duplicate_lines=1.0, unknown_lines=1, malformed_lines=2)
     job = job_with_items(4)
 
-    counts = run_collector(job)
+    counts = run_collector(by_file, job)
 
     assert counts == {ItemState.AWAITING_REVIEW: 4}
     for item in job.items.all():
@@ -242,7 +246,7 @@ def test_a_file_whose_lines_name_no_request_is_neither_guessed_nor_paid_for_agai
         if submission is not None and "none naming its request" in submission.error:
             break
         assert time.monotonic() < deadline, Submission.objects.filter(job=job).values("state", "error")
-        time.sleep(0.05)
+        by_file.clock.advance(ms=50)
     for _ in range(5):  # more rounds change nothing
         poll_everything()
 
@@ -260,7 +264,7 @@ def test_a_lost_create_answer_after_an_upload_is_adopted_not_sent_twice(by_file)
     by_file.configure(lose_create_responses=[1])
     job = job_with_items(5)
 
-    counts = run_collector(job)
+    counts = run_collector(by_file, job)
 
     assert counts == {ItemState.AWAITING_REVIEW: 5}
     stats = by_file.stats()
