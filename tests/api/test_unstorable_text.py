@@ -55,6 +55,7 @@ def endpoints(world) -> list[tuple[str, str, str, dict]]:
             {"title": "Oak board", "colour": "red", "dimensions": {"unit": "cm", "sides": ["40", "25"]}},
         ),
         ("withdraw", "post", f"/api/products/{sku}/withdraw", {}),
+        ("prompt_current", "post", "/api/prompts/product_description/current", {"version": 1}),
     ]
 
 
