@@ -378,7 +378,8 @@ class AnswersLate:
 @pytest.mark.parametrize("landed", [True, False], ids=["after-it-landed", "before-it-landed"])
 @pytest.mark.parametrize("provider", providers(batched), ids=str)
 def test_a_worker_whose_lease_ran_out_while_its_create_call_was_out(emulator, provider, landed):
-    emulator.configure(per_request_ms=60_000)  # a duplicate is stopped before it runs, however busy the machine
+    # A duplicate is stopped before it runs, however busy the machine.
+    emulator.configure(per_request_ms=60_000)
     job = job_with_items(provider, 4)
     [submission_id] = actions.plan_submissions(job.pk)
 

@@ -104,7 +104,10 @@ def test_an_operator_sees_the_jobs_screens_but_starts_nothing(client, job, produ
     form = client.get(reverse("job_start")).content.decode()
     assert "Only catalogue owners and admins start jobs." in form
     assert 'value="start"' not in form and "hx-post" not in form
-    assert reverse("job_start") not in client.get(reverse("job_list")).content.decode().split('<main id="content"')[1]
+    assert (
+        reverse("job_start")
+        not in client.get(reverse("job_list")).content.decode().split('<main id="content"')[1]
+    )
 
 
 def test_an_admin_starts_a_job(client, products):
@@ -133,7 +136,9 @@ def test_the_estimate_step_shows_requests_and_cost_and_starts_nothing(client, ow
     assert "3 requests" in html and "2 provider batches" in html
     assert estimate.output_tokens_per_request == 300  # half of the prompt's 600
     assert estimate.input_tokens_per_request > 50
-    assert estimate.cost > 0 and f'<strong data-testid="estimated-cost">{money(estimate.cost)}</strong>' in html
+    assert (
+        estimate.cost > 0 and f'<strong data-testid="estimated-cost">{money(estimate.cost)}</strong>' in html
+    )
     expected = price_for("emulator", "gpt-4o-mini").cost(estimate.input_tokens, estimate.output_tokens)
     assert estimate.cost == expected.quantize(Decimal("0.000001"))
     assert "50% batch discount" in html

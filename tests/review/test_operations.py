@@ -584,7 +584,7 @@ def test_the_banner_says_since_when_the_collector_is_silent(client, operator, op
         assert 'data-testid="collector-stalled"' in html, url
         assert (
             f'<span data-testid="collector-silent-since"><time datetime="{silent_since.isoformat()}">'
-            f'{silent_since.strftime("%Y-%m-%d %H:%M UTC")}</time></span>'
+            f"{silent_since.strftime('%Y-%m-%d %H:%M UTC')}</time></span>"
         ) in html, url
         assert "(42\xa0minutes ago)" in html
 
@@ -633,7 +633,8 @@ def test_open_submissions_show_their_provider_and_its_words(client, operator, jo
     html = client.get(reverse("operations")).content.decode()
     row = re.search(r'data-testid="submission-\d+">(.*?)</tr>', html, re.S).group(1)
     cells = [
-        " ".join(re.sub(r"<[^>]+>", " ", cell).split()) for cell in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
+        " ".join(re.sub(r"<[^>]+>", " ", cell).split())
+        for cell in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
     ]
     assert cells[:5] == [
         "msgbatch_1",
