@@ -272,9 +272,25 @@ def import_confirm(request: HtmxHttpRequest, import_id: int) -> HttpResponse:
     """The person saw the preview (counts, changed fields, the work queued again and its cost) and
     imports the file: a worker imports it, and this page follows it (rule 16)."""
     stored = get_object_or_404(CatalogueImport, pk=import_id)
-    if not confirm_import(stored.pk, confirmed_by=request.user):
-        messages.info(request, "This import is no longer waiting for confirmation.")
+    seen = ConfirmImportForm(request.POST)
+    requeues_seen = seen.cleaned_data["requeues"] if seen.is_valid() else None
+    if not confirm_import(stored.pk, confirmed_by=request.user, requeues_seen=requeues_seen):
+        stored.refresh_from_db()
+        if stored.state == ImportState.PREVIEWED:
+            messages.warning(
+                request,
+                "Nothing was imported: the preview changed since your page showed it. "
+                "Look at it as it is now and confirm again.",
+            )
+        else:
+            messages.info(request, "This import is no longer waiting for confirmation.")
     return redirect("import_detail", stored.pk)
+
+
+class ConfirmImportForm(forms.Form):
+    """The preview the person confirms, as their page showed it: how many items it would queue again."""
+
+    requeues = forms.IntegerField(min_value=0)
 
 
 @require_POST

@@ -76,15 +76,24 @@ def store_upload(
     return stored
 
 
-def confirm_import(import_id: int, *, confirmed_by) -> bool:
+def confirm_import(import_id: int, *, confirmed_by, requeues_seen: int | None) -> bool:
     """The person saw the preview and wants the import: queued again, to be imported for real unless
     it would now queue more paid work than the preview showed (then it stops at a new preview).
-    False when it is not waiting for confirmation (confirmed or discarded already)."""
+    `requeues_seen` is the count of items queued again that the person's page showed (rule 15): a
+    preview made again since (a first confirmation found more work at stake) is not confirmed by a
+    form sent from the page of the earlier one. False when nothing was confirmed: not waiting for
+    confirmation (confirmed or discarded already), or not the preview the person saw."""
     with transaction.atomic():
-        stored = CatalogueImport.objects.filter(pk=import_id, state=ImportState.PREVIEWED).first()
+        stored = (
+            CatalogueImport.objects.select_for_update()
+            .filter(pk=import_id, state=ImportState.PREVIEWED)
+            .first()
+        )
         if stored is None:
             return False
         requeues = report_of(stored).items_requeued
+        if requeues != requeues_seen:
+            return False
         confirmed = CatalogueImport.objects.filter(pk=import_id, state=ImportState.PREVIEWED).update(
             state=ImportState.QUEUED,
             confirmed_by=confirmed_by,

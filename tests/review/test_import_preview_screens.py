@@ -38,6 +38,15 @@ def send(client, content: bytes, name: str = "prices.csv", **fields) -> Catalogu
     return stored
 
 
+def confirm(client, stored: CatalogueImport, page: str | None = None):
+    """Send the import page's confirm form as the browser would, from `page` (the page read now
+    when None): with the count of items queued again that the page showed."""
+    if page is None:
+        page = client.get(reverse("import_detail", args=[stored.pk])).content.decode()
+    seen = re.search(r'name="requeues" value="(\d+)"', page)[1]
+    return client.post(reverse("import_confirm", args=[stored.pk]), {"requeues": seen})
+
+
 def lamp_fields() -> dict:
     return Product.objects.get(sku="LAMP-1").current_revision.fields
 
@@ -113,7 +122,7 @@ def test_an_import_that_would_queue_paid_work_stops_at_a_preview_until_confirmed
     assert client.get(reverse("import_detail", args=[stored.pk])).status_code == 200
     assert ledger_at_rest() == before
 
-    response = client.post(reverse("import_confirm", args=[stored.pk]))
+    response = confirm(client, stored, page)
     assert (response.status_code, response.url) == (302, reverse("import_detail", args=[stored.pk]))
     import_catalogue_file(stored.pk)
     stored.refresh_from_db()
@@ -126,7 +135,7 @@ def test_an_import_that_would_queue_paid_work_stops_at_a_preview_until_confirmed
     assert sorted(queued.values_list("job__reference", flat=True)) == ["spring", "summer"]
     assert not CatalogueImportChunk.objects.filter(catalogue_import=stored).exists()
     # Confirming again does nothing more.
-    client.post(reverse("import_confirm", args=[stored.pk]))
+    client.post(reverse("import_confirm", args=[stored.pk]), {"requeues": "2"})
     stored.refresh_from_db()
     assert stored.state == ImportState.DONE
 
@@ -153,7 +162,7 @@ def test_a_confirmed_import_that_would_now_queue_more_stops_at_a_new_preview(cli
     ItemFactory(job=JobFactory(reference="autumn"), product=Product.objects.get(sku="LAMP-1"))
     before = ledger_at_rest()
 
-    client.post(reverse("import_confirm", args=[stored.pk]))
+    confirm(client, stored)
     import_catalogue_file(stored.pk)
     stored.refresh_from_db()
 
@@ -164,6 +173,51 @@ def test_a_confirmed_import_that_would_now_queue_more_stops_at_a_new_preview(cli
     assert "It would now queue more than the 2 confirmed by" in page
 
 
+def test_the_earlier_previews_confirm_form_sent_again_confirms_nothing_once_previewed_again(
+    client, owner, lamp_at_work
+):
+    """Rule 15: the page showed 2 products queued again; a first confirmation found a third (a job
+    started meanwhile) and stopped at a new preview. The same form sent again (a double click that
+    arrives late, an old tab) names the 2 it showed: nothing is imported, the person is told."""
+    client.force_login(owner)
+    stored = send(client, PRICES)
+    first_page = client.get(reverse("import_detail", args=[stored.pk])).content.decode()
+    ItemFactory(job=JobFactory(reference="autumn"), product=Product.objects.get(sku="LAMP-1"))
+    confirm(client, stored, first_page)
+    import_catalogue_file(stored.pk)
+    before = ledger_at_rest()
+
+    response = confirm(client, stored, first_page)
+    import_catalogue_file(stored.pk)
+    stored.refresh_from_db()
+
+    assert stored.state == ImportState.PREVIEWED and stored.confirmed_requeues == 2
+    assert ledger_at_rest() == before
+    assert lamp_fields()["price"] == "49.00"
+    page = client.get(response.url).content.decode()
+    assert "Nothing was imported: the preview changed since your page showed it." in page
+    # From the page as it is now (3 queued again), the confirmation imports.
+    confirm(client, stored)
+    import_catalogue_file(stored.pk)
+    stored.refresh_from_db()
+    assert stored.state == ImportState.DONE and stored.confirmed_requeues == 3
+    assert lamp_fields()["price"] == "45.00"
+
+
+def test_a_confirmation_that_names_no_preview_confirms_nothing(client, owner, lamp_at_work):
+    client.force_login(owner)
+    stored = send(client, PRICES)
+    before = ledger_at_rest()
+
+    for data in ({}, {"requeues": ""}, {"requeues": "two"}, {"requeues": "-1"}, {"requeues": "1"}):
+        assert client.post(reverse("import_confirm", args=[stored.pk]), data).status_code == 302
+        import_catalogue_file(stored.pk)
+        stored.refresh_from_db()
+        assert stored.state == ImportState.PREVIEWED and stored.confirmed_at is None
+
+    assert ledger_at_rest() == before
+
+
 def test_preview_first_stops_even_when_nothing_paid_is_queued(client, owner, lamp):
     client.force_login(owner)
 
@@ -171,7 +225,7 @@ def test_preview_first_stops_even_when_nothing_paid_is_queued(client, owner, lam
 
     assert stored.state == ImportState.PREVIEWED
     assert lamp_fields()["price"] == "49.00"
-    client.post(reverse("import_confirm", args=[stored.pk]))
+    confirm(client, stored)
     import_catalogue_file(stored.pk)
     assert lamp_fields()["price"] == "45.00"
 
