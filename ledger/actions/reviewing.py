@@ -182,7 +182,7 @@ def regenerate_with_prompt(*, item_id: int, prompt_version: int, actor) -> tuple
     reference = regeneration_reference(item, prompt_version)
     started = Job.objects.filter(reference=reference).first()
     if started is not None:
-        return started, False
+        return regenerated_into(item, started), False
     if item.state not in REGENERABLE_STATES:
         raise NotAllowed(
             f"Only an unusable or rejected draft is regenerated; the item is {ItemState(item.state).label.lower()}"
@@ -199,9 +199,22 @@ def regenerate_with_prompt(*, item_id: int, prompt_version: int, actor) -> tuple
         started = Job.objects.filter(reference=reference).first()
         if started is None:
             raise
-        return started, False
+        return regenerated_into(item, started), False
     refresh_job_state(source.pk)
     return job, True
+
+
+def regenerated_into(item: Item, job: Job) -> Job:
+    """`job`, found by the reference that regenerating `item` would give its job, if the item was
+    regenerated into it (its event says so). A job that took the reference otherwise (started on the
+    screen or through the API with that reference) is not this item's regeneration: refused, rather
+    than shown as one while the item stays as it was."""
+    if not item.events.filter(to_state=ItemState.CANCELLED, data__regenerated_in=job.pk).exists():
+        raise NotAllowed(
+            f"The reference {job.reference} that this regeneration's job would have is taken by another "
+            "job, which did not regenerate this item; nothing was started"
+        )
+    return job
 
 
 def start_regeneration(item: Item, source: Job, reference: str, prompt_version: int, actor) -> Job:

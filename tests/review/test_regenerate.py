@@ -170,6 +170,27 @@ def test_retrying_a_draft_that_is_not_unusable_asks_nothing_more(client, operato
     assert "Retried 1 item" in html and "retry-warning" not in html
 
 
+def test_a_job_that_took_the_regenerations_reference_otherwise_is_not_shown_as_one(
+    client, operator, owner, unusable, stricter
+):
+    """A job started with the reference a regeneration would have (on the start screen or through the
+    API, for another product) is not this item's regeneration: the operator is told, nothing starts,
+    and the item still waits to be regenerated."""
+    other = ItemFactory(state=S.PREPARED)
+    Job.objects.filter(pk=other.job_id).update(reference=regeneration_reference(unusable, 2))
+    client.force_login(operator)
+
+    response = client.post(reverse("regenerate_item", args=[unusable.pk]), {"prompt_version": 2}, follow=True)
+
+    html = response.content.decode()
+    assert response.redirect_chain[-1][0] == reverse("item_detail", args=[unusable.pk])
+    assert "is taken by another job, which did not regenerate this item; nothing was started" in html
+    assert "already" not in html
+    unusable.refresh_from_db()
+    assert unusable.state == S.VALIDATION_FAILED
+    assert not Job.objects.filter(prompt_version=stricter).exists()
+
+
 def test_a_job_with_the_longest_reference_is_regenerated_too(client, operator, unusable, stricter):
     Job.objects.filter(pk=unusable.job_id).update(reference="r" * 200)
     client.force_login(operator)
