@@ -121,6 +121,7 @@ BATCHDESK_LOGIN_ADDRESS_FAILURE_LIMIT = int(os.environ.get("BATCHDESK_LOGIN_ADDR
 AXES_LOCKOUT_PARAMETERS = "review.accounts.lockout_parameters"
 AXES_LOCKOUT_CALLABLE = "review.accounts.locked_out"
 AXES_CLIENT_IP_CALLABLE = "review.accounts.client_address"
+AXES_USERNAME_CALLABLE = "review.accounts.attempted_username"
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"

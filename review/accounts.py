@@ -25,6 +25,22 @@ def client_address(request: HttpRequest) -> str:
     return request.META.get("REMOTE_ADDR", "")
 
 
+# The longest user name a failed log-in is recorded under: django-axes' AccessAttempt.username column.
+RECORDED_USERNAME_LENGTH = 255
+
+
+def attempted_username(request: HttpRequest, credentials: dict | None = None) -> str | None:
+    """The user name a log-in tried (django-axes' AXES_USERNAME_CALLABLE), as axes reads it, cut to
+    the column it is recorded in. The log-in forms take a name of any length (AuthenticationForm
+    checks none before authenticating), and one longer than any user name can be is nobody's: counted
+    cut, rather than failing the whole log-in with a database error (500)."""
+    if credentials:
+        username = credentials.get(settings.AXES_USERNAME_FORM_FIELD)
+    else:
+        username = request.POST.get(settings.AXES_USERNAME_FORM_FIELD)
+    return username[:RECORDED_USERNAME_LENGTH] if isinstance(username, str) else username
+
+
 def lockout_minutes() -> int:
     return round(settings.AXES_COOLOFF_TIME.total_seconds() / 60)
 

@@ -130,6 +130,18 @@ def test_an_address_alone_is_locked_only_at_its_own_much_higher_count(client):
     assert log_in(client, "bob", "pw", "10.0.0.8").status_code == 302
 
 
+@pytest.mark.parametrize("login_url", ["login", "admin:login"])
+def test_a_user_name_longer_than_any_is_a_failed_log_in_not_an_error(client, login_url):
+    """A user name of 5,000 characters (the forms check no length before authenticating) is counted
+    as a failed log-in under its first 255 characters, the column django-axes records it in."""
+    name = "x" * 5000
+    response = client.post(reverse(login_url), {"username": name, "password": "nope"}, REMOTE_ADDR="10.0.0.3")
+    assert response.status_code == 200
+    assert "correct" in response.content.decode()  # "Please enter a correct username and password"
+    assert AccessAttempt.objects.get().username == name[:255]
+    assert not is_logged_in(client)
+
+
 def tries_left(response) -> str:
     html = " ".join(response.content.decode().split())
     return html.split('data-testid="tries-left">', 1)[1].split("</li>", 1)[0]
