@@ -22,4 +22,5 @@ urlpatterns = [
     path("", include("review.urls")),
 ]
 
+handler400 = api.bad_request
 handler500 = api.server_error

@@ -1009,6 +1009,15 @@ def server_error(request: HttpRequest) -> HttpResponse:
     return defaults.server_error(request)
 
 
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """Django's handler400, for a request Django itself refuses before any view reads it (more form
+    fields than DATA_UPLOAD_MAX_NUMBER_FIELDS, a form body over DATA_UPLOAD_MAX_MEMORY_SIZE, a Host
+    not in ALLOWED_HOSTS): JSON under /api/, the application's page (400.html) elsewhere."""
+    if request.path_info.startswith("/api/"):
+        return ApiError(400, "bad_request", "The request could not be read; nothing was changed.").response()
+    return defaults.bad_request(request, exception)
+
+
 @csrf_exempt
 def unknown(request: HttpRequest, *args, **kwargs) -> HttpResponse:
     """Any other address under /api/: a JSON 404 rather than an HTML page."""

@@ -74,3 +74,34 @@ def test_the_500_page_needs_neither_the_database_nor_a_signed_in_person():
     html = response.content.decode()
     assert "Something went wrong on our side" in html
     assert LAYOUT in html
+
+
+def test_a_request_django_refuses_before_any_view_is_the_applications_400(client, owner):
+    """More fields than DATA_UPLOAD_MAX_NUMBER_FIELDS (10,000 ticked drafts sent at once): a 400 in
+    the layout that says nothing was changed, not Django's bare page."""
+    client.force_login(owner)
+    fields = "&".join(f"draft={n}:{'0' * 64}" for n in range(1, 10_001))
+    response = client.post(
+        reverse("approve_selected"), fields, content_type="application/x-www-form-urlencoded"
+    )
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert "<title>Request not read · BatchDesk</title>" in html
+    assert LAYOUT in html
+    assert "Nothing was changed." in html
+
+
+def test_a_host_not_allowed_is_the_applications_400_too(client):
+    response = client.get("/jobs/", HTTP_HOST="evil.example")
+    assert response.status_code == 400
+    assert "<title>Request not read · BatchDesk</title>" in response.content.decode()
+
+
+def test_under_api_a_request_django_refuses_is_a_json_400(client):
+    response = client.get("/api/jobs", HTTP_HOST="evil.example")
+    assert response.status_code == 400
+    assert response.json()["error"] == {
+        "code": "bad_request",
+        "message": "The request could not be read; nothing was changed.",
+        "fields": {},
+    }
