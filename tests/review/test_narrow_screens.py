@@ -7,7 +7,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from ledger.catalogue import store_upload
-from ledger.models import Approval, CatalogueImport, ImportState, Item
+from ledger.models import Approval, CatalogueImport, ImportState, Item, Job
 from ledger.states import ItemState
 from ledger.tasks import import_catalogue_file
 from review.models import Preferences
@@ -177,3 +177,27 @@ def test_single_key_shortcuts_can_be_turned_off_and_on_again(page, live_server):
     page.goto(desk)
     page.keyboard.press("j")
     expect(page.get_by_test_id("position")).to_have_text("2 of 12")
+
+
+def test_a_job_with_the_longest_reference_widens_no_screen(page, live_server):
+    """A reference is up to 200 characters and may have no space: in the job page's heading, the
+    review desk's job filter and its notes, it breaks or shrinks instead of widening the page."""
+    job = realistic_job()
+    Job.objects.filter(pk=job.pk).update(reference="R" * 200)
+    page.set_viewport_size(PHONE)
+    desk = reverse("review_queue")
+    addresses = [
+        reverse("job_detail", args=[job.pk]),
+        desk,
+        f"{desk}?job={job.pk}",
+        f"{desk}?mode=list",
+        f"{desk}?mode=list&job={job.pk}&confirm=all",
+    ]
+    log_in(page, live_server, job.owner, then=addresses[0])
+    too_wide = {}
+    for address in addresses:
+        assert page.goto(live_server.url + address).status == 200, address
+        width = page.evaluate("document.documentElement.scrollWidth")
+        if width > PHONE["width"]:
+            too_wide[address] = (width, page.evaluate(OVERFLOWING))
+    assert not too_wide, too_wide
