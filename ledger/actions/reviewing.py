@@ -79,7 +79,7 @@ def approve_version(
             raise NotAllowed(INVALID_DRAFT)
         if item.state != ItemState.AWAITING_REVIEW and not repairing:
             raise NotAllowed(
-                f"This draft cannot be approved: the item is {ItemState(item.state).label.lower()}"
+                f"This draft cannot be approved: the item is now “{ItemState(item.state).label}”"
             )
         version = item.versions.filter(pk=version_id).first()
         if version is None:
@@ -185,7 +185,7 @@ def regenerate_with_prompt(*, item_id: int, prompt_version: int, actor) -> tuple
         return regenerated_into(item, started), False
     if item.state not in REGENERABLE_STATES:
         raise NotAllowed(
-            f"Only an unusable or rejected draft is regenerated; the item is {ItemState(item.state).label.lower()}"
+            f"Only an unusable or rejected draft is regenerated; the item is now “{ItemState(item.state).label}”"
         )
     source = item.job
     if source.state == JobState.CANCELLED:

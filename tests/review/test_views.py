@@ -319,7 +319,7 @@ def test_deciding_on_an_item_no_longer_in_review_says_so(client, item, draft, ow
     )
     assert response.status_code == 409
     html = response.content.decode()
-    assert "the item is product withdrawn" in html
+    assert "the item is now “Product withdrawn; draft kept as evidence, never published”" in html
     assert "No longer waiting for review" in html
     assert not Approval.objects.exists()
 
