@@ -259,6 +259,26 @@ def test_past_imports_are_listed_newest_first_a_page_at_a_time(client, owner, op
     assert re.findall(r">(file-\d\d\.csv)</a>", second) == ["file-01.csv", "file-00.csv"]
 
 
+def test_the_history_says_when_a_file_imported_nothing(client, owner, lamp):
+    """A file refused whole is done, like one imported: its row says that nothing was imported, and
+    why, rather than only 'Finished' and counts of zero."""
+    client.force_login(owner)
+    send(client, b"sku,price\nLAMP-1,45.00\n", name="no-title.csv")
+    send(client, b'{"sku": "LAMP-1"}\n', name="sku-only.jsonl")
+    send(client, b"sku,title,price\nLAMP-1,Desk lamp,45.00\n", name="prices.csv")
+
+    html = client.get(reverse("import_history")).content.decode()
+
+    rows = {
+        re.search(r">([\w.-]+\.(?:csv|jsonl))</a>", row)[1]: row
+        for row in re.findall(r"<tr>.*?</tr>", html, re.S)
+        if "</a>" in row
+    }
+    assert "Nothing was imported: the file cannot be read." in rows["no-title.csv"]
+    assert "Nothing was imported: 1 rejected row." in rows["sku-only.jsonl"]
+    assert "Nothing was imported" not in rows["prices.csv"]
+
+
 def test_the_history_needs_a_role(client, outsider):
     assert client.get(reverse("import_history")).status_code == 302
     client.force_login(outsider)
