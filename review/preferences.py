@@ -12,9 +12,13 @@ from django.views.decorators.http import require_http_methods
 
 from .models import DEFAULT_TIME_ZONE, Preferences
 
+# Names in the time zone database that are no place's zone: "localtime" is the server's own zone
+# (easily taken for "my local time"), "Factory" a placeholder that shows times as "-00".
+NOT_A_PLACE = {"localtime", "Factory", "posixrules"}
+
 
 def zone_choices() -> list[tuple[str, str]]:
-    zones = sorted(available_timezones() | {DEFAULT_TIME_ZONE})
+    zones = sorted((available_timezones() - NOT_A_PLACE) | {DEFAULT_TIME_ZONE})
     return [(zone, zone.replace("_", " ")) for zone in zones]
 
 

@@ -57,6 +57,17 @@ def test_an_unknown_zone_is_refused_and_nothing_is_saved(client, owner):
     assert Preferences.objects.get(user=owner).time_zone == "Europe/Lisbon"
 
 
+@pytest.mark.parametrize("zone", ["localtime", "Factory"])
+def test_a_name_that_is_no_places_zone_is_not_offered(client, owner, zone):
+    """ "localtime" is the server's own zone, easily taken for the viewer's local time; "Factory"
+    shows every time as "-00". Neither is offered, and neither is saved when sent."""
+    client.force_login(owner)
+    assert f'value="{zone}"' not in client.get(reverse("preferences")).content.decode()
+    response = client.post(reverse("preferences"), {"time_zone": zone, "keyboard_shortcuts": "on"})
+    assert response.status_code == 400
+    assert not Preferences.objects.filter(user=owner).exists()
+
+
 def test_shortcuts_are_on_until_turned_off_and_the_page_says_which(client, owner):
     client.force_login(owner)
     desk = reverse("review_queue")
