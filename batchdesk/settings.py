@@ -57,6 +57,8 @@ MIDDLEWARE = [
     # The signed-in person's time zone for every time shown (review/models.py Preferences).
     "review.middleware.PreferencesMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # A screen's form-only address opened by GET (after logging in again, say): a page, not a blank 405.
+    "review.middleware.FormOnlyAddressPage",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     # Last, as django-axes asks: it turns a refused login into the "too many attempts" page.

@@ -105,3 +105,23 @@ def test_under_api_a_request_django_refuses_is_a_json_400(client):
         "message": "The request could not be read; nothing was changed.",
         "fields": {},
     }
+
+
+def test_a_form_sent_with_an_expired_session_ends_on_a_page_that_says_nothing_was_done(owner):
+    """The session ran out while the list was open: the approval sent goes to the log-in page, which
+    then opens the form's address by GET. That is a page in the layout saying nothing was done, not
+    Django's blank 405, and nothing was approved."""
+    browser = Client()
+    address = reverse("approve_selected")
+    sent = browser.post(address, {"draft": f"1:{'0' * 64}"})
+    assert sent.status_code == 302 and sent.url == f"{reverse('login')}?next={address}"
+    browser.force_login(owner)
+
+    response = browser.get(address)
+
+    assert response.status_code == 405
+    assert response["Allow"] == "POST"
+    html = response.content.decode()
+    assert "<title>Nothing was done · BatchDesk</title>" in html
+    assert LAYOUT in html
+    assert "your decision was not made" in html
