@@ -59,6 +59,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     # A screen's form-only address opened by GET (after logging in again, say): a page, not a blank 405.
     "review.middleware.FormOnlyAddressPage",
+    # An htmx request after the session expired: the browser goes to the log-in page, not htmx's swap.
+    "review.middleware.HtmxLogIn",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     # Last, as django-axes asks: it turns a refused login into the "too many attempts" page.

@@ -125,3 +125,25 @@ def test_a_form_sent_with_an_expired_session_ends_on_a_page_that_says_nothing_wa
     assert "<title>Nothing was done · BatchDesk</title>" in html
     assert LAYOUT in html
     assert "your decision was not made" in html
+
+
+def test_a_desk_decision_sent_by_htmx_after_the_session_expired_goes_to_the_log_in_page(owner):
+    """htmx's request would follow the redirect to the log-in page and swap that whole page into the
+    card: the browser is sent to the log-in page instead, to come back to the desk where it was."""
+    browser = Client()
+    response = browser.post(
+        reverse("approve_item", args=[1]),
+        {"version_id": "1", "version_hash": "0" * 64},
+        headers={"HX-Request": "true", "HX-Current-URL": "http://testserver/review/?pos=3&job=7"},
+    )
+    assert response.status_code == 204
+    assert response["HX-Redirect"] == f"{reverse('login')}?next=%2Freview%2F%3Fpos%3D3%26job%3D7"
+    assert not response.content
+
+
+def test_a_log_in_redirect_never_leads_off_the_site(owner):
+    response = Client().get(
+        reverse("review_queue"),
+        headers={"HX-Request": "true", "HX-Current-URL": "http://testserver//evil.example/x"},
+    )
+    assert response["HX-Redirect"] == f"{reverse('login')}?next=%2F"
