@@ -121,6 +121,42 @@
     form.dataset.sent = "yes";
   });
 
+  // A decision htmx sent that the server refused with no answer for the card (its form expired
+  // because the person logged in again, say in another tab: 403; a fault: 500) or that never reached
+  // the server: htmx swaps nothing, so without this the click seemed to do nothing at all. Say so,
+  // naming the server's page (its title), where the page's messages are shown.
+  function sayNothingWasDone(text) {
+    var main = document.getElementById("content");
+    if (!main) return;
+    var list = main.querySelector("ul.messages");
+    if (!list) {
+      list = document.createElement("ul");
+      list.className = "messages";
+      list.setAttribute("data-testid", "messages");
+      main.insertBefore(list, main.firstChild);
+    }
+    var old = list.querySelector("[data-refused]");
+    if (old) old.remove();
+    var item = document.createElement("li");
+    item.className = "message message-error";
+    item.setAttribute("role", "alert");
+    item.setAttribute("data-refused", "");
+    item.textContent = text;
+    list.appendChild(item);
+    item.scrollIntoView({ block: "nearest" });
+  }
+
+  document.addEventListener("htmx:responseError", function (event) {
+    var xhr = event.detail.xhr;
+    var title = /<title>([^<]*)<\/title>/.exec(xhr.responseText || "");
+    var why = title ? title[1].replace(/\s*·\s*BatchDesk\s*$/, "") : "error " + xhr.status;
+    sayNothingWasDone("Nothing was done (" + why + "). Reload the page, look at it again, and decide again.");
+  });
+
+  document.addEventListener("htmx:sendError", function () {
+    sayNothingWasDone("Nothing was sent: the server could not be reached. Reload the page when it can, and decide again.");
+  });
+
   // A page the browser brings back from its cache on Back shows no ticks and may be sent again.
   window.addEventListener("pageshow", function (event) {
     if (!event.persisted) return;

@@ -240,3 +240,31 @@ def test_enter_in_the_reason_rejects_the_ticked_drafts_and_approves_nothing(page
         ItemState.REJECTED,
         ItemState.AWAITING_REVIEW,
     ]
+
+
+def test_a_decision_the_server_refuses_says_nothing_was_done(page, live_server, owner):
+    """The desk's form expired (its person logged in again in another tab: a new CSRF token): the
+    approval is refused with a 403 page that htmx does not swap in. The desk says nothing was done
+    rather than seem to ignore the click, and the draft still waits."""
+    from playwright.sync_api import expect
+
+    drafts = queue_of(2)
+    log_in(page, live_server, owner, then=reverse("review_queue"))
+    expect(page.get_by_test_id("position")).to_have_text("1 of 2")
+    context = page.context
+    cookies = [
+        {**cookie, "value": "A" * 32} if cookie["name"] == "csrftoken" else cookie
+        for cookie in context.cookies()
+    ]
+    context.clear_cookies()
+    context.add_cookies(cookies)
+
+    page.keyboard.press("a")
+
+    alert = page.get_by_test_id("messages").get_by_role("alert")
+    expect(alert).to_have_text(
+        "Nothing was done (Form expired). Reload the page, look at it again, and decide again."
+    )
+    expect(page.get_by_test_id("position")).to_have_text("1 of 2")
+    assert not Approval.objects.exists()
+    assert Item.objects.get(pk=drafts[0].item_id).state == ItemState.AWAITING_REVIEW
