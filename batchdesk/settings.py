@@ -204,6 +204,11 @@ BATCHDESK_IMPORT_MAX_BYTES = int(os.environ.get("BATCHDESK_IMPORT_MAX_BYTES", st
 # A JSON file of prices laid over the built-in table of ledger/pricing.py (format in the README);
 # a bad file stops the server and the workers at startup (system check batchdesk.E001).
 BATCHDESK_PRICE_FILE = os.environ.get("BATCHDESK_PRICE_FILE", "")
+# Costs are shown and budgeted in the business currency (SPEC §9), converted from the providers' US
+# dollars with dated rates: BATCHDESK_FX_FILE (JSON, format in the README) and rates an admin enters.
+# A bad code or file stops the server and the workers at startup (system checks batchdesk.E002, E003).
+BATCHDESK_CURRENCY = os.environ.get("BATCHDESK_CURRENCY", "GBP").strip().upper()
+BATCHDESK_FX_FILE = os.environ.get("BATCHDESK_FX_FILE", "")
 
 # How `openai_compatible` is sent an output schema (SPEC rule 17, ledger/schema_dialects.py):
 # OpenAI's strict dialect, safe behind a LiteLLM proxy or an OpenAI-like gateway, or `as_is`, the

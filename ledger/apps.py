@@ -10,6 +10,7 @@ class LedgerConfig(AppConfig):
     def ready(self) -> None:
         from . import tallies
         from .bootstrap import after_migrate
+        from .money import check_rate_file
         from .pricing import check_price_file
 
         post_migrate.connect(after_migrate, sender=self, dispatch_uid="ledger.after_migrate")
@@ -19,3 +20,4 @@ class LedgerConfig(AppConfig):
         # Costs are shown everywhere: a price file that cannot be read stops every process at
         # startup (`check`, `runserver`, `migrate`, `qcluster`), never a request.
         checks.register(check_price_file, "batchdesk")
+        checks.register(check_rate_file, "batchdesk")

@@ -248,6 +248,12 @@ class Job(models.Model):
     # A planner (a task, or a send planning the next unit) holds the job's planning until then: a
     # pass queues no second planning task meanwhile; a dead planner's claim simply runs out.
     planning_claimed_until = models.DateTimeField(null=True, blank=True)
+    # Spend may not pass this, in `budget_currency` (rule 18); null: no budget.
+    budget = models.DecimalField(max_digits=14, decimal_places=2, null=True, blank=True)
+    budget_currency = models.CharField(max_length=3, blank=True)
+    # Why the job is `paused`, and what the person should know (by how much, the provider's words).
+    pause_reason = models.CharField(max_length=32, blank=True)
+    pause_detail = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -940,3 +946,69 @@ class ApiToken(models.Model):
     @staticmethod
     def hash(token: str) -> str:
         return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+class PauseReason(models.TextChoices):
+    """Why a job sends nothing new until someone acts (job state `paused`, SPEC §2)."""
+
+    BUDGET_REACHED = "budget_reached", "The next unit could pass the job's budget"
+    BILLING_REFUSED = (
+        "billing_refused",
+        "The provider refused to bill the account (no credit or a spend limit)",
+    )
+
+
+class ExchangeRate(models.Model):
+    """A rate entered by an admin (SPEC §9): one US dollar is worth `per_usd` of `currency` from
+    `valid_from` on. Rates from `BATCHDESK_FX_FILE` are read from the file (`ledger.money`)."""
+
+    currency = models.CharField(max_length=3)
+    valid_from = models.DateField()
+    per_usd = models.DecimalField(max_digits=18, decimal_places=8)
+    source = models.CharField(max_length=200, help_text="Where the rate comes from, e.g. a bank's daily spot")
+    entered_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-valid_from", "-created_at"]
+        constraints = [models.CheckConstraint(condition=Q(per_usd__gt=0), name="exchange_rate_positive")]
+
+    def __str__(self) -> str:
+        return f"1 USD = {self.per_usd} {self.currency} from {self.valid_from}"
+
+    @property
+    def source_text(self) -> str:
+        by = f", entered by {self.entered_by.get_username()}" if self.entered_by_id else ""
+        return f"{self.source}{by}"
+
+
+class UnitCharge(models.Model):
+    """What one unit (submission) costs (rule 18, SPEC §9). Its worst case (every request's input
+    and `max_tokens` at the batch price) is reserved before it is sent; the usage its results
+    return settles it. Kept with the provider's amount, the rate, its date and source, so the cost's
+    history never changes when a price or a rate does."""
+
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="charges")
+    submission = models.OneToOneField("Submission", on_delete=models.PROTECT, related_name="charge")
+    requests = models.PositiveIntegerField(default=0)
+    # The business currency at the time, and the amounts in it (null: no rate was in force).
+    currency = models.CharField(max_length=3)
+    reserved_usd = models.DecimalField(max_digits=20, decimal_places=6)
+    reserved = models.DecimalField(max_digits=20, decimal_places=6, null=True, blank=True)
+    reserved_at = models.DateTimeField(default=timezone.now)
+    input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=20, decimal_places=6, null=True, blank=True)
+    cost = models.DecimalField(max_digits=20, decimal_places=6, null=True, blank=True)
+    settled_at = models.DateTimeField(null=True, blank=True)
+    rate = models.DecimalField(max_digits=18, decimal_places=8, null=True, blank=True)
+    rate_date = models.DateField(null=True, blank=True)
+    rate_source = models.CharField(max_length=250, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["job"], name="unit_charge_job")]
+
+    def __str__(self) -> str:
+        return f"unit {self.submission_id}: {self.cost if self.settled_at else self.reserved} {self.currency}"
