@@ -22,9 +22,10 @@ from decimal import Decimal, InvalidOperation
 from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
-from django.db.models import Sum
+from django.db.models import Count, Max, Sum
 
-from .models import GeneratedVersion, ItemTally, Job
+from .models import GeneratedVersion, ItemTally, Job, UnitCharge
+from .money import PROVIDER_CURRENCY, SAME_CURRENCY, Rate, business_currency, convert, rate_now
 from .states import ItemState
 
 log = logging.getLogger(__name__)
@@ -376,6 +377,7 @@ def jobs_cost(job_ids: Iterable[int]) -> dict[int, dict]:
         .values("job_id")
         .annotate(**TALLY_SUMS)
     }
+    rates = job_rates(job_ids)
     costs = {}
     for job_id in job_ids:
         provider, model = jobs.get(job_id, ("", ""))
@@ -410,8 +412,59 @@ def jobs_cost(job_ids: Iterable[int]) -> dict[int, dict]:
                 per_item=_divide(total, item_count),
                 per_approved_draft=_divide(total, row.get("approved_drafts") or 0),
             )
-        costs[job_id] = cost
+        costs[job_id] = in_business_currency(cost, rates[job_id])
     return costs
+
+
+AMOUNTS = ("total", "approved", "pending", "wasted", "per_item", "per_approved_draft")
+
+
+def in_business_currency(cost: dict, rate: "Rate | None") -> dict:
+    """A job's cost (in USD, as priced above) shown in the business currency (SPEC §9): the USD
+    amounts stay beside it under `provider_currency`. With no rate, the amounts stay in USD and
+    `rate_note` says so."""
+    provider = {"currency": PROVIDER_CURRENCY, **{name: cost[name] for name in AMOUNTS}}
+    if rate is None:
+        return {
+            **cost,
+            "provider_currency": provider,
+            "rate": None,
+            "rate_note": f"no rate from USD to {business_currency()} is in force: amounts in USD",
+        }
+    return {
+        **cost,
+        **{name: convert(cost[name], rate) if cost[name] is not None else None for name in AMOUNTS},
+        "currency": business_currency() if rate is not SAME_CURRENCY else PROVIDER_CURRENCY,
+        "provider_currency": provider,
+        "rate": rate.as_json() if rate is not SAME_CURRENCY else None,
+        "rate_note": "",
+    }
+
+
+def job_rates(job_ids: list[int]) -> "dict[int, Rate | None]":
+    """The rate each job's costs are shown at: what its settled units were converted at (their
+    amounts' weighted rate, so the job's total is the sum of its units' kept costs), or today's for
+    a job none of whose units is settled yet."""
+    if business_currency() == PROVIDER_CURRENCY:
+        return dict.fromkeys(job_ids, SAME_CURRENCY)
+    settled = (
+        UnitCharge.objects.filter(
+            job_id__in=job_ids, settled_at__isnull=False, rate__isnull=False, cost_usd__gt=0
+        )
+        .filter(currency=business_currency())
+        .order_by()
+        .values("job_id")
+        .annotate(cost=Sum("cost"), cost_usd=Sum("cost_usd"), latest=Max("rate_date"), units=Count("pk"))
+    )
+    today = rate_now()
+    rates: dict = dict.fromkeys(job_ids, today)
+    for row in settled:
+        per_usd = (row["cost"] / row["cost_usd"]).quantize(Decimal("0.00000001"))
+        source = (
+            "the rates its units were settled at" if row["units"] > 1 else "the rate its unit was settled at"
+        )
+        rates[row["job_id"]] = Rate(per_usd, row["latest"], source)
+    return rates
 
 
 def job_cost(job) -> dict:

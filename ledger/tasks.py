@@ -298,6 +298,8 @@ def claim_due_submissions(now: datetime) -> tuple[str, list[tuple[int, str]]]:
             Submission.objects.select_for_update(skip_locked=True)
             .filter(state__in=list(SUBMISSION_WORK))
             .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
+            # A paused job's units wait to be sent until someone acts.
+            .exclude(state=SubmissionState.INTENT, job__state=JobState.PAUSED)
             .order_by("pk")
             .values_list("pk", "state")[:MOST_SUBMISSIONS_PER_PASS]
         )

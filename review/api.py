@@ -19,6 +19,7 @@ import logging
 import re
 from collections.abc import Callable, Iterable
 from datetime import timedelta
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal, InvalidOperation
 from functools import wraps
 from typing import Any
 
@@ -33,15 +34,17 @@ from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 from django_q.brokers import get_broker
 
-from ledger import pricing
+from ledger import budgets, pricing
 from ledger.actions import (
     NotAllowed,
     approve_version,
     cancel_job,
     create_job,
     reject_version,
+    resume_job,
     retry_item,
     revise_product,
+    set_budget,
     withdraw_product,
 )
 from ledger.actions.prompts import PROMPT_TASK_PATTERN, make_prompt_current
@@ -326,6 +329,7 @@ def jobs_json(request: HttpRequest, jobs: list[Job]) -> list[dict]:
         for job in jobs
     }
     costs = pricing.jobs_cost(ids)
+    spent_or_held = {job.pk: budgets.committed(job.pk) for job in jobs if job.budget is not None}
     return [
         {
             "id": job.pk,
@@ -350,9 +354,26 @@ def jobs_json(request: HttpRequest, jobs: list[Job]) -> list[dict]:
             "submission_count": submission_counts.get(job.pk, 0),
             "submissions_url": request.build_absolute_uri(reverse("api:job_submissions", args=[job.pk])),
             "cost": costs[job.pk],
+            "budget": budget_json(job, spent_or_held.get(job.pk)),
+            "pause": {"reason": job.pause_reason, "detail": job.pause_detail}
+            if job.state == JobState.PAUSED
+            else None,
         }
         for job in jobs
     ]
+
+
+def budget_json(job: Job, held) -> dict | None:
+    """The job's budget and what it has spent or holds against it (rule 18), or None without one."""
+    if job.budget is None:
+        return None
+    held = held or Decimal(0)
+    return {
+        "amount": job.budget,
+        "currency": job.budget_currency,
+        "spent_or_held": held.quantize(Decimal("0.01"), rounding=ROUND_CEILING),
+        "left": max(job.budget - held, Decimal(0)).quantize(Decimal("0.01"), rounding=ROUND_FLOOR),
+    }
 
 
 def item_json(request: HttpRequest, item: Item) -> dict:
@@ -402,7 +423,17 @@ def items() -> QuerySet[Item]:
 
 # --- jobs ----------------------------------------------------------------------------------
 
-JOB_FIELDS = ("reference", "task", "provider", "model", "prompt_version", "skus", "destination", "unit_size")
+JOB_FIELDS = (
+    "reference",
+    "task",
+    "provider",
+    "model",
+    "prompt_version",
+    "skus",
+    "destination",
+    "unit_size",
+    "budget",
+)
 
 
 @endpoint(GET=VIEWERS, POST=APPROVERS)
@@ -516,6 +547,65 @@ def cancel(request: HttpRequest, job_id: int) -> HttpResponse:
             "batches_to_stop": outcome["batches_to_stop"],
         }
     )
+
+
+@endpoint(POST=APPROVERS)
+def budget(request: HttpRequest, job_id: int) -> HttpResponse:
+    """`{budget}` in the business currency: sets or raises the job's budget; a job paused by its
+    budget goes on."""
+    data = read_json(request, allowed=("budget",))
+    found = Job.objects.filter(pk=job_id).first()
+    if found is None:
+        return not_found(request, "No job")
+    if not may_cancel(request.user, found):
+        raise ApiError(
+            403, "forbidden", "Only the person who started the job, or an admin, may change its budget"
+        )
+    value = data.get("budget")
+    amount = read_amount(value)
+    if amount is None:
+        raise invalid({"budget": 'must be an amount above 0 such as "12.50"'})
+    try:
+        job = set_budget(found.pk, amount, actor=request.user)
+    except NotAllowed as exc:
+        raise ApiError(409, "not_allowed", str(exc), {"budget": str(exc)}) from None
+    job = Job.objects.select_related("owner", "prompt_version").get(pk=job.pk)
+    return JsonResponse(jobs_json(request, [job])[0])
+
+
+@endpoint(POST=APPROVERS)
+def resume(request: HttpRequest, job_id: int) -> HttpResponse:
+    """A paused job goes on (after a billing refusal, once the account can pay again)."""
+    read_json(request, allowed=())
+    found = Job.objects.filter(pk=job_id).first()
+    if found is None:
+        return not_found(request, "No job")
+    if not may_cancel(request.user, found):
+        raise ApiError(403, "forbidden", "Only the person who started the job, or an admin, may resume it")
+    try:
+        resume_job(found.pk, actor=request.user)
+    except NotAllowed as exc:
+        raise ApiError(409, "not_allowed", str(exc)) from None
+    job = Job.objects.select_related("owner", "prompt_version").get(pk=found.pk)
+    return JsonResponse(jobs_json(request, [job])[0])
+
+
+def read_amount(value) -> Decimal | None:
+    """An amount of money above 0 with at most two decimals, from JSON text or a number."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return None
+    try:
+        amount = Decimal(str(value).strip())
+    except InvalidOperation:
+        return None
+    if (
+        not amount.is_finite()
+        or amount <= 0
+        or amount >= Decimal("1e12")
+        or amount != amount.quantize(Decimal("0.01"))
+    ):
+        return None
+    return amount
 
 
 @endpoint(GET=VIEWERS)

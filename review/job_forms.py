@@ -7,11 +7,13 @@ again in its transaction: a form is here for clear, per-field messages. `StartTo
 screen's one-time token: the API's reference plays that part for machines."""
 
 import uuid
+from decimal import Decimal
 
 from django import forms
 from django.conf import settings
 from django.db.models import QuerySet
 
+from ledger.budgets import budget_problem
 from ledger.catalogue import SKU_PATTERN
 from ledger.destinations import destination_names
 from ledger.models import (
@@ -22,6 +24,7 @@ from ledger.models import (
     PromptVersion,
     no_prompt_for_job,
 )
+from ledger.money import business_currency
 from ledger.providers import (
     capabilities,
     configured_provider_names,
@@ -94,8 +97,17 @@ class JobForm(forms.Form):
         help_text="Requests per provider batch.",
     )
 
+    budget = forms.DecimalField(
+        required=False,
+        min_value=Decimal("0.01"),
+        max_digits=14,
+        decimal_places=2,
+        help_text="Spend never passes it: the job pauses first (empty: no budget).",
+    )
+
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self.fields["budget"].label = f"Budget ({business_currency()})"
         self.fields["provider"].refresh()
         limits = [(name, provider_limit(name)[0]) for name, _ in self.fields["provider"].choices]
         if limits := [(name, limit) for name, limit in limits if limit is not None]:
@@ -124,6 +136,9 @@ class JobForm(forms.Form):
                     data["unit_size"] = default_unit_size(provider)
         if provider and data.get("model") and (problem := model_name_problem(provider, data["model"])):
             self.add_error("model", problem)
+        elif provider and data.get("model") and data.get("budget") is not None:
+            if problem := budget_problem(data["budget"], provider, data["model"]):
+                self.add_error("budget", problem + ".")
         task = data.get("task")
         if task:
             if not PromptVersion.objects.filter(task=task).exists():
@@ -147,6 +162,7 @@ class JobForm(forms.Form):
             "prompt_version": self.prompt.version,
             "destination": data["destination"],
             "unit_size": data["unit_size"],
+            "budget": data.get("budget"),
         }
 
 
@@ -174,6 +190,8 @@ class ApiJobForm(JobForm):
 
     # JSON types each field must arrive as; "1" is not a version number, true is not a size.
     JSON_TYPES = {"prompt_version": int, "unit_size": int, "skus": list}
+    # An amount may arrive as text ("12.50", as SPEC §6 writes it) or as a JSON number.
+    AMOUNTS = ("budget",)
 
     DEFAULTS = {"destination": DEFAULT_DESTINATION}
 
@@ -188,7 +206,16 @@ class ApiJobForm(JobForm):
         self.wrong_types.update(
             (name, "must be text")
             for name, field in self.fields.items()
-            if name in given and name not in self.JSON_TYPES and not isinstance(given[name], str)
+            if name in given
+            and name not in self.JSON_TYPES
+            and name not in self.AMOUNTS
+            and not isinstance(given[name], str)
+        )
+        self.wrong_types.update(
+            (name, 'must be an amount such as "12.50"')
+            for name in self.AMOUNTS
+            if name in given
+            and (isinstance(given[name], bool) or not isinstance(given[name], str | int | float))
         )
         if given.get("model") == "":
             self.wrong_types.setdefault("model", "must not be empty; leave it out for the provider's default")

@@ -35,6 +35,8 @@ from .jobs import (  # noqa: F401
     currency_problem,
     judge_currency,
     queue_current_revision,
+    resume_job,
+    set_budget,
 )
 from .operating import (  # noqa: F401
     CANCELLABLE_ITEM_STATES,

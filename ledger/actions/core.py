@@ -145,6 +145,8 @@ def refresh_job_state(job_id: int) -> str:
         if tallies.count() > COMPACT_AFTER_ROWS:
             ItemTally.objects.compact(job.pk)
         states = set(tallies.counts_by_state())
+        if job.state == JobState.PAUSED and ItemState.PREPARED in states:
+            return job.state  # nothing new is sent until someone acts (a budget, a billing refusal)
         if states & OUTSTANDING_STATES:
             new = JobState.PREPARING if not job.submissions.exists() else JobState.RUNNING
         elif states & REVIEW_STATES:

@@ -1,24 +1,32 @@
 """Jobs: freezing a set of items, and whether an item's draft is still for its product's current
 revision (withdrawn or obsolete items move out of the way; the current revision is queued)."""
 
-from django.db import connection, transaction
+from decimal import Decimal
 
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from ..budgets import budget_problem, committed
 from ..models import (
     DEFAULT_DESTINATION,
     MAX_NAMED_SKUS,
     Event,
     Item,
     Job,
+    PauseReason,
     Product,
     ProductStatus,
     PromptVersion,
+    Submission,
     no_prompt_for_job,
 )
+from ..money import business_currency
 from ..providers.model_names import model_name_problem
 from ..setwise import insert_from_select, insert_select_sql
-from ..states import ItemState, JobState, ReasonCode
+from ..states import ItemState, JobState, ReasonCode, SubmissionState
 from ..table_statistics import analyse_after_bulk_change
-from .core import NotAllowed, actor_name, change_state, enqueue
+from .core import NotAllowed, actor_name, change_state, enqueue, refresh_job_state
 
 
 def create_job(
@@ -32,6 +40,7 @@ def create_job(
     destination: str = DEFAULT_DESTINATION,
     skus: list[str] | None = None,
     unit_size: int | None = None,
+    budget: Decimal | None = None,
 ) -> Job:
     """Freeze the set of items (each product's current revision) and queue their submission. No
     model or unit size: the provider's default model, and the usual size within its limit. No prompt
@@ -53,6 +62,8 @@ def create_job(
     prompt = PromptVersion.objects.for_job(task, prompt_version)
     if prompt is None:
         raise NotAllowed(no_prompt_for_job(task, prompt_version))
+    if budget is not None and (problem := budget_problem(budget, provider, model)):
+        raise NotAllowed(problem)
     # Written set-wise by the database: however many products, nothing per item passes through Python.
     products_sql = f"{Product._meta.db_table} WHERE status = %s"
     products_params: list = [ProductStatus.ACTIVE]
@@ -80,6 +91,8 @@ def create_job(
             model=model,
             destination=destination,
             unit_size=unit_size,
+            budget=budget,
+            budget_currency=business_currency() if budget is not None else "",
         )
         # Items in SKU order, as the catalogue lists them, and each item's event, in the items' order.
         items = {
@@ -167,3 +180,63 @@ def judge_currency(item: Item, *, actor=None) -> str | None:
             if problem == ItemState.OBSOLETE:
                 queue_current_revision(item)
     return problem
+
+
+def set_budget(job_id: int, budget: Decimal, *, actor) -> Job:
+    """Give the job a budget (or a new one) in the business currency. It may not be below what the
+    job has spent and holds already. A job paused by its budget goes on (`resume_job`); whether the
+    next unit fits is judged when it is sent."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job_id)
+        if job.state == JobState.CANCELLED:
+            raise NotAllowed("The job is cancelled")
+        if problem := budget_problem(budget, job.provider, job.model):
+            raise NotAllowed(problem)
+        held = committed(job.pk)
+        if budget < held:
+            raise NotAllowed(
+                f"The job has already spent or holds {held:.2f} {business_currency()}: the budget can be "
+                "no lower"
+            )
+        Job.objects.filter(pk=job.pk).update(
+            budget=budget, budget_currency=business_currency(), updated_at=timezone.now()
+        )
+        Event.objects.create(
+            job=job,
+            from_state=job.state,
+            to_state=job.state,
+            actor=actor,
+            actor_name=actor_name(actor),
+            reason=f"Budget set to {budget} {business_currency()}",
+            data={"budget": str(budget), "was": str(job.budget) if job.budget is not None else None},
+        )
+    if job.state == JobState.PAUSED and job.pause_reason == PauseReason.BUDGET_REACHED:
+        resume_job(job.pk, actor=actor)
+    job.refresh_from_db()
+    return job
+
+
+def resume_job(job_id: int, *, actor) -> str:
+    """A paused job goes on: its units waiting to be sent are sent by the next pass (each checked
+    against the budget again). NotAllowed when the job is not paused."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job_id)
+        if job.state != JobState.PAUSED:
+            raise NotAllowed(f"The job is {job.state}, not paused")
+        Job.objects.filter(pk=job.pk).update(
+            state=JobState.RUNNING, pause_reason="", pause_detail="", updated_at=timezone.now()
+        )
+        Event.objects.create(
+            job=job,
+            from_state=JobState.PAUSED,
+            to_state=JobState.RUNNING,
+            actor=actor,
+            actor_name=actor_name(actor),
+            reason="Resumed",
+        )
+        # Sent by the next pass rather than waiting out a claim taken before the pause.
+        Submission.objects.filter(job=job, state=SubmissionState.INTENT).filter(
+            Q(claimed_until__isnull=False)
+        ).update(claimed_until=None)
+        enqueue("ledger.tasks.submit_job", job.pk)
+    return refresh_job_state(job_id)

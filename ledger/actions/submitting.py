@@ -11,6 +11,7 @@ from django.db.models import F, Q, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
+from .. import budgets
 from ..models import Event, Item, Job, ProductStatus, Submission, SubmissionItem, lease_end
 from ..setwise import among, insert_from_select
 from ..states import SUBMISSION_TRANSITIONS, ItemState, JobState, ReasonCode, SubmissionState
@@ -134,6 +135,8 @@ def set_submission_state(submission: Submission, to: str, *, reason: str = "", *
         reason=reason,
     )
     submission.state = to
+    if to in (SubmissionState.COLLECTED, SubmissionState.FAILED):
+        budgets.settle(submission)  # what the unit held becomes what it cost
 
 
 def build_requests(submission: Submission, state: str = ItemState.PREPARED):
@@ -250,10 +253,15 @@ def send_submission(submission_id: int, *, provider=None, held: str = "") -> str
             release_entries(submission, [r.custom_id for r in requests[len(fitting) :]])
             item_ids = list(submission.entries.values_list("item_id", flat=True))
             requests = fitting
-        sent_at = timezone.now()
         renewed = Submission.objects.renew_claim(submission_id, claim)
         if not renewed:
             return "claim lost"
+        try:
+            budgets.reserve(submission, requests)  # rule 18: held before anything can be spent
+        except budgets.BudgetReached:
+            Submission.objects.release(submission_id)  # sent by a pass once the job goes on
+            return "paused"
+        sent_at = timezone.now()
         # Stored before the call: from now on a unit may exist at the provider.
         Submission.objects.filter(pk=submission_id).update(sent_at=sent_at, requests_sent=len(requests))
         submission.sent_at, submission.requests_sent = sent_at, len(requests)
@@ -266,6 +274,13 @@ def send_submission(submission_id: int, *, provider=None, held: str = "") -> str
         mark_uncertain(submission, item_ids, str(exc))
         return "uncertain"
     except ProviderError as exc:
+        if exc.billing:
+            # No credit or a spend limit: nothing was made there, and retrying cannot help until
+            # someone pays; the job is paused, its items neither failed nor retried.
+            budgets.pause_for_billing(submission.job_id, str(exc))
+            Submission.objects.filter(pk=submission_id).update(error=str(exc)[:2000], sent_at=None)
+            Submission.objects.release(submission_id)
+            return "paused"
         if exc.transient:
             # Never sent, or refused before doing anything (429, 408): nothing exists there to
             # look for. After a 5xx a unit may exist all the same, so the next attempt looks first.

@@ -156,6 +156,13 @@ class AnthropicEmulator(EmulatorServer):
         body = envelope(ERROR_TYPES.get(kind, "api_error"), message)
         return ApiError(status, body, {"request-id": body["request_id"], **(headers or {})})
 
+    def billing_refusal(self) -> ApiError:
+        return self.error(
+            400,
+            "Your credit balance is too low to access the Anthropic API. Please go to Plans & Billing "
+            "to upgrade or purchase credits.",
+        )
+
     def answer_headers(self) -> dict[str, str]:
         return {"request-id": _new_id("req_")}
 

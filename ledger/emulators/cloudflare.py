@@ -189,6 +189,15 @@ class CloudflareEmulator(EmulatorServer):
             raise self.error(400, "Request is missing headers or body: requests must be a list of objects")
         if any("external_reference" in e and not isinstance(e["external_reference"], str) for e in entries):
             raise self.error(400, "Invalid data: external_reference must be a string", code=5004)
+        if self.take_billing_refusal():
+            with self.lock:
+                self._creates += 1
+            raise self.error(
+                429,
+                "you have used up your daily free allocation of 10,000 neurons, please upgrade to "
+                "Cloudflare's Workers Paid plan if you would like to continue usage.",
+                code=4006,
+            )
         with self.lock:
             self._creates += 1  # the plumbing cannot tell a create from a poll (see the docstring)
             requests = []

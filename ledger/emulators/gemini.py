@@ -266,6 +266,14 @@ class GeminiEmulator(EmulatorServer):
             ]
         return ApiError(status, body, headers)
 
+    def billing_refusal(self) -> ApiError:
+        return self.error(
+            400,
+            "Gemini API free tier is not available in your country. Please enable billing on your "
+            "project in Google AI Studio.",
+            code="FAILED_PRECONDITION",
+        )
+
     def authenticate(self, request: Request) -> None:
         if not (request.headers.get("x-goog-api-key") or request.args.get("key")):
             raise self.error(403, UNREGISTERED_CALLER, kind="authentication")

@@ -248,6 +248,15 @@ class Emulator(EmulatorServer):
             code = code or "invalid_api_key"
         return openai_error(status, message, type=ERROR_TYPES[kind], param=param, code=code, headers=headers)
 
+    def billing_refusal(self) -> ApiError:
+        # reference/providers.md §1.9: quota exhaustion is a 429 that must not be retried.
+        return self.error(
+            429,
+            "You exceeded your current quota, please check your plan and billing details.",
+            kind="rate_limit",
+            code="insufficient_quota",
+        )
+
     def authenticate(self, request: Request) -> None:
         if not request.headers.get("Authorization", "").startswith("Bearer "):
             raise self.error(

@@ -169,6 +169,9 @@ class FaultKnobs:
     refusals: int = knob(0, count)
     refusal_path: str | None = knob(None, path)
     refusal_status: int = knob(404, refusal_status)
+    # The next K units created from now are refused as the provider refuses an account it will not
+    # bill (no credit, a spend limit), each protocol in its own words (`billing_refusal`).
+    billing_refusals: int = knob(0, count)
     # Results: this share of success lines written twice, this many lines with custom_ids never
     # sent, this many lines that cannot be read; all at seeded places. `count_mismatch` makes
     # the unit's own counts claim one more success than its results hold.
@@ -254,6 +257,19 @@ class EmulatorServer:
 
     def rules(self) -> list[Rule]:
         raise NotImplementedError
+
+    def billing_refusal(self) -> "ApiError":
+        """How the provider refuses to run work it cannot bill; each protocol says it its own way."""
+        return self.error(402, f"The {self.protocol} emulator's account cannot be billed.")
+
+    def take_billing_refusal(self) -> bool:
+        """For a protocol whose creates `admit` cannot tell from other calls: one refusal taken."""
+        with self.lock:
+            if not self.knobs.billing_refusals:
+                return False
+            self.knobs.billing_refusals -= 1
+            self._rejected_calls += 1
+            return True
 
     def error(
         self,
@@ -468,6 +484,10 @@ class EmulatorServer:
             knobs = self.knobs
             if self.create_rule and method == self.create_rule[0] and re.fullmatch(self.create_rule[1], path):
                 self._creates += 1
+                if knobs.billing_refusals:
+                    knobs.billing_refusals -= 1
+                    self._rejected_calls += 1
+                    raise self.billing_refusal()
             if knobs.rate_limit_calls and _matches(knobs.rate_limit_path, method, path):
                 knobs.rate_limit_calls -= 1
                 self._rejected_calls += 1

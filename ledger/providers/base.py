@@ -9,6 +9,7 @@ which the ledger reads instead of asking which provider it is talking to.
 
 import functools
 import math
+import re
 import ssl
 from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -193,14 +194,34 @@ class ProviderError(Exception):
         status: int | None = None,
         retry_after: float | None = None,
         secrets: Iterable[str] = (),
+        billing: bool = False,
     ):
         super().__init__(scrub_credentials(message, secrets))
         self.status = status
         self.retry_after = retry_after
+        # The provider will not bill the account (no credit, a spend limit): the job is paused,
+        # since retrying cannot help until someone pays (rule 18).
+        self.billing = billing
 
     @property
     def transient(self) -> bool:
-        return self.status is None or is_transient_status(self.status)
+        return not self.billing and (self.status is None or is_transient_status(self.status))
+
+
+# How each provider says it will not bill the account (reference/providers.md): OpenAI's 429
+# `insufficient_quota` (and `billing_hard_limit_reached`, `billing_not_active`), Anthropic's
+# `billing_error` and a 429 with `enforced_spend_limit_reached`, Cloudflare's neuron allocation used
+# up (error 4006), Google's "enable billing" precondition, and any 402 Payment Required.
+BILLING_WORDS = re.compile(
+    r"insufficient_quota|billing_hard_limit_reached|billing_not_active|billing_error"
+    r"|enforced_spend_limit_reached|credit balance is too low|\"code\":\s*4006\b|enable billing",
+    re.IGNORECASE,
+)
+
+
+def is_billing_refusal(status: int, body: str) -> bool:
+    """Whether an error answer is the provider refusing to bill the account, not a passing limit."""
+    return status == 402 or (400 <= status < 500 and bool(BILLING_WORDS.search(body[:4000])))
 
 
 class NotSent(ProviderError):

@@ -12,7 +12,15 @@ import jiter
 from ..retrying import retry_after_seconds
 from ..scrubbing import header_credentials, scrub_credentials
 from ..states import ReasonCode
-from .base import AnswerLost, BatchProvider, NotSent, ProviderError, ResultLine, UnreadableLine
+from .base import (
+    AnswerLost,
+    BatchProvider,
+    NotSent,
+    ProviderError,
+    ResultLine,
+    UnreadableLine,
+    is_billing_refusal,
+)
 
 # Failures that prove the request never left this machine.
 NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
@@ -205,6 +213,7 @@ class HttpBatchProvider(BatchProvider):
             f"{method} {path} answered {response.status_code}: {said}",
             status=response.status_code,
             retry_after=self._retry_after(response),
+            billing=is_billing_refusal(response.status_code, response.text),
         )
 
     @staticmethod

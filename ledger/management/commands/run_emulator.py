@@ -47,6 +47,7 @@ def emulator_kwargs(options: dict[str, Any]) -> dict[str, Any]:
         "refusals": options["refusals"],
         "refusal_path": options["refusal_path"],
         "refusal_status": options["refusal_status"],
+        "billing_refusals": options["billing_refusals"],
         "duplicate_lines": options["duplicate_rate"],
         "unknown_lines": options["unknown_lines"],
         "malformed_lines": options["malformed_lines"],
@@ -132,6 +133,13 @@ class Command(BaseCommand):
             default=404,
             metavar="CODE",
             help="the status of those refusals, e.g. 403",
+        )
+        calls.add_argument(
+            "--billing-refusals",
+            type=int,
+            default=0,
+            metavar="K",
+            help="refuse the first K units created as an account the provider will not bill",
         )
         calls.add_argument(
             "--cut-downloads", type=int, default=0, metavar="K", help="cut the first K downloads of each file"
