@@ -36,7 +36,11 @@ def pounds(settings, tmp_path):
     prices = tmp_path / "prices.json"
     prices.write_text(
         json.dumps(
-            {"openai": {"models": {"gpt-4o-mini": {"input_per_million": "1000", "output_per_million": "4000"}}}}
+            {
+                "openai": {
+                    "models": {"gpt-4o-mini": {"input_per_million": "1000", "output_per_million": "4000"}}
+                }
+            }
         )
     )
     settings.BATCHDESK_PRICE_FILE = str(prices)
