@@ -56,6 +56,10 @@ def endpoints(world) -> list[tuple[str, str, str, dict]]:
         ),
         ("withdraw", "post", f"/api/products/{sku}/withdraw", {}),
         ("prompt_current", "post", "/api/prompts/product_description/current", {"version": 1}),
+        # Last, past the first 7 the test below sends unspoilt: these two are accepted only for a
+        # job that can be held to a budget, or is paused (tests/api/test_budget.py).
+        ("job_budget", "post", f"/api/jobs/{world['job']}/budget", {"budget": "12.50"}),
+        ("resume_job", "post", f"/api/jobs/{world['job']}/resume", {}),
     ]
 
 
