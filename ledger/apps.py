@@ -1,6 +1,6 @@
 from django.apps import AppConfig
 from django.core import checks
-from django.db.models.signals import post_migrate, pre_migrate
+from django.db.models.signals import post_delete, post_migrate, post_save, pre_migrate
 
 
 class LedgerConfig(AppConfig):
@@ -10,7 +10,8 @@ class LedgerConfig(AppConfig):
     def ready(self) -> None:
         from . import tallies
         from .bootstrap import after_migrate
-        from .money import check_rate_file
+        from .models import ExchangeRate
+        from .money import check_rate_file, forget_entered_rates
         from .pricing import check_price_file
 
         post_migrate.connect(after_migrate, sender=self, dispatch_uid="ledger.after_migrate")
@@ -21,3 +22,5 @@ class LedgerConfig(AppConfig):
         # startup (`check`, `runserver`, `migrate`, `qcluster`), never a request.
         checks.register(check_price_file, "batchdesk")
         checks.register(check_rate_file, "batchdesk")
+        post_save.connect(forget_entered_rates, sender=ExchangeRate, dispatch_uid="ledger.money.saved")
+        post_delete.connect(forget_entered_rates, sender=ExchangeRate, dispatch_uid="ledger.money.deleted")

@@ -5,9 +5,11 @@ import json
 import uuid
 from collections.abc import Iterable
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 import orjson
 from django.conf import settings
+from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -962,9 +964,17 @@ class ExchangeRate(models.Model):
     """A rate entered by an admin (SPEC §9): one US dollar is worth `per_usd` of `currency` from
     `valid_from` on. Rates from `BATCHDESK_FX_FILE` are read from the file (`ledger.money`)."""
 
-    currency = models.CharField(max_length=3)
-    valid_from = models.DateField()
-    per_usd = models.DecimalField(max_digits=18, decimal_places=8)
+    currency = models.CharField(
+        max_length=3,
+        validators=[RegexValidator(r"^[A-Z]{3}$", "A currency code of three capital letters, such as GBP")],
+    )
+    valid_from = models.DateField(help_text="The rate is in force from this date until a later one")
+    per_usd = models.DecimalField(
+        max_digits=18,
+        decimal_places=8,
+        validators=[MinValueValidator(Decimal("0.00000001"))],
+        help_text="What one US dollar is worth in the currency",
+    )
     source = models.CharField(max_length=200, help_text="Where the rate comes from, e.g. a bank's daily spot")
     entered_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"

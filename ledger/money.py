@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal, InvalidOperation
@@ -166,23 +167,53 @@ def check_rate_file(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
 # --- the rate in force ---------------------------------------------------------------------
 
 
+# Rates entered by admins are read at most this often by each process (and at once in the process
+# that saves one): a page of fifty costs asks once, not fifty times.
+ENTERED_RATES_SECONDS = 5.0
+
+
+@dataclass
+class _Entered:
+    read_at: float = float("-inf")
+    rates: dict[str, list[Rate]] = field(default_factory=dict)
+
+
+_entered = _Entered()
+
+
+def forget_entered_rates(**kwargs) -> None:
+    """Connected to ExchangeRate's saves and deletions (ledger/apps.py)."""
+    _entered.read_at = float("-inf")
+
+
+def entered_rates(currency: str) -> list[Rate]:
+    """Admins' rates for `currency`, oldest first (of one date, the last entered last)."""
+    now = time.monotonic()
+    if now - _entered.read_at > ENTERED_RATES_SECONDS:
+        rates: dict[str, list[Rate]] = {}
+        rows = ExchangeRate.objects.select_related("entered_by").order_by("valid_from", "created_at")
+        for row in rows:
+            rates.setdefault(row.currency, []).append(Rate(row.per_usd, row.valid_from, row.source_text))
+        _entered.rates, _entered.read_at = rates, now
+    return _entered.rates.get(currency, [])
+
+
 def rate_on(day: date) -> Rate | None:
     """The rate in force on `day`: the latest dated on or before it, an admin's before the file's
     for the same date. None when no rate is that old."""
     currency = business_currency()
     if currency == PROVIDER_CURRENCY:
         return SAME_CURRENCY
-    entered = (
-        ExchangeRate.objects.filter(currency=currency, valid_from__lte=day)
-        .order_by("-valid_from", "-created_at")
-        .first()
-    )
+    entered = None
+    for rate in entered_rates(currency):
+        if rate.valid_from <= day:
+            entered = rate
     from_file = None
     for rate in file_rates():
         if rate.valid_from <= day:
             from_file = rate
     if entered is not None and (from_file is None or entered.valid_from >= from_file.valid_from):
-        return Rate(entered.per_usd, entered.valid_from, entered.source_text)
+        return entered
     return from_file
 
 

@@ -21,6 +21,7 @@ from ledger.models import (
     CurrentPromptChoice,
     DestinationAttempt,
     Event,
+    ExchangeRate,
     GeneratedVersion,
     Item,
     ItemTally,
@@ -31,7 +32,9 @@ from ledger.models import (
     SourceRevision,
     Submission,
     SubmissionItem,
+    UnitCharge,
 )
+from ledger.money import business_currency
 
 from .permissions import ADMIN, ROLES, has_role
 
@@ -269,6 +272,55 @@ class ApiTokenAdmin(LedgerAdmin):
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return has_role(request.user, ADMIN) or request.user.has_perm("ledger.delete_apitoken")
+
+
+@admin.register(UnitCharge)
+class UnitChargeAdmin(LedgerAdmin):
+    list_display = (
+        "submission",
+        "job",
+        "requests",
+        "reserved",
+        "cost",
+        "currency",
+        "rate",
+        "rate_date",
+        "settled_at",
+    )
+    list_select_related = ("job", "submission")
+
+
+@admin.register(ExchangeRate)
+class ExchangeRateAdmin(admin.ModelAdmin):
+    """Rates an admin enters beside BATCHDESK_FX_FILE (SPEC §9): added, never changed or deleted, as a
+    rate is evidence of how costs were converted (each cost keeps its own copy as well). A wrong rate
+    is corrected by entering the right one for the same date: the latest entered wins."""
+
+    list_display = ("valid_from", "currency", "per_usd", "source", "entered_by", "created_at")
+    list_select_related = ("entered_by",)
+    fields = ("currency", "valid_from", "per_usd", "source")
+
+    def get_changeform_initial_data(self, request) -> dict:
+        return {"currency": business_currency()}
+
+    def save_model(self, request, obj, form, change) -> None:
+        obj.entered_by = request.user
+        super().save_model(request, obj, form, change)
+
+    def has_module_permission(self, request) -> bool:
+        return has_role(request.user, ADMIN) or super().has_module_permission(request)
+
+    def has_view_permission(self, request, obj=None) -> bool:
+        return has_role(request.user, ADMIN) or super().has_view_permission(request, obj)
+
+    def has_add_permission(self, request) -> bool:
+        return has_role(request.user, ADMIN)
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
 
 
 def holds_more_than_a_role(person: User) -> bool:

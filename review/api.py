@@ -81,7 +81,7 @@ from .forms import MAX_CONTENT_LENGTH, MAX_NOTE_LENGTH
 from .job_forms import UNREADABLE, ApiJobForm
 from .operations import attention_by_provider
 from .paging import PageRefused, keyset_page
-from .permissions import APPROVERS, OPERATOR, VIEWERS, has_role, may_cancel
+from .permissions import APPROVERS, OPERATOR, VIEWERS, has_role, may_cancel, may_spend
 
 log = logging.getLogger(__name__)
 
@@ -557,7 +557,7 @@ def budget(request: HttpRequest, job_id: int) -> HttpResponse:
     found = Job.objects.filter(pk=job_id).first()
     if found is None:
         return not_found(request, "No job")
-    if not may_cancel(request.user, found):
+    if not may_spend(request.user, found):
         raise ApiError(
             403, "forbidden", "Only the person who started the job, or an admin, may change its budget"
         )
@@ -580,7 +580,7 @@ def resume(request: HttpRequest, job_id: int) -> HttpResponse:
     found = Job.objects.filter(pk=job_id).first()
     if found is None:
         return not_found(request, "No job")
-    if not may_cancel(request.user, found):
+    if not may_spend(request.user, found):
         raise ApiError(403, "forbidden", "Only the person who started the job, or an admin, may resume it")
     try:
         resume_job(found.pk, actor=request.user)

@@ -3,26 +3,54 @@
 this: machines get exact amounts, ISO times in UTC and machine state names."""
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from decimal import ROUND_HALF_UP, Decimal
 
 from django.utils import timezone
 
 from ledger.models import ImportState
+from ledger.money import PROVIDER_CURRENCY, Money, business_currency, in_business_currency
 from ledger.states import ItemState, JobState, SubmissionState
 
 # --- money -----------------------------------------------------------------------------------
 
-# Providers price in US dollars (ledger/pricing.py), and so are the amounts the screens show while no
-# business currency is (SPEC §9): showing one changes SHOWN_CURRENCY alone. Prices per million
-# tokens stay in the provider's currency.
-PROVIDER_CURRENCY = "USD"
-SHOWN_CURRENCY = PROVIDER_CURRENCY
-SYMBOLS = {"USD": "$", "GBP": "£", "EUR": "€"}
+# Providers price in US dollars (ledger/pricing.py); screens show amounts in the business currency
+# (SPEC §9, `ledger.money`), converted at the rate in force when the cost was incurred, the
+# provider's amount and the rate in the figure's title. Prices per million tokens stay in the
+# provider's currency.
+SYMBOLS = {"USD": "$", "GBP": "£", "EUR": "€", "JPY": "¥"}
 CENT = Decimal("0.01")
 
 
-def money_text(amount: Decimal | int | str, currency: str = SHOWN_CURRENCY) -> str:
+def shown_money(usd: Decimal | int | str, on: date | None = None) -> Money:
+    """A provider's amount (USD), incurred or estimated on `on` (today when not given), as shown."""
+    return in_business_currency(Decimal(usd), on=on)
+
+
+def shown_money_text(usd: Decimal) -> str:
+    """A provider's amount estimated now, as words for a sentence: `£0.42`, or `$0.53 (no GBP rate)`."""
+    shown = shown_money(usd)
+    text = money_text(shown.amount, shown.currency)
+    return text if shown.converted else f"{text} (no {business_currency()} rate)"
+
+
+def money_title(money: Money) -> str:
+    """What the figure's title says: the exact amount, and how it was converted."""
+    if money.rate is None:
+        return (
+            f"{exact_money_text(money.provider_amount, PROVIDER_CURRENCY)}: no rate from {PROVIDER_CURRENCY} "
+            f"to {business_currency()} is in force, so the amount is shown in {PROVIDER_CURRENCY}"
+        )
+    if money.currency == PROVIDER_CURRENCY:
+        return exact_money_text(money.amount, money.currency)
+    return (
+        f"{exact_money_text(money.amount, money.currency)} = "
+        f"{exact_money_text(money.provider_amount, PROVIDER_CURRENCY)} at {money.rate.per_usd} "
+        f"{money.currency} per {PROVIDER_CURRENCY} ({money.rate.valid_from:%Y-%m-%d}, {money.rate.source})"
+    )
+
+
+def money_text(amount: Decimal | int | str, currency: str) -> str:
     """`$1,234.50`, `$0.00`, or `< $0.01` for a positive amount below a cent (the exact amount is
     `exact_money_text`). A currency without a symbol is named after the figure: `12.00 CHF`."""
     amount = Decimal(amount)
@@ -38,7 +66,7 @@ def money_text(amount: Decimal | int | str, currency: str = SHOWN_CURRENCY) -> s
     return shown(amount.quantize(CENT, rounding=ROUND_HALF_UP))
 
 
-def exact_money_text(amount: Decimal | int | str, currency: str = SHOWN_CURRENCY) -> str:
+def exact_money_text(amount: Decimal | int | str, currency: str) -> str:
     """The amount as the ledger holds it, with its currency code: `0.000031 USD`."""
     return f"{Decimal(amount)} {currency}"
 

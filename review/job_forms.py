@@ -108,6 +108,7 @@ class JobForm(forms.Form):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["budget"].label = f"Budget ({business_currency()})"
+        self.fields["budget"].currency = business_currency()
         self.fields["provider"].refresh()
         limits = [(name, provider_limit(name)[0]) for name, _ in self.fields["provider"].choices]
         if limits := [(name, limit) for name, limit in limits if limit is not None]:

@@ -9,6 +9,7 @@ from decimal import Decimal
 from functools import partial
 from uuid import UUID
 
+from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -21,9 +22,11 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
-from ledger.actions import CANCELLABLE_ITEM_STATES, NotAllowed, cancel_job, create_job
+from ledger.actions import CANCELLABLE_ITEM_STATES, NotAllowed, cancel_job, create_job, resume_job, set_budget
+from ledger.budgets import committed
 from ledger.estimates import request_estimate
 from ledger.models import Event, GeneratedVersion, Item, ItemTally, Job, Submission
+from ledger.money import business_currency, in_business_currency
 from ledger.pricing import PLACES, Price, Spend, job_cost, price_for, unknown_price
 from ledger.providers import answers_at_once, capabilities
 from ledger.setwise import among
@@ -31,11 +34,12 @@ from ledger.states import ItemState, JobState, SubmissionState, needs_attention
 from ledger.table_statistics import analyse_after_bulk_change
 
 from .common import WORKING_JOB_STATES, HtmxHttpRequest, progress_of, state_counts, url_of, wants_partial
+from .display import money_text
 from .forms import ItemFilterForm
 from .job_forms import StartTokenForm
 from .models import JobStartToken
 from .paging import COUNT_CAP, capped_count, screen_page
-from .permissions import APPROVERS, OPERATOR, VIEWERS, has_role, may_cancel, role_required
+from .permissions import APPROVERS, OPERATOR, VIEWERS, has_role, may_cancel, may_spend, role_required
 from .screen_forms import JobFilterForm, JobStartForm
 from .search import products_with_sku
 
@@ -164,6 +168,15 @@ class Estimate:
     model: str
     # The provider reports usage only for a whole batch: each draft's tokens will be its share.
     apportioned: bool = False
+    budget: Decimal | None = None  # in the business currency
+
+    @property
+    def over_budget(self) -> bool:
+        """The estimate passes the budget: the job will pause before it is done (rule 18)."""
+        if self.budget is None or self.cost is None:
+            return False
+        shown = in_business_currency(self.cost)
+        return shown.converted and shown.amount > self.budget
 
     @property
     def input_tokens(self) -> int:
@@ -201,6 +214,7 @@ def estimate_job(form: JobStartForm) -> Estimate:
         provider=data["provider"],
         model=data["model"],
         apportioned=not capabilities(data["provider"]).usage_per_request,
+        budget=data.get("budget"),
     )
 
 
@@ -351,6 +365,25 @@ def job_progress(job: Job, submissions_page: str | None = None) -> dict:
     }
 
 
+@dataclass
+class BudgetView:
+    amount: Decimal | None
+    currency: str
+    spent_or_held: Decimal
+    may_change: bool
+
+    @property
+    def left(self) -> Decimal | None:
+        return None if self.amount is None else max(self.amount - self.spent_or_held, Decimal(0))
+
+
+def job_budget_view(job: Job, *, may_change: bool) -> BudgetView | None:
+    """The job's budget and what is spent or held against it; None when there is none to show."""
+    if job.budget is None and not (may_change and job.state not in (JobState.CANCELLED, JobState.COMPLETED)):
+        return None
+    return BudgetView(job.budget, job.budget_currency or business_currency(), committed(job.pk), may_change)
+
+
 @require_GET
 @login_required
 @role_required(*VIEWERS)
@@ -410,6 +443,7 @@ def job_detail(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
         "found_cap": SKU_PRODUCTS_CAP,
         "page": page,
     }
+    context["budget"] = job_budget_view(job, may_change=may_spend(request.user, job))
     if job.state != JobState.CANCELLED and may_cancel(request.user, job):
         # What cancel_job would stop: the items from the counts on the page, the running batches counted.
         cancel = {
@@ -418,6 +452,50 @@ def job_detail(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
         }
         context["cancel"] = cancel if cancel["items"] or cancel["batches"] else None
     return render(request, "job_detail.html", context)
+
+
+class BudgetForm(forms.Form):
+    budget = forms.DecimalField(min_value=Decimal("0.01"), max_digits=14, decimal_places=2)
+
+
+@require_POST
+@login_required
+@role_required(*APPROVERS)
+def job_budget(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
+    """Give the job a budget or raise it; a job paused by its budget goes on (rule 18)."""
+    job = get_object_or_404(Job, pk=job_id)
+    if not may_spend(request.user, job):
+        raise PermissionDenied
+    form = BudgetForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Nothing was changed: " + " ".join(form.errors["budget"]))
+        return redirect("job_detail", job.pk)
+    was_paused = job.state == JobState.PAUSED
+    try:
+        job = set_budget(job.pk, form.cleaned_data["budget"], actor=request.user)
+    except NotAllowed as refusal:
+        messages.error(request, f"Nothing was changed: {refusal}.")
+    else:
+        goes_on = " The job goes on." if was_paused and job.state != JobState.PAUSED else ""
+        messages.success(request, f"Budget set to {money_text(job.budget, job.budget_currency)}.{goes_on}")
+    return redirect("job_detail", job.pk)
+
+
+@require_POST
+@login_required
+@role_required(*APPROVERS)
+def job_resume(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
+    """A paused job goes on (after a billing refusal, once the account can pay again)."""
+    job = get_object_or_404(Job, pk=job_id)
+    if not may_spend(request.user, job):
+        raise PermissionDenied
+    try:
+        resume_job(job.pk, actor=request.user)
+    except NotAllowed as refusal:
+        messages.error(request, f"Nothing was changed: {refusal}.")
+    else:
+        messages.success(request, f"Job {job.reference} goes on: its waiting batches are sent next.")
+    return redirect("job_detail", job.pk)
 
 
 @require_POST

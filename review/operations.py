@@ -39,7 +39,7 @@ from ledger.providers.base import ProviderError
 from ledger.states import NEEDS_ATTENTION_STATES, ItemState, JobState, ReasonCode, SubmissionState
 
 from .common import HtmxHttpRequest, wants_partial
-from .display import money_text
+from .display import shown_money_text
 from .ids import parse_id
 from .paging import screen_page
 from .permissions import OPERATOR, VIEWERS, has_role, role_required
@@ -325,7 +325,7 @@ def same_version_warning(items: list[Item]) -> str:
     cost = retry_cost(unusable)
     n = len(unusable)
     price = (
-        f"about {money_text(cost, 'USD')}"
+        f"about {shown_money_text(cost)}"
         if cost is not None
         else "an unknown amount (no price for the model)"
     )

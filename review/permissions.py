@@ -40,6 +40,11 @@ def may_cancel(user, job) -> bool:
     return has_role(user, OPERATOR) or (job.owner_id == user.pk and has_role(user, *APPROVERS))
 
 
+def may_spend(user, job) -> bool:
+    """Who may give a job more money or let a paused job go on: its owner, or an admin."""
+    return has_role(user, ADMIN) or (job.owner_id == user.pk and has_role(user, *APPROVERS))
+
+
 def role_required(*groups: str) -> Callable:
     """403 unless the (logged-in) user is in one of `groups`. Put `login_required` outside it."""
 

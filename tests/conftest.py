@@ -15,6 +15,17 @@ def pytest_collection_modifyitems(config, items):
         items[:] = [item for item in items if item not in deselected]
 
 
+@pytest.fixture(autouse=True)
+def fresh_entered_rates():
+    """Each process keeps admins' exchange rates for a few seconds (ledger.money); a test's rates,
+    rolled back with its transaction, must not outlive it, as Django's own caches do not."""
+    from ledger.money import forget_entered_rates
+
+    forget_entered_rates()
+    yield
+    forget_entered_rates()
+
+
 @pytest.fixture
 def owner():
     from tests.factories import UserFactory

@@ -9,7 +9,7 @@
   `:"word"` for the short word alone (a legend beside colour swatches), the sentence in its title.
 """
 
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
 
 from django import template
@@ -17,12 +17,13 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from ledger.money import PROVIDER_CURRENCY, Money, business_currency
 from review.display import (
-    PROVIDER_CURRENCY,
-    SHOWN_CURRENCY,
     badge_for,
     exact_money_text,
     money_text,
+    money_title,
+    shown_money,
     time_text,
     unit_price_text,
 )
@@ -31,14 +32,42 @@ register = template.Library()
 
 
 @register.filter
-def money(amount: Decimal | None, currency: str = SHOWN_CURRENCY) -> SafeString | str:
+def money(amount: Money | Decimal | None, currency: str = "") -> SafeString | str:
+    """`{{ usd|money }}`: a provider's amount (USD) incurred or estimated now, in the business
+    currency at today's rate; `{{ amount|money:cost.currency }}`: an amount already converted (a
+    job's cost, converted at its units' own rates); a `Money` as it is."""
     if amount is None or amount == "":
         return "—"
-    return format_html(
+    if isinstance(amount, Money):
+        return _money_html(amount)
+    if currency:
+        return format_html(
+            '<span class="money" title="{}">{}</span>',
+            exact_money_text(amount, currency),
+            money_text(amount, currency),
+        )
+    return _money_html(shown_money(amount))
+
+
+@register.filter
+def money_on(amount: Decimal | None, moment: datetime | date | None) -> SafeString | str:
+    """`{{ version_cost|money_on:version.created_at }}`: a provider's amount incurred then, at the
+    rate in force that day, so what was spent never changes when a rate does."""
+    if amount is None or amount == "":
+        return "—"
+    day = timezone.localdate(moment) if isinstance(moment, datetime) else moment
+    return _money_html(shown_money(amount, on=day))
+
+
+def _money_html(shown: Money) -> SafeString:
+    figure = format_html(
         '<span class="money" title="{}">{}</span>',
-        exact_money_text(amount, currency),
-        money_text(amount, currency),
+        money_title(shown),
+        money_text(shown.amount, shown.currency),
     )
+    if shown.converted:
+        return figure
+    return format_html('{} <span class="meta no-rate">(no {} rate)</span>', figure, business_currency())
 
 
 @register.filter

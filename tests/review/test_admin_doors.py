@@ -1,6 +1,9 @@
 """The `admin` group manages people, not the machine (issue 17, point 5): each attack of the issue as
 the POST a browser would send, or one forged by hand, by a member of the group who is no superuser."""
 
+from datetime import date
+from decimal import Decimal
+
 import pytest
 from django.contrib import admin
 from django.contrib.auth.models import Group, Permission, User
@@ -9,6 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django_q.models import Failure, OrmQ, Schedule, Success
 
+from ledger.models import ExchangeRate
 from tests.factories import UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -272,8 +276,38 @@ def test_the_only_things_an_admin_may_add_or_change_are_people(client, chief):
         for model, model_admin in admin.site._registry.items()
         if model_admin.has_add_permission(request) or model_admin.has_change_permission(request)
     }
-    assert writable == {"auth.User"}
+    # People, and exchange rates (SPEC §9: an admin may enter a rate), which may be added, never changed.
+    assert writable == {"auth.User", "ledger.ExchangeRate"}
     for model in admin.site._registry:
         add_url = reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_add")
-        expected = 200 if model is User else 403
+        expected = 200 if model in (User, ExchangeRate) else 403
         assert client.get(add_url).status_code == expected, model
+
+
+def test_an_admin_enters_an_exchange_rate_that_converts_costs_from_its_date(client, chief, settings):
+    settings.BATCHDESK_CURRENCY, settings.BATCHDESK_FX_FILE = "GBP", ""
+    from ledger.money import rate_on
+
+    add = reverse("admin:ledger_exchangerate_add")
+    refused = client.post(
+        add, {"currency": "gbp", "valid_from": "2026-11-28", "per_usd": "-1", "source": "x"}
+    )
+    assert refused.status_code == 200 and not ExchangeRate.objects.exists()  # the form shows the errors
+    answer = client.post(
+        add, {"currency": "GBP", "valid_from": "2026-11-28", "per_usd": "0.7912", "source": "Bank of England"}
+    )
+
+    assert answer.status_code == 302
+    rate = ExchangeRate.objects.get()
+    assert rate.entered_by == chief
+    assert rate_on(date(2026, 11, 30)).per_usd == Decimal("0.7912")
+    assert "entered by chief" in rate_on(date(2026, 11, 30)).source
+    assert rate_on(date(2026, 11, 27)) is None
+    # Never changed nor deleted: a wrong rate is corrected by a newer one.
+    change = reverse("admin:ledger_exchangerate_change", args=[rate.pk])
+    assert client.post(change, {"per_usd": "9"}).status_code == 403
+    assert (
+        client.post(reverse("admin:ledger_exchangerate_delete", args=[rate.pk]), {"post": "yes"}).status_code
+        == 403
+    )
+    assert ExchangeRate.objects.get().per_usd == Decimal("0.7912")

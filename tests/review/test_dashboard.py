@@ -79,7 +79,7 @@ def test_spend_today_counts_the_drafts_received_since_midnight(client, owner):
     shown = panel(client, owner)
 
     spend = shown.split('data-testid="spend-today"')[1].split("</li>")[0]
-    assert f">{money_text(expected.quantize(Decimal('0.000001')))}<" in spend
+    assert f">{money_text(expected.quantize(Decimal('0.000001')), 'USD')}<" in spend
     assert "without a known price" not in spend
 
 
@@ -87,7 +87,7 @@ def test_spend_today_names_what_has_no_price(client, operator):
     job = JobFactory(provider="emulator", model="a-model-nobody-prices")
     add_version(ItemFactory(job=job, awaiting_review=True))
     spend = panel(client, operator).split('data-testid="spend-today"')[1].split("</li>")[0]
-    assert f">{money_text(0)}<" in spend and "1 model without a known price" in spend
+    assert f">{money_text(0, 'USD')}<" in spend and "1 model without a known price" in spend
 
 
 def test_the_jobs_poll_does_not_count_again(client, owner, work):

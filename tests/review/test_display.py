@@ -46,7 +46,7 @@ def render(source: str, **context) -> str:
     ],
 )
 def test_money_has_a_symbol_and_two_decimals_or_says_less_than_a_cent(amount, shown):
-    assert money_text(Decimal(amount)) == shown
+    assert money_text(Decimal(amount), "USD") == shown
 
 
 def test_money_in_another_currency_is_one_parameter():
@@ -55,13 +55,39 @@ def test_money_in_another_currency_is_one_parameter():
     assert money_text(Decimal("12"), "CHF") == "12.00 CHF"
 
 
-def test_the_money_filter_keeps_the_exact_amount_in_its_title():
-    html = render("{{ amount|money }}", amount=Decimal("0.000031"))
-    assert html == '<span class="money" title="0.000031 USD">&lt; $0.01</span>'
+@pytest.fixture
+def two_rates(settings, tmp_path):
+    rates = tmp_path / "rates.json"
+    rates.write_text('{"source": "BoE", "per_usd": {"2026-11-28": "0.8", "2026-12-01": "0.5"}}')
+    settings.BATCHDESK_CURRENCY, settings.BATCHDESK_FX_FILE = "GBP", str(rates)
+
+
+@pytest.mark.django_db
+def test_the_money_filter_shows_the_business_currency_and_keeps_the_exact_amounts_in_its_title(two_rates):
+    html = render("{{ amount|money }}", amount=Decimal("1234.5"))  # dollars estimated today
+    assert html == (
+        '<span class="money" title="617.250000 GBP = 1234.5 USD at 0.5 GBP per USD (2026-12-01, BoE)">'
+        "£617.25</span>"
+    )
     assert render("{{ amount|money:'GBP' }}", amount=Decimal("1234.5")) == (
         '<span class="money" title="1234.5 GBP">£1,234.50</span>'
     )
     assert render("{{ amount|money }}", amount=None) == "—"
+
+
+@pytest.mark.django_db
+def test_a_cost_is_shown_at_the_rate_of_the_day_it_was_incurred(two_rates):
+    incurred = datetime(2026, 11, 30, 12, tzinfo=UTC)
+    assert ">£0.80<" in render("{{ amount|money_on:when }}", amount=Decimal("1"), when=incurred)
+    assert ">£0.50<" in render("{{ amount|money_on:when }}", amount=Decimal("1"), when=timezone.now())
+
+
+@pytest.mark.django_db
+def test_an_amount_with_no_rate_is_shown_in_dollars_and_says_so(settings):
+    settings.BATCHDESK_CURRENCY, settings.BATCHDESK_FX_FILE = "GBP", ""
+    html = render("{{ amount|money }}", amount=Decimal("0.000031"))
+    assert html.startswith('<span class="money" title="0.000031 USD: no rate from USD to GBP is in force')
+    assert "&lt; $0.01</span>" in html and "(no GBP rate)" in html
 
 
 def test_a_price_per_million_tokens_is_never_rounded_away():

@@ -427,7 +427,7 @@ def test_the_job_page_shows_cost_and_submissions_with_anomalies(client, owner, j
     html = response.content.decode()
     cost = response.context["cost"]
     assert cost["total"] == cost["approved"] + cost["wasted"] > 0
-    assert f'<dd class="num">{money(cost["wasted"])}</dd>' in html
+    assert f'<dd class="num">{money(cost["wasted"], cost["currency"])}</dd>' in html
     assert "batch_xyz" in html and "in_progress" in html
     assert all(count in html for count in ("total 4", "completed 3", "failed 1"))
     assert '<details class="anomalies"' in html and "3 anomalies" in html

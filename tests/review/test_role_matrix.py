@@ -83,6 +83,9 @@ EXPECTED: dict[str, dict[str, dict]] = {
     "job_detail": {"GET": viewers(), "POST": NOT_ALLOWED},
     # Operators cancel any job; a catalogue owner only their own (this one is someone else's).
     "job_cancel": {"GET": NOT_ALLOWED, "POST": operators(302)},
+    # The job's owner, or an admin (the matrix's catalogue owner did not start the job).
+    "job_budget": {"GET": NOT_ALLOWED, "POST": admins(302)},
+    "job_resume": {"GET": NOT_ALLOWED, "POST": admins(302)},
     "item_detail": {"GET": viewers(), "POST": NOT_ALLOWED},
     "approve_item": {"GET": NOT_ALLOWED, "POST": approvers(400)},
     "reject_item": {"GET": NOT_ALLOWED, "POST": approvers(400)},
