@@ -20,7 +20,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from .models import Event, GeneratedVersion, Job, PauseReason, Submission, SubmissionItem, UnitCharge
-from .money import business_currency, convert, rate_now, rate_on
+from .money import PROVIDER_CURRENCY, business_currency, convert, rate_now, rate_on
 from .pricing import PLACES, price_for, unknown_price
 from .states import JobState
 
@@ -200,3 +200,15 @@ def unit_usage(submission_id: int) -> tuple[int, int]:
         )
         input_tokens, output_tokens = cursor.fetchone()
     return int(input_tokens), int(output_tokens)
+
+
+def spent_by_currency() -> dict[str, Decimal]:
+    """Every settled unit's cost, summed by the currency it was kept in: the business currency (at
+    the rate of its day), or USD for a unit settled with no rate in force."""
+    settled = UnitCharge.objects.filter(settled_at__isnull=False, cost_usd__isnull=False).order_by()
+    converted = settled.filter(cost__isnull=False).values_list("currency").annotate(total=Sum("cost"))
+    spent = {currency: total for currency, total in converted}
+    unconverted = settled.filter(cost__isnull=True).aggregate(total=Sum("cost_usd"))["total"]
+    if unconverted:
+        spent[PROVIDER_CURRENCY] = spent.get(PROVIDER_CURRENCY, Decimal(0)) + unconverted
+    return spent

@@ -1059,6 +1059,17 @@ def metrics(request: HttpRequest) -> HttpResponse:
     )
     metric(
         lines,
+        "batchdesk_spend_business_total",
+        "counter",
+        "What finished provider batches cost, in the currency each was kept in (the business currency "
+        "of the day, at the rate then in force; USD where no rate was).",
+        {
+            f'{{currency="{label_value(currency)}"}}': amount
+            for currency, amount in budgets.spent_by_currency().items()
+        },
+    )
+    metric(
+        lines,
         "batchdesk_unpriced_tokens_total",
         "counter",
         "Tokens used by models without a known price (not in batchdesk_spend_total).",

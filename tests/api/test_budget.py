@@ -5,6 +5,7 @@ import json
 from decimal import Decimal
 
 import pytest
+from django.utils import timezone
 
 from ledger import budgets
 from ledger.models import Item, Job, PauseReason, UnitCharge
@@ -156,3 +157,24 @@ def test_a_cost_with_no_rate_stays_in_dollars_and_says_so(settings, as_owner, ow
 
     assert cost["currency"] == "USD" and cost["rate"] is None
     assert "no rate from USD to GBP" in cost["rate_note"]
+
+
+def test_metrics_give_what_finished_batches_cost_in_the_currency_each_was_kept_in(pounds, as_operator, owner):
+    job = JobFactory(owner=owner)
+    kept = {"job": job, "reserved_usd": Decimal("1"), "settled_at": timezone.now()}
+    for n, (cost_usd, cost, currency) in enumerate(
+        [("1.00", "0.80", "GBP"), ("2.00", "1.60", "GBP"), ("0.50", None, "GBP"), ("3.00", None, "GBP")]
+    ):
+        submission = job.submissions.create(provider=job.provider, model=job.model, intent_key=f"bd_{n}")
+        UnitCharge.objects.create(
+            submission=submission,
+            currency=currency,
+            cost_usd=Decimal(cost_usd),
+            cost=Decimal(cost) if cost else None,
+            **kept,
+        )
+
+    text = as_operator.get("/metrics").content.decode()
+
+    assert 'batchdesk_spend_business_total{currency="GBP"} 2.400000' in text
+    assert 'batchdesk_spend_business_total{currency="USD"} 3.500000' in text  # settled with no rate
