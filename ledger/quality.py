@@ -195,25 +195,24 @@ def measure(scope: Scope, *, period: str) -> Report:
     groups: dict[str, dict[object, Figures]] = {dimension: {} for dimension in DIMENSIONS}
     over_time: dict[object, Figures] = {}
 
-    approvals = scope.approvals().annotate(ready_at=ready_at("approved_at"))
-    rejections = scope.rejections().annotate(ready_at=ready_at("at"))
-    # One row per combination of the dimensions' values (a few per job set-up and category), added
-    # up here into each dimension's groups.
-    for counts, rows in (
-        (approval_counts("approved_at"), approvals.values(**group_keys())),
-        (rejection_counts("at"), rejections.values(**group_keys())),
+    for decisions, decided_at, counts in (
+        (
+            scope.approvals(),
+            "approved_at",
+            {"approved": Count("pk"), "edited": Count("pk", filter=Q(edited=True))},
+        ),
+        (scope.rejections(), "at", {"rejected": Count("pk")}),
     ):
-        for row in rows.annotate(**counts).iterator():
+        decisions = decisions.annotate(ready_at=ready_at(decided_at))
+        counts = {**counts, "waited": waited(decided_at), "timed": Count("ready_at")}
+        # One row per combination of the dimensions' values (a few per job set-up and category),
+        # added up here into each dimension's groups.
+        for row in decisions.values(**group_keys()).annotate(**counts).iterator():
             figures = {name: row.pop(name) for name in counts}
             total.add(**figures)
-            for dimension in DIMENSIONS:
-                key = row[dimension]
+            for dimension, key in row.items():
                 groups[dimension].setdefault(key, Figures(key=key)).add(**figures)
-    for counts, decided_at, rows in (
-        (approval_counts("approved_at"), "approved_at", approvals),
-        (rejection_counts("at"), "at", rejections),
-    ):
-        for row in rows.values(when=period_of(decided_at, period)).annotate(**counts).iterator():
+        for row in decisions.values(when=period_of(decided_at, period)).annotate(**counts).iterator():
             key = row.pop("when")
             over_time.setdefault(key, Figures(key=key)).add(**row)
 
@@ -233,19 +232,6 @@ def measure(scope: Scope, *, period: str) -> Report:
         period=period,
         over_time=[labelled_period(figures, period) for _, figures in sorted(over_time.items())],
     )
-
-
-def approval_counts(decided_at: str) -> dict[str, models.Aggregate]:
-    return {
-        "approved": Count("pk"),
-        "edited": Count("pk", filter=Q(edited=True)),
-        "waited": waited(decided_at),
-        "timed": Count("ready_at"),
-    }
-
-
-def rejection_counts(decided_at: str) -> dict[str, models.Aggregate]:
-    return {"rejected": Count("pk"), "waited": waited(decided_at), "timed": Count("ready_at")}
 
 
 def edit_distance(draft: str, final: str) -> float:

@@ -83,17 +83,16 @@ def duration_text(seconds: float | None) -> str:
     if seconds is None:
         return "—"
     whole = round(seconds)
-    if whole < 60:
-        return f"{whole} s"
-    units = [("d", 86400), ("h", 3600), ("min", 60), ("s", 1)]
-    parts = []
-    for name, size in units:
-        if whole >= size or parts:
-            parts.append(f"{whole // size} {name}")
-            whole %= size
-        if len(parts) == 2:
-            break
-    return " ".join(part for part in parts if not part.startswith("0 ")) or "0 s"
+    for unit, size, smaller, smaller_size in (
+        ("d", 86400, "h", 3600),
+        ("h", 3600, "min", 60),
+        ("min", 60, "s", 1),
+    ):
+        if whole >= size:
+            count, rest = divmod(whole, size)
+            rest //= smaller_size
+            return f"{count} {unit} {rest} {smaller}" if rest else f"{count} {unit}"
+    return f"{whole} s"
 
 
 # --- state badges ----------------------------------------------------------------------------
