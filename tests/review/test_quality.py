@@ -25,6 +25,7 @@ from ledger.quality import (
     rejection_reasons,
     reviewers,
 )
+from review.models import Preferences
 from tests.factories import ItemFactory, JobFactory, ProductFactory, UserFactory, add_version
 
 pytestmark = pytest.mark.django_db
@@ -245,6 +246,17 @@ def test_the_page_narrowed_to_a_job_from_its_page(client, world):
     assert response.context["report"].total.decided == 2
     assert "of job two" in response.content.decode()
     assert "2026-12-08" in response.content.decode()
+
+
+def test_days_and_dates_are_the_viewers(client, world):
+    """09:00 UTC on 1 December is 23:00 on 30 November in Honolulu: the day, the week and a date
+    filter follow the viewer's time zone."""
+    Preferences.objects.create(user=world["ann"], time_zone="Pacific/Honolulu")
+    client.force_login(world["ann"])
+    response = client.get(reverse("quality"), {"period": "day"})
+    assert [f.label for f in response.context["report"].over_time] == ["2026-11-30", "2026-12-07"]
+    response = client.get(reverse("quality"), {"until": "2026-11-30"})
+    assert response.context["report"].total.decided == 4
 
 
 def test_with_no_decisions_the_page_says_so(client, owner):
