@@ -195,6 +195,10 @@ BATCHDESK_RETRY_BASE_SECONDS = float(os.environ.get("BATCHDESK_RETRY_BASE_SECOND
 # peaks near 100 MB.
 BATCHDESK_COLLECT_CHUNK = int(os.environ.get("BATCHDESK_COLLECT_CHUNK", "5000"))
 BATCHDESK_COLLECT_SECONDS = float(os.environ.get("BATCHDESK_COLLECT_SECONDS", "120"))
+# An approval without edits made within this many seconds of its draft being put before the reviewer,
+# or of the reviewer's previous decision, is a quick approval on the quality page (possible
+# rubber-stamping): reading a product description of 60 to 100 words takes 15 s or more.
+BATCHDESK_RUBBER_STAMP_SECONDS = float(os.environ.get("BATCHDESK_RUBBER_STAMP_SECONDS", "5"))
 # The largest answer of one request the ledger keeps (UTF-8 bytes): a larger one is recorded as that
 # request's failure (`answer_too_large`), never stored. A draft is a few kilobytes; 256 KB leaves
 # room for long ones while a hostile 20 MB answer cannot fill the database or a page.

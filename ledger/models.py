@@ -12,6 +12,8 @@ from django.conf import settings
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from .retrying import PERMANENT_REFUSAL_PATIENCE
@@ -131,6 +133,13 @@ class SourceRevision(models.Model):
     @staticmethod
     def hash_content(title: str, fields: dict) -> str:
         return content_hash({"title": title, "fields": fields})
+
+
+def category_text(fields: str) -> Cast:
+    """The `category` field of the revision whose fields are at `fields` (a lookup path such as
+    "current_revision__fields"), as text: 5 and "5" alike; NULL when it has none. Cast, because on
+    SQLite the key's value keeps its JSON type (a number stays a number)."""
+    return Cast(KeyTextTransform("category", fields), output_field=models.TextField())
 
 
 class PromptVersionQuerySet(models.QuerySet):
@@ -750,6 +759,13 @@ class Publication(models.Model):
         return f"{self.product_id} v{self.version_id}"
 
 
+class EventQuerySet(models.QuerySet):
+    def rejections(self) -> "EventQuerySet":
+        """A reviewer's rejection of a draft is the event that moved its item to `rejected`; its
+        `data.version` names the draft, its actor the reviewer and its reason is theirs."""
+        return self.filter(to_state=ItemState.REJECTED, item__isnull=False)
+
+
 class Event(models.Model):
     """Append-only: one row per state change, written in the same transaction as the change."""
 
@@ -784,6 +800,8 @@ class Event(models.Model):
     reason = models.TextField(blank=True)
     data = models.JSONField(default=dict, blank=True)
     at = models.DateTimeField(auto_now_add=True)
+
+    objects = EventQuerySet.as_manager()
 
     class Meta:
         ordering = ["id"]

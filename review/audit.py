@@ -21,7 +21,6 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from ledger.models import Approval, Event, GeneratedVersion, Item, Job
-from ledger.states import ItemState
 
 from .common import url_of, word_diff
 from .display import time_text
@@ -54,7 +53,7 @@ class ApprovalFilter(forms.Form):
         super().__init__(*args, **kwargs)
         # Only people who have decided something: the list stays short and every choice finds rows.
         approvers = Approval.objects.values("approved_by")
-        rejecters = rejection_events().filter(actor__isnull=False).values("actor")
+        rejecters = Event.objects.rejections().filter(actor__isnull=False).values("actor")
         self.fields["person"].queryset = (
             get_user_model().objects.filter(Q(pk__in=approvers) | Q(pk__in=rejecters)).order_by("username")
         )
@@ -91,7 +90,7 @@ class ApprovalFilter(forms.Form):
 
     def rejections(self) -> QuerySet[Event]:
         """The rejections the (valid) filter selects, newest first, each with the draft it named."""
-        events = rejection_events().order_by("-at", "-id")
+        events = Event.objects.rejections().order_by("-at", "-id")
         data = self.cleaned_data
         if data["person"]:
             events = events.filter(actor=data["person"])
@@ -102,11 +101,6 @@ class ApprovalFilter(forms.Form):
         if data["until"]:
             events = events.filter(at__date__lte=data["until"])
         return with_rejected_draft(events)
-
-
-def rejection_events() -> QuerySet[Event]:
-    """A reviewer's rejection of a draft is the event that moved its item to `rejected`."""
-    return Event.objects.filter(to_state=ItemState.REJECTED, item__isnull=False)
 
 
 def with_rejected_draft(events: QuerySet[Event]) -> QuerySet[Event]:

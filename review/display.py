@@ -97,6 +97,32 @@ def time_text(moment: datetime, *, seconds: bool = False) -> str:
     return f"{shown} {zone_name(local)}"
 
 
+# --- shares and durations --------------------------------------------------------------------
+
+
+def share_text(share: float | None) -> str:
+    """A share of 0 to 1 as a percentage with one decimal: `66.7%`; `—` when there is none (nothing
+    to divide)."""
+    return "—" if share is None else f"{100 * share:.1f}%"
+
+
+def duration_text(seconds: float | None) -> str:
+    """A span of time in its two largest units: `45 s`, `3 min 20 s`, `2 h 5 min`, `3 d 4 h`."""
+    if seconds is None:
+        return "—"
+    whole = round(seconds)
+    for unit, size, smaller, smaller_size in (
+        ("d", 86400, "h", 3600),
+        ("h", 3600, "min", 60),
+        ("min", 60, "s", 1),
+    ):
+        if whole >= size:
+            count, rest = divmod(whole, size)
+            rest //= smaller_size
+            return f"{count} {unit} {rest} {smaller}" if rest else f"{count} {unit}"
+    return f"{whole} s"
+
+
 # --- state badges ----------------------------------------------------------------------------
 
 # A badge's tone says what the state means for the person looking: done well, gone wrong or refused

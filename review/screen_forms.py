@@ -5,9 +5,7 @@ import json
 import re
 
 from django import forms
-from django.db.models import QuerySet, TextField
-from django.db.models.fields.json import KeyTextTransform
-from django.db.models.functions import Cast
+from django.db.models import QuerySet
 
 from ledger.actions import (
     MAX_PROMPT_OUTPUT_TOKENS,
@@ -16,7 +14,7 @@ from ledger.actions import (
     prompt_rules_problems,
     prompt_template_problems,
 )
-from ledger.models import MAX_NAMED_SKUS, Job, Product, ProductStatus, PromptVersion
+from ledger.models import MAX_NAMED_SKUS, Job, Product, ProductStatus, PromptVersion, category_text
 from ledger.pricing import priced_models
 from ledger.providers import default_model, provider_names
 from ledger.providers.model_names import model_name_problem
@@ -26,11 +24,8 @@ from .job_forms import JobForm, active_products, too_many_skus_message, unknown_
 
 
 def with_category(products: QuerySet[Product]) -> QuerySet[Product]:
-    """Annotated with `category`: the current revision's `category` field as text (5 and "5" alike).
-    Cast, because on SQLite the key's value keeps its JSON type (a number stays a number)."""
-    return products.annotate(
-        category=Cast(KeyTextTransform("category", "current_revision__fields"), output_field=TextField())
-    )
+    """Annotated with `category`: the current revision's `category` field as text (5 and "5" alike)."""
+    return products.annotate(category=category_text("current_revision__fields"))
 
 
 def categories() -> list[str]:

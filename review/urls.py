@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import audit, catalogue, jobs, operations, prompts, views
+from . import audit, catalogue, jobs, operations, prompts, quality, views
 from .ids import register_id_converter
 
 register_id_converter()
@@ -38,6 +38,8 @@ urlpatterns = [
     path("operations/retry-group", operations.retry_group, name="operations_retry_group"),
     path("operations/submissions/<id:submission_id>/resolve", operations.resolve, name="resolve_submission"),
     path("operations/submissions/<id:submission_id>/resend", operations.resend, name="resend_submission"),
+    path("quality/", quality.quality, name="quality"),
+    path("quality/quality.csv", quality.quality_csv, name="quality_csv"),
     path("audit/", audit.audit, name="audit"),
     path("audit/approvals.csv", audit.approvals_csv, name="audit_csv"),
     path("audit/items/<id:item_id>/events", audit.item_events, name="audit_events"),

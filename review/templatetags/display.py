@@ -4,6 +4,7 @@
 - `{{ price|unit_price }}`: a price per million tokens, never rounded away
 - `{{ moment|when }}` or `{{ moment|when:"seconds" }}`: `<time datetime=…>2026-12-03 09:14 CET</time>`;
   `when_text` the same words alone, for a title
+- `{{ rate|share }}`: `66.7%`, or `—` when there is nothing to divide; `{{ seconds|duration }}`: `3 min 20 s`
 - `{{ item.state|item_badge }}` (also `job_badge`, `submission_badge`, `import_badge`): the short
   badge with the state's sentence beside it; `:"alone"` for the badge alone, the sentence in its title;
   `:"word"` for the short word alone (a legend beside colour swatches), the sentence in its title.
@@ -20,9 +21,11 @@ from django.utils.safestring import SafeString
 from ledger.money import PROVIDER_CURRENCY, Money, business_currency
 from review.display import (
     badge_for,
+    duration_text,
     exact_money_text,
     money_text,
     money_title,
+    share_text,
     shown_money,
     time_text,
     unit_price_text,
@@ -73,6 +76,16 @@ def _money_html(shown: Money) -> SafeString:
 @register.filter
 def unit_price(amount: Decimal | None, currency: str = PROVIDER_CURRENCY) -> str:
     return "—" if amount is None or amount == "" else unit_price_text(amount, currency)
+
+
+@register.filter
+def share(value: float | None) -> str:
+    return share_text(value)
+
+
+@register.filter
+def duration(seconds: float | None) -> str:
+    return duration_text(seconds)
 
 
 @register.filter

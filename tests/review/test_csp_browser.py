@@ -34,6 +34,7 @@ def test_no_screen_breaks_the_content_security_policy(page, live_server, admin_p
         reverse("prompts"),
         reverse("prompt_detail", args=[PromptVersion.objects.first().pk]),
         reverse("operations"),
+        reverse("quality"),
         reverse("audit"),
         reverse("admin:index"),
         reverse("admin:auth_user_changelist"),

@@ -21,7 +21,9 @@ from review.display import (
     JOB_BADGES,
     SUBMISSION_BADGES,
     TONES,
+    duration_text,
     money_text,
+    share_text,
     time_text,
     unit_price_text,
 )
@@ -94,6 +96,28 @@ def test_a_price_per_million_tokens_is_never_rounded_away():
     assert unit_price_text(Decimal("0.075")) == "$0.075"
     assert unit_price_text(Decimal("2.5")) == "$2.50"
     assert unit_price_text(Decimal("0.150000")) == "$0.15"
+
+
+@pytest.mark.parametrize(
+    "seconds, shown",
+    [
+        (None, "—"),
+        (0, "0 s"),
+        (44.6, "45 s"),
+        (200, "3 min 20 s"),
+        (3600, "1 h"),
+        (7500, "2 h 5 min"),
+        (93_600, "1 d 2 h"),
+    ],
+)
+def test_a_duration_is_shown_in_its_two_largest_units(seconds, shown):
+    assert duration_text(seconds) == shown
+    assert render("{{ seconds|duration }}", seconds=seconds) == shown
+
+
+def test_a_share_is_a_percentage_with_one_decimal_or_a_dash_when_nothing_was_divided():
+    assert [share_text(v) for v in (None, 0, 2 / 3, 1)] == ["—", "0.0%", "66.7%", "100.0%"]
+    assert render("{{ rate|share }}", rate=0.5) == "50.0%"
 
 
 MOMENT = datetime(2026, 12, 3, 7, 14, 9, tzinfo=UTC)

@@ -112,6 +112,9 @@ EXPECTED: dict[str, dict[str, dict]] = {
     "operations_retry_group": {"GET": NOT_ALLOWED, "POST": operators(400)},
     "resolve_submission": {"GET": NOT_ALLOWED, "POST": operators(302)},
     "resend_submission": {"GET": NOT_ALLOWED, "POST": operators(302)},
+    # Draft quality: every role sees it, and its CSV.
+    "quality": {"GET": viewers(), "POST": NOT_ALLOWED},
+    "quality_csv": {"GET": viewers(), "POST": NOT_ALLOWED},
     "audit": {"GET": admins(), "POST": NOT_ALLOWED},
     "audit_csv": {"GET": admins(), "POST": NOT_ALLOWED},
     "audit_events": {"GET": admins(), "POST": NOT_ALLOWED},

@@ -1,0 +1,233 @@
+"""Draft quality (SPEC §8, `/quality/`), for every role: acceptance, edits, time to decide and
+rejection reasons by prompt version, provider, model, category and over time, with charts; quick
+approvals (possible rubber-stamping) by reviewer; the grouped figures as CSV. What each figure means
+is defined once, in `ledger/quality.py`; this module reads the filters and shows the figures."""
+
+import csv
+import io
+
+from django import forms
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+
+from ledger.models import Job, PromptVersion
+from ledger.quality import (
+    DIMENSIONS,
+    EDIT_SAMPLE,
+    PERIODS,
+    WEEK,
+    Figures,
+    Report,
+    Scope,
+    measure,
+    rejection_reasons,
+    reviewers,
+)
+
+from .audit import BYTE_ORDER_MARK, csv_cell
+from .ids import IdField
+from .permissions import VIEWERS, role_required
+
+
+class QualityFilter(forms.Form):
+    since = forms.DateField(required=False, label="From", widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(required=False, label="To", widget=forms.DateInput(attrs={"type": "date"}))
+    job = IdField(required=False, label="Job id", widget=forms.NumberInput(attrs={"min": 1}))
+    prompt_version = forms.TypedChoiceField(
+        required=False, coerce=int, empty_value=None, label="Prompt version"
+    )
+    period = forms.ChoiceField(required=False, choices=list(PERIODS.items()), label="Over time by")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        versions = PromptVersion.objects.order_by("task", "version").values_list("pk", "task", "version")
+        self.fields["prompt_version"].choices = [
+            ("", "Every prompt version"),
+            *((str(pk), f"{task} v{version}") for pk, task, version in versions),
+        ]
+
+    def clean_job(self) -> Job | None:
+        job_id = self.cleaned_data["job"]
+        if job_id is None:
+            return None
+        job = Job.objects.filter(pk=job_id).first()
+        if job is None:
+            raise forms.ValidationError(f"There is no job {job_id}.")
+        return job
+
+    def clean(self) -> dict:
+        data = super().clean()
+        since, until = data.get("since"), data.get("until")
+        if since and until and since > until:
+            raise forms.ValidationError("The start date is after the end date.")
+        return data
+
+    @property
+    def problems(self) -> list[str]:
+        """Every error, with the field it is about, for a page or a plain-text answer."""
+        labels = {name: field.label for name, field in self.fields.items()}
+        return [
+            f"{labels[name]}: {error}" if name in labels else error
+            for name, errors in self.errors.items()
+            for error in errors
+        ]
+
+    def scope(self) -> Scope:
+        data = self.cleaned_data
+        return Scope(
+            since=data["since"],
+            until=data["until"],
+            job_id=data["job"].pk if data["job"] else None,
+            prompt_version_id=data["prompt_version"],
+        )
+
+    def over_time_by(self) -> str:
+        return self.cleaned_data["period"] or WEEK
+
+
+def rate_series(groups: list[Figures]) -> list[dict]:
+    """Acceptance and edit rates in percent, for a chart (None where there is nothing to divide)."""
+
+    def percent(value: float | None) -> float | None:
+        return None if value is None else round(100 * value, 1)
+
+    return [
+        {"label": "Acceptance rate", "tone": "ok", "values": [percent(f.acceptance_rate) for f in groups]},
+        {"label": "Edit rate", "tone": "warn", "values": [percent(f.edit_rate) for f in groups]},
+    ]
+
+
+def charts(report: Report) -> dict[str, dict]:
+    """What `static/quality.js` draws on each `<canvas data-chart=…>`; the tables beside the
+    charts hold the same figures."""
+    over_time = report.over_time
+    shown = {
+        "over-time-rates": {
+            "type": "line",
+            "unit": "%",
+            "labels": [f.label for f in over_time],
+            "series": rate_series(over_time),
+        },
+        "over-time-decisions": {
+            "type": "bar",
+            "stacked": True,
+            "labels": [f.label for f in over_time],
+            "series": [
+                {"label": "Approved", "tone": "ok", "values": [f.approved for f in over_time]},
+                {"label": "Rejected", "tone": "bad", "values": [f.rejected for f in over_time]},
+            ],
+        },
+    }
+    for dimension, groups in report.groups.items():
+        shown[f"by-{dimension}"] = {
+            "type": "bar",
+            "unit": "%",
+            "labels": [f.label for f in groups],
+            "series": rate_series(groups),
+        }
+    return shown
+
+
+@require_GET
+@login_required
+@role_required(*VIEWERS)
+def quality(request: HttpRequest) -> HttpResponse:
+    filters = QualityFilter(request.GET)
+    if not filters.is_valid():
+        return render(request, "quality.html", {"filters": filters}, status=400)
+    scope = filters.scope()
+    report = measure(scope, period=filters.over_time_by())
+    quick_seconds = settings.BATCHDESK_RUBBER_STAMP_SECONDS
+    rejected = report.total.rejected
+    reasons = rejection_reasons(scope)
+    other_reasons = rejected - sum(count for _, count in reasons)
+    context = {
+        "filters": filters,
+        "job": filters.cleaned_data["job"],
+        "report": report,
+        "reasons": [(reason, count, count / rejected) for reason, count in reasons],
+        "other_reasons": other_reasons,
+        "other_share": other_reasons / rejected if rejected else None,
+        "reviewers": reviewers(scope, quick_seconds),
+        "quick_seconds": quick_seconds,
+        "dimensions": [(name, label, report.groups[name]) for name, label in DIMENSIONS.items()],
+        "period_label": PERIODS[report.period],
+        "charts": charts(report),
+        "csv_query": request.GET.urlencode(),
+        "sample_limit": EDIT_SAMPLE,
+    }
+    return render(request, "quality.html", context)
+
+
+# --- CSV -----------------------------------------------------------------------------------
+
+CSV_COLUMNS = (
+    "dimension",
+    "group",
+    "decided",
+    "approved",
+    "rejected",
+    "acceptance_rate",
+    "edited",
+    "edit_rate",
+    "edit_distance",
+    "edit_distance_sample",
+    "seconds_to_decide",
+)
+
+
+def csv_row(dimension: str, figures: Figures) -> list:
+    def exact(value: float | None, places: int) -> str:
+        return "" if value is None else f"{value:.{places}f}"
+
+    return [
+        dimension,
+        figures.label,
+        figures.decided,
+        figures.approved,
+        figures.rejected,
+        exact(figures.acceptance_rate, 4),
+        figures.edited,
+        exact(figures.edit_rate, 4),
+        exact(figures.edit_distance, 4),
+        figures.sampled,
+        exact(figures.seconds_to_decide, 1),
+    ]
+
+
+def csv_text(report: Report) -> str:
+    """Every group of every dimension, one row each, after the row of all decisions; shares from 0
+    to 1 and seconds, as the page defines them."""
+    out = io.StringIO()
+    out.write(BYTE_ORDER_MARK)
+    # Every cell quoted: no spreadsheet guesses that a category or a day is a number or a date.
+    writer = csv.writer(out, quoting=csv.QUOTE_ALL)
+    writer.writerow(CSV_COLUMNS)
+    rows = [csv_row("all", report.total)]
+    for dimension, groups in report.groups.items():
+        rows += [csv_row(dimension, figures) for figures in groups]
+    rows += [csv_row(report.period, figures) for figures in report.over_time]
+    writer.writerows([csv_cell(value) for value in row] for row in rows)
+    return out.getvalue()
+
+
+@require_GET
+@login_required
+@role_required(*VIEWERS)
+def quality_csv(request: HttpRequest) -> HttpResponse:
+    filters = QualityFilter(request.GET)
+    if not filters.is_valid():
+        return HttpResponse(
+            f"Nothing was exported: {'; '.join(filters.problems)}\n", status=400, content_type="text/plain"
+        )
+    report = measure(filters.scope(), period=filters.over_time_by())
+    stamp = timezone.now().strftime("%Y%m%d-%H%M")
+    return HttpResponse(
+        csv_text(report),
+        content_type="text/csv; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="quality-{stamp}.csv"'},
+    )
