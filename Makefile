@@ -2,7 +2,7 @@
 VENV := .venv
 PY := $(VENV)/bin/python
 TEST_DATABASE_URL ?= postgres://127.0.0.1:5432/batchdesk
-DEMO_ENV := DEBUG=1 BATCHDESK_POLL_SECONDS=2
+DEMO_ENV := DEBUG=1 BATCHDESK_POLL_SECONDS=2 BATCHDESK_FX_FILE=$(CURDIR)/sample/fx-rates.json
 # The suite runs on every core (pytest-xdist; each worker has its own test database), at most 4.
 PARALLEL ?= --numprocesses=auto --maxprocesses=4
 
