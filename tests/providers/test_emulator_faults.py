@@ -301,6 +301,7 @@ def test_the_command_line_flags_become_emulator_knobs():
         *("--server-errors", "1", "--server-error-path", "POST /v1/batches", "--cut-downloads", "1"),
         *("--duplicate-rate", "0.25", "--unknown-lines", "2", "--malformed-lines", "1", "--count-mismatch"),
         *("--refusals", "4", "--refusal-path", "/v1/files", "--refusal-status", "403"),
+        *("--billing-refusals", "2"),
         *("--truncate-rate", "0.1", "--refuse-rate", "0.2", "--fence-rate", "0.3", "--prose-rate", "0.4"),
     )
     emulator = Emulator(**kwargs)
@@ -321,6 +322,7 @@ def test_the_command_line_flags_become_emulator_knobs():
         "refusals": 4,
         "refusal_path": "/v1/files",
         "refusal_status": 403,
+        "billing_refusals": 2,
         "duplicate_lines": 0.25,
         "unknown_lines": 2,
         "malformed_lines": 1,
