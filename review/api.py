@@ -66,6 +66,7 @@ from ledger.models import (
     Item,
     ItemTally,
     Job,
+    Pilot,
     Product,
     ProductStatus,
     PromptVersion,
@@ -79,6 +80,7 @@ from .job_forms import UNREADABLE, ApiJobForm
 from .operations import attention_by_provider
 from .paging import PageRefused, keyset_page
 from .permissions import APPROVERS, OPERATOR, VIEWERS, has_role, may_cancel
+from .pilot_forms import same_pilot
 
 log = logging.getLogger(__name__)
 
@@ -402,7 +404,17 @@ def items() -> QuerySet[Item]:
 
 # --- jobs ----------------------------------------------------------------------------------
 
-JOB_FIELDS = ("reference", "task", "provider", "model", "prompt_version", "skus", "destination", "unit_size")
+JOB_FIELDS = (
+    "reference",
+    "task",
+    "provider",
+    "model",
+    "prompt_version",
+    "skus",
+    "destination",
+    "unit_size",
+    "pilot",
+)
 
 
 @endpoint(GET=VIEWERS, POST=APPROVERS)
@@ -443,10 +455,17 @@ def same_work(job: Job, wanted: dict, owner) -> str | None:
     ]
     if wanted["prompt_version"] is not None and wanted["prompt_version"] != job.prompt_version.version:
         differences.append("prompt_version")
+    pilot = Pilot.objects.filter(job=job).first()
     if wanted["skus"] is not None:
-        skus = set(job.items.values_list("product__sku", flat=True).distinct())
+        # A pilot's items are a sample: its scope is the SKUs it was asked for.
+        if pilot is not None:
+            skus = set(pilot.scope_skus) if pilot.scope_skus is not None else None
+        else:
+            skus = set(job.items.values_list("product__sku", flat=True).distinct())
         if wanted["skus"] is UNREADABLE or skus != set(wanted["skus"]):
             differences.append("skus")
+    if not same_pilot(pilot, wanted["pilot"]):
+        differences.append("pilot")
     if differences:
         return f"The reference {job.reference!r} is already used by a job with a different {', '.join(differences)}"
     return None
