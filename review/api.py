@@ -103,9 +103,11 @@ class ApiError(Exception):
         super().__init__(message)
         self.status, self.code, self.message, self.fields = status, code, message, fields or {}
 
+    def response_body(self) -> dict:
+        return {"error": {"code": self.code, "message": self.message, "fields": self.fields}}
+
     def response(self) -> JsonResponse:
-        body = {"error": {"code": self.code, "message": self.message, "fields": self.fields}}
-        return JsonResponse(body, status=self.status)
+        return JsonResponse(self.response_body(), status=self.status)
 
 
 def invalid(fields: dict[str, str]) -> ApiError:
