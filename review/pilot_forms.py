@@ -86,12 +86,13 @@ class PilotForm(forms.Form):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.strata: list[Stratum] = []
+        self.strata_drawn: list[Stratum] = []
         self.plan: PilotPlan | None = None
 
     def check_scope(self, scope: QuerySet[Product]) -> None:
         """Judge the valid settings against the scope; when they hold, `plan` is what `create_job`
-        is given (a seed drawn now when none was given) and `strata` what it would draw."""
+        is given (a seed drawn now when none was given) and `strata_drawn` what it would draw (not
+        `strata`: a template reads that name as the form's field)."""
         data = self.cleaned_data
         names = data["strata"] if data["strata"] is not None else default_strata(scope)
         if unknown := unknown_fields(names, scope):
@@ -105,11 +106,15 @@ class PilotForm(forms.Form):
             seed=new_seed() if data["seed"] is None else data["seed"],
             drill=data["drill"],
         )
-        self.strata = strata_of(plan, scope)
-        if problem := sample_problem(self.strata):
+        self.strata_drawn = strata_of(plan, scope)
+        if problem := sample_problem(self.strata_drawn):
             self.add_error("per_stratum", problem + ".")
             return
         self.plan = plan
+
+    @property
+    def scope_products(self) -> int:
+        return sum(stratum.scope_products for stratum in self.strata_drawn)
 
     def asked(self) -> dict:
         """What was asked for, as a repeated request is compared with a pilot: a strata or seed left

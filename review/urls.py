@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import audit, catalogue, jobs, operations, prompts, views
+from . import audit, catalogue, jobs, operations, pilots, prompts, views
 from .ids import register_id_converter
 
 register_id_converter()
@@ -12,6 +12,7 @@ urlpatterns = [
     path("jobs/new/estimate", jobs.job_estimate, name="job_estimate"),
     path("jobs/<id:job_id>/", jobs.job_detail, name="job_detail"),
     path("jobs/<id:job_id>/cancel", jobs.job_cancel, name="job_cancel"),
+    path("jobs/<id:job_id>/pilot", pilots.pilot_report, name="pilot_report"),
     path("items/<id:item_id>/", views.item_detail, name="item_detail"),
     path("items/<id:item_id>/approve", views.approve, name="approve_item"),
     path("items/<id:item_id>/reject", views.reject, name="reject_item"),

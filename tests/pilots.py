@@ -1,6 +1,6 @@
 """A known pilot, brought where its report can project, for the report's tests (API, screen, 390 px).
 
-The scope: 8 `kitchen` and 4 `garden` products (12). The pilot draws 2 of each (seed 5), and its
+The scope: 8 `kitchen` and 4 `garden` products (12), named. The pilot draws 2 of each (seed 5), and its
 four items end as follows (within each stratum in SKU order), priced as gpt-4o-mini at OpenAI's
 batch price (0.15 and 0.60 USD per million tokens, half off):
 
@@ -66,15 +66,19 @@ def draft(item: Item, input_tokens: int, output_tokens: int, *, valid: bool = Tr
 
 
 def known_pilot(owner, reference: str = "known-pilot") -> Job:
-    for category, count in {"kitchen": 8, "garden": 4}.items():
-        for n in range(count):
-            ProductFactory(sku=f"{category}-{n}", revision__fields={"category": category, "material": "oak"})
+    """Its scope is its 12 products, named: whatever else the catalogue holds."""
+    scope = [
+        f"{category}-{n}" for category, count in {"kitchen": 8, "garden": 4}.items() for n in range(count)
+    ]
+    for sku in scope:
+        ProductFactory(sku=sku, revision__fields={"category": sku.split("-")[0], "material": "oak"})
     job = create_job(
         reference=reference,
         owner=owner,
         task="product_description",
         provider="emulator",
         model="gpt-4o-mini",
+        skus=scope,
         pilot=PilotPlan(per_stratum=2, strata=("category",), seed=5),
     )
     items = list(job.items.select_related("product").order_by("product__sku"))

@@ -249,7 +249,7 @@ def figures(value: Range, places: Decimal) -> dict:
 def scope_words(pilot: Pilot) -> str:
     if pilot.scope_skus is None:
         return "every active product"
-    return f"the {len(pilot.scope_skus):,} products named"
+    return f"{len(pilot.scope_skus):,} SKUs named"
 
 
 METHOD = (

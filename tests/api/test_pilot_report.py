@@ -30,7 +30,7 @@ def test_the_sample_by_stratum(as_owner, owner):
         "strata": ["category"],
         "seed": 5,
         "drill": False,
-        "scope": "every active product",
+        "scope": "12 SKUs named",
         "drawn_at": None,
     }
     sample = body["sample"]
