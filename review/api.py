@@ -330,6 +330,7 @@ def jobs_json(request: HttpRequest, jobs: list[Job]) -> list[dict]:
         for job in jobs
     }
     costs = pricing.jobs_cost(ids)
+    pilots = {pilot.job_id: pilot for pilot in Pilot.objects.filter(job_id__in=ids)}
     return [
         {
             "id": job.pk,
@@ -354,9 +355,23 @@ def jobs_json(request: HttpRequest, jobs: list[Job]) -> list[dict]:
             "submission_count": submission_counts.get(job.pk, 0),
             "submissions_url": request.build_absolute_uri(reverse("api:job_submissions", args=[job.pk])),
             "cost": costs[job.pk],
+            "pilot": pilot_json(request, pilots.get(job.pk)),
         }
         for job in jobs
     ]
+
+
+def pilot_json(request: HttpRequest, pilot: Pilot | None) -> dict | None:
+    """A pilot's settings and where its report is; None for a job that is no pilot."""
+    if pilot is None:
+        return None
+    return {
+        "per_stratum": pilot.per_stratum,
+        "strata": pilot.strata,
+        "seed": pilot.seed,
+        "drill": pilot.drill,
+        "report_url": request.build_absolute_uri(reverse("api:pilot_report", args=[pilot.job_id])),
+    }
 
 
 def item_json(request: HttpRequest, item: Item) -> dict:

@@ -48,6 +48,19 @@ def test_a_pilot_is_a_job_over_its_sample(as_owner, catalogue):
     )
 
 
+def test_a_job_says_whether_it_is_a_pilot_and_where_its_report_is(as_owner, catalogue):
+    pilot = as_owner.post_json("/api/jobs", {**BODY, "pilot": PILOT}).json()
+    plain = as_owner.post_json("/api/jobs", {**BODY, "reference": "plain"}).json()
+
+    assert as_owner.get(f"/api/jobs/{pilot['id']}").json()["pilot"] == {
+        **PILOT,
+        "report_url": f"http://testserver/api/jobs/{pilot['id']}/pilot",
+    }
+    assert as_owner.get(f"/api/jobs/{plain['id']}").json()["pilot"] is None
+    listed = {job["id"]: job["pilot"] for job in as_owner.get("/api/jobs").json()["results"]}
+    assert listed[plain["id"]] is None and listed[pilot["id"]]["seed"] == 11
+
+
 def test_the_same_request_again_is_the_same_pilot_and_another_pilot_is_409(as_owner, catalogue):
     first = as_owner.post_json("/api/jobs", {**BODY, "pilot": PILOT})
     before = snapshot()
