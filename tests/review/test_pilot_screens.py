@@ -55,7 +55,7 @@ def test_the_start_screen_offers_a_pilot_with_a_new_seed_each_time(client, owner
     second = client.get(reverse("job_start")).content.decode()
 
     assert 'data-testid="pilot-option"' in first
-    for name in ("pilot", "pilot-per_stratum", "pilot-strata", "pilot-seed", "pilot-drill"):
+    for name in ("pilot", "pilot-per_stratum", "pilot-strata", "pilot-seed"):
         assert f'name="{name}"' in first
     seed = re.compile(r'name="pilot-seed" value="(-?\d+)"')
     assert seed.search(first) and seed.search(second)
@@ -137,6 +137,10 @@ def test_without_the_box_ticked_the_job_is_no_pilot(client, owner, products):
         ({"pilot-strata": "category, category"}, "Strata: a field is named twice"),
         ({"pilot-seed": "lucky"}, "Seed: Enter a whole number."),
         ({"pilot-seed": ""}, "Seed: This field is required."),
+        (
+            {"pilot-drill": "on"},
+            "Acceptance drill: This version of BatchDesk does not run the acceptance drill yet",
+        ),
     ],
 )
 def test_bad_pilot_settings_are_refused_and_start_nothing(client, owner, products, changes, message):
