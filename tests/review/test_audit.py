@@ -19,6 +19,9 @@ from ledger.models import (
     DestinationAttempt,
     Event,
     Item,
+    Pilot,
+    PilotProduct,
+    PilotStratum,
     Publication,
     Submission,
     SubmissionItem,
@@ -355,6 +358,11 @@ def one_of_each(owner, item, draft) -> None:
     Publication.objects.create(product=item.product, version=draft, operation_key="k", content=draft.content)
     upload = CatalogueImport.objects.create(file_name="a.csv", size=10, uploaded_by=owner)
     CatalogueImportChunk.objects.create(catalogue_import=upload, number=0, data=b"sku,title\n")
+    pilot = Pilot.objects.create(job=item.job, per_stratum=1, strata=["category"], seed=1)
+    PilotStratum.objects.create(
+        pilot=pilot, number=1, values={"category": None}, scope_products=1, sample_products=1
+    )
+    PilotProduct.objects.create(pilot=pilot, product=item.product, stratum=1)
 
 
 def admin_url(model, view: str, *args) -> str:
