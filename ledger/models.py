@@ -1040,3 +1040,66 @@ class UnitCharge(models.Model):
 
     def __str__(self) -> str:
         return f"unit {self.submission_id}: {self.cost if self.settled_at else self.reserved} {self.currency}"
+
+
+class Pilot(models.Model):
+    """A job run over a stratified sample of a scope (SPEC §1, "pilot"): what it asked for, and the
+    scope it was drawn from. Its items are the job's ordinary items; `PilotProduct` says which
+    stratum each sampled product was drawn from, and `PilotStratum` how many products of the scope
+    each stratum held when it was drawn: what the report projects to (`ledger.pilots`)."""
+
+    job = models.OneToOneField(Job, on_delete=models.PROTECT, related_name="pilot")
+    per_stratum = models.PositiveIntegerField()
+    # Product field names, in order; `source_length` is the length band of the source text.
+    strata = models.JSONField(default=list)
+    seed = models.BigIntegerField()
+    # The acceptance drill was asked for (SPEC §6).
+    drill = models.BooleanField(default=False)
+    # The SKUs the job named; null: every active product.
+    scope_skus = models.JSONField(null=True, blank=True)
+    drawn_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"pilot of {self.job}"
+
+
+class PilotStratum(models.Model):
+    """One stratum of a pilot's scope: its products' values of the pilot's fields, how many active
+    products of the scope it held, and how many of them were drawn."""
+
+    # Found through `pilot_stratum_unique`, which the pilot leads.
+    pilot = models.ForeignKey(Pilot, on_delete=models.PROTECT, related_name="strata_drawn", db_index=False)
+    # 1, 2, … in the order of the strata's values.
+    number = models.PositiveIntegerField()
+    # {field: the field's value as text, or null when the product has none}.
+    values = models.JSONField(default=dict)
+    scope_products = models.PositiveIntegerField()
+    sample_products = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["pilot", "number"]
+        constraints = [models.UniqueConstraint(fields=["pilot", "number"], name="pilot_stratum_unique")]
+
+    def __str__(self) -> str:
+        return self.label
+
+    @property
+    def label(self) -> str:
+        """`category kitchen · source_length short`; a field the products lack says `(none)`."""
+        if not self.values:
+            return "every product"
+        return " · ".join(
+            f"{name} {'(none)' if value is None else value}" for name, value in self.values.items()
+        )
+
+
+class PilotProduct(models.Model):
+    """A product drawn into a pilot's sample, and its stratum (by number within the pilot)."""
+
+    pilot = models.ForeignKey(Pilot, on_delete=models.PROTECT, related_name="products_drawn", db_index=False)
+    # Found through `pilot_product_unique`, which the pilot leads.
+    product = models.ForeignKey(Product, on_delete=models.PROTECT, related_name="+", db_index=False)
+    stratum = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["pilot", "product"], name="pilot_product_unique")]

@@ -26,6 +26,9 @@ from ledger.models import (
     Item,
     ItemTally,
     Job,
+    Pilot,
+    PilotProduct,
+    PilotStratum,
     Product,
     PromptVersion,
     Publication,
@@ -258,6 +261,27 @@ class CatalogueImportChunkAdmin(LedgerAdmin):
     @admin.display(description="bytes")
     def byte_count(self, chunk: CatalogueImportChunk) -> int:
         return chunk.byte_count
+
+
+@admin.register(Pilot)
+class PilotAdmin(LedgerAdmin):
+    """A pilot's settings; its report is at /jobs/{id}/pilot."""
+
+    list_display = ("id", "job", "per_stratum", "strata", "seed", "drawn_at")
+    list_select_related = ("job",)
+    search_fields = ("job__reference",)
+
+
+@admin.register(PilotStratum)
+class PilotStratumAdmin(LedgerAdmin):
+    list_display = ("id", "pilot", "number", "values", "scope_products", "sample_products")
+    list_select_related = ("pilot__job",)
+
+
+@admin.register(PilotProduct)
+class PilotProductAdmin(LedgerAdmin):
+    list_display = ("id", "pilot", "stratum", "product")
+    list_select_related = ("pilot__job", "product")
 
 
 @admin.register(ApiToken)

@@ -69,6 +69,7 @@ from ledger.models import (
     Item,
     ItemTally,
     Job,
+    Pilot,
     Product,
     ProductStatus,
     PromptVersion,
@@ -82,6 +83,7 @@ from .job_forms import UNREADABLE, ApiJobForm
 from .operations import attention_by_provider
 from .paging import PageRefused, keyset_page
 from .permissions import APPROVERS, OPERATOR, VIEWERS, has_role, may_cancel, may_spend
+from .pilot_forms import same_pilot
 
 log = logging.getLogger(__name__)
 
@@ -104,9 +106,11 @@ class ApiError(Exception):
         super().__init__(message)
         self.status, self.code, self.message, self.fields = status, code, message, fields or {}
 
+    def response_body(self) -> dict:
+        return {"error": {"code": self.code, "message": self.message, "fields": self.fields}}
+
     def response(self) -> JsonResponse:
-        body = {"error": {"code": self.code, "message": self.message, "fields": self.fields}}
-        return JsonResponse(body, status=self.status)
+        return JsonResponse(self.response_body(), status=self.status)
 
 
 def invalid(fields: dict[str, str]) -> ApiError:
@@ -330,6 +334,7 @@ def jobs_json(request: HttpRequest, jobs: list[Job]) -> list[dict]:
     }
     costs = pricing.jobs_cost(ids)
     spent_or_held = {job.pk: budgets.committed(job.pk) for job in jobs if job.budget is not None}
+    pilots = {pilot.job_id: pilot for pilot in Pilot.objects.filter(job_id__in=ids)}
     return [
         {
             "id": job.pk,
@@ -358,6 +363,7 @@ def jobs_json(request: HttpRequest, jobs: list[Job]) -> list[dict]:
             "pause": {"reason": job.pause_reason, "detail": job.pause_detail}
             if job.state == JobState.PAUSED
             else None,
+            "pilot": pilot_json(request, pilots.get(job.pk)),
         }
         for job in jobs
     ]
@@ -373,6 +379,19 @@ def budget_json(job: Job, held) -> dict | None:
         "currency": job.budget_currency,
         "spent_or_held": held.quantize(Decimal("0.01"), rounding=ROUND_CEILING),
         "left": max(job.budget - held, Decimal(0)).quantize(Decimal("0.01"), rounding=ROUND_FLOOR),
+    }
+
+
+def pilot_json(request: HttpRequest, pilot: Pilot | None) -> dict | None:
+    """A pilot's settings and where its report is; None for a job that is no pilot."""
+    if pilot is None:
+        return None
+    return {
+        "per_stratum": pilot.per_stratum,
+        "strata": pilot.strata,
+        "seed": pilot.seed,
+        "drill": pilot.drill,
+        "report_url": request.build_absolute_uri(reverse("api:pilot_report", args=[pilot.job_id])),
     }
 
 
@@ -433,6 +452,7 @@ JOB_FIELDS = (
     "destination",
     "unit_size",
     "budget",
+    "pilot",
 )
 
 
@@ -474,10 +494,17 @@ def same_work(job: Job, wanted: dict, owner) -> str | None:
     ]
     if wanted["prompt_version"] is not None and wanted["prompt_version"] != job.prompt_version.version:
         differences.append("prompt_version")
+    pilot = Pilot.objects.filter(job=job).first()
     if wanted["skus"] is not None:
-        skus = set(job.items.values_list("product__sku", flat=True).distinct())
+        # A pilot's items are a sample: its scope is the SKUs it was asked for.
+        if pilot is not None:
+            skus = set(pilot.scope_skus) if pilot.scope_skus is not None else None
+        else:
+            skus = set(job.items.values_list("product__sku", flat=True).distinct())
         if wanted["skus"] is UNREADABLE or skus != set(wanted["skus"]):
             differences.append("skus")
+    if not same_pilot(pilot, wanted["pilot"]):
+        differences.append("pilot")
     if differences:
         return f"The reference {job.reference!r} is already used by a job with a different {', '.join(differences)}"
     return None

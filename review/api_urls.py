@@ -2,7 +2,7 @@
 
 from django.urls import path, re_path
 
-from . import api
+from . import api, pilot_api
 from .ids import register_id_converter
 
 register_id_converter()
@@ -17,6 +17,7 @@ urlpatterns = [
     path("jobs/<id:job_id>/resume", api.resume, name="resume_job"),
     path("jobs/<id:job_id>/items", api.job_items, name="job_items"),
     path("jobs/<id:job_id>/submissions", api.job_submissions, name="job_submissions"),
+    path("jobs/<id:job_id>/pilot", pilot_api.pilot_report, name="pilot_report"),
     path("items/<id:item_id>", api.item_detail, name="item"),
     path("items/<id:item_id>/versions/<id:version_id>/approve", api.approve, name="approve"),
     path("items/<id:item_id>/versions/<id:version_id>/reject", api.reject, name="reject"),

@@ -33,6 +33,9 @@ from ledger.providers import (
     provider_names,
 )
 from ledger.providers.model_names import model_name_problem
+from ledger.setwise import among
+
+from .pilot_forms import ApiPilotForm, PilotObjectField
 
 # Unknown SKUs are listed in an error up to this many; the rest are counted.
 SHOWN_SKUS = 20
@@ -188,19 +191,27 @@ class ApiJobForm(JobForm):
     """The body of `POST /api/jobs`, decoded from JSON. Omitted optional fields take their defaults."""
 
     skus = SkuListField(required=False)
+    pilot = PilotObjectField(required=False)
 
     # JSON types each field must arrive as; "1" is not a version number, true is not a size.
-    JSON_TYPES = {"prompt_version": int, "unit_size": int, "skus": list}
+    JSON_TYPES = {"prompt_version": int, "unit_size": int, "skus": list, "pilot": dict}
     # An amount may arrive as text ("12.50", as SPEC §6 writes it) or as a JSON number.
     AMOUNTS = ("budget",)
+    WRONG_TYPE = {
+        int: "must be a whole number",
+        list: "must be a list of SKUs",
+        dict: "must be an object: {per_stratum, strata, seed, drill}",
+    }
 
     DEFAULTS = {"destination": DEFAULT_DESTINATION}
 
     def __init__(self, data: dict, **kwargs):
         given = {name: value for name, value in data.items() if value is not None}
         super().__init__(data={**self.DEFAULTS, **given}, **kwargs)
+        self.pilot_form: ApiPilotForm | None = None
+        self.pilot_asked: dict | object = UNREADABLE
         self.wrong_types = {
-            name: "must be a whole number" if kind is int else "must be a list of SKUs"
+            name: self.WRONG_TYPE[kind]
             for name, kind in self.JSON_TYPES.items()
             if name in given and (isinstance(given[name], bool) or not isinstance(given[name], kind))
         }
@@ -234,15 +245,37 @@ class ApiJobForm(JobForm):
             found = set(Product.objects.filter(sku__in=skus).values_list("sku", flat=True))
             if missing := [sku for sku in skus if sku not in found]:
                 self.add_error("skus", "unknown SKUs: " + ", ".join(missing[:SHOWN_SKUS]))
+        if (pilot := data.get("pilot")) is not None:
+            self.pilot_form = ApiPilotForm(pilot)
+            if self.pilot_form.is_valid():
+                self.pilot_asked = self.pilot_form.asked()
+                if not self.errors:
+                    scope = active_products()
+                    self.pilot_form.check_scope(scope.filter(among("sku", skus)) if skus else scope)
+            if self.pilot_form.errors:
+                self.add_error("pilot", "see the pilot's fields")
         return data
+
+    def job_fields(self) -> dict:
+        return {**super().job_fields(), "pilot": self.pilot_form.plan if self.pilot_form else None}
 
     def wanted(self) -> dict:
         """What the request asks for, as this form read it (defaults filled in, text stripped);
         a field it could not read is UNREADABLE, which differs from anything a job holds."""
-        return {name: self.cleaned_data.get(name, UNREADABLE) for name in self.fields}
+        wanted = {name: self.cleaned_data.get(name, UNREADABLE) for name in self.fields}
+        if self.pilot_form is not None:
+            wanted["pilot"] = self.pilot_asked
+        return wanted
 
     def problems(self) -> dict[str, str]:
-        return {name: " ".join(errors) for name, errors in self.errors.items()}
+        """Each bad field's words; a pilot's own fields are named `pilot.<field>`."""
+        problems = {name: " ".join(errors) for name, errors in self.errors.items()}
+        if self.pilot_form is not None and self.pilot_form.errors:
+            problems.pop("pilot", None)
+            problems.update(
+                (f"pilot.{name}", " ".join(errors)) for name, errors in self.pilot_form.errors.items()
+            )
+        return problems
 
 
 class StartTokenForm(forms.Form):

@@ -15,12 +15,14 @@ from ledger.actions import (
     prompt_template_problems,
 )
 from ledger.models import MAX_NAMED_SKUS, Job, Product, ProductStatus, PromptVersion, category_text
+from ledger.pilots.sample import sample_products
 from ledger.pricing import priced_models
 from ledger.providers import default_model, provider_names
 from ledger.providers.model_names import model_name_problem
 from ledger.states import JobState
 
 from .job_forms import JobForm, active_products, too_many_skus_message, unknown_skus_message
+from .pilot_forms import ScreenPilotForm
 
 
 def with_category(products: QuerySet[Product]) -> QuerySet[Product]:
@@ -81,9 +83,15 @@ class JobStartForm(JobForm):
         widget=forms.Textarea(attrs={"rows": 4}),
         help_text="Separated by commas, spaces or line breaks.",
     )
+    pilot = forms.BooleanField(
+        required=False,
+        label="A pilot: a stratified sample of these products",
+        help_text="Its report projects the whole scope's cost and review hours from the sample's.",
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self.pilot_form = ScreenPilotForm(self.data if self.is_bound else None, prefix="pilot")
         tasks = sorted(set(PromptVersion.objects.values_list("task", flat=True)))
         self.fields["task"].choices = [(task, task) for task in tasks]
         if "product_description" in tasks:
@@ -99,6 +107,8 @@ class JobStartForm(JobForm):
         self.fields["model"].widget.attrs["list"] = "priced-models"
         self.priced_models = priced_models()
         self.products: QuerySet[Product] = active_products().none()
+        # The products chosen; `products` is what the job works on: these, or a pilot's sample of them.
+        self.scope: QuerySet[Product] = self.products
 
     def find_prompt(self, task: str, version_id) -> PromptVersion | None:
         """The screen picks a prompt version by its id, from one list of every task's versions."""
@@ -136,13 +146,36 @@ class JobStartForm(JobForm):
                 missing = [sku for sku in skus if sku not in found]
                 if missing:
                     self.add_error("skus", unknown_skus_message(missing))
+        self.scope = self.products
+        if data.get("pilot") and not self.errors:
+            self.judge_pilot()
         return data
+
+    def judge_pilot(self) -> None:
+        """The pilot's settings, judged against the products chosen; the job works on its sample."""
+        if self.pilot_form.is_valid():
+            self.pilot_form.check_scope(self.scope)
+        if self.pilot_form.errors:
+            self.add_error(
+                "pilot",
+                [
+                    f"{self.pilot_form[name].label}: {error}"
+                    for name, errors in self.pilot_form.errors.items()
+                    for error in errors
+                ],
+            )
+        else:
+            self.products = sample_products(self.pilot_form.plan, self.scope)
+
+    def job_fields(self) -> dict:
+        pilot = self.pilot_form.plan if self.cleaned_data.get("pilot") else None
+        return {**super().job_fields(), "pilot": pilot}
 
     def job_skus(self) -> list[str] | None:
         """What `create_job` is given: None means every active product."""
         if self.cleaned_data["scope"] == self.ALL:
             return None
-        return list(self.products.order_by("sku").values_list("sku", flat=True))
+        return list(self.scope.order_by("sku").values_list("sku", flat=True))
 
 
 class JobFilterForm(forms.Form):

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import audit, catalogue, jobs, operations, prompts, quality, views
+from . import audit, catalogue, jobs, operations, pilots, prompts, quality, views
 from .ids import register_id_converter
 
 register_id_converter()
@@ -14,6 +14,7 @@ urlpatterns = [
     path("jobs/<id:job_id>/cancel", jobs.job_cancel, name="job_cancel"),
     path("jobs/<id:job_id>/budget", jobs.job_budget, name="job_budget"),
     path("jobs/<id:job_id>/resume", jobs.job_resume, name="job_resume"),
+    path("jobs/<id:job_id>/pilot", pilots.pilot_report, name="pilot_report"),
     path("items/<id:item_id>/", views.item_detail, name="item_detail"),
     path("items/<id:item_id>/approve", views.approve, name="approve_item"),
     path("items/<id:item_id>/reject", views.reject, name="reject_item"),

@@ -541,7 +541,8 @@ def record_version(item: Item, submission: Submission, line) -> str:
     if judge_currency(item):
         return "not current"
     if reasons:
-        change_state(item.pk, to=ItemState.VALIDATION_FAILED, reason="; ".join(reasons), code=reasons[0].code)
+        reason, codes = "; ".join(reasons), {"codes": [r.code for r in reasons]}
+        change_state(item.pk, to=ItemState.VALIDATION_FAILED, reason=reason, code=reasons[0].code, data=codes)
         return ItemState.VALIDATION_FAILED
     change_state(item.pk, to=ItemState.AWAITING_REVIEW, data={"version": version.pk})
     return ItemState.AWAITING_REVIEW

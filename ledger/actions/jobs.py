@@ -22,8 +22,9 @@ from ..models import (
     no_prompt_for_job,
 )
 from ..money import business_currency
+from ..pilots.sample import PilotPlan, SampleRefused, record_sample, sampled_products_sql, unknown_fields
 from ..providers.model_names import model_name_problem
-from ..setwise import insert_from_select, insert_select_sql
+from ..setwise import among, insert_from_select, insert_select_sql
 from ..states import ItemState, JobState, ReasonCode, SubmissionState
 from ..table_statistics import analyse_after_bulk_change
 from .core import NotAllowed, actor_name, change_state, enqueue, refresh_job_state
@@ -41,10 +42,12 @@ def create_job(
     skus: list[str] | None = None,
     unit_size: int | None = None,
     budget: Decimal | None = None,
+    pilot: PilotPlan | None = None,
 ) -> Job:
     """Freeze the set of items (each product's current revision) and queue their submission. No
     model or unit size: the provider's default model, and the usual size within its limit. No prompt
-    version: the task's current one."""
+    version: the task's current one. A `pilot`: the items are a stratified sample of those products
+    (`ledger.pilots.sample`), recorded with the job."""
     from ..destinations import destination_names
     from ..providers import capabilities, default_model, default_unit_size, provider_names
 
@@ -79,6 +82,12 @@ def create_job(
             raise NotAllowed(f"Not active products or unknown SKUs: {', '.join(sorted(missing))}")
         products_sql += f" AND sku IN ({', '.join(['%s'] * len(wanted))})" if wanted else " AND 1 = 0"
         products_params += wanted
+    if pilot is not None:  # the scope its sample is drawn from
+        scope = Product.objects.filter(status=ProductStatus.ACTIVE)
+        if skus is not None:
+            scope = scope.filter(among("sku", wanted))
+        if unknown := unknown_fields(pilot.strata, scope):
+            raise NotAllowed(f"No product to work on has the field {', '.join(map(repr, unknown))}")
     with transaction.atomic():
         if Job.objects.filter(reference=reference).exists():
             raise NotAllowed(f"A job with reference {reference!r} exists already")
@@ -94,6 +103,14 @@ def create_job(
             budget=budget,
             budget_currency=business_currency() if budget is not None else "",
         )
+        if pilot is not None:
+            try:
+                drawn = record_sample(
+                    job=job, plan=pilot, scope=scope, scope_skus=wanted if skus is not None else None
+                )
+            except SampleRefused as refusal:
+                raise NotAllowed(str(refusal)) from None
+            products_sql, products_params = sampled_products_sql(drawn)
         # Items in SKU order, as the catalogue lists them, and each item's event, in the items' order.
         items = {
             "select": {"product": "id", "source_revision": "current_revision_id"},

@@ -285,7 +285,9 @@ def record_drafts(
         elif reasons:
             reason = "; ".join(reasons)
             invalid[(reason, reasons[0].code)].append(entry.item_id)
-            events.append((entry.item_id, ItemState.RETURNED, ItemState.VALIDATION_FAILED, reason, {}))
+            # The reasons' codes: a pilot's report counts failures by reason (ledger/pilots/measure.py).
+            codes = {"codes": [r.code for r in reasons]}
+            events.append((entry.item_id, ItemState.RETURNED, ItemState.VALIDATION_FAILED, reason, codes))
         else:
             valid.append(entry.item_id)
             events.append((entry.item_id, ItemState.RETURNED, ItemState.AWAITING_REVIEW, "", version))

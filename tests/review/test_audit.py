@@ -21,6 +21,9 @@ from ledger.models import (
     Event,
     ExchangeRate,
     Item,
+    Pilot,
+    PilotProduct,
+    PilotStratum,
     Publication,
     Submission,
     SubmissionItem,
@@ -366,6 +369,11 @@ def one_of_each(owner, item, draft) -> None:
         reserved_usd=Decimal("1"),
         reserved=Decimal("0.8"),
     )
+    pilot = Pilot.objects.create(job=item.job, per_stratum=1, strata=["category"], seed=1)
+    PilotStratum.objects.create(
+        pilot=pilot, number=1, values={"category": None}, scope_products=1, sample_products=1
+    )
+    PilotProduct.objects.create(pilot=pilot, product=item.product, stratum=1)
 
 
 def admin_url(model, view: str, *args) -> str:

@@ -1,0 +1,8 @@
+"""Pilots (SPEC §1 "pilot"): a job over a stratified sample of a scope, whose report projects the
+whole scope's cost, review effort and risks.
+
+- `sample`: the strata and the draw, by the database (`create_job` writes a pilot's items from it);
+- `measure`: what the pilot's own items, drafts and decisions show, per stratum and in all;
+- `projection`: the arithmetic from those measurements to the whole scope, with its 90 % range;
+- `report`: the report as the API and the screen show it, and whether enough is decided to project.
+"""

@@ -1,0 +1,266 @@
+"""What a pilot's own run shows (issue 19, point 3), per stratum and in all: tokens and cost per item,
+validation failures by reason, acceptance, edits, time to decide, retries and obsolete items; and, for
+the projection, the provider's time per request and how often the scope's products are revised.
+
+Read from the ledger as it is: the pilot's items (its sample's, and any that replaced an obsolete
+one), their drafts, events and approvals. A pilot holds at most `sample.MAX_SAMPLE` products, so its
+rows are read into Python and counted here, where each rule is written once and plainly.
+"""
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.db.models import Min
+from django.utils import timezone
+
+from ..models import (
+    Approval,
+    Event,
+    GeneratedVersion,
+    Item,
+    Pilot,
+    PilotProduct,
+    Product,
+    ProductStatus,
+    SourceRevision,
+    Submission,
+)
+from ..pricing import Price
+from ..setwise import among
+from ..states import OUTSTANDING_STATES, ItemState, ReasonCode, SubmissionState
+
+# An item in one of these waits for the model or for a reviewer: its next draft may need a decision.
+WAITING_STATES = frozenset({*OUTSTANDING_STATES, ItemState.AWAITING_REVIEW})
+# A failure recorded before its event kept the reasons' codes, whose item has moved on since.
+UNCLASSIFIED = "unclassified"
+# How far back the catalogue's history is read for revisions per month.
+REVISION_HISTORY = timedelta(days=365)
+DAYS_PER_MONTH = Decimal("30.4375")  # 365.25 / 12
+
+
+@dataclass
+class Observations:
+    """What the pilot's items of one stratum (or of all) show. Costs are USD at the job's batch
+    price; None when the model has no known price."""
+
+    items: int = 0
+    drafted_items: int = 0  # items with at least one draft
+    drafts: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: Decimal | None = Decimal(0)  # every draft's
+    first_draft_costs: list[Decimal] = field(default_factory=list)  # one per drafted item
+    judged: int = 0  # drafts validated
+    invalid: int = 0
+    failures_by_reason: Counter = field(default_factory=Counter)
+    approvals: int = 0
+    rejections: int = 0
+    edited: int = 0
+    edit_distances: list[int] = field(default_factory=list)  # words changed, per edited approval
+    decision_seconds: list[Decimal] = field(default_factory=list)
+    retries: int = 0  # inferences asked again after a failure
+    regenerations: int = 0  # drafts after an item's first
+    obsolete: int = 0
+    reprocessed_items: int = 0  # retried, regenerated or obsolete
+    waiting: int = 0  # items at the model or waiting for a decision
+
+    @property
+    def decisions(self) -> int:
+        return self.approvals + self.rejections
+
+    def add(self, other: "Observations") -> None:
+        for name in (
+            "items",
+            "drafted_items",
+            "drafts",
+            "input_tokens",
+            "output_tokens",
+            "judged",
+            "invalid",
+        ):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name in ("approvals", "rejections", "edited", "retries", "regenerations", "obsolete"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.reprocessed_items += other.reprocessed_items
+        self.waiting += other.waiting
+        self.cost = None if self.cost is None or other.cost is None else self.cost + other.cost
+        self.first_draft_costs += other.first_draft_costs
+        self.failures_by_reason += other.failures_by_reason
+        self.edit_distances += other.edit_distances
+        self.decision_seconds += other.decision_seconds
+
+
+def word_edit_distance(before: str, after: str) -> int:
+    """Words inserted, deleted or replaced to make `after` from `before` (Levenshtein over words),
+    after the words both share at their start and end, where edits seldom are."""
+    a, b = before.split(), after.split()
+    while a and b and a[0] == b[0]:
+        a, b = a[1:], b[1:]
+    while a and b and a[-1] == b[-1]:
+        a, b = a[:-1], b[:-1]
+    previous = list(range(len(b) + 1))
+    for i, word in enumerate(a, 1):
+        current = [i]
+        for j, other in enumerate(b, 1):
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (word != other)))
+        previous = current
+    return previous[-1]
+
+
+def observe(pilot: Pilot, price: Price | None) -> dict[int, Observations]:
+    """The pilot's observations by stratum number."""
+    job_id = pilot.job_id
+    stratum_of_product = dict(
+        PilotProduct.objects.filter(pilot=pilot).values_list("product_id", "stratum").order_by()
+    )
+    by_stratum = {number: Observations() for number in pilot.strata_drawn.values_list("number", flat=True)}
+    stratum_of: dict[int, int] = {}
+    reprocessed: set[int] = set()  # retried or obsolete; regenerated ones are found by their drafts
+    failure_code: dict[int, str] = {}
+    for item_id, product_id, state, attempt, code in (
+        Item.objects.filter(job_id=job_id)
+        .order_by()
+        .values_list("id", "product_id", "state", "inference_attempt", "reason_code")
+    ):
+        seen = by_stratum[stratum_of_product[product_id]]
+        stratum_of[item_id] = stratum_of_product[product_id]
+        seen.items += 1
+        seen.retries += attempt - 1
+        seen.obsolete += state == ItemState.OBSOLETE
+        seen.waiting += state in WAITING_STATES
+        if attempt > 1 or state == ItemState.OBSOLETE:
+            reprocessed.add(item_id)
+        if state == ItemState.VALIDATION_FAILED:
+            failure_code[item_id] = code
+    for item_id, number, input_tokens, output_tokens, valid in (
+        GeneratedVersion.objects.filter(item__job_id=job_id)
+        .order_by()
+        .values_list("item_id", "number", "input_tokens", "output_tokens", "valid")
+    ):
+        seen = by_stratum[stratum_of[item_id]]
+        seen.drafts += 1
+        seen.input_tokens += input_tokens
+        seen.output_tokens += output_tokens
+        seen.judged += valid is not None
+        seen.invalid += valid is False
+        cost = price.cost(input_tokens, output_tokens) if price is not None else None
+        seen.cost = None if seen.cost is None or cost is None else seen.cost + cost
+        if number == 1:
+            seen.drafted_items += 1
+            if cost is not None:
+                seen.first_draft_costs.append(cost)
+        else:
+            seen.regenerations += 1
+            reprocessed.add(item_id)
+    for item_id in reprocessed:
+        by_stratum[stratum_of[item_id]].reprocessed_items += 1
+    _observe_events(job_id, stratum_of, by_stratum, failure_code)
+    for item_id, edited, draft, final in (
+        Approval.objects.filter(item__job_id=job_id)
+        .order_by()
+        .values_list("item_id", "edited", "version__content", "final_content")
+    ):
+        seen = by_stratum[stratum_of[item_id]]
+        seen.approvals += 1
+        if edited:
+            seen.edited += 1
+            seen.edit_distances.append(word_edit_distance(draft, final))
+    return by_stratum
+
+
+def _observe_events(
+    job_id: int, stratum_of: dict[int, int], by_stratum: dict[int, Observations], failure_code: dict[int, str]
+) -> None:
+    """Rejections, validation failures by reason, and the seconds each decision took: from the event
+    that put the draft before a person (awaiting review, or unusable for an edit that repairs it) to
+    the approval or rejection."""
+    shown_at: dict[int, datetime] = {}
+    for item_id, from_state, to_state, at, data in (
+        Event.objects.filter(
+            item__job_id=job_id,
+            to_state__in=[
+                ItemState.AWAITING_REVIEW,
+                ItemState.VALIDATION_FAILED,
+                ItemState.APPROVED,
+                ItemState.REJECTED,
+            ],
+        )
+        .order_by("item_id", "id")
+        .values_list("item_id", "from_state", "to_state", "at", "data")
+    ):
+        seen = by_stratum[stratum_of[item_id]]
+        if to_state in (ItemState.AWAITING_REVIEW, ItemState.VALIDATION_FAILED):
+            shown_at[item_id] = at
+        if to_state == ItemState.VALIDATION_FAILED:
+            codes = (data or {}).get("codes") or [failure_code.get(item_id) or UNCLASSIFIED]
+            seen.failures_by_reason.update(set(codes))
+        elif item_id in shown_at and from_state in (ItemState.AWAITING_REVIEW, ItemState.VALIDATION_FAILED):
+            seen.rejections += to_state == ItemState.REJECTED
+            seconds = (at - shown_at.pop(item_id)).total_seconds()
+            seen.decision_seconds.append(Decimal(str(round(seconds, 3))))
+
+
+def failure_label(code: str) -> str:
+    return (
+        ReasonCode(code).label
+        if code in ReasonCode.values
+        else "Not classified (recorded before codes were kept)"
+    )
+
+
+def provider_seconds_per_request(pilot: Pilot) -> Decimal | None:
+    """The provider's time per request in the pilot's own run: each collected unit's time from
+    being sent to being collected, summed, over the requests they held. None before any is collected."""
+    units = Submission.objects.filter(
+        job_id=pilot.job_id, state=SubmissionState.COLLECTED, sent_at__isnull=False
+    )
+    collected = dict(
+        Event.objects.filter(submission__in=units, to_state=SubmissionState.COLLECTED)
+        .order_by()
+        .values_list("submission_id")
+        .annotate(at=Min("at"))
+    )
+    seconds, requests = Decimal(0), 0
+    for pk, sent_at, sent in units.values_list("pk", "sent_at", "requests_sent"):
+        if pk in collected and sent:
+            seconds += Decimal(str((collected[pk] - sent_at).total_seconds()))
+            requests += sent
+    return seconds / requests if requests else None
+
+
+@dataclass(frozen=True)
+class RevisionHistory:
+    """How often the scope's products are revised: revisions after each product's first, per product
+    and month, over `since` to `until` (the last 12 months, or all the history when shorter; a
+    history shorter than a month counts as one month)."""
+
+    revisions: int
+    products: int
+    since: datetime | None
+    until: datetime
+
+    @property
+    def months(self) -> Decimal:
+        if self.since is None:
+            return Decimal(1)
+        return max(Decimal(1), Decimal((self.until - self.since).days) / DAYS_PER_MONTH)
+
+    @property
+    def per_product_per_month(self) -> Decimal:
+        if not self.products:
+            return Decimal(0)
+        return Decimal(self.revisions) / self.products / self.months
+
+
+def revision_history(pilot: Pilot) -> RevisionHistory:
+    scope = Product.objects.filter(status=ProductStatus.ACTIVE)
+    if pilot.scope_skus is not None:
+        scope = scope.filter(among("sku", pilot.scope_skus))
+    until = timezone.now()
+    revisions = SourceRevision.objects.filter(product__in=scope)
+    first = revisions.aggregate(first=Min("created_at"))["first"]
+    since = max(first, until - REVISION_HISTORY) if first else None
+    later = revisions.filter(number__gt=1, created_at__gte=since).count() if since else 0
+    return RevisionHistory(revisions=later, products=scope.count(), since=since, until=until)

@@ -1,0 +1,266 @@
+"""A pilot's report (SPEC §6 `GET /api/jobs/{id}/pilot`, §8 `/jobs/{id}/pilot`): the sample by
+stratum, what was measured per stratum and in all, and the projection for the whole scope with its
+90 % range, in the business currency (`ledger.money`: converted at today's rate; with no rate in force,
+in USD, and `currency` says so).
+
+The projection waits for enough decisions: MIN_DECISIONS decided drafts in all, or, in a smaller
+pilot, every draft decided (nothing at the model and nothing waiting for a reviewer, at least one
+decision). Until then `decisions.needed` says how many more it needs at most.
+"""
+
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
+
+from ..models import Job, Pilot, PilotStratum
+from ..money import PROVIDER_CURRENCY, business_currency, convert, rate_now
+from ..pricing import price_for, unknown_price
+from .measure import (
+    Observations,
+    RevisionHistory,
+    failure_label,
+    observe,
+    provider_seconds_per_request,
+    revision_history,
+)
+from .projection import CONFIDENCE, Projection, Range, Z, median_range, project
+
+MIN_DECISIONS = 30
+MONEY_PLACES = Decimal("0.000001")
+HOURS_PLACES = Decimal("0.01")
+RATE_PLACES = Decimal("0.0001")
+
+
+def pilot_of(job: Job) -> Pilot | None:
+    return Pilot.objects.filter(job=job).first()
+
+
+@dataclass(frozen=True)
+class Decisions:
+    made: int
+    needed: int
+
+    @property
+    def enough(self) -> bool:
+        return self.needed == 0
+
+
+def decisions_needed(seen: Observations) -> Decisions:
+    """How many more decisions the projection needs (module docstring): each item still at the model
+    or waiting for a reviewer may bring one."""
+    made = seen.decisions
+    if made >= MIN_DECISIONS or (made and not seen.waiting):
+        return Decisions(made, 0)
+    short = MIN_DECISIONS - made
+    return Decisions(made, min(short, seen.waiting) if seen.waiting else short)
+
+
+def _share(part: int, whole: int) -> float | None:
+    return round(part / whole, 4) if whole else None
+
+
+def _per(amount, count: int, places: int = 1) -> float | None:
+    return round(float(amount) / count, places) if count else None
+
+
+class Report:
+    """The report of one pilot, read once from the ledger."""
+
+    def __init__(self, pilot: Pilot):
+        self.pilot = pilot
+        self.job = pilot.job
+        self.price = price_for(self.job.provider, self.job.model)
+        self.rate = rate_now()
+        self.strata: list[PilotStratum] = list(pilot.strata_drawn.order_by("number"))
+        self.by_stratum = observe(pilot, self.price)
+        self.all = Observations()
+        for observations in self.by_stratum.values():
+            self.all.add(observations)
+        self.decisions = decisions_needed(self.all)
+
+    @property
+    def currency(self) -> str:
+        return business_currency() if self.rate is not None else PROVIDER_CURRENCY
+
+    def money(self, usd: Decimal | None) -> Decimal | None:
+        if usd is None:
+            return None
+        return (usd if self.rate is None else convert(usd, self.rate)).quantize(MONEY_PLACES)
+
+    def money_range(self, usd: Range | None) -> dict | None:
+        if usd is None:
+            return None
+        return {
+            "expected": self.money(usd.expected),
+            "low": self.money(usd.low),
+            "high": self.money(usd.high),
+            "currency": self.currency,
+            "provider": {
+                "expected": usd.expected.quantize(MONEY_PLACES),
+                "low": usd.low.quantize(MONEY_PLACES),
+                "high": usd.high.quantize(MONEY_PLACES),
+                "currency": PROVIDER_CURRENCY,
+            },
+        }
+
+    def measured(self, seen: Observations) -> dict:
+        seconds = median_range(seen.decision_seconds)
+        return {
+            "items": seen.items,
+            "drafted_items": seen.drafted_items,
+            "drafts": seen.drafts,
+            "tokens_in_per_item": _per(seen.input_tokens, seen.drafted_items),
+            "tokens_out_per_item": _per(seen.output_tokens, seen.drafted_items),
+            "cost_per_item": (
+                self.money(seen.cost / seen.drafted_items)
+                if seen.cost is not None and seen.drafted_items
+                else None
+            ),
+            "currency": self.currency,
+            "validation_failure_rate": _share(seen.invalid, seen.judged),
+            "validation_failures": [
+                {"code": code, "label": failure_label(code), "drafts": count}
+                for code, count in sorted(
+                    seen.failures_by_reason.items(), key=lambda pair: (-pair[1], pair[0])
+                )
+            ],
+            "decisions": seen.decisions,
+            "approvals": seen.approvals,
+            "rejections": seen.rejections,
+            "acceptance_rate": _share(seen.approvals, seen.decisions),
+            "edit_rate": _share(seen.edited, seen.approvals),
+            "edit_distance_words": _per(sum(seen.edit_distances), len(seen.edit_distances)),
+            "seconds_per_decision": round(float(seconds.expected), 1) if seconds else None,
+            "retries": seen.retries,
+            "regenerations": seen.regenerations,
+            "obsolete_items": seen.obsolete,
+            "reprocessing_rate": _share(seen.reprocessed_items, seen.items),
+            "waiting": seen.waiting,
+        }
+
+    def sample(self) -> dict:
+        strata = [
+            {
+                "key": stratum.label,
+                "number": stratum.number,
+                "values": stratum.values,
+                "scope_products": stratum.scope_products,
+                "products": stratum.sample_products,
+                "items": self.by_stratum[stratum.number].items,
+                "measured": self.measured(self.by_stratum[stratum.number]),
+            }
+            for stratum in self.strata
+        ]
+        return {
+            "scope_products": sum(stratum.scope_products for stratum in self.strata),
+            "products": sum(stratum.sample_products for stratum in self.strata),
+            "items": self.all.items,
+            "strata": strata,
+        }
+
+    def projection(self) -> tuple[Projection, RevisionHistory] | None:
+        """None until enough drafts are decided."""
+        if not self.decisions.enough:
+            return None
+        history = revision_history(self.pilot)
+        return (
+            project(
+                [(stratum.scope_products, self.by_stratum[stratum.number]) for stratum in self.strata],
+                price_known=self.price is not None,
+                revisions_per_product_per_month=history.per_product_per_month,
+                provider_seconds_per_request=provider_seconds_per_request(self.pilot),
+            ),
+            history,
+        )
+
+    def projection_json(self) -> dict | None:
+        found = self.projection()
+        if found is None:
+            return None
+        projected, history = found
+
+        return {
+            "scope_items": projected.scope_products,
+            "confidence": float(CONFIDENCE),
+            "cost": self.money_range(projected.cost),
+            "inference_cost": self.money_range(projected.inference_cost),
+            "regeneration_cost": self.money_range(projected.regeneration_cost),
+            "regeneration": {
+                "from_failures": self.money_range(projected.regeneration_from_failures),
+                "from_revisions_per_month": self.money_range(projected.regeneration_from_revisions),
+                "unusable_share": figures(projected.unusable_share, RATE_PLACES),
+                "revisions_per_product_per_month": round(float(projected.revisions_per_product_per_month), 4),
+                "revision_history": {
+                    "revisions": history.revisions,
+                    "products": history.products,
+                    "from": history.since,
+                    "to": history.until,
+                    "months": round(float(history.months), 2),
+                },
+            },
+            "validation_failure_rate": figures(projected.invalid_rate, RATE_PLACES),
+            "acceptance_rate": figures(projected.acceptance_rate, RATE_PLACES),
+            "decisions": figures(projected.decisions, Decimal(1)),
+            "seconds_per_decision": figures(projected.seconds_per_decision, Decimal("0.1")),
+            "review_hours": figures(projected.review_hours, HOURS_PLACES),
+            "provider_hours": (
+                float(projected.provider_hours.quantize(HOURS_PLACES))
+                if projected.provider_hours is not None
+                else None
+            ),
+            "method": METHOD,
+        }
+
+    def as_json(self) -> dict:
+        pilot = self.pilot
+        return {
+            "job": {"id": self.job.pk, "reference": self.job.reference, "state": self.job.state},
+            "pilot": {
+                "per_stratum": pilot.per_stratum,
+                "strata": pilot.strata,
+                "seed": pilot.seed,
+                "drill": pilot.drill,
+                "scope": scope_words(pilot),
+                "drawn_at": pilot.drawn_at,
+            },
+            "currency": self.currency,
+            "rate": self.rate.as_json() if self.rate else None,
+            "price_known": self.price is not None,
+            "price_note": self.price.note if self.price else unknown_price(self.job.provider, self.job.model),
+            "decisions": {
+                "made": self.decisions.made,
+                "needed": self.decisions.needed,
+                "threshold": MIN_DECISIONS,
+            },
+            "sample": self.sample(),
+            "measured": self.measured(self.all),
+            "projection": self.projection_json(),
+            # The acceptance drill (SPEC §6) is not run by this version: `POST /api/jobs` refuses it.
+            "drill": {"ran": False, "checks": []},
+        }
+
+
+def figures(value: Range, places: Decimal) -> dict:
+    """A range of numbers that are not money, rounded to `places`, as JSON numbers."""
+    return {
+        name: float(getattr(value, name).quantize(places, rounding=ROUND_HALF_UP))
+        for name in ("expected", "low", "high")
+    }
+
+
+def scope_words(pilot: Pilot) -> str:
+    if pilot.scope_skus is None:
+        return "every active product"
+    return f"{len(pilot.scope_skus):,} SKUs named"
+
+
+METHOD = (
+    f"Inference cost: a stratified estimate of the scope's first drafts (Σ over strata of the scope's "
+    f"products × the mean cost of the first drafts drawn there), its range ± {Z} × the standard error "
+    "(normal, 90 %, with the finite-population correction). Rates: the pilot's drafts and decisions in "
+    "all, with Wilson's 90 % interval. Regeneration: each unusable draft (invalid, or rejected) drafted "
+    "once more, and one month of the catalogue's revisions at the rate its history shows; its ends combine "
+    "the ends of the rates and of the cost. Review hours: a decision for every valid draft at the median "
+    "seconds a pilot decision took (from the draft shown to the decision), its range from the rates' ends "
+    "and the median's order-statistic 90 % interval. Provider hours: the scope's requests at the seconds "
+    "per request the pilot's units took from sending to collection."
+)

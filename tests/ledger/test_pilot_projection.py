@@ -1,0 +1,181 @@
+"""The projection's arithmetic (ledger/pilots/projection.py), on numbers worked out by hand; and the
+rules of the report it rests on: the words an edit changed, when enough is decided to project."""
+
+from decimal import Decimal
+
+import pytest
+
+from ledger.pilots.measure import Observations, word_edit_distance
+from ledger.pilots.projection import Range, median_range, project, stratified_total, wilson
+from ledger.pilots.report import Decisions, decisions_needed
+
+D = Decimal
+
+
+def close(value: Decimal, expected: str, places: str = "0.000001") -> bool:
+    return value.quantize(D(places)) == D(expected)
+
+
+def test_a_stratified_total_and_its_90_percent_range():
+    """Stratum A: 100 products, 0.01, 0.02, 0.03 drawn: mean 0.02, s² 0.0001, variance of its total
+    100² × (1 − 3/100) × 0.0001 / 3 = 0.323333. Stratum B: 10 products, 0.05 twice: 0.5, no spread.
+    2.5 ± 1.645 × √0.323333 = ± 0.935386."""
+    total = stratified_total([(100, [D("0.01"), D("0.02"), D("0.03")]), (10, [D("0.05"), D("0.05")])])
+
+    assert total.expected == D("2.5")
+    assert close(total.low, "1.564613") and close(total.high, "3.435387")
+
+
+def test_a_stratum_drawn_whole_adds_no_spread():
+    total = stratified_total([(3, [D(1), D(2), D(3)])])
+    assert total == Range(D(6), D(6), D(6))
+
+
+def test_a_stratum_of_one_draw_takes_the_pooled_variance_and_one_of_none_the_pooled_mean():
+    """Pooled: 1, 3, 2 (mean 2, s² 1). Stratum A (10, [1, 3]): 20, variance 100 × 0.8 × 2 / 2 = 80.
+    Stratum B (5, [2]): 10, the pooled s²: 25 × 0.8 × 1 / 1 = 20. Stratum C (4, nothing drawn yet):
+    4 × the pooled mean 2 = 8, variance 16 × 1 / 3. Total 38 ± 1.645 × √105.333333 = ± 16.882969."""
+    total = stratified_total([(10, [D(1), D(3)]), (5, [D(2)]), (4, [])])
+
+    assert total.expected == D(38)
+    assert close(total.high - total.expected, "16.882969")
+
+
+def test_nothing_measured_projects_nothing_and_the_low_end_is_never_below_zero():
+    assert stratified_total([(10, [])]) is None
+    assert stratified_total([(1000, [D(0), D(10)])]).low == 0
+
+
+@pytest.mark.parametrize(
+    ("successes", "trials", "low", "high"),
+    [
+        (1, 4, "0.057901", "0.643860"),
+        (2, 3, "0.253510", "0.921743"),
+        (0, 10, "0.000000", "0.212972"),
+        (10, 10, "0.787028", "1.000000"),
+        (45, 50, "0.808453", "0.950474"),
+    ],
+)
+def test_wilsons_interval_at_90_percent(successes, trials, low, high):
+    share = wilson(successes, trials)
+    assert share.expected == D(successes) / trials
+    assert close(share.low, low) and close(share.high, high)
+
+
+def test_no_trials_is_no_share():
+    assert wilson(0, 0) is None
+
+
+@pytest.mark.parametrize(
+    ("count", "low_rank", "high_rank"),
+    [
+        # P(Binomial(n, ½) < k) ≤ 5 %: n = 10, P(B ≤ 1) = 11/1024, P(B ≤ 2) = 56/1024 > 5 %: k = 2.
+        (10, 2, 9),
+        # n = 20: P(B ≤ 5) = 2.07 %, P(B ≤ 6) = 5.77 %: k = 6.
+        (20, 6, 15),
+        # n = 5: P(B ≤ 0) = 1/32: k = 1, the smallest and the largest; fewer than 5, the same.
+        (5, 1, 5),
+        (3, 1, 3),
+        (1, 1, 1),
+    ],
+)
+def test_the_medians_interval_is_made_of_order_statistics(count, low_rank, high_rank):
+    values = [D(10 * n) for n in range(count, 0, -1)]  # 10, 20, … given largest first
+    found = median_range(values)
+    assert (found.low, found.high) == (D(10 * low_rank), D(10 * high_rank))
+    assert found.expected == D(10 * (count + 1)) / 2
+
+
+def observations(**given) -> Observations:
+    return Observations(**given)
+
+
+def test_the_projection_of_a_small_known_pilot():
+    """Two strata: (20 products; first drafts 1 and 3), (10; 2 and 2). Inference 20 × 2 + 10 × 2 = 60,
+    variance 20² × 0.9 × 2 / 2 = 360: ± 1.645 × √360 = ± 31.211681. 10 drafts judged, 2 invalid (0.2);
+    8 decisions, 6 approved (0.75): unusable 1 − 0.8 × 0.75 = 0.4. Regeneration 0.4 × 60 = 24 and
+    0.1 × 60 = 6 a month. Decisions 30 × 0.8 × 1.4 = 33.6 at 90 s: 0.84 hours. Provider 30 × 2 s."""
+    first = observations(
+        first_draft_costs=[D(1), D(3)],
+        judged=5,
+        invalid=1,
+        approvals=3,
+        rejections=1,
+        decision_seconds=[D(60), D(90), D(120), D(80)],
+    )
+    second = observations(
+        first_draft_costs=[D(2), D(2)],
+        judged=5,
+        invalid=1,
+        approvals=3,
+        rejections=1,
+        decision_seconds=[D(100), D(90), D(85), D(200)],
+    )
+
+    projected = project(
+        [(20, first), (10, second)],
+        price_known=True,
+        revisions_per_product_per_month=D("0.1"),
+        provider_seconds_per_request=D(2),
+    )
+
+    assert projected.scope_products == 30
+    assert projected.inference_cost.expected == 60
+    assert close(projected.inference_cost.high, "91.211681")
+    assert projected.invalid_rate.expected == D("0.2") and projected.acceptance_rate.expected == D("0.75")
+    assert projected.unusable_share.expected == D("0.4")
+    assert projected.regeneration_from_failures.expected == 24
+    assert projected.regeneration_from_revisions.expected == 6
+    assert projected.cost.expected == 90
+    assert projected.decisions.expected == D("33.6")
+    assert projected.seconds_per_decision.expected == 90  # the median of the 8 decisions
+    assert projected.review_hours.expected == D("0.84")
+    assert projected.provider_hours == D(60) / 3600  # 30 requests × 2 s
+    # Each low end is below its expected value, each high end above.
+    for name in ("inference_cost", "regeneration_cost", "cost", "decisions", "review_hours"):
+        value = getattr(projected, name)
+        assert value.low <= value.expected <= value.high, name
+
+
+def test_without_a_price_the_projection_has_no_cost_but_still_its_hours():
+    seen = observations(judged=1, approvals=1, decision_seconds=[D(36)])
+    projected = project(
+        [(100, seen)],
+        price_known=False,
+        revisions_per_product_per_month=D(0),
+        provider_seconds_per_request=None,
+    )
+    assert projected.cost is None and projected.inference_cost is None
+    assert projected.review_hours.expected == 1  # 100 decisions × 36 s
+    assert projected.provider_hours is None
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "distance"),
+    [
+        ("a sturdy oak board", "a solid oak board", 1),
+        ("a sturdy oak board", "a sturdy oak board", 0),
+        ("a sturdy oak board", "a sturdy board", 1),
+        ("a sturdy oak board", "sturdy oak board for bread", 3),
+        ("", "three new words", 3),
+    ],
+)
+def test_an_edit_is_measured_in_words_changed(before, after, distance):
+    assert word_edit_distance(before, after) == distance
+
+
+@pytest.mark.parametrize(
+    ("made", "waiting", "needed"),
+    [
+        (0, 100, 30),  # 30 decided drafts in all
+        (29, 100, 1),
+        (30, 100, 0),
+        (45, 3, 0),
+        (4, 6, 6),  # a smaller pilot: every draft decided
+        (4, 0, 0),
+        (0, 0, 30),  # nothing decided and nothing coming: 30 are still needed
+    ],
+)
+def test_when_enough_is_decided_to_project(made, waiting, needed):
+    seen = observations(approvals=made, waiting=waiting)
+    assert decisions_needed(seen) == Decisions(made, needed)
