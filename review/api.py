@@ -75,6 +75,7 @@ from ledger.models import (
     PromptVersion,
     Submission,
 )
+from ledger.money import PROVIDER_CURRENCY, in_business_currency
 from ledger.providers import configured_provider_names
 from ledger.states import ItemState, JobState, SubmissionState, needs_attention
 
@@ -686,6 +687,21 @@ def job_submissions(request: HttpRequest, job_id: int) -> HttpResponse:
 # --- items ---------------------------------------------------------------------------------
 
 
+def version_cost_json(version: GeneratedVersion, price: pricing.Price | None) -> dict:
+    """What the version cost in the business currency, at the rate of the day it arrived (`currency`
+    says which; USD when no rate was in force), with the provider's amount beside it."""
+    if price is None:
+        return {"cost": None, "currency": None, "provider_cost": None, "provider_currency": PROVIDER_CURRENCY}
+    usd = price.cost(version.input_tokens, version.output_tokens).quantize(pricing.PLACES)
+    shown = in_business_currency(usd, on=timezone.localdate(version.created_at))
+    return {
+        "cost": shown.amount,
+        "currency": shown.currency,
+        "provider_cost": usd,
+        "provider_currency": PROVIDER_CURRENCY,
+    }
+
+
 def version_json(version: GeneratedVersion, price: pricing.Price | None, price_note: str) -> dict:
     """`usage.apportioned`: the tokens are this version's share of a batch-wide total (the provider
     gave usage only per batch), and so is its `cost`. `cost` is null when the model has no known price."""
@@ -704,11 +720,7 @@ def version_json(version: GeneratedVersion, price: pricing.Price | None, price_n
             "output_tokens": version.output_tokens,
             "apportioned": pricing.is_apportioned(version),
         },
-        "cost": (
-            price.cost(version.input_tokens, version.output_tokens).quantize(pricing.PLACES)
-            if price is not None
-            else None
-        ),
+        **version_cost_json(version, price),
         "price_known": price is not None,
         "price_note": price_note,
         "created_at": version.created_at,

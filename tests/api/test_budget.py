@@ -178,3 +178,15 @@ def test_metrics_give_what_finished_batches_cost_in_the_currency_each_was_kept_i
 
     assert 'batchdesk_spend_business_total{currency="GBP"} 2.400000' in text
     assert 'batchdesk_spend_business_total{currency="USD"} 3.500000' in text  # settled with no rate
+
+
+def test_a_drafts_cost_is_in_the_business_currency_at_the_rate_of_its_day(pounds, as_owner, owner):
+    job = JobFactory(owner=owner)
+    product = ProductFactory()
+    item = Item.objects.create(job=job, product=product, source_revision=product.current_revision)
+    add_version(item)  # 120 tokens in, 60 out: 0.000027 USD at gpt-4o-mini's batch price
+
+    [version] = as_owner.get(f"/api/items/{item.pk}").json()["versions"]
+
+    assert (version["provider_cost"], version["provider_currency"]) == ("0.000027", "USD")
+    assert (version["cost"], version["currency"]) == ("0.000022", "GBP")
