@@ -1057,6 +1057,14 @@ class Pilot(models.Model):
     drill = models.BooleanField(default=False)
     # The SKUs the job named; null: every active product.
     scope_skus = models.JSONField(null=True, blank=True)
+    # One of `arms` pilots over the same scope and seed, each its own job (a provider, model or prompt
+    # version), each given its share of every stratum's draw (`ledger.pilots.sample`); the others
+    # point at the first arm.
+    arm = models.PositiveSmallIntegerField(default=1)
+    arms = models.PositiveSmallIntegerField(default=1)
+    first_arm = models.ForeignKey(
+        "self", on_delete=models.PROTECT, null=True, blank=True, related_name="other_arms"
+    )
     drawn_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:

@@ -40,6 +40,7 @@ from ledger.actions import (
     approve_version,
     cancel_job,
     create_job,
+    create_pilot_arms,
     reject_version,
     resume_job,
     retry_item,
@@ -541,6 +542,17 @@ def start_job(request: HttpRequest) -> HttpResponse:
     if not valid:
         raise invalid(form.problems())
     try:
+        if form.arms:
+            jobs = create_pilot_arms(
+                owner=request.user, skus=form.cleaned_data["skus"], arms=form.arms, **form.job_fields()
+            )
+            return JsonResponse(
+                {
+                    **job_created_json(request, jobs[0]),
+                    "arms": [job_created_json(request, arm) for arm in jobs],
+                },
+                status=202,
+            )
         job = create_job(owner=request.user, skus=form.cleaned_data["skus"], **form.job_fields())
     except (IntegrityError, NotAllowed):
         # Another request with this reference won the race: answer as its repeat.

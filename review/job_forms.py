@@ -252,9 +252,38 @@ class ApiJobForm(JobForm):
                 if not self.errors:
                     scope = active_products()
                     self.pilot_form.check_scope(scope.filter(among("sku", skus)) if skus else scope)
+                    self.check_arms(data)
             if self.pilot_form.errors:
                 self.add_error("pilot", "see the pilot's fields")
         return data
+
+    def check_arms(self, data: dict) -> None:
+        """Each other arm of a pilot as a job of its own would be checked: its provider configured
+        here, its model a name the provider takes, its prompt version one of the task's."""
+        for number, arm in enumerate(self.pilot_form.cleaned_data.get("arms") or [], start=2):
+            provider = arm.provider or data["provider"]
+            if arm.provider is not None and arm.provider not in configured_provider_names():
+                self.pilot_form.add_error(
+                    "arms", f"arm {number}: {arm.provider} is not a provider configured here"
+                )
+                continue
+            model = arm.model or (default_model(provider) if arm.provider else data["model"])
+            if problem := model_name_problem(provider, model):
+                self.pilot_form.add_error("arms", f"arm {number}: {problem}")
+            if arm.prompt_version is not None and self.find_prompt(data["task"], arm.prompt_version) is None:
+                self.pilot_form.add_error("arms", f"arm {number}: that prompt version is not one of the task")
+            if (provider, model, arm.prompt_version or self.prompt.version) == (
+                data["provider"],
+                data["model"],
+                self.prompt.version,
+            ):
+                self.pilot_form.add_error(
+                    "arms", f"arm {number}: changes nothing from the job's own settings"
+                )
+
+    @property
+    def arms(self) -> list:
+        return (self.pilot_form.cleaned_data.get("arms") or []) if self.pilot_form else []
 
     def job_fields(self) -> dict:
         return {**super().job_fields(), "pilot": self.pilot_form.plan if self.pilot_form else None}

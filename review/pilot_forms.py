@@ -10,6 +10,7 @@ import secrets
 from django import forms
 from django.db.models import QuerySet
 
+from ledger.actions.jobs import MAX_ARMS, Arm
 from ledger.models import Pilot, Product
 from ledger.pilots.sample import (
     MAX_PER_STRATUM,
@@ -126,7 +127,9 @@ class PilotForm(forms.Form):
         """What was asked for, as a repeated request is compared with a pilot: a strata or seed left
         out is not compared (the default strata follow the catalogue; the seed was drawn)."""
         data = self.cleaned_data
-        return {name: data[name] for name in ("per_stratum", "strata", "seed", "drill")}
+        asked = {name: data[name] for name in ("per_stratum", "strata", "seed", "drill")}
+        asked["arms"] = data.get("arms", [])
+        return asked
 
 
 class ScreenPilotForm(PilotForm):
@@ -141,11 +144,50 @@ class ScreenPilotForm(PilotForm):
     )
 
 
+ARM_KEYS = ("provider", "model", "prompt_version")
+
+
+class ArmsField(forms.Field):
+    """`arms`: the pilot's other arms, each `{provider?, model?, prompt_version?}` changing at least one
+    of the job's settings (SPEC §6 leaves their shape to us). Checked against what is configured by
+    `ApiJobForm`, which knows the job's own settings."""
+
+    def to_python(self, value) -> list[Arm]:
+        if value in (None, []):
+            return []
+        if not isinstance(value, list) or not all(isinstance(arm, dict) for arm in value):
+            raise forms.ValidationError("must be a list of objects: {provider?, model?, prompt_version?}")
+        if len(value) >= MAX_ARMS:
+            raise forms.ValidationError(f"at most {MAX_ARMS - 1} arms besides the job itself")
+        arms = []
+        for number, arm in enumerate(value, start=2):
+            if unknown := sorted(set(arm) - set(ARM_KEYS)):
+                raise forms.ValidationError(
+                    f"arm {number}: {unknown[0]!r} is not one of {', '.join(ARM_KEYS)}"
+                )
+            if not arm:
+                raise forms.ValidationError(f"arm {number}: name a provider, a model or a prompt version")
+            for key in ("provider", "model"):
+                if key in arm and not (
+                    isinstance(arm[key], str) and arm[key].strip() and len(arm[key]) <= 128
+                ):
+                    raise forms.ValidationError(f"arm {number}: {key} must be text")
+            version = arm.get("prompt_version")
+            if "prompt_version" in arm and (
+                isinstance(version, bool) or not isinstance(version, int) or not 1 <= version < 2**31
+            ):
+                raise forms.ValidationError(f"arm {number}: prompt_version must be a whole number")
+            arms.append(Arm(arm.get("provider"), arm.get("model"), version))
+        return arms
+
+
 class ApiPilotForm(PilotForm):
     """`pilot` in the body of `POST /api/jobs`, decoded from JSON: each value of its JSON type ("5" is
     not a number of products, 1 is not true), and no other key."""
 
     JSON_TYPES = {"per_stratum": int, "seed": int, "drill": bool, "strata": list}
+
+    arms = ArmsField(required=False)
     WRONG_TYPE = {
         int: "must be a whole number",
         bool: "must be true or false",
@@ -189,7 +231,8 @@ def same_pilot(pilot: Pilot | None, asked) -> bool:
     if not isinstance(asked, dict):  # a pilot the request's form could not read
         return False
     return (
-        asked["per_stratum"] == pilot.per_stratum
+        len(asked.get("arms", [])) + 1 == pilot.arms
+        and asked["per_stratum"] == pilot.per_stratum
         and asked["drill"] == pilot.drill
         and (asked["strata"] is None or list(asked["strata"]) == pilot.strata)
         and (asked["seed"] is None or asked["seed"] == pilot.seed)

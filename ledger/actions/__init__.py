@@ -31,7 +31,9 @@ from .core import (  # noqa: F401
 )
 from .jobs import (  # noqa: F401
     CURRENCY_STOPS,
+    Arm,
     create_job,
+    create_pilot_arms,
     currency_problem,
     judge_currency,
     queue_current_revision,

@@ -1,6 +1,7 @@
 """Jobs: freezing a set of items, and whether an item's draft is still for its product's current
 revision (withdrawn or obsolete items move out of the way; the current revision is queued)."""
 
+from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from django.db import connection, transaction
@@ -15,6 +16,7 @@ from ..models import (
     Item,
     Job,
     PauseReason,
+    Pilot,
     Product,
     ProductStatus,
     PromptVersion,
@@ -197,6 +199,52 @@ def judge_currency(item: Item, *, actor=None) -> str | None:
             if problem == ItemState.OBSOLETE:
                 queue_current_revision(item)
     return problem
+
+
+@dataclass(frozen=True)
+class Arm:
+    """What one more arm of a pilot changes from the first: its provider, model or prompt version."""
+
+    provider: str | None = None
+    model: str | None = None
+    prompt_version: int | None = None
+
+
+MAX_ARMS = 4
+
+
+def create_pilot_arms(*, reference: str, pilot: PilotPlan, arms: list[Arm], **job_fields) -> list[Job]:
+    """A pilot of several arms (issue 19): one job per arm over the same scope and seed, each drawing
+    its share of every stratum's sample (`PilotPlan.arm`), in one transaction: the first arm is the job
+    named `reference`, arm k is `reference-arm-k`. An arm that leaves a setting out takes the first
+    arm's (a provider named anew takes its own default model)."""
+    if not 1 <= len(arms) < MAX_ARMS:
+        raise NotAllowed(f"A pilot has 2 to {MAX_ARMS} arms: name 1 to {MAX_ARMS - 1} besides the job itself")
+    count = len(arms) + 1
+    with transaction.atomic():
+        first = create_job(reference=reference, pilot=replace(pilot, arm=1, arms=count), **job_fields)
+        jobs = [first]
+        for number, arm in enumerate(arms, start=2):
+            fields = dict(job_fields)
+            if arm.provider is not None and arm.provider != first.provider:
+                fields.update(provider=arm.provider, model=arm.model)
+            elif arm.model is not None:
+                fields.update(provider=first.provider, model=arm.model)
+            else:
+                fields.update(provider=first.provider, model=first.model)
+            if arm.prompt_version is not None:
+                fields["prompt_version"] = arm.prompt_version
+            else:
+                fields["prompt_version"] = first.prompt_version.version
+            jobs.append(
+                create_job(
+                    reference=f"{reference}-arm-{number}",
+                    pilot=replace(pilot, arm=number, arms=count),
+                    **fields,
+                )
+            )
+        Pilot.objects.filter(job__in=jobs[1:]).update(first_arm=Pilot.objects.get(job=first))
+    return jobs
 
 
 def set_budget(job_id: int, budget: Decimal, *, actor) -> Job:

@@ -236,7 +236,42 @@ class Report:
             "projection": self.projection_json(),
             # The acceptance drill (SPEC §6) is not run by this version: `POST /api/jobs` refuses it.
             "drill": {"ran": False, "checks": []},
+            "arms": self.arms_compared(),
         }
+
+    def arms_compared(self) -> list[dict] | None:
+        """A pilot of several arms: each arm's settings and what it showed side by side, cost per
+        approved draft (its whole spend over its approved drafts, so waste raises it) and acceptance
+        first (issue 19). None for a pilot of one arm."""
+        if self.pilot.arms <= 1:
+            return None
+        first = self.pilot.first_arm or self.pilot
+        group = [first, *first.other_arms.select_related("job__prompt_version").order_by("arm")]
+        rows = []
+        for arm in group:
+            report = self if arm.pk == self.pilot.pk else Report(arm)
+            seen = report.all
+            cost = seen.cost
+            rows.append(
+                {
+                    "arm": arm.arm,
+                    "job": {"id": arm.job_id, "reference": arm.job.reference},
+                    "provider": arm.job.provider,
+                    "model": arm.job.model,
+                    "prompt_version": arm.job.prompt_version.version,
+                    "items": seen.items,
+                    "decisions": seen.decisions,
+                    "approvals": seen.approvals,
+                    "acceptance_rate": _share(seen.approvals, seen.decisions),
+                    "validation_failure_rate": _share(seen.invalid, seen.judged),
+                    "cost": report.money(cost) if cost is not None else None,
+                    "cost_per_approved_draft": (
+                        report.money(cost / seen.approvals) if cost is not None and seen.approvals else None
+                    ),
+                    "currency": report.currency,
+                }
+            )
+        return rows
 
 
 def figures(value: Range, places: Decimal) -> dict:

@@ -41,6 +41,15 @@ class PilotPlan:
     strata: tuple[str, ...]
     seed: int
     drill: bool = False
+    # This pilot is arm `arm` of `arms` drawing the same sample: it takes the draws whose place in
+    # their stratum's random order falls to it (1st, then every `arms`-th), so each arm gets a share
+    # of every stratum (stratified randomisation) and no product is in two arms.
+    arm: int = 1
+    arms: int = 1
+
+    def arm_share(self, drawn: int) -> int:
+        """How many of a stratum's `drawn` products fall to this arm."""
+        return len(range(self.arm - 1, drawn, self.arms))
 
 
 @dataclass(frozen=True)
@@ -115,7 +124,7 @@ def _strata(plan: PilotPlan, rows: list[tuple]) -> list[Stratum]:
             name: (LENGTH_BANDS[key - 1] if name == SOURCE_LENGTH else key) if key is not None else None
             for name, key in zip(plan.strata, keys, strict=True)
         }
-        strata.append(Stratum(number, values, count, min(count, plan.per_stratum)))
+        strata.append(Stratum(number, values, count, plan.arm_share(min(count, plan.per_stratum))))
     return strata
 
 
@@ -170,22 +179,25 @@ def record_sample(
         seed=plan.seed,
         drill=plan.drill,
         scope_skus=scope_skus,
+        arm=plan.arm,
+        arms=plan.arms,
     )
     ranked, params = _ranked(plan, scope)
     table = connection.ops.quote_name(PilotProduct._meta.db_table)
     insert = (
         f"INSERT INTO {table} (pilot_id, product_id, stratum) "
-        "SELECT %s, r.id, r.stratum FROM {ranked} r WHERE r.draw <= %s"
+        "SELECT %s, r.id, r.stratum FROM {ranked} r WHERE r.draw <= %s AND (r.draw - 1) %% %s = %s"
     )
+    arm = [plan.per_stratum, plan.arms, plan.arm - 1]
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(
                 f"WITH ranked AS ({ranked}), drawn AS ({insert.format(ranked='ranked')}) "
                 + _strata_sql(plan, "ranked"),
-                [*params, pilot.pk, plan.per_stratum],
+                [*params, pilot.pk, *arm],
             )
         else:
-            cursor.execute(insert.format(ranked=f"({ranked})"), [pilot.pk, *params, plan.per_stratum])
+            cursor.execute(insert.format(ranked=f"({ranked})"), [pilot.pk, *params, *arm])
             cursor.execute(_strata_sql(plan, f"({ranked})"), params)
         strata = _strata(plan, cursor.fetchall())
     if problem := sample_problem(strata):

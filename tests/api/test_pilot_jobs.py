@@ -135,7 +135,7 @@ def test_a_pilot_over_named_skus_is_compared_on_its_scope_not_its_sample(as_owne
         ({**PILOT, "drill": "yes"}, {"pilot.drill"}),
         ({**PILOT, "drill": 1}, {"pilot.drill"}),
         ({**PILOT, "drill": True}, {"pilot.drill"}),  # not run by this version: refused, not ignored
-        ({**PILOT, "arms": [{"model": "gpt-4o"}]}, {"pilot.arms"}),
+        ({**PILOT, "arms": [{"colour": "red"}]}, {"pilot.arms"}),  # arms: tests/api/test_pilot_arms.py
         ({"per_stratum": "x", "seed": "y"}, {"pilot.per_stratum", "pilot.seed"}),
         ([PILOT], {"pilot"}),
         ("category", {"pilot"}),
