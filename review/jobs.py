@@ -39,7 +39,7 @@ from .forms import ItemFilterForm
 from .job_forms import StartTokenForm
 from .models import JobStartToken
 from .paging import COUNT_CAP, capped_count, screen_page
-from .permissions import APPROVERS, OPERATOR, VIEWERS, has_role, may_cancel, may_spend, role_required
+from .permissions import ADMIN, APPROVERS, OPERATOR, VIEWERS, has_role, may_cancel, may_spend, role_required
 from .screen_forms import JobFilterForm, JobStartForm
 from .search import products_with_sku
 
@@ -77,6 +77,8 @@ class Waiting:
     drafts_to_review: int | None
     items_for_operator: int | None
     spend_today: Spend
+    # Paused jobs the person may let go on (their own; every one for admins), oldest first.
+    paused_jobs: list[Job]
 
 
 def start_of_today() -> datetime:
@@ -110,7 +112,16 @@ def waiting_for(user) -> Waiting:
         drafts_to_review=counts.get(ItemState.AWAITING_REVIEW, 0) if has_role(user, *APPROVERS) else None,
         items_for_operator=needs_attention(counts) if has_role(user, OPERATOR) else None,
         spend_today=spend_since(start_of_today()),
+        paused_jobs=paused_jobs_of(user),
     )
+
+
+def paused_jobs_of(user, shown: int = 5) -> list[Job]:
+    """Jobs paused by a budget or a billing refusal that wait for this person (rule 18)."""
+    paused = Job.objects.filter(state=JobState.PAUSED).order_by("updated_at")
+    if not has_role(user, ADMIN):
+        paused = paused.filter(owner=user)
+    return list(paused[:shown])
 
 
 @require_GET

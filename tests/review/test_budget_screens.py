@@ -27,7 +27,9 @@ def paused(owner, reason=PauseReason.BUDGET_REACHED, budget="1.00") -> Job:
     job = JobFactory(owner=owner, budget=Decimal(budget), budget_currency="GBP")
     product = ProductFactory()
     Item.objects.create(job=job, product=product, source_revision=product.current_revision)
-    submission = job.submissions.create(provider=job.provider, model=job.model, intent_key="bd_screen")
+    submission = job.submissions.create(
+        provider=job.provider, model=job.model, intent_key=f"bd_screen_{job.pk}"
+    )
     UnitCharge.objects.create(
         job=job, submission=submission, currency="GBP", reserved_usd=Decimal("0.5"), reserved=Decimal("0.40")
     )
@@ -106,3 +108,17 @@ def test_a_billing_refusal_is_resumed_from_the_job_page_by_its_owner_only(client
     client.post(reverse("job_resume", args=[job.pk]))
 
     assert Job.objects.get(pk=job.pk).state != JobState.PAUSED
+
+
+def test_the_dashboard_leads_with_the_paused_jobs_that_wait_for_the_person(client, owner, pounds):
+    mine = paused(owner)
+    theirs = paused(UserFactory(roles=["catalogue_owner"]), PauseReason.BILLING_REFUSED)
+
+    client.force_login(owner)
+    html = client.get(reverse("dashboard")).content.decode()
+    assert html.count('data-testid="paused-job"') == 1 and mine.reference in html
+
+    client.force_login(UserFactory(roles=["admin"]))
+    html = client.get(reverse("dashboard")).content.decode()
+    assert html.count('data-testid="paused-job"') == 2
+    assert "refused to bill" in html and theirs.reference in html
