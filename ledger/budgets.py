@@ -211,4 +211,4 @@ def spent_by_currency() -> dict[str, Decimal]:
     unconverted = settled.filter(cost__isnull=True).aggregate(total=Sum("cost_usd"))["total"]
     if unconverted:
         spent[PROVIDER_CURRENCY] = spent.get(PROVIDER_CURRENCY, Decimal(0)) + unconverted
-    return spent
+    return {currency: Decimal(total).quantize(PLACES) for currency, total in spent.items()}

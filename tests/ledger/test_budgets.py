@@ -176,6 +176,7 @@ def test_returned_usage_settles_the_reservation_and_keeps_its_rate(pounds, clock
     assert UnitCharge.objects.get(pk=charge.pk).cost == charge.cost
 
 
+@pytest.mark.postgresql_only  # several clusters share a PostgreSQL database; SQLite is the demo's
 @pytest.mark.django_db(transaction=True)
 def test_two_clusters_sending_at_once_never_pass_the_budget(pounds, emulator, provider):
     job = job_with_items(4, unit_size=2, budget=Decimal("100.00"))
