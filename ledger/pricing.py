@@ -22,7 +22,7 @@ from decimal import Decimal, InvalidOperation
 from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
-from django.db.models import Count, Max, Sum
+from django.db.models import Max, Min, Sum
 
 from .models import GeneratedVersion, ItemTally, Job, UnitCharge
 from .money import PROVIDER_CURRENCY, SAME_CURRENCY, Rate, business_currency, convert, rate_now
@@ -454,16 +454,25 @@ def job_rates(job_ids: list[int]) -> "dict[int, Rate | None]":
         .filter(currency=business_currency())
         .order_by()
         .values("job_id")
-        .annotate(cost=Sum("cost"), cost_usd=Sum("cost_usd"), latest=Max("rate_date"), units=Count("pk"))
+        .annotate(
+            cost=Sum("cost"),
+            cost_usd=Sum("cost_usd"),
+            latest=Max("rate_date"),
+            lowest=Min("rate"),
+            highest=Max("rate"),
+            source=Max("rate_source"),
+        )
     )
     today = rate_now()
     rates: dict = dict.fromkeys(job_ids, today)
     for row in settled:
-        per_usd = (row["cost"] / row["cost_usd"]).quantize(Decimal("0.00000001"))
-        source = (
-            "the rates its units were settled at" if row["units"] > 1 else "the rate its unit was settled at"
-        )
-        rates[row["job_id"]] = Rate(per_usd, row["latest"], source)
+        if row["lowest"] == row["highest"]:  # every unit at one rate: that rate, as it was kept
+            rates[row["job_id"]] = Rate(row["lowest"], row["latest"], row["source"])
+        else:
+            per_usd = (row["cost"] / row["cost_usd"]).quantize(Decimal("0.00000001"))
+            rates[row["job_id"]] = Rate(
+                per_usd, row["latest"], "the rates its units were settled at, weighted"
+            )
     return rates
 
 

@@ -11,6 +11,8 @@ batch price (0.15 and 0.60 USD per million tokens, half off):
 | garden 1  | 1,000,000 / 1,000,000 | 0.375          | invalid: too long                        |
 | garden 2  | 1,000,000 / 500,000 | 0.225            | rejected, 30 s                           |
 
+Each decision is a different reviewer's first, so each is timed from its draft being ready.
+
 Three products of the scope outside the sample were revised once (0.25 revisions per product per
 month: the history is shorter than a month). One unit of its 4 requests took 600 s from sending to
 collection (150 s a request).
@@ -26,7 +28,7 @@ from ledger.actions import approve_version, change_state, create_job, reject_ver
 from ledger.models import Event, GeneratedVersion, Item, Job, Submission
 from ledger.pilots.sample import PilotPlan
 from ledger.states import ItemState, ReasonCode, SubmissionState
-from tests.factories import ProductFactory, add_version
+from tests.factories import ProductFactory, UserFactory, add_version
 
 SHOWN_AT = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
@@ -82,6 +84,8 @@ def known_pilot(owner, reference: str = "known-pilot") -> Job:
         pilot=PilotPlan(per_stratum=2, strata=("category",), seed=5),
     )
     items = list(job.items.select_related("product").order_by("product__sku"))
+    # Three reviewers, each deciding once: each decision is timed from its draft being ready.
+    reviewers = [UserFactory(roles=["catalogue_owner"]) for _ in range(2)]
     (garden_1, garden_2), (kitchen_1, kitchen_2) = items[:2], items[2:]
     with clock_at(SHOWN_AT):
         k1 = draft(kitchen_1, 1_000_000, 500_000)
@@ -96,11 +100,11 @@ def known_pilot(owner, reference: str = "known-pilot") -> Job:
             item_id=kitchen_2.pk,
             version_id=k2.pk,
             version_hash=k2.content_hash,
-            approver=owner,
+            approver=reviewers[0],
             content=edited,
         )
     with clock_at(SHOWN_AT + timedelta(seconds=30)):
-        reject_version(item_id=garden_2.pk, version_id=g2.pk, reviewer=owner, reason="Too generic")
+        reject_version(item_id=garden_2.pk, version_id=g2.pk, reviewer=reviewers[1], reason="Too generic")
     sampled = {item.product.sku for item in items}
     for sku in [sku for sku in (f"kitchen-{n}" for n in range(8)) if sku not in sampled][:3]:
         revise_product(sku=sku, title=f"Oak chopping board {sku}, revised", fields={"category": "kitchen"})

@@ -130,7 +130,10 @@ class Projection:
     decisions: Range
     seconds_per_decision: Range
     review_hours: Range
+    # The provider's hours with the scope's units side by side (each as long as the pilot's time per
+    # request makes a unit of the job's size), and with every unit one after another.
     provider_hours: Decimal | None
+    provider_hours_one_after_another: Decimal | None
 
     @property
     def regeneration_cost(self) -> Range | None:
@@ -151,6 +154,7 @@ def project(
     price_known: bool,
     revisions_per_product_per_month: Decimal,
     provider_seconds_per_request: Decimal | None,
+    unit_size: int,
 ) -> Projection:
     """`strata`: (products of the scope, what the pilot saw) for each stratum. Needs at least one
     judged draft and one decision (`report.decisions_needed` says when there are enough)."""
@@ -203,6 +207,11 @@ def project(
         seconds_per_decision=seconds,
         review_hours=review,
         provider_hours=(
+            min(unit_size, size) * provider_seconds_per_request / HOUR
+            if provider_seconds_per_request is not None
+            else None
+        ),
+        provider_hours_one_after_another=(
             size * provider_seconds_per_request / HOUR if provider_seconds_per_request is not None else None
         ),
     )

@@ -168,6 +168,7 @@ class Report:
                 price_known=self.price is not None,
                 revisions_per_product_per_month=history.per_product_per_month,
                 provider_seconds_per_request=provider_seconds_per_request(self.pilot),
+                unit_size=self.job.unit_size,
             ),
             history,
         )
@@ -202,11 +203,8 @@ class Report:
             "decisions": figures(projected.decisions, Decimal(1)),
             "seconds_per_decision": figures(projected.seconds_per_decision, Decimal("0.1")),
             "review_hours": figures(projected.review_hours, HOURS_PLACES),
-            "provider_hours": (
-                float(projected.provider_hours.quantize(HOURS_PLACES))
-                if projected.provider_hours is not None
-                else None
-            ),
+            "provider_hours": hours(projected.provider_hours),
+            "provider_hours_one_after_another": hours(projected.provider_hours_one_after_another),
             "method": METHOD,
         }
 
@@ -274,6 +272,10 @@ class Report:
         return rows
 
 
+def hours(value: Decimal | None) -> float | None:
+    return float(value.quantize(HOURS_PLACES)) if value is not None else None
+
+
 def figures(value: Range, places: Decimal) -> dict:
     """A range of numbers that are not money, rounded to `places`, as JSON numbers."""
     return {
@@ -296,6 +298,9 @@ METHOD = (
     "once more, and one month of the catalogue's revisions at the rate its history shows; its ends combine "
     "the ends of the rates and of the cost. Review hours: a decision for every valid draft at the median "
     "seconds a pilot decision took (from the draft shown to the decision), its range from the rates' ends "
-    "and the median's order-statistic 90 % interval. Provider hours: the scope's requests at the seconds "
-    "per request the pilot's units took from sending to collection."
+    "and the median's order-statistic 90 % interval; a decision is timed from its draft being ready, or "
+    "from the same reviewer's previous decision when that came later. Provider hours: the provider runs "
+    "the scope's units side by side, each as long as one of the job's unit size takes at the seconds per "
+    "request the pilot's units took from sending to collection; provider_hours_one_after_another: every "
+    "request in a row, the most it could take."
 )

@@ -1,13 +1,19 @@
 """The projection's arithmetic (ledger/pilots/projection.py), on numbers worked out by hand; and the
 rules of the report it rests on: the words an edit changed, when enough is decided to project."""
 
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 
-from ledger.pilots.measure import Observations, word_edit_distance
+from ledger.actions import approve_version, create_job, reject_version
+from ledger.models import Pilot
+from ledger.pilots.measure import Observations, observe, word_edit_distance
 from ledger.pilots.projection import Range, median_range, project, stratified_total, wilson
 from ledger.pilots.report import Decisions, decisions_needed
+from ledger.pilots.sample import PilotPlan
+from tests.factories import ProductFactory
+from tests.pilots import SHOWN_AT, clock_at, draft
 
 D = Decimal
 
@@ -117,6 +123,7 @@ def test_the_projection_of_a_small_known_pilot():
         price_known=True,
         revisions_per_product_per_month=D("0.1"),
         provider_seconds_per_request=D(2),
+        unit_size=12,
     )
 
     assert projected.scope_products == 30
@@ -130,7 +137,9 @@ def test_the_projection_of_a_small_known_pilot():
     assert projected.decisions.expected == D("33.6")
     assert projected.seconds_per_decision.expected == 90  # the median of the 8 decisions
     assert projected.review_hours.expected == D("0.84")
-    assert projected.provider_hours == D(60) / 3600  # 30 requests × 2 s
+    # Units side by side at the provider: a unit of the job's 12 requests at 2 s each; or all 30 in a row.
+    assert projected.provider_hours == D(24) / 3600
+    assert projected.provider_hours_one_after_another == D(60) / 3600
     # Each low end is below its expected value, each high end above.
     for name in ("inference_cost", "regeneration_cost", "cost", "decisions", "review_hours"):
         value = getattr(projected, name)
@@ -144,6 +153,7 @@ def test_without_a_price_the_projection_has_no_cost_but_still_its_hours():
         price_known=False,
         revisions_per_product_per_month=D(0),
         provider_seconds_per_request=None,
+        unit_size=5_000,
     )
     assert projected.cost is None and projected.inference_cost is None
     assert projected.review_hours.expected == 1  # 100 decisions × 36 s
@@ -179,3 +189,34 @@ def test_an_edit_is_measured_in_words_changed(before, after, distance):
 def test_when_enough_is_decided_to_project(made, waiting, needed):
     seen = observations(approvals=made, waiting=waiting)
     assert decisions_needed(seen) == Decisions(made, needed)
+
+
+@pytest.mark.django_db
+def test_a_reviewers_decisions_are_timed_from_their_previous_one_when_the_drafts_came_together(owner):
+    """Drafts that arrive together wait for the reviewer: the second decision took the seconds since
+    the first, not since its draft arrived (a measured pilot projected 15 times the review hours)."""
+    for n in range(3):
+        ProductFactory(sku=f"T-{n}", revision__fields={"category": "tools"})
+    job = create_job(
+        reference="timed",
+        owner=owner,
+        task="product_description",
+        provider="emulator",
+        model="gpt-4o-mini",
+        pilot=PilotPlan(per_stratum=3, strata=("category",), seed=1),
+    )
+    items = list(job.items.order_by("id"))
+    with clock_at(SHOWN_AT):
+        drafts = [draft(item, 1000, 1000) for item in items]
+    for item, version, seconds in zip(items, drafts, (10, 25, 45), strict=True):
+        with clock_at(SHOWN_AT + timedelta(seconds=seconds)):
+            if seconds == 25:
+                reject_version(item_id=item.pk, version_id=version.pk, reviewer=owner, reason="vague")
+            else:
+                approve_version(
+                    item_id=item.pk, version_id=version.pk, version_hash=version.content_hash, approver=owner
+                )
+
+    [seen] = observe(Pilot.objects.get(job=job), None).values()
+
+    assert sorted(seen.decision_seconds) == [D(10), D(15), D(20)]
