@@ -55,7 +55,7 @@ def test_the_start_screen_offers_a_pilot_with_a_new_seed_each_time(client, owner
     second = client.get(reverse("job_start")).content.decode()
 
     assert 'data-testid="pilot-option"' in first
-    for name in ("pilot", "pilot-per_stratum", "pilot-strata", "pilot-seed"):
+    for name in ("pilot", "pilot-per_stratum", "pilot-strata", "pilot-seed", "pilot-drill"):
         assert f'name="{name}"' in first
     seed = re.compile(r'name="pilot-seed" value="(-?\d+)"')
     assert seed.search(first) and seed.search(second)
@@ -118,6 +118,17 @@ def test_a_pilot_of_one_category_draws_from_that_category(client, owner, product
     assert job.items.count() == 6  # 2 from each length band of the kitchen's 6
 
 
+def test_a_pilot_started_with_the_drill_box_ticked_drills(client, owner, products):
+    client.force_login(owner)
+    client.post(reverse("job_start"), start(step="start", reference="drilled", **{"pilot-drill": "on"}))
+    client.post(reverse("job_start"), start(step="start", reference="undrilled"))
+
+    assert Job.objects.get(reference="drilled").pilot.drill is True
+    assert Job.objects.get(reference="drilled").pilot.drill_steps.count() == 3
+    assert Job.objects.get(reference="undrilled").pilot.drill is False
+    assert not Job.objects.get(reference="undrilled").pilot.drill_steps.exists()
+
+
 def test_without_the_box_ticked_the_job_is_no_pilot(client, owner, products):
     client.force_login(owner)
     client.post(reverse("job_start"), start(step="start", reference="whole", pilot=None))
@@ -137,10 +148,6 @@ def test_without_the_box_ticked_the_job_is_no_pilot(client, owner, products):
         ({"pilot-strata": "category, category"}, "Strata: a field is named twice"),
         ({"pilot-seed": "lucky"}, "Seed: Enter a whole number."),
         ({"pilot-seed": ""}, "Seed: This field is required."),
-        (
-            {"pilot-drill": "on"},
-            "Acceptance drill: This version of BatchDesk does not run the acceptance drill yet",
-        ),
     ],
 )
 def test_bad_pilot_settings_are_refused_and_start_nothing(client, owner, products, changes, message):
