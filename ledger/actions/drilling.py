@@ -97,7 +97,7 @@ class OfferedLines(Chunk):
         super().add(part)
 
 
-def deliver_again(submission_id: int, *, held: str = "") -> str:
+def deliver_again(submission_id: int, *, provider=None, held: str = "") -> str:
     """The drill's repeated delivery: the collected unit's results collected once more, and what the
     ledger held of the unit before and after."""
     before = unit_ledger(submission_id)
@@ -107,7 +107,7 @@ def deliver_again(submission_id: int, *, held: str = "") -> str:
         chunks.append(OfferedLines(submission, **how))
         return chunks[-1]
 
-    outcome = collect_again(submission_id, held=held, chunk=counted)
+    outcome = collect_again(submission_id, provider=provider, held=held, chunk=counted)
     if outcome == "collected again":
         note_repeated_delivery(
             submission_id,
