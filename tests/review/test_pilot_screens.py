@@ -8,6 +8,7 @@ import pytest
 from django.urls import reverse
 
 from ledger.models import Event, Item, Job, Pilot
+from ledger.pilots.drill import plan_drill
 from tests.factories import JobFactory, ProductFactory, UserFactory
 from tests.pilots import known_pilot
 
@@ -228,3 +229,30 @@ def test_the_report_is_printable_without_the_navigation(client, owner):
     css = (Path(settings.BASE_DIR) / "static" / "batchdesk.css").read_text()
     print_rules = css[css.index("@media print") :]
     assert ".topbar" in print_rules and ".no-print" in print_rules
+
+
+def drill_section(page: str) -> str:
+    start = page.index('data-testid="drill"')
+    return re.sub(r"\s+", " ", page[start : page.index("</section>", start)])
+
+
+def test_the_report_shows_the_drills_checks_and_steps_and_a_check_that_did_not_hold(client, owner):
+    job = known_pilot(owner)
+    client.force_login(owner)
+    assert "Not asked for." in drill_section(
+        client.get(reverse("pilot_report", args=[job.pk])).content.decode()
+    )
+
+    Pilot.objects.filter(job=job).update(drill=True)
+    plan_drill(Pilot.objects.get(job=job))
+    section = drill_section(client.get(reverse("pilot_report", args=[job.pk])).content.decode())
+
+    assert "Under way" in section and section.count(": not yet.") == 3
+    # The known pilot's drafts were written by hand, answering no request the ledger sent: the check
+    # reads the ledger, so it says so.
+    inference = re.search(r'drill-check-no_inference_paid_twice">(.*?)</li>', section).group(1)
+    assert (
+        "No inference paid twice: <strong>did not hold</strong>. Paid twice: drafts answering no request"
+        in inference
+    )
+    assert "No product published twice: held." in section
