@@ -61,10 +61,6 @@ def plan_drill(pilot: Pilot) -> None:
     DrillStep.objects.bulk_create(DrillStep(pilot=pilot, kind=kind) for kind in DrillKind.values)
 
 
-def drill_steps(pilot: Pilot) -> dict[str, DrillStep]:
-    return {step.kind: step for step in DrillStep.objects.filter(pilot=pilot)}
-
-
 # --- interrupted collection ----------------------------------------------------------------------
 
 
