@@ -8,6 +8,7 @@ from django.utils import timezone
 from ..models import Submission
 from ..pilots.drill import (
     DRILL_CHUNK_LINES,
+    KILLED_CHUNK,
     note_interruption,
     note_repeated_delivery,
     unit_item_events,
@@ -29,18 +30,19 @@ class WorkerKilled(BaseException):
 
 
 class KilledMidChunk(Chunk):
-    """The drill's way of recording a unit: a line a chunk, each committed by itself; the second chunk
-    is written (its drafts, events, states) and rolled back before its commit, as when the worker
-    recording it is killed."""
+    """The drill's way of recording a unit: a line a chunk, each committed by itself; the KILLED_CHUNK-th
+    (the first, in a unit of one request) is written (its drafts, events, states) and rolled back before
+    its commit, as when the worker recording it is killed."""
 
     def __init__(self, submission: Submission, *, size: int, overlap: bool):
         super().__init__(submission, size=DRILL_CHUNK_LINES, overlap=False)
         self.committed = 0
+        self.dies_at = min(KILLED_CHUNK, submission.requests_sent or 1)
 
     def record(self) -> None:
         if not self.parts:
             return
-        if self.committed == 0:
+        if self.committed + 1 < self.dies_at:
             super().record()
             self.committed += 1
             return

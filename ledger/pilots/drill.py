@@ -4,8 +4,9 @@ with the pilot, its unit or item taken when the run reaches it (a compare-and-se
 drill two), and done with what the ledger showed at that moment.
 
 - Interrupted collection: the first unit of the pilot's job to come to collection with two requests
-  or more. Its first collection records a line a chunk; its second chunk is written and dies before
-  its commit, as under a worker killed mid-chunk, and its claim is left to run out
+  or more (one, where the job's units or sample are of one). Its first collection records a line a
+  chunk; its second chunk (its first, in a unit of one request) is written and dies before its
+  commit, as under a worker killed mid-chunk, and its claim is left to run out
   (BATCHDESK_LEASE_SECONDS); the collector's next pass gives the unit to a worker that collects the
   rest (`ledger.actions.drilling`).
 - Repeated delivery: once that unit is collected, the collector's pass queues its results to be
@@ -47,8 +48,9 @@ from ..states import SubmissionState
 # The interrupted collection records this many lines a chunk, so that it stops part-way through even
 # a unit of two requests.
 DRILL_CHUNK_LINES = 1
-# A unit interrupted part-way needs a line after its first chunk.
-UNIT_REQUESTS_AT_LEAST = 2
+# The chunk the interrupted collection dies in: the second, so that one is recorded before the kill
+# and the rest after it (the first, in a unit of one request).
+KILLED_CHUNK = 2
 
 LOST_ANSWER = (
     "No answer (the acceptance drill lost it after the destination had the request, as a timeout "
@@ -66,8 +68,9 @@ def plan_drill(pilot: Pilot) -> None:
 
 def unit_to_interrupt(submission_id: int) -> bool:
     """Whether collecting this unit is the drill's interrupted collection: the unit the drill took and
-    has not interrupted yet, or, while it has taken none, this one if it has two requests or more
-    (taken now, and chosen for the repeated delivery too)."""
+    has not interrupted yet, or, while it has taken none, this one if it has KILLED_CHUNK requests or
+    more, or as many as the job's units or items can have (taken now, and chosen for the repeated
+    delivery too)."""
     found = (
         DrillStep.objects.filter(
             kind=DrillKind.INTERRUPTED_COLLECTION,
@@ -82,8 +85,10 @@ def unit_to_interrupt(submission_id: int) -> bool:
     step_id, pilot_id, taken = found
     if taken is not None:
         return taken == submission_id
-    requests = Submission.objects.values_list("requests_sent", flat=True).get(pk=submission_id)
-    if (requests or 0) < UNIT_REQUESTS_AT_LEAST:
+    requests, unit_size, job_id = Submission.objects.values_list(
+        "requests_sent", "job__unit_size", "job_id"
+    ).get(pk=submission_id)
+    if (requests or 0) < min(KILLED_CHUNK, unit_size, Item.objects.filter(job_id=job_id).count()):
         return False
     now = timezone.now()
     with transaction.atomic():

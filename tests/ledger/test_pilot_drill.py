@@ -166,6 +166,29 @@ def test_the_drilled_collection_dies_mid_chunk_and_the_next_worker_records_the_r
     )
 
 
+def test_where_units_are_of_one_request_the_drilled_collection_dies_in_its_first_chunk(
+    owner, catalogue, clock, emulator, provider
+):
+    job = actions.create_job(
+        reference="one-by-one",
+        owner=owner,
+        task="product_description",
+        provider="emulator",
+        unit_size=1,
+        pilot=PilotPlan(per_stratum=1, strata=("category",), seed=7, drill=True),
+    )
+    first, second = sent_and_ended(job, provider, clock)
+
+    assert tasks.collect(first, provider=provider) == KILLED
+    step = DrillStep.objects.get(pilot=job.pilot, kind=DrillKind.INTERRUPTED_COLLECTION)
+    assert step.evidence["before_the_kill"]["recorded"] == 0
+    assert step.evidence["lost_with_the_worker"]["versions_written"] == 1
+    assert not GeneratedVersion.objects.filter(item__job=job).exists()
+    lease_runs_out(first)
+    assert [tasks.collect(unit, provider=provider) for unit in (first, second)] == ["collected", "collected"]
+    assert GeneratedVersion.objects.filter(item__job=job).count() == 2
+
+
 def test_the_drilled_units_results_delivered_again_change_nothing(
     owner, catalogue, clock, emulator, provider
 ):
