@@ -1111,3 +1111,38 @@ class PilotProduct(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["pilot", "product"], name="pilot_product_unique")]
+
+
+class DrillKind(models.TextChoices):
+    """The steps of a pilot's acceptance drill (SPEC §6 `drill`), each with its business words."""
+
+    INTERRUPTED_COLLECTION = "interrupted_collection", "A collection killed mid-chunk and resumed"
+    REPEATED_DELIVERY = "repeated_delivery", "The same results delivered and collected twice"
+    DESTINATION_TIMEOUT = "destination_timeout", "A first destination attempt that timed out and was retried"
+
+
+class DrillStep(models.Model):
+    """One step of a pilot's acceptance drill (`ledger.pilots.drill`): planned with the pilot, its
+    unit or item taken when the pilot's own run reaches it, done once it has happened, with what the
+    ledger showed then (`evidence`). The report reads everything else from the ledger itself."""
+
+    # Found through `drill_step_unique`, which the pilot leads.
+    pilot = models.ForeignKey(Pilot, on_delete=models.PROTECT, related_name="drill_steps", db_index=False)
+    kind = models.CharField(max_length=32, choices=DrillKind.choices)
+    submission = models.ForeignKey(
+        "Submission", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    item = models.ForeignKey(Item, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    taken_at = models.DateTimeField(null=True, blank=True)
+    done_at = models.DateTimeField(null=True, blank=True)
+    evidence = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["pilot", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["pilot", "kind"], name="drill_step_unique"),
+            models.CheckConstraint(condition=Q(kind__in=DrillKind.values), name="drill_step_kind_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.pilot}: {self.get_kind_display()}"

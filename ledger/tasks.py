@@ -29,6 +29,7 @@ from django_q.tasks import async_task
 
 from . import actions, catalogue, table_statistics
 from .models import CollectorHeartbeat, Item, Job, Submission, lease_end
+from .pilots.drill import repeated_deliveries_due, unit_to_interrupt
 from .providers import capabilities
 from .providers.base import Delivery
 from .states import ItemState, JobState, SubmissionState
@@ -126,7 +127,7 @@ def poll_submission(submission_id: int, claim: str = "", stop: bool = False) -> 
         actions.cancel_at_provider(submission_id)
     hand_over(submission_id, claim)
     if status == "ended" and not stop_asked():
-        return actions.collect_submission(submission_id, provider=provider)
+        return collect(submission_id, provider=provider)
     return status
 
 
@@ -141,7 +142,23 @@ def collect_submission(submission_id: int, claim: str = "") -> str:
     hand_over(submission_id, claim)
     if stop_asked():
         return "left for a worker that is not stopping"
-    return actions.collect_submission(submission_id)
+    return collect(submission_id)
+
+
+def collect(submission_id: int, *, provider=None) -> str:
+    """An ended unit's collection; the unit a pilot's acceptance drill takes is first collected by the
+    drill's collection, killed mid-chunk (`ledger.pilots.drill`)."""
+    if unit_to_interrupt(submission_id):
+        return actions.collect_interrupted(submission_id, provider=provider)
+    return actions.collect_submission(submission_id, provider=provider)
+
+
+def deliver_again(submission_id: int, claim: str = "") -> str:
+    """A pilot's acceptance drill: a collected unit's results delivered and collected again."""
+    if stop_asked():
+        hand_over(submission_id, claim)
+        return "left for a worker that is not stopping"
+    return actions.deliver_again(submission_id, held=claim)
 
 
 def cancel_at_provider(submission_id: int) -> str:
@@ -286,6 +303,10 @@ def poll_everything(start: Start = async_task) -> int:
         )
     # Uploads whose import task was lost: queued while the broker was down, or their worker died.
     started += catalogue.queue_lost_imports()
+    # Pilots' acceptance drills: a collected unit whose results are to be delivered again.
+    for submission_id in repeated_deliveries_due():
+        if held := Submission.objects.claim(submission_id, states=[SubmissionState.COLLECTED]):
+            started += attempt(start, "ledger.tasks.deliver_again", submission_id, held)
     return started
 
 

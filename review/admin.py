@@ -20,6 +20,7 @@ from ledger.models import (
     CollectorHeartbeat,
     CurrentPromptChoice,
     DestinationAttempt,
+    DrillStep,
     Event,
     ExchangeRate,
     GeneratedVersion,
@@ -282,6 +283,14 @@ class PilotStratumAdmin(LedgerAdmin):
 class PilotProductAdmin(LedgerAdmin):
     list_display = ("id", "pilot", "stratum", "product")
     list_select_related = ("pilot__job", "product")
+
+
+@admin.register(DrillStep)
+class DrillStepAdmin(LedgerAdmin):
+    """A pilot's acceptance drill, step by step; its checks are on the pilot's report."""
+
+    list_display = ("id", "pilot", "kind", "submission", "item", "taken_at", "done_at")
+    list_select_related = ("pilot__job", "submission", "item")
 
 
 @admin.register(ApiToken)

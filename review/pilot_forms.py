@@ -30,9 +30,6 @@ MIN_SEED, MAX_SEED = -(2**63), 2**63 - 1
 MAX_FIELD_NAME = 200
 
 
-DRILL_NOT_RUN = "This version of BatchDesk does not run the acceptance drill yet: leave drill out, or false."
-
-
 def new_seed() -> int:
     return secrets.randbelow(1_000_000)
 
@@ -81,20 +78,18 @@ class PilotForm(forms.Form):
         max_value=MAX_SEED,
         help_text="The same seed draws the same sample from the same products.",
     )
-    # SPEC §6: the acceptance drill (an interrupted collection, a repeated delivery, a destination
-    # timeout in the pilot's own run). Not run by this version: asking for it is refused rather than
-    # starting a pilot whose report would lack the evidence asked for.
-    drill = forms.BooleanField(required=False, label="Acceptance drill")
+    # SPEC §6: the acceptance drill, in the pilot's own run (`ledger.pilots.drill`).
+    drill = forms.BooleanField(
+        required=False,
+        label="Acceptance drill",
+        help_text="During the pilot's own run: interrupt a collection mid-chunk, deliver a unit's results "
+        "twice, and lose the answer to a first destination call; the report shows what held.",
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.strata_drawn: list[Stratum] = []
         self.plan: PilotPlan | None = None
-
-    def clean_drill(self) -> bool:
-        if self.cleaned_data["drill"]:
-            raise forms.ValidationError(DRILL_NOT_RUN)
-        return False
 
     def check_scope(self, scope: QuerySet[Product]) -> None:
         """Judge the valid settings against the scope; when they hold, `plan` is what `create_job`

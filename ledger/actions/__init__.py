@@ -12,6 +12,7 @@ from .applying import (  # noqa: F401
 )
 from .collecting import (  # noqa: F401
     MAX_INFERENCE_ATTEMPTS,
+    collect_again,
     collect_submission,
     observe_submission,
     poll_submission,
@@ -29,6 +30,7 @@ from .core import (  # noqa: F401
     move_items,
     refresh_job_state,
 )
+from .drilling import collect_interrupted, deliver_again  # noqa: F401
 from .jobs import (  # noqa: F401
     CURRENCY_STOPS,
     Arm,

@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from ..destinations.base import NOT_PUBLISHED, DestinationResult
 from ..models import Approval, AttemptOutcome, DestinationAttempt, GeneratedVersion, Item
+from ..pilots.drill import LOST_ANSWER, answer_lost
 from ..states import ItemState, ReasonCode
 from .core import NotAllowed, backoff, change_state, refresh_job_state
 from .jobs import CURRENCY_STOPS, currency_problem, judge_currency, queue_current_revision
@@ -67,6 +68,9 @@ def apply_item(item_id: int) -> str:
         except Exception as exc:  # a bug or an outage must count towards dead_letter, not loop for ever
             log.exception("applying item %s through %s failed", item.pk, destination_name)
             result = DestinationResult(AttemptOutcome.RETRYABLE, f"Unexpected error: {type(exc).__name__}")
+    if result.outcome == AttemptOutcome.APPLIED and answer_lost(item, attempt):
+        # A pilot's acceptance drill: the destination acted, and its answer is lost on the way back.
+        result = DestinationResult(AttemptOutcome.RETRYABLE, LOST_ANSWER)
     outcome = record_attempt(item, attempt, result)
     refresh_job_state(item.job_id)
     return outcome

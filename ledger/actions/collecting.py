@@ -1,8 +1,10 @@
 """Collecting: polling open submissions and recording every result line by custom_id, once
 (rules 2 and 4), with failures classified and retried by themselves when transient (rule 8)."""
 
+import math
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import nullcontext
 from datetime import timedelta
@@ -139,7 +141,13 @@ def refused_for_good(submission: Submission, error) -> bool:
 PROBLEM_SHOWN = 500
 
 
-def collect_submission(submission_id: int, *, provider=None, seconds: float | None = None) -> str:
+def collect_submission(
+    submission_id: int,
+    *,
+    provider=None,
+    seconds: float | None = None,
+    chunk: "Callable[..., Chunk] | None" = None,
+) -> str:
     """Record every result of an ended submission, a chunk of lines (BATCHDESK_COLLECT_CHUNK) a
     transaction. Running it twice, or again after an interrupted download or a killed worker,
     changes nothing already recorded; a provider paid per request is never asked again for a
@@ -147,12 +155,13 @@ def collect_submission(submission_id: int, *, provider=None, seconds: float | No
 
     After `seconds` (BATCHDESK_COLLECT_SECONDS unless given; `math.inf`: no limit), or once its
     cluster is stopping, it stops at a chunk's end, releases the submission and queues a task that
-    goes on where it stopped, so no task outlives the worker's timeout."""
+    goes on where it stopped, so no task outlives the worker's timeout. `chunk`: how the lines are
+    recorded (the acceptance drill's collection that dies mid-chunk, `ledger.actions.drilling`)."""
     claim = Submission.objects.claim(submission_id, states=[SubmissionState.ENDED])
     if not claim:
         return "not claimable"
     try:
-        outcome = collect_claimed(submission_id, claim, provider=provider, seconds=seconds)
+        outcome = collect_claimed(submission_id, claim, provider=provider, seconds=seconds, chunk=chunk)
     except (DatabaseError, psycopg.Error) as exc:  # psycopg's own: raised by the recorders' COPY
         note_failed_collection(submission_id, claim, exc, give_back=True)
         raise
@@ -190,15 +199,41 @@ def note_failed_collection(submission_id: int, claim: str, exc: Exception, *, gi
             time.sleep(1)
 
 
-def collect_claimed(submission_id: int, claim: str, *, provider, seconds: float | None) -> str:
-    """`collect_submission`'s work once the submission is claimed."""
+def collect_again(
+    submission_id: int, *, provider=None, held: str = "", chunk: "Callable[..., Chunk] | None" = None
+) -> str:
+    """Read a collected unit's results once more, whole, and offer every line to the recorder, as a
+    provider delivering the same results twice would (the acceptance drill's repeated delivery).
+    Every line is recorded already, so nothing changes (rule 4); the unit stays collected. `held`:
+    the claim the collector's pass queued it with; `chunk`, as `collect_submission`'s."""
+    claim = Submission.objects.claim(submission_id, states=[SubmissionState.COLLECTED], held=held)
+    if not claim:
+        return "not claimable"
+    outcome = collect_claimed(submission_id, claim, provider=provider, seconds=math.inf, chunk=chunk)
+    if outcome == "collected again":
+        Submission.objects.filter(pk=submission_id, claimed_by=claim).update(claimed_until=None)
+    return outcome
+
+
+def collect_claimed(
+    submission_id: int,
+    claim: str,
+    *,
+    provider,
+    seconds: float | None,
+    chunk: "Callable[..., Chunk] | None" = None,
+) -> str:
+    """`collect_submission`'s (or `collect_again`'s) work once the submission is claimed."""
     from ..providers import capabilities, get_provider
     from ..providers.base import Delivery
 
     deadline = time.monotonic() + (settings.BATCHDESK_COLLECT_SECONDS if seconds is None else seconds)
     submission = Submission.objects.select_related("job__prompt_version").get(pk=submission_id)
     provider = provider or get_provider(submission.provider)
-    recorded = set(submission.entries.exclude(outcome="").values_list("custom_id", flat=True))
+    if submission.state == SubmissionState.COLLECTED:
+        recorded = set()  # collected again: every line is offered to the recorder once more
+    else:
+        recorded = set(submission.entries.exclude(outcome="").values_list("custom_id", flat=True))
     requests = []
     per_request = capabilities(submission.provider).delivery == Delivery.PER_REQUEST
     if per_request:
@@ -209,7 +244,9 @@ def collect_claimed(submission_id: int, claim: str, *, provider, seconds: float 
     # recorded beside the reading of the next (on PostgreSQL, unless the caller holds a
     # transaction the chunks must be part of).
     overlap = not per_request and connection.vendor == "postgresql" and not connection.in_atomic_block
-    chunk = Chunk(submission, size=1 if per_request else settings.BATCHDESK_COLLECT_CHUNK, overlap=overlap)
+    chunk = (chunk or Chunk)(
+        submission, size=1 if per_request else settings.BATCHDESK_COLLECT_CHUNK, overlap=overlap
+    )
     with fewer_cycle_collections(), quicker_thread_switches() if overlap else nullcontext():
         try:
             return collect_lines(
@@ -341,6 +378,8 @@ def collect_lines(
         chunk.add({"kind": "counts_disagree", "provider_counts": counts, "lines_in_results": lines})
     chunk.record()
     chunk.wait()
+    if submission.state == SubmissionState.COLLECTED:
+        return "collected again"  # `collect_again`: the unit was collected before
     with transaction.atomic():
         set_submission_state(submission, SubmissionState.COLLECTED, claimed_until=None, error="")
     refresh_job_state(submission.job_id)

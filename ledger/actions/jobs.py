@@ -24,6 +24,7 @@ from ..models import (
     no_prompt_for_job,
 )
 from ..money import business_currency
+from ..pilots.drill import plan_drill
 from ..pilots.sample import PilotPlan, SampleRefused, record_sample, sampled_products_sql, unknown_fields
 from ..providers.model_names import model_name_problem
 from ..setwise import among, insert_from_select, insert_select_sql
@@ -112,6 +113,8 @@ def create_job(
                 )
             except SampleRefused as refusal:
                 raise NotAllowed(str(refusal)) from None
+            if pilot.drill:
+                plan_drill(drawn)
             products_sql, products_params = sampled_products_sql(drawn)
         # Items in SKU order, as the catalogue lists them, and each item's event, in the items' order.
         items = {

@@ -14,6 +14,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from ..models import Job, Pilot, PilotStratum
 from ..money import PROVIDER_CURRENCY, business_currency, convert, rate_now
 from ..pricing import price_for, unknown_price
+from .drill_report import drill_report
 from .measure import (
     Observations,
     RevisionHistory,
@@ -232,8 +233,7 @@ class Report:
             "sample": self.sample(),
             "measured": self.measured(self.all),
             "projection": self.projection_json(),
-            # The acceptance drill (SPEC §6) is not run by this version: `POST /api/jobs` refuses it.
-            "drill": {"ran": False, "checks": []},
+            "drill": drill_report(pilot),
             "arms": self.arms_compared(),
         }
 

@@ -3,7 +3,7 @@ settings checked like every other field, and part of what a repeated request is 
 
 import pytest
 
-from ledger.models import Event, Item, Job, Pilot, PilotProduct, PilotStratum
+from ledger.models import DrillKind, DrillStep, Event, Item, Job, Pilot, PilotProduct, PilotStratum
 from tests.api.conftest import assert_error
 from tests.factories import ProductFactory
 
@@ -46,6 +46,21 @@ def test_a_pilot_is_a_job_over_its_sample(as_owner, catalogue):
     assert set(job.items.values_list("product_id", flat=True)) == set(
         PilotProduct.objects.filter(pilot=pilot).values_list("product_id", flat=True)
     )
+
+
+def test_a_pilot_asked_to_drill_plans_its_acceptance_drill_and_no_other_job_does(as_owner, catalogue):
+    drilled = as_owner.post_json("/api/jobs", {**BODY, "pilot": {**PILOT, "drill": True}})
+    plain = as_owner.post_json("/api/jobs", {**BODY, "reference": "plain", "pilot": PILOT})
+
+    assert drilled.status_code == 202, drilled.content
+    assert as_owner.get(f"/api/jobs/{drilled.json()['id']}").json()["pilot"]["drill"] is True
+    steps = DrillStep.objects.filter(pilot__job_id=drilled.json()["id"])
+    assert sorted(steps.values_list("kind", flat=True)) == sorted(DrillKind.values)
+    # Planned only: each step takes its unit or item when the pilot's run reaches it.
+    assert (
+        not steps.filter(submission__isnull=False).exists() and not steps.filter(item__isnull=False).exists()
+    )
+    assert not DrillStep.objects.filter(pilot__job_id=plain.json()["id"]).exists()
 
 
 def test_a_job_says_whether_it_is_a_pilot_and_where_its_report_is(as_owner, catalogue):
@@ -134,7 +149,6 @@ def test_a_pilot_over_named_skus_is_compared_on_its_scope_not_its_sample(as_owne
         ({**PILOT, "seed": 2**63}, {"pilot.seed"}),
         ({**PILOT, "drill": "yes"}, {"pilot.drill"}),
         ({**PILOT, "drill": 1}, {"pilot.drill"}),
-        ({**PILOT, "drill": True}, {"pilot.drill"}),  # not run by this version: refused, not ignored
         ({**PILOT, "arms": [{"colour": "red"}]}, {"pilot.arms"}),  # arms: tests/api/test_pilot_arms.py
         ({"per_stratum": "x", "seed": "y"}, {"pilot.per_stratum", "pilot.seed"}),
         ([PILOT], {"pilot"}),

@@ -18,6 +18,8 @@ from ledger.models import (
     CatalogueImportChunk,
     CollectorHeartbeat,
     DestinationAttempt,
+    DrillKind,
+    DrillStep,
     Event,
     ExchangeRate,
     Item,
@@ -374,6 +376,7 @@ def one_of_each(owner, item, draft) -> None:
         pilot=pilot, number=1, values={"category": None}, scope_products=1, sample_products=1
     )
     PilotProduct.objects.create(pilot=pilot, product=item.product, stratum=1)
+    DrillStep.objects.create(pilot=pilot, kind=DrillKind.INTERRUPTED_COLLECTION, submission=submission)
 
 
 def admin_url(model, view: str, *args) -> str:

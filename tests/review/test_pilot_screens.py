@@ -8,6 +8,7 @@ import pytest
 from django.urls import reverse
 
 from ledger.models import Event, Item, Job, Pilot
+from ledger.pilots.drill import plan_drill
 from tests.factories import JobFactory, ProductFactory, UserFactory
 from tests.pilots import known_pilot
 
@@ -55,7 +56,7 @@ def test_the_start_screen_offers_a_pilot_with_a_new_seed_each_time(client, owner
     second = client.get(reverse("job_start")).content.decode()
 
     assert 'data-testid="pilot-option"' in first
-    for name in ("pilot", "pilot-per_stratum", "pilot-strata", "pilot-seed"):
+    for name in ("pilot", "pilot-per_stratum", "pilot-strata", "pilot-seed", "pilot-drill"):
         assert f'name="{name}"' in first
     seed = re.compile(r'name="pilot-seed" value="(-?\d+)"')
     assert seed.search(first) and seed.search(second)
@@ -118,6 +119,17 @@ def test_a_pilot_of_one_category_draws_from_that_category(client, owner, product
     assert job.items.count() == 6  # 2 from each length band of the kitchen's 6
 
 
+def test_a_pilot_started_with_the_drill_box_ticked_drills(client, owner, products):
+    client.force_login(owner)
+    client.post(reverse("job_start"), start(step="start", reference="drilled", **{"pilot-drill": "on"}))
+    client.post(reverse("job_start"), start(step="start", reference="undrilled"))
+
+    assert Job.objects.get(reference="drilled").pilot.drill is True
+    assert Job.objects.get(reference="drilled").pilot.drill_steps.count() == 3
+    assert Job.objects.get(reference="undrilled").pilot.drill is False
+    assert not Job.objects.get(reference="undrilled").pilot.drill_steps.exists()
+
+
 def test_without_the_box_ticked_the_job_is_no_pilot(client, owner, products):
     client.force_login(owner)
     client.post(reverse("job_start"), start(step="start", reference="whole", pilot=None))
@@ -137,10 +149,6 @@ def test_without_the_box_ticked_the_job_is_no_pilot(client, owner, products):
         ({"pilot-strata": "category, category"}, "Strata: a field is named twice"),
         ({"pilot-seed": "lucky"}, "Seed: Enter a whole number."),
         ({"pilot-seed": ""}, "Seed: This field is required."),
-        (
-            {"pilot-drill": "on"},
-            "Acceptance drill: This version of BatchDesk does not run the acceptance drill yet",
-        ),
     ],
 )
 def test_bad_pilot_settings_are_refused_and_start_nothing(client, owner, products, changes, message):
@@ -221,3 +229,30 @@ def test_the_report_is_printable_without_the_navigation(client, owner):
     css = (Path(settings.BASE_DIR) / "static" / "batchdesk.css").read_text()
     print_rules = css[css.index("@media print") :]
     assert ".topbar" in print_rules and ".no-print" in print_rules
+
+
+def drill_section(page: str) -> str:
+    start = page.index('data-testid="drill"')
+    return re.sub(r"\s+", " ", page[start : page.index("</section>", start)])
+
+
+def test_the_report_shows_the_drills_checks_and_steps_and_a_check_that_did_not_hold(client, owner):
+    job = known_pilot(owner)
+    client.force_login(owner)
+    assert "Not asked for." in drill_section(
+        client.get(reverse("pilot_report", args=[job.pk])).content.decode()
+    )
+
+    Pilot.objects.filter(job=job).update(drill=True)
+    plan_drill(Pilot.objects.get(job=job))
+    section = drill_section(client.get(reverse("pilot_report", args=[job.pk])).content.decode())
+
+    assert "Under way" in section and section.count(": not yet.") == 3
+    # The known pilot's drafts were written by hand, answering no request the ledger sent: the check
+    # reads the ledger, so it says so.
+    inference = re.search(r'drill-check-no_inference_paid_twice">(.*?)</li>', section).group(1)
+    assert (
+        "No inference paid twice: <strong>did not hold</strong>. Paid twice: drafts answering no request"
+        in inference
+    )
+    assert "No product published twice: held." in section
