@@ -188,6 +188,19 @@ class Report:
     over_time: list[Figures]
 
 
+def latest_decision_day() -> date | None:
+    """The day (in the current time zone) of the latest approval or rejection; None before any."""
+    latest = [
+        moment
+        for moment in (
+            Approval.objects.aggregate(latest=models.Max("approved_at"))["latest"],
+            Event.objects.rejections().aggregate(latest=models.Max("at"))["latest"],
+        )
+        if moment is not None
+    ]
+    return timezone.localdate(max(latest)) if latest else None
+
+
 def measure(scope: Scope, *, period: str) -> Report:
     """The figures of `scope`'s decisions, in all and by group: four aggregate queries whose rows are
     groups, and one bounded sample of edited approvals."""

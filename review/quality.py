@@ -5,6 +5,7 @@ is defined once, in `ledger/quality.py`; this module reads the filters and shows
 
 import csv
 import io
+from datetime import timedelta
 
 from django import forms
 from django.conf import settings
@@ -23,6 +24,7 @@ from ledger.quality import (
     Figures,
     Report,
     Scope,
+    latest_decision_day,
     measure,
     rejection_reasons,
     reviewers,
@@ -31,6 +33,9 @@ from ledger.quality import (
 from .audit import BYTE_ORDER_MARK, csv_cell
 from .ids import IdField
 from .permissions import VIEWERS, role_required
+
+# What the page measures when nothing narrows it.
+DEFAULT_DAYS = 90
 
 
 class QualityFilter(forms.Form):
@@ -76,10 +81,20 @@ class QualityFilter(forms.Form):
             for error in errors
         ]
 
+    @property
+    def default_window(self) -> bool:
+        """Nothing narrows the page: it measures the DEFAULT_DAYS up to the latest decision, not
+        every decision ever made (each is read: at a million, a page would take many seconds)."""
+        data = self.cleaned_data
+        return not (data["since"] or data["until"] or data["job"] or data["prompt_version"])
+
     def scope(self) -> Scope:
         data = self.cleaned_data
+        since = data["since"]
+        if self.default_window and (latest := latest_decision_day()) is not None:
+            since = latest - timedelta(days=DEFAULT_DAYS - 1)
         return Scope(
-            since=data["since"],
+            since=since,
             until=data["until"],
             job_id=data["job"].pk if data["job"] else None,
             prompt_version_id=data["prompt_version"],
@@ -159,6 +174,7 @@ def quality(request: HttpRequest) -> HttpResponse:
         "charts": charts(report),
         "csv_query": request.GET.urlencode(),
         "sample_limit": EDIT_SAMPLE,
+        "default_days": DEFAULT_DAYS if filters.default_window else None,
     }
     return render(request, "quality.html", context)
 
