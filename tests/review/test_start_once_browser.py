@@ -3,6 +3,7 @@ Start, make one job and show it."""
 
 import pytest
 from django.urls import reverse
+from playwright.sync_api import Error as PlaywrightError
 
 from ledger.models import Job
 from review.models import JobStartToken
@@ -74,7 +75,15 @@ def test_a_double_click_on_start_makes_one_job(page, live_server, owner, product
         page.wait_for_timeout(25)
     assert answers and answers[0].status == 302  # the first send started the job
     page.mouse.click(x, y)
-    page.wait_for_url(f"{live_server.url}/jobs/*/")
+    for attempt in range(2):
+        try:
+            page.wait_for_url(f"{live_server.url}/jobs/*/")
+            break
+        except PlaywrightError as error:
+            # The second click aborts the first send's navigation, whose answer is held: the wait may
+            # meet that abort first (seen under load); the second send's navigation goes on.
+            if "ERR_ABORTED" not in str(error) or attempt:
+                raise
     page.wait_for_load_state()
     assert len(sent) == 2 and sent[0] == sent[1]  # the browser sent the same form twice
     job = Job.objects.get()
