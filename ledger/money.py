@@ -11,7 +11,6 @@ in the provider's currency and says so.
 
 import json
 import logging
-import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
 from .models import ExchangeRate
+from .setting_files import WatchedFile, read_setting_file
 
 log = logging.getLogger(__name__)
 
@@ -100,49 +100,18 @@ def _rate_value(value, where: str) -> Decimal:
 
 
 def read_rate_file(path: str) -> list[Rate]:
-    try:
-        with open(path, encoding="utf-8") as file:
-            data = json.load(file, parse_float=Decimal)
-    except OSError as exc:
-        raise RateFileError(f"BATCHDESK_FX_FILE {path}: cannot be read ({exc.strerror})") from None
-    except (ValueError, RecursionError) as exc:
-        raise RateFileError(f"BATCHDESK_FX_FILE {path}: not valid JSON ({exc})") from None
-    try:
-        return parse_rate_file(data)
-    except RateFileError as exc:
-        raise RateFileError(f"BATCHDESK_FX_FILE {path}: {exc}") from None
+    return read_setting_file("BATCHDESK_FX_FILE", path, parse_rate_file, RateFileError)
 
 
-@dataclass
-class _Loaded:
-    key: tuple | None = None
-    rates: list[Rate] = field(default_factory=list)
-    good: dict[str, list[Rate]] = field(default_factory=dict)
-
-
-_loaded = _Loaded()
+_rate_file = WatchedFile(read_rate_file, RateFileError, empty=list)
 
 
 def file_rates() -> list[Rate]:
-    """The rate file's rates, read again when the file changes; a file that turns bad while running
-    is logged and its last good reading kept (the system check refuses a bad file at startup)."""
+    """The rate file's rates, read again when the file (or the business currency) changes; a file
+    that turns bad while running is logged and its last good reading kept (the system check refuses
+    a bad file at startup)."""
     path = settings.BATCHDESK_FX_FILE
-    if not path:
-        return []
-    try:
-        stat = os.stat(path)
-        key = (path, stat.st_mtime_ns, stat.st_size, business_currency())
-    except OSError:
-        key = (path, None, None, business_currency())
-    if key != _loaded.key:
-        try:
-            rates = read_rate_file(path)
-            _loaded.good[path] = rates
-        except RateFileError as exc:
-            log.error("%s; keeping the rates read before", exc)
-            rates = _loaded.good.get(path, [])
-        _loaded.key, _loaded.rates = key, rates
-    return _loaded.rates
+    return _rate_file.get(path, also=(business_currency(),)) if path else []
 
 
 def check_rate_file(app_configs=None, **kwargs) -> list[checks.CheckMessage]:

@@ -13,7 +13,6 @@ one model. Amounts are USD, as `Decimal`.
 
 import json
 import logging
-import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from django.db.models import Max, Min, Sum
 
 from .models import GeneratedVersion, ItemTally, Job, UnitCharge
 from .money import PROVIDER_CURRENCY, SAME_CURRENCY, Rate, business_currency, convert, rate_now
+from .setting_files import WatchedFile, read_setting_file
 from .states import ItemState
 
 log = logging.getLogger(__name__)
@@ -218,27 +218,13 @@ def merge_price_file(data, base: dict[str, ProviderPrices]) -> dict[str, Provide
 
 def read_price_file(path: str) -> dict[str, ProviderPrices]:
     """The built-in table with the price file at `path` laid over it; PriceFileError when it cannot be."""
-    try:
-        with open(path, encoding="utf-8") as file:
-            data = json.load(file, parse_float=Decimal)
-    except OSError as exc:
-        raise PriceFileError(f"BATCHDESK_PRICE_FILE {path}: cannot be read ({exc.strerror})") from None
-    except (ValueError, RecursionError) as exc:
-        raise PriceFileError(f"BATCHDESK_PRICE_FILE {path}: not valid JSON ({exc})") from None
-    try:
-        return merge_price_file(data, BUILT_IN)
-    except PriceFileError as exc:
-        raise PriceFileError(f"BATCHDESK_PRICE_FILE {path}: {exc}") from None
+    return read_setting_file(
+        "BATCHDESK_PRICE_FILE", path, lambda data: merge_price_file(data, BUILT_IN), PriceFileError
+    )
 
 
-@dataclass
-class _Loaded:
-    key: tuple | None = None
-    table: dict[str, ProviderPrices] = field(default_factory=dict)
-    good: dict[str, dict[str, ProviderPrices]] = field(default_factory=dict)  # last good table by path
-
-
-_loaded = _Loaded()
+# A table that never read well: no price is known.
+_price_file = WatchedFile(read_price_file, PriceFileError, empty=dict)
 
 
 def price_table() -> dict[str, ProviderPrices]:
@@ -246,22 +232,7 @@ def price_table() -> dict[str, ProviderPrices]:
     file changes. A file that turns bad while running is logged and its last good reading kept (or,
     if there never was one, no price is known): the system check refuses a bad file at startup."""
     path = getattr(settings, "BATCHDESK_PRICE_FILE", "")
-    if not path:
-        return BUILT_IN
-    try:
-        stat = os.stat(path)
-        key = (path, stat.st_mtime_ns, stat.st_size)
-    except OSError:
-        key = (path, None, None)
-    if key != _loaded.key:
-        try:
-            table = read_price_file(path)
-            _loaded.good[path] = table
-        except PriceFileError as exc:
-            log.error("%s; keeping the prices read before", exc)
-            table = _loaded.good.get(path, {})
-        _loaded.key, _loaded.table = key, table
-    return _loaded.table
+    return _price_file.get(path) if path else BUILT_IN
 
 
 def check_price_file(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
