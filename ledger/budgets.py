@@ -38,10 +38,16 @@ class WorstCase:
 def worst_case(requests) -> WorstCase:
     """The most tokens `requests` can be billed for."""
     input_tokens = output_tokens = 0
+    schema_bytes: dict[int, int] = {}  # a unit's requests share their prompt's schema: sized once
     for request in requests:
-        schema = json.dumps(request.output_schema, ensure_ascii=False) if request.output_schema else ""
-        input_tokens += REQUEST_OVERHEAD_TOKENS + sum(
-            len(text.encode("utf-8")) for text in (request.system_message, request.user_message, schema)
+        schema = request.output_schema
+        if id(schema) not in schema_bytes:
+            schema_bytes[id(schema)] = len(json.dumps(schema, ensure_ascii=False).encode()) if schema else 0
+        input_tokens += (
+            REQUEST_OVERHEAD_TOKENS
+            + len(request.system_message.encode())
+            + len(request.user_message.encode())
+            + schema_bytes[id(schema)]
         )
         output_tokens += request.max_output_tokens
     return WorstCase(input_tokens, output_tokens)
@@ -65,23 +71,34 @@ class BudgetReached(Exception):
     """The unit was not sent: the job is paused. The message says why, for the person."""
 
 
+# What a unit counts for against its job's budget: its cost once settled, its reservation before.
+SPENT_OR_HELD = Sum(
+    Case(
+        When(settled_at__isnull=False, then=Coalesce(F("cost"), F("reserved"), Decimal(0))),
+        default=Coalesce(F("reserved"), Decimal(0)),
+        output_field=DecimalField(max_digits=20, decimal_places=6),
+    )
+)
+
+
 def committed(job_id: int, *, excluding_submission: int | None = None) -> Decimal:
     """The job's spend so far and what its units in flight hold, in the business currency: each
     settled unit at its cost, each other at its reservation."""
     charges = UnitCharge.objects.filter(job_id=job_id)
     if excluding_submission is not None:
         charges = charges.exclude(submission_id=excluding_submission)
-    amount = DecimalField(max_digits=20, decimal_places=6)
-    total = charges.aggregate(
-        total=Sum(
-            Case(
-                When(settled_at__isnull=False, then=Coalesce(F("cost"), F("reserved"), Decimal(0))),
-                default=Coalesce(F("reserved"), Decimal(0)),
-                output_field=amount,
-            )
-        )
-    )["total"]
-    return total or Decimal(0)
+    return charges.aggregate(total=SPENT_OR_HELD)["total"] or Decimal(0)
+
+
+def committed_by_job(job_ids: list[int]) -> dict[int, Decimal]:
+    """`committed` for many jobs in one query (a page or an API list of jobs)."""
+    rows = (
+        UnitCharge.objects.filter(job_id__in=job_ids)
+        .order_by()
+        .values_list("job_id")
+        .annotate(total=SPENT_OR_HELD)
+    )
+    return {job_id: Decimal(0) for job_id in job_ids} | {job_id: total for job_id, total in rows}
 
 
 def reserve(submission: Submission, requests) -> None:

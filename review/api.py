@@ -335,7 +335,7 @@ def jobs_json(request: HttpRequest, jobs: list[Job]) -> list[dict]:
         for job in jobs
     }
     costs = pricing.jobs_cost(ids)
-    spent_or_held = {job.pk: budgets.committed(job.pk) for job in jobs if job.budget is not None}
+    spent_or_held = budgets.committed_by_job([job.pk for job in jobs if job.budget is not None])
     pilots = {pilot.job_id: pilot for pilot in Pilot.objects.filter(job_id__in=ids)}
     return [
         {

@@ -5,6 +5,8 @@ import json
 from decimal import Decimal
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from ledger import budgets
@@ -190,3 +192,17 @@ def test_a_drafts_cost_is_in_the_business_currency_at_the_rate_of_its_day(pounds
 
     assert (version["provider_cost"], version["provider_currency"]) == ("0.000027", "USD")
     assert (version["cost"], version["currency"]) == ("0.000022", "GBP")
+
+
+def test_a_list_of_budgeted_jobs_takes_the_same_queries_however_many(pounds, as_owner, owner):
+    def list_queries() -> int:
+        with CaptureQueriesContext(connection) as queries:
+            assert as_owner.get("/api/jobs").status_code == 200
+        return len(queries)
+
+    paused_job(owner)
+    list_queries()  # the token's first use is recorded once
+    one = list_queries()
+    for _ in range(3):
+        paused_job(owner)
+    assert list_queries() == one, "queries grow with the jobs"
