@@ -316,7 +316,9 @@ def claim_due_submissions(now: datetime) -> tuple[str, list[tuple[int, str]]]:
     token = uuid.uuid4().hex
     with transaction.atomic():
         due = list(
-            Submission.objects.select_for_update(skip_locked=True)
+            # Only the units are locked, not the jobs joined in to leave paused ones out: a pass must
+            # never skip a job's units, nor wait, while its state is being worked out.
+            Submission.objects.select_for_update(skip_locked=True, of=("self",))
             .filter(state__in=list(SUBMISSION_WORK))
             .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
             # A paused job's units wait to be sent until someone acts.

@@ -29,7 +29,7 @@ def apply_item(item_id: int) -> str:
     claims the item with a lease, and every attempt carries the same operation key."""
     from ..destinations import get_destination
 
-    item = Item.objects.select_related("job").get(pk=item_id)
+    item = Item.objects.select_related("job__pilot").get(pk=item_id)
     if item.state == ItemState.APPROVED:
         refused = judge_currency(item)
         if refused:

@@ -195,7 +195,10 @@ def note_repeated_delivery(submission_id: int, *, before: dict, after: dict, lin
 
 def answer_lost(item: Item, attempt: DestinationAttempt) -> bool:
     """Whether the drill loses the answer to this attempt, which the destination has just applied: the
-    first attempt of the first item of a drilling pilot's job to reach its destination (taken now)."""
+    first attempt of the first item of a drilling pilot's job to reach its destination (taken now).
+    Any other job is told from the item's job alone (load it with `job__pilot`): no query."""
+    if not hasattr(item.job, "pilot") or not item.job.pilot.drill:
+        return False
     step_id = (
         DrillStep.objects.filter(
             kind=DrillKind.DESTINATION_TIMEOUT, item__isnull=True, pilot__job_id=item.job_id
