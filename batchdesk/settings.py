@@ -313,3 +313,30 @@ LOGGING = {
         "ledger.emulators": {"level": "WARNING"},
     },
 }
+
+# Job notifications (SPEC §6 `notify_url`, ledger/notifications.py). Events are signed with
+# BATCHDESK_NOTIFY_SECRET (`whsec_<base64>`, system check batchdesk.E020); without it no job may name a
+# notify_url. BATCHDESK_NOTIFY_ALLOWED_HOSTS (comma list), when set, is every host one may name.
+BATCHDESK_NOTIFY_SECRET = os.environ.get("BATCHDESK_NOTIFY_SECRET", "").strip()
+BATCHDESK_NOTIFY_ALLOWED_HOSTS = [
+    host.strip().lower()
+    for host in os.environ.get("BATCHDESK_NOTIFY_ALLOWED_HOSTS", "").split(",")
+    if host.strip()
+]
+# Seconds a receiver has to answer: a slow one is tried again later, it never holds a worker long.
+BATCHDESK_NOTIFY_TIMEOUT = float(os.environ.get("BATCHDESK_NOTIFY_TIMEOUT", "5"))
+# First wait before a failed delivery is tried again; it doubles with each attempt, up to an hour.
+BATCHDESK_NOTIFY_RETRY_SECONDS = float(os.environ.get("BATCHDESK_NOTIFY_RETRY_SECONDS", "30"))
+
+# Owners' e-mail (their job reaches review, needs attention or is completed) goes through Django's
+# mail settings; with DEBUG and no EMAIL_HOST it is printed by the worker instead.
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "")
+if EMAIL_HOST:
+    EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "25"))
+    EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+    EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+    EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS")
+    EMAIL_TIMEOUT = 10
+elif DEBUG:
+    EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "batchdesk@localhost")

@@ -12,6 +12,7 @@ class LedgerConfig(AppConfig):
         from .bootstrap import after_migrate
         from .models import ExchangeRate
         from .money import check_rate_file, forget_entered_rates
+        from .notifications import check_notify_secret
         from .pricing import check_price_file
 
         post_migrate.connect(after_migrate, sender=self, dispatch_uid="ledger.after_migrate")
@@ -22,5 +23,6 @@ class LedgerConfig(AppConfig):
         # startup (`check`, `runserver`, `migrate`, `qcluster`), never a request.
         checks.register(check_price_file, "batchdesk")
         checks.register(check_rate_file, "batchdesk")
+        checks.register(check_notify_secret, "batchdesk")
         post_save.connect(forget_entered_rates, sender=ExchangeRate, dispatch_uid="ledger.money.saved")
         post_delete.connect(forget_entered_rates, sender=ExchangeRate, dispatch_uid="ledger.money.deleted")

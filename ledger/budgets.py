@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from .models import Event, GeneratedVersion, Job, PauseReason, Submission, SubmissionItem, UnitCharge
 from .money import PROVIDER_CURRENCY, business_currency, convert, rate_now, rate_on
+from .notifications import BUDGET_REACHED, announce, job_state_changed
 from .pricing import PLACES, price_for, unknown_price
 from .states import JobState
 
@@ -162,6 +163,9 @@ def pause(job: Job, reason: str, detail: str) -> None:
     Event.objects.create(
         job=job, from_state=job.state, to_state=JobState.PAUSED, reason=detail[:2000], data={"pause": reason}
     )
+    job_state_changed(job, JobState.PAUSED)
+    if reason == PauseReason.BUDGET_REACHED:
+        announce(job, BUDGET_REACHED, state=JobState.PAUSED)
     job.state, job.pause_reason, job.pause_detail = JobState.PAUSED, reason, detail
 
 

@@ -267,6 +267,8 @@ class Job(models.Model):
     pause_detail = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # Where the job's events are posted (SPEC §6, `ledger.notifications`); empty: nowhere.
+    notify_url = models.CharField(max_length=2000, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -1146,3 +1148,63 @@ class DrillStep(models.Model):
 
     def __str__(self) -> str:
         return f"{self.pilot}: {self.get_kind_display()}"
+
+
+class NotificationChannel(models.TextChoices):
+    WEBHOOK = "webhook", "Webhook to the job's notify_url"
+    EMAIL = "email", "E-mail to the job's owner"
+
+
+class JobNotification(models.Model):
+    """One event of a job to tell someone (`ledger.notifications`): written in the transaction of the
+    change it tells of (the outbox), sent by a worker after commit, tried again with backoff until
+    it is delivered or given up 24 hours after the event. `body` is the exact bytes signed and sent
+    (a webhook) or the message's text (an e-mail); `recipient` the address it goes to."""
+
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="notifications")
+    channel = models.CharField(max_length=16, choices=NotificationChannel.choices)
+    # The Standard Webhooks `webhook-id`: the same on every attempt, so a receiver drops repeats.
+    message_id = models.CharField(max_length=64, unique=True)
+    event_type = models.CharField(max_length=64)
+    recipient = models.CharField(max_length=2000)
+    body = models.BinaryField()
+    created_at = models.DateTimeField(default=timezone.now)
+    attempts = models.PositiveIntegerField(default=0)
+    # When the next attempt is due; while a worker sends, the end of its lease; null once delivered
+    # or given up.
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    gave_up_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["job", "id"]
+        indexes = [
+            models.Index(
+                fields=["next_attempt_at"],
+                condition=Q(next_attempt_at__isnull=False),
+                name="notification_due",
+            )
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(channel__in=NotificationChannel.values), name="notification_channel_valid"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_type} of {self.job_id} to {self.get_channel_display().lower()}"
+
+
+class NotificationAttempt(models.Model):
+    """One try to deliver a notification and what came back: the receiver's HTTP status and the
+    start of its answer (scrubbed), or the error that stopped the call."""
+
+    notification = models.ForeignKey(JobNotification, on_delete=models.PROTECT, related_name="tries")
+    at = models.DateTimeField(default=timezone.now)
+    delivered = models.BooleanField(default=False)
+    status = models.PositiveSmallIntegerField(null=True, blank=True)
+    error = models.CharField(max_length=300, blank=True)
+    answer = models.CharField(max_length=300, blank=True)
+
+    class Meta:
+        ordering = ["notification", "id"]

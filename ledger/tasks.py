@@ -27,7 +27,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django_q.tasks import async_task
 
-from . import actions, catalogue, table_statistics
+from . import actions, catalogue, notifications, table_statistics
 from .models import CollectorHeartbeat, Item, Job, Submission, lease_end
 from .pilots.drill import repeated_deliveries_due, unit_to_interrupt
 from .providers import capabilities
@@ -307,6 +307,11 @@ def poll_everything(start: Start = async_task) -> int:
     for submission_id in repeated_deliveries_due():
         if held := Submission.objects.claim(submission_id, states=[SubmissionState.COLLECTED]):
             started += attempt(start, "ledger.tasks.deliver_again", submission_id, held)
+    # Job notifications due again, or whose task was lost: each sent by a task of its own, so a
+    # receiver that is down or slow never holds up the pass.
+    mark, due_notifications = notifications.claim_due(now)
+    for notification_id in due_notifications:
+        started += attempt(start, notifications.SEND_TASK, notification_id, mark)
     return started
 
 
@@ -362,3 +367,9 @@ def attempt(work, *args) -> int:
         log.exception("%s%s failed", getattr(work, "__name__", work), args)
         return 0
     return 1
+
+
+def send_notification(notification_id: int, mark: datetime) -> str:
+    """One attempt to deliver a job's notification (`ledger.notifications`), queued when it was
+    written or by the collector's pass when a retry is due."""
+    return notifications.send(notification_id, mark)

@@ -455,6 +455,7 @@ JOB_FIELDS = (
     "unit_size",
     "budget",
     "pilot",
+    "notify_url",
 )
 
 
@@ -491,6 +492,7 @@ def same_work(job: Job, wanted: dict, owner) -> str | None:
             ("model", job.model),
             ("destination", job.destination),
             ("unit_size", job.unit_size),
+            ("notify_url", job.notify_url),
         )
         if wanted[name] != value
     ]

@@ -25,6 +25,7 @@ from ledger.models import (
     no_prompt_for_job,
 )
 from ledger.money import business_currency
+from ledger.notifications import MAX_URL_LENGTH, notify_url_problem
 from ledger.providers import (
     capabilities,
     configured_provider_names,
@@ -107,6 +108,12 @@ class JobForm(forms.Form):
         decimal_places=2,
         help_text="Spend never passes it: the job pauses first (empty: no budget).",
     )
+    notify_url = forms.CharField(
+        required=False,
+        max_length=MAX_URL_LENGTH,
+        label="Notify URL",
+        help_text="Optional: the job's events are posted to this address, signed as Standard Webhooks do.",
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -121,6 +128,12 @@ class JobForm(forms.Form):
             self.fields["unit_size"].widget.attrs["max"] = max(limit for _, limit in limits)
         self.fields["destination"].choices = [(name, name) for name in destination_names()]
         self.prompt: PromptVersion | None = None
+
+    def clean_notify_url(self) -> str:
+        url = self.cleaned_data.get("notify_url") or ""
+        if url and (problem := notify_url_problem(url)):
+            raise forms.ValidationError(problem, code="notify_url")
+        return url
 
     def find_prompt(self, task: str, version) -> PromptVersion | None:
         return PromptVersion.objects.for_job(task, version)
@@ -167,6 +180,7 @@ class JobForm(forms.Form):
             "destination": data["destination"],
             "unit_size": data["unit_size"],
             "budget": data.get("budget"),
+            "notify_url": data.get("notify_url") or "",
         }
 
 

@@ -9,6 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..models import Event, Item, ItemTally, Job
+from ..notifications import job_state_changed, pilot_report_checked
 from ..setwise import among, ids_query, insert_from_select
 from ..states import (
     ALLOWED_TRANSITIONS,
@@ -159,6 +160,8 @@ def refresh_job_state(job_id: int) -> str:
         if new != job.state:
             Job.objects.filter(pk=job.pk).update(state=new, updated_at=timezone.now())
             Event.objects.create(job=job, from_state=job.state, to_state=new, reason="item states changed")
+            job_state_changed(job, new)
+        pilot_report_checked(job, new)
     return new
 
 

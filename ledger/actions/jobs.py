@@ -24,6 +24,7 @@ from ..models import (
     no_prompt_for_job,
 )
 from ..money import business_currency
+from ..notifications import job_state_changed
 from ..pilots.drill import plan_drill
 from ..pilots.sample import PilotPlan, SampleRefused, record_sample, sampled_products_sql, unknown_fields
 from ..providers.model_names import model_name_problem
@@ -46,11 +47,13 @@ def create_job(
     unit_size: int | None = None,
     budget: Decimal | None = None,
     pilot: PilotPlan | None = None,
+    notify_url: str = "",
 ) -> Job:
     """Freeze the set of items (each product's current revision) and queue their submission. No
     model or unit size: the provider's default model, and the usual size within its limit. No prompt
     version: the task's current one. A `pilot`: the items are a stratified sample of those products
-    (`ledger.pilots.sample`), recorded with the job."""
+    (`ledger.pilots.sample`), recorded with the job. A `notify_url` is told of the job's events
+    (`ledger.notifications`; the forms check the address)."""
     from ..destinations import destination_names
     from ..providers import capabilities, default_model, default_unit_size, provider_names
 
@@ -105,6 +108,7 @@ def create_job(
             unit_size=unit_size,
             budget=budget,
             budget_currency=business_currency() if budget is not None else "",
+            notify_url=notify_url,
         )
         if pilot is not None:
             try:
@@ -146,6 +150,7 @@ def create_job(
         if not written:
             raise NotAllowed("No active products to work on")
         Event.objects.create(job=job, to_state=JobState.PREPARING, actor=owner, actor_name=actor_name(owner))
+        job_state_changed(job, JobState.PREPARING)
         enqueue("ledger.tasks.submit_job", job.pk)
     analyse_after_bulk_change({Item: written, Event: written})
     return job
@@ -302,6 +307,7 @@ def resume_job(job_id: int, *, actor) -> str:
             actor_name=actor_name(actor),
             reason="Resumed",
         )
+        job_state_changed(job, JobState.RUNNING)
         # Sent by the next pass rather than waiting out a claim taken before the pause.
         Submission.objects.filter(job=job, state=SubmissionState.INTENT).filter(
             Q(claimed_until__isnull=False)

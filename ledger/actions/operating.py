@@ -5,6 +5,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..models import Event, Item, Job, Submission
+from ..notifications import job_state_changed
 from ..states import ItemState, JobState, ReasonCode, SubmissionState, sources_for
 from .collecting import retry_inference
 from .core import NotAllowed, actor_name, change_state, enqueue, move_items, refresh_job_state
@@ -103,6 +104,7 @@ def cancel_job(*, job_id: int, actor=None) -> dict:
             reason=reason,
             data={"items_cancelled": len(cancelled), "batches_to_stop": len(running)},
         )
+        job_state_changed(job, JobState.CANCELLED)
         for submission_id in running:
             enqueue("ledger.tasks.cancel_at_provider", submission_id)
     return {
