@@ -329,14 +329,23 @@ BATCHDESK_NOTIFY_TIMEOUT = float(os.environ.get("BATCHDESK_NOTIFY_TIMEOUT", "5")
 BATCHDESK_NOTIFY_RETRY_SECONDS = float(os.environ.get("BATCHDESK_NOTIFY_RETRY_SECONDS", "30"))
 
 # Owners' e-mail (their job reaches review, needs attention or is completed) goes through Django's
-# mail settings; with DEBUG and no EMAIL_HOST it is printed by the worker instead.
-EMAIL_HOST = os.environ.get("EMAIL_HOST", "")
-if EMAIL_HOST:
-    EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "25"))
-    EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
-    EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
-    EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS")
-    EMAIL_TIMEOUT = 10
-elif DEBUG:
-    EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
+# mailer, configured from the environment: the SMTP server EMAIL_HOST (a local one on port 25 when
+# unset), or, with DEBUG and no EMAIL_HOST, printed by the worker instead.
+email_host = os.environ.get("EMAIL_HOST", "")
+if email_host or not DEBUG:
+    MAILERS = {
+        "default": {
+            "BACKEND": "django.core.mail.backends.smtp.EmailBackend",
+            "OPTIONS": {
+                "host": email_host or "localhost",
+                "port": int(os.environ.get("EMAIL_PORT", "25")),
+                "username": os.environ.get("EMAIL_HOST_USER", ""),
+                "password": os.environ.get("EMAIL_HOST_PASSWORD", ""),
+                "use_tls": env_bool("EMAIL_USE_TLS"),
+                "timeout": 10,
+            },
+        }
+    }
+else:
+    MAILERS = {"default": {"BACKEND": "django.core.mail.backends.console.EmailBackend"}}
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "batchdesk@localhost")
