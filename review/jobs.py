@@ -37,6 +37,7 @@ from .common import WORKING_JOB_STATES, HtmxHttpRequest, progress_of, state_coun
 from .display import money_text
 from .forms import ItemFilterForm
 from .job_forms import StartTokenForm
+from .job_notifications import job_notifications
 from .models import JobStartToken
 from .paging import COUNT_CAP, capped_count, screen_page
 from .permissions import ADMIN, APPROVERS, OPERATOR, VIEWERS, has_role, may_cancel, may_spend, role_required
@@ -455,6 +456,7 @@ def job_detail(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
         "page": page,
     }
     context["budget"] = job_budget_view(job, may_change=may_spend(request.user, job))
+    context["notifications"], context["notification_count"] = job_notifications(job)
     if job.state != JobState.CANCELLED and may_cancel(request.user, job):
         # What cancel_job would stop: the items from the counts on the page, the running batches counted.
         cancel = {

@@ -230,3 +230,33 @@ def test_running_and_cancelled_are_not_emailed():
     job = JobFactory(owner=owner)
     actions.cancel_job(job_id=job.pk)
     assert not JobNotification.objects.filter(channel=NotificationChannel.EMAIL).exists()
+
+
+# --- on the job page -----------------------------------------------------------------------
+
+
+def test_the_job_page_shows_each_notification_and_attempt_escaped(client):
+    with EventReceiver((500, {}, b"<script>alert(1)</script> down"), 200) as receiver:
+        job = JobFactory(notify_url=receiver.url)
+        actions.cancel_job(job_id=job.pk)
+        notification = JobNotification.objects.get()
+        send_now(notification)
+        send_now(notification)
+    client.force_login(UserFactory(roles=["operator"]))
+
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+
+    assert f'data-testid="notification-{notification.pk}" data-outcome="retried"' in page
+    assert "Delivered, retried: 2 attempts" in page
+    assert page.count('data-testid="notification-attempt"') == 2
+    assert "HTTP 500" in page and "HTTP 200" in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; down" in page
+    assert "<script>alert(1)" not in page
+    assert receiver.url in page
+
+
+def test_the_job_page_of_a_job_told_nothing_says_so(client):
+    job = JobFactory(owner=UserFactory(email=""))
+    client.force_login(UserFactory(roles=["operator"]))
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "No event told: this job was started without a notify URL." in page
