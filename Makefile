@@ -49,7 +49,8 @@ serve: $(PY)
 	$(PY) manage.py collectstatic --noinput --verbosity 0
 	@mkdir -p var/run
 	exec $(VENV)/bin/gunicorn batchdesk.wsgi --bind $${BIND_ADDRESS:-0.0.0.0}:$${PORT:-8000} \
-		--workers $${WEB_CONCURRENCY:-2} --access-logfile - \
+		--workers $${WEB_CONCURRENCY:-2} --worker-class gthread --threads $${GUNICORN_THREADS:-8} \
+		--access-logfile - \
 		--control-socket $${GUNICORN_CONTROL_SOCKET:-$(CURDIR)/var/run/gunicorn-$${PORT:-8000}.ctl}
 
 # The background workers (qcluster), in development and in production (with DEBUG=0 there).

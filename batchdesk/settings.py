@@ -327,6 +327,9 @@ BATCHDESK_NOTIFY_ALLOWED_HOSTS = [
 BATCHDESK_NOTIFY_TIMEOUT = float(os.environ.get("BATCHDESK_NOTIFY_TIMEOUT", "5"))
 # First wait before a failed delivery is tried again; it doubles with each attempt, up to an hour.
 BATCHDESK_NOTIFY_RETRY_SECONDS = float(os.environ.get("BATCHDESK_NOTIFY_RETRY_SECONDS", "30"))
+# How long one response of `GET /api/jobs/{id}/stream` lasts before the client reconnects: a stream
+# holds one of gunicorn's threads (GUNICORN_THREADS) while it is open.
+BATCHDESK_STREAM_SECONDS = float(os.environ.get("BATCHDESK_STREAM_SECONDS", "30"))
 
 # Owners' e-mail (their job reaches review, needs attention or is completed) goes through Django's
 # mailer, configured from the environment: the SMTP server EMAIL_HOST (a local one on port 25 when

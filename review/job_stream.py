@@ -1,0 +1,98 @@
+"""`GET /api/jobs/{id}/stream` (SPEC §6): Server-Sent Events of a job's state and item counts as they
+change, for an API client (its bearer token) and for the screens (the signed-in person's session: a
+read, like any page). Counts are read as the job API reads them, from the job's few tally rows.
+
+The web server runs gunicorn's threaded workers (`make serve`): a stream holds one thread, not a whole
+process, and only for STREAM_SECONDS; then it ends with a `retry:` hint and EventSource reconnects by
+itself. While nothing changes, a comment line every HEARTBEAT_SECONDS keeps proxies from closing it and
+finds a client that has gone. Its database connection is given back when it ends."""
+
+import json
+import time
+from collections.abc import Iterator
+
+from django.conf import settings
+from django.db import connection
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+
+from ledger.models import ItemTally, Job
+
+from .api import ApiError, token_user
+from .permissions import VIEWERS, has_role
+
+# How often the job is read while a stream is open.
+CHECK_SECONDS = 1.0
+HEARTBEAT_SECONDS = 15.0
+# How soon EventSource reconnects after a stream ends (milliseconds).
+RECONNECT_MS = 1000
+
+
+def caller(request: HttpRequest):
+    """The token's user when the request carries an Authorization header (an API client; a bad
+    token is refused, whatever the cookies say), else the signed-in person."""
+    if "Authorization" in request.headers:
+        return token_user(request)
+    user = request.user
+    return user if user.is_authenticated and user.is_active else None
+
+
+def job_stream(request: HttpRequest, job_id: int) -> HttpResponse:
+    try:
+        if request.method != "GET":
+            response = ApiError(405, "method_not_allowed", f"{request.method} is not allowed here").response()
+            response["Allow"] = "GET"
+            return response
+        user = caller(request)
+        if user is None:
+            response = ApiError(
+                401, "unauthenticated", "Send a valid API token (Authorization: Bearer <token>) or sign in"
+            ).response()
+            response["WWW-Authenticate"] = 'Bearer realm="batchdesk"'
+            return response
+        if not has_role(user, *VIEWERS):
+            raise ApiError(403, "forbidden", "Your role does not allow this")
+        if not Job.objects.filter(pk=job_id).exists():
+            raise ApiError(404, "not_found", f"No job found at {request.path}")
+    except ApiError as error:
+        return error.response()
+    response = StreamingHttpResponse(job_events(job_id), content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"  # a proxy in front (nginx) passes each event on at once
+    return response
+
+
+def job_snapshot(job_id: int) -> dict:
+    state, reference = Job.objects.values_list("state", "reference").get(pk=job_id)
+    counts = ItemTally.objects.filter(job_id=job_id).counts_by_state()
+    return {
+        "id": job_id,
+        "reference": reference,
+        "state": state,
+        "counts": counts,
+        "items": sum(counts.values()),
+    }
+
+
+def job_events(job_id: int) -> Iterator[str]:
+    """The job now, then again each time its state or counts change, for STREAM_SECONDS."""
+    ends = time.monotonic() + settings.BATCHDESK_STREAM_SECONDS
+    try:
+        yield f"retry: {RECONNECT_MS}\n\n"
+        last = None
+        quiet_since = time.monotonic()
+        while True:
+            data = json.dumps(job_snapshot(job_id), separators=(",", ":"))
+            if data != last:
+                yield f"data: {data}\n\n"
+                last, quiet_since = data, time.monotonic()
+            elif time.monotonic() - quiet_since >= HEARTBEAT_SECONDS:
+                yield ": still watching\n\n"
+                quiet_since = time.monotonic()
+            if time.monotonic() + CHECK_SECONDS > ends:
+                return
+            time.sleep(CHECK_SECONDS)
+    finally:
+        # The thread's connection, idle while the stream waited, is not kept for its next request
+        # (inside a transaction, a test's, it is not ours to close).
+        if not connection.in_atomic_block:
+            connection.close()
