@@ -143,6 +143,8 @@ def test_make_serve_runs_gunicorn_and_serves_the_static_files_itself(tmp_path):
         # A control socket of its own, named by its port: a second gunicorn never takes it over.
         assert control_socket.is_socket(), log.read_text()
         assert not (tmp_path / ".gunicorn").exists()
+        # Threaded workers: a job's event stream (GET /api/jobs/{id}/stream) holds a thread, not a process.
+        assert "Using worker: gthread" in log.read_text()
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
