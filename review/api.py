@@ -366,6 +366,9 @@ def jobs_json(request: HttpRequest, jobs: list[Job]) -> list[dict]:
             if job.state == JobState.PAUSED
             else None,
             "pilot": pilot_json(request, pilots.get(job.pk)),
+            "notify_url": job.notify_url or None,
+            "notifications_url": request.build_absolute_uri(reverse("api:job_notifications", args=[job.pk])),
+            "stream_url": request.build_absolute_uri(reverse("api:job_stream", args=[job.pk])),
         }
         for job in jobs
     ]

@@ -6,10 +6,12 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
+from ledger.actions import cancel_job
 from ledger.models import Event, Job, JobNotification
+from ledger.tasks import send_notification
 from tests.api.conftest import assert_error
 from tests.factories import ProductFactory
-from tests.notifications.receiver import SECRET
+from tests.notifications.receiver import SECRET, EventReceiver
 
 pytestmark = pytest.mark.django_db
 
@@ -101,3 +103,32 @@ def test_a_secret_that_cannot_sign_stops_the_processes_at_startup(settings):
     settings.BATCHDESK_NOTIFY_SECRET = "whsec_not base64!"
     with pytest.raises(SystemCheckError, match="batchdesk.E020"):
         call_command("check")
+
+
+def test_the_job_shows_its_notifications_and_each_attempt(as_owner, as_outsider):
+    with EventReceiver(503, 204) as receiver:
+        response = as_owner.post_json("/api/jobs", {**BODY, "notify_url": receiver.url})
+        job = Job.objects.get(pk=response.json()["id"])
+        cancel_job(job_id=job.pk)
+        for notification in JobNotification.objects.filter(job=job).order_by("pk"):
+            send_notification(notification.pk, notification.next_attempt_at)
+        retried = JobNotification.objects.get(job=job, event_type="job.preparing")
+        retried.refresh_from_db()
+        send_notification(retried.pk, retried.next_attempt_at)
+
+    shown = as_owner.get(f"/api/jobs/{job.pk}").json()
+    assert shown["notify_url"] == receiver.url
+    listed = as_owner.get(shown["notifications_url"]).json()
+    assert listed["count"] == 2 and listed["next"] is None
+    preparing, cancelled = listed["results"]
+    assert (preparing["type"], preparing["outcome"], preparing["channel"]) == (
+        "job.preparing",
+        "retried",
+        "webhook",
+    )
+    assert [attempt["status"] for attempt in preparing["attempts"]] == [503, 200]
+    assert preparing["webhook_id"] == retried.message_id
+    assert (cancelled["type"], cancelled["outcome"]) == ("job.cancelled", "delivered")
+    assert [attempt["status"] for attempt in cancelled["attempts"]] == [204]
+    assert_error(as_outsider.get(shown["notifications_url"]), 403, "forbidden")
+    assert_error(as_owner.get(f"/api/jobs/{job.pk + 100}/notifications"), 404, "not_found")
