@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.views.decorators.csrf import csrf_exempt
 
 from ledger.models import ItemTally, Job
 
@@ -36,6 +37,7 @@ def caller(request: HttpRequest):
     return user if user.is_authenticated and user.is_active else None
 
 
+@csrf_exempt  # an API address: whatever the method, the answer is JSON (405), not the CSRF page
 def job_stream(request: HttpRequest, job_id: int) -> HttpResponse:
     try:
         if request.method != "GET":
@@ -61,8 +63,12 @@ def job_stream(request: HttpRequest, job_id: int) -> HttpResponse:
     return response
 
 
-def job_snapshot(job_id: int) -> dict:
-    state, reference = Job.objects.values_list("state", "reference").get(pk=job_id)
+def job_snapshot(job_id: int) -> dict | None:
+    """The job's state and counts, or None when it is gone."""
+    row = Job.objects.filter(pk=job_id).values_list("state", "reference").first()
+    if row is None:
+        return None
+    state, reference = row
     counts = ItemTally.objects.filter(job_id=job_id).counts_by_state()
     return {
         "id": job_id,
@@ -80,8 +86,8 @@ def job_events(job_id: int) -> Iterator[str]:
         yield f"retry: {RECONNECT_MS}\n\n"
         last = None
         quiet_since = time.monotonic()
-        while True:
-            data = json.dumps(job_snapshot(job_id), separators=(",", ":"))
+        while (snapshot := job_snapshot(job_id)) is not None:
+            data = json.dumps(snapshot, separators=(",", ":"))
             if data != last:
                 yield f"data: {data}\n\n"
                 last, quiet_since = data, time.monotonic()

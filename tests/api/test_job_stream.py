@@ -9,7 +9,7 @@ import pytest
 from ledger import actions
 from ledger.states import ItemState, JobState
 from review import job_stream
-from tests.api.conftest import assert_error
+from tests.api.conftest import ApiClient, assert_error, token_for
 from tests.factories import ItemFactory, JobFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -91,9 +91,11 @@ def test_who_may_not_follow_it(client, as_outsider, api_as):
     assert_error(client.get(f"/api/jobs/{job.pk}/stream", headers={"Authorization": "Bearer nope"}), 401)
 
 
-def test_an_unknown_job_or_another_method(as_owner):
+def test_an_unknown_job_or_another_method(as_owner, owner):
     job = JobFactory()
     assert_error(as_owner.get(f"/api/jobs/{job.pk + 1000}/stream"), 404, "not_found")
-    response = as_owner.post_json(f"/api/jobs/{job.pk}/stream", {})
+    # An API client sends no CSRF token: it is answered as the API answers, in JSON.
+    checking_csrf = ApiClient(token_for(owner), enforce_csrf_checks=True)
+    response = checking_csrf.post_json(f"/api/jobs/{job.pk}/stream", {})
     assert_error(response, 405, "method_not_allowed")
     assert response["Allow"] == "GET"
