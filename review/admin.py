@@ -27,6 +27,8 @@ from ledger.models import (
     Item,
     ItemTally,
     Job,
+    JobNotification,
+    NotificationAttempt,
     Pilot,
     PilotProduct,
     PilotStratum,
@@ -321,6 +323,21 @@ class UnitChargeAdmin(LedgerAdmin):
         "settled_at",
     )
     list_select_related = ("job", "submission")
+
+
+@admin.register(JobNotification)
+class JobNotificationAdmin(LedgerAdmin):
+    """A job's events to tell (`ledger.notifications`); the job page lists them with their attempts."""
+
+    list_display = ("id", "job", "event_type", "channel", "attempts", "delivered_at", "gave_up_at")
+    list_select_related = ("job",)
+    exclude = ("body",)
+
+
+@admin.register(NotificationAttempt)
+class NotificationAttemptAdmin(LedgerAdmin):
+    list_display = ("id", "notification", "at", "delivered", "status", "error")
+    list_select_related = ("notification__job",)
 
 
 @admin.register(ExchangeRate)

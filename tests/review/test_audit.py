@@ -23,6 +23,8 @@ from ledger.models import (
     Event,
     ExchangeRate,
     Item,
+    JobNotification,
+    NotificationAttempt,
     Pilot,
     PilotProduct,
     PilotStratum,
@@ -377,6 +379,15 @@ def one_of_each(owner, item, draft) -> None:
     )
     PilotProduct.objects.create(pilot=pilot, product=item.product, stratum=1)
     DrillStep.objects.create(pilot=pilot, kind=DrillKind.INTERRUPTED_COLLECTION, submission=submission)
+    notification = JobNotification.objects.create(
+        job=item.job,
+        channel="webhook",
+        message_id="msg_x",
+        event_type="job.running",
+        recipient="http://r",
+        body=b"{}",
+    )
+    NotificationAttempt.objects.create(notification=notification, status=500, answer="<b>down</b>")
 
 
 def admin_url(model, view: str, *args) -> str:
