@@ -99,3 +99,12 @@ def test_an_unknown_job_or_another_method(as_owner, owner):
     response = checking_csrf.post_json(f"/api/jobs/{job.pk}/stream", {})
     assert_error(response, 405, "method_not_allowed")
     assert response["Allow"] == "GET"
+
+
+def test_each_look_at_the_job_is_two_queries_however_many_items(django_assert_num_queries):
+    job = JobFactory()
+    for state in (ItemState.SUBMITTED, ItemState.AWAITING_REVIEW, ItemState.APPLIED):
+        ItemFactory.create_batch(3, job=job, state=state)
+    with django_assert_num_queries(2):  # the job's row, and the sum of its few tally rows
+        snapshot = job_stream.job_snapshot(job.pk)
+    assert snapshot["items"] == 9
