@@ -1,13 +1,16 @@
 """The job page's live progress in a real browser: where EventSource exists, the progress panel follows
 the job's event stream (`GET /api/jobs/{id}/stream`) instead of polling, and its counts change without
-a reload; a browser without EventSource keeps htmx's polling."""
+a reload; a browser without EventSource keeps htmx's polling. And its notifications at a phone's width."""
 
 import pytest
 
 from ledger import actions
+from ledger.models import JobNotification, NotificationAttempt
 from ledger.states import ItemState
 from tests.factories import ItemFactory, JobFactory
+from tests.notifications.receiver import SECRET
 from tests.review.browser import log_in
+from tests.review.test_narrow_screens import OVERFLOWING, PHONE
 
 pytestmark = [
     pytest.mark.browser,
@@ -69,3 +72,21 @@ def test_a_browser_without_event_source_keeps_polling(page, live_server, owner, 
 
     expect(page.get_by_test_id("state-counts")).to_contain_text(ItemState.RETURNED.label)
     assert page.evaluate("window.notReloaded") is True
+
+
+def test_the_notifications_of_a_job_fit_a_phone(page, live_server, owner, settings):
+    settings.BATCHDESK_NOTIFY_SECRET = SECRET
+    long_url = "http://127.0.0.1:9/" + "receiver-path-without-a-break-" * 20
+    job = JobFactory(owner=owner, notify_url=long_url)
+    actions.cancel_job(job_id=job.pk)
+    notification = JobNotification.objects.get()
+    NotificationAttempt.objects.create(
+        notification=notification, status=502, answer="upstream-connect-error-or-disconnect-" * 5
+    )
+    NotificationAttempt.objects.create(notification=notification, error="Could not be reached: " + "x" * 250)
+    page.set_viewport_size(PHONE)
+    log_in(page, live_server, owner, then=f"/jobs/{job.pk}/")
+    page.wait_for_load_state("networkidle")
+    assert page.get_by_test_id("notification-attempt").count() == 2
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= PHONE["width"], page.evaluate(OVERFLOWING)
