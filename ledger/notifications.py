@@ -190,6 +190,7 @@ def announce(job: Job, event_type: str, *, state: str) -> None:
     recipients = []
     if job.notify_url:
         recipients.append((NotificationChannel.WEBHOOK, job.notify_url))
+    # People are e-mailed about the states that ask something of them, not about budgets or pilots.
     if event_type == f"job.{state}" and state in EMAILED_STATES:
         email = get_user_model().objects.filter(pk=job.owner_id).values_list("email", flat=True).first()
         if email:
