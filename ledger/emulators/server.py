@@ -382,6 +382,8 @@ class EmulatorServer:
             daemon=True,
         )
         self._thread.start()
+        if self.knobs.webhook_url:
+            self._start_announcing()
         return self.base_url
 
     def stop(self) -> None:
@@ -401,6 +403,8 @@ class EmulatorServer:
         stop = threading.Event()
         clock = threading.Thread(target=self.keep_time, args=(stop,), name="emulator-clock", daemon=True)
         clock.start()
+        if self.knobs.webhook_url:
+            self._start_announcing()
         if on_ready is not None:
             on_ready(self.base_url)
         try:
@@ -448,7 +452,7 @@ class EmulatorServer:
                 setattr(self.knobs, name, value)
             if "cut_downloads" in checked:
                 self._cut_downloads.clear()
-            if self.knobs.webhook_url:
+            if self.knobs.webhook_url and self._server is not None:
                 self._start_announcing()
             return asdict(self.knobs)
 
@@ -538,8 +542,8 @@ class EmulatorServer:
     def _start_announcing(self) -> None:
         """The announcer: every KEEP_TIME_SECONDS it brings the units up to date, as a provider
         notices a batch's end whether anyone asks or not, and posts the webhooks of those that
-        ended. Started once a `webhook_url` is set, whether the emulator serves from a thread of a
-        test or from `run_emulator`."""
+        ended. Started while the emulator serves (from a thread of a test or from `run_emulator`)
+        with a `webhook_url` set."""
         if self._announcer is not None:
             return
         self._announcer_stop.clear()
