@@ -69,13 +69,20 @@ def batch_ref(provider: str, event: Any) -> str:
     data = event.get("data") if isinstance(event, dict) else None
     if not isinstance(data, dict):
         return ""
-    if provider == "gemini":
-        name, bare = data.get("name"), data.get("id")
-        ref = name if isinstance(name, str) else f"batches/{bare}" if isinstance(bare, str) and bare else ""
-    else:
-        ref = data.get("id") if isinstance(data.get("id"), str) else ""
+    ref = gemini_batch(data) if provider == "gemini" else data.get("id")
+    if not isinstance(ref, str):
+        return ""
     ref = ref.strip()
     return ref if 0 < len(ref) <= MAX_REF_LENGTH else ""
+
+
+def gemini_batch(data: dict) -> Any:
+    """Gemini names a batch by its resource name, `batches/…` (`data.name`); a bare id (`data.id`)
+    is read as `batches/<id>`."""
+    if "name" in data:
+        return data["name"]
+    bare = data.get("id")
+    return f"batches/{bare.strip()}" if isinstance(bare, str) and bare.strip() else None
 
 
 def event_type(event: Any) -> str:

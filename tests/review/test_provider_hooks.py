@@ -124,16 +124,25 @@ def test_a_signed_event_has_the_named_unit_polled_now(
     assert set(job.items.counts_by_state()) <= {ItemState.AWAITING_REVIEW, ItemState.VALIDATION_FAILED}
 
 
-def test_gemini_names_the_batch_by_its_resource_name(client, gemini_unit, django_capture_on_commit_callbacks):
+@pytest.mark.parametrize("names", ["resource-name", "bare-id"])
+def test_gemini_names_the_batch_by_its_resource_name_or_its_id(
+    client, gemini_unit, django_capture_on_commit_callbacks, names
+):
     emulator, clock, job, unit = gemini_unit
     assert unit.provider_ref.startswith("batches/")
-    body = json.dumps({"type": "batch.succeeded", "data": {"name": unit.provider_ref}}).encode()
+    data = (
+        {"name": unit.provider_ref}
+        if names == "resource-name"
+        else {"id": unit.provider_ref.removeprefix("batches/")}
+    )
+    body = json.dumps({"type": "batch.succeeded", "data": data}).encode()
 
     with django_capture_on_commit_callbacks(execute=True):
         answer = post(client, "/hooks/gemini", body)
 
     assert answer.status_code == 200 and answer.json()["outcome"] == "poll_queued"
     assert [func for func, _ in queued()] == ["ledger.tasks.poll_submission"]
+    assert ProviderHint.objects.get().batch_ref == unit.provider_ref
 
 
 def test_a_repeated_webhook_id_answers_200_and_does_nothing(
