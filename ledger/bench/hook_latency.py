@@ -6,8 +6,9 @@ OpenAI emulator (`run_emulator`), a worker cluster with the collector passing ev
 default), and, for the webhook, the web server (`runserver`) the emulator posts its signed
 `batch.completed` to, with OPENAI_WEBHOOK_SECRET set. Six jobs of one unit each are created at once;
 their batches run 1 to 6 × RUN_SECONDS, so that they end at different moments of the collector's
-cycle. A unit's latency runs from its batch's end at the provider (the emulator's `completed_at`, in
-whole seconds, so up to a second long) to its `collected` event. The cluster, the server and the
+cycle. A unit's latency runs to its `collected` event from the webhook's delivery (the emulator's
+`sent_at`) or, polled, from its batch's end (the emulator's `completed_at`, in whole seconds: up to
+a second long). The cluster, the server and the
 emulator are stopped whatever happens."""
 
 import contextlib
@@ -105,7 +106,7 @@ def latencies(bench: Bench, *, webhook: bool) -> list[float]:
                     env=env,
                 )
             collected = wait_for_collections(url, log)
-            ended = ends_at_provider(base_url, collected)
+            ended = ends_at_provider(base_url, collected, webhook=webhook)
     return sorted(collected[ref] - ended[ref] for ref in collected)
 
 
@@ -128,7 +129,12 @@ def wait_for_collections(url: str, log: Path) -> dict[str, float]:
     )
 
 
-def ends_at_provider(base_url: str, refs) -> dict[str, float]:
+def ends_at_provider(base_url: str, refs, *, webhook: bool) -> dict[str, float]:
+    """When each unit's end was told: the webhook's delivery (the emulator's wall clock, a tenth of
+    a second at most after the end), or, polled, its batch's `completed_at`."""
+    if webhook:
+        stats = httpx.get(str(httpx.URL(base_url).join("/_emulator/stats")), timeout=10).json()
+        return {sent["unit"]: sent["sent_at"] for sent in reversed(stats["webhooks"]) if sent["unit"] in refs}
     with httpx.Client(base_url=base_url, headers={"Authorization": "Bearer sk-bench"}, timeout=10) as client:
         return {ref: float(client.get(f"/batches/{ref}").json()["completed_at"]) for ref in refs}
 
