@@ -596,7 +596,13 @@ class Submission(models.Model):
                 condition=Q(state__in=SubmissionState.values), name="submission_state_valid"
             )
         ]
-        indexes = [models.Index(fields=["state", "last_observed_at"], name="submission_open")]
+        indexes = [
+            models.Index(fields=["state", "last_observed_at"], name="submission_open"),
+            # A provider's batch webhook names its unit by the provider's reference (provider_hooks).
+            models.Index(
+                fields=["provider_ref"], name="submission_provider_ref", condition=~Q(provider_ref="")
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.provider_ref or self.intent_key

@@ -65,4 +65,12 @@ class Migration(migrations.Migration):
                 ],
             },
         ),
+        migrations.AddIndex(
+            model_name="submission",
+            index=models.Index(
+                condition=models.Q(("provider_ref", ""), _negated=True),
+                fields=["provider_ref"],
+                name="submission_provider_ref",
+            ),
+        ),
     ]
