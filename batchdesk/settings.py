@@ -181,6 +181,9 @@ if BATCHDESK_HTTPS:
 
 # How often open submissions are polled; a collector silent for 3 intervals is "stalled".
 BATCHDESK_POLL_SECONDS = int(os.environ.get("BATCHDESK_POLL_SECONDS", "30"))
+# Open units of a provider whose batch webhooks arrive (OPENAI_WEBHOOK_SECRET, GEMINI_WEBHOOK_SECRET set,
+# ledger/provider_hooks.py) are polled at most this often: the webhook says when one ends.
+BATCHDESK_HOOKED_POLL_SECONDS = int(os.environ.get("BATCHDESK_HOOKED_POLL_SECONDS", "300"))
 # Seconds before a webhook destination call counts as timed out (and is retried with the same key).
 BATCHDESK_WEBHOOK_TIMEOUT = float(os.environ.get("BATCHDESK_WEBHOOK_TIMEOUT", "10"))
 # How long a lost create answer is looked for at the provider before the intent may be re-sent.

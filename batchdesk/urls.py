@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from review import accounts, api, preferences
+from review import accounts, api, hooks, preferences
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -19,6 +19,9 @@ urlpatterns = [
     path("accounts/preferences/", preferences.preferences, name="preferences"),
     path("api/", include("review.api_urls")),
     path("metrics", api.metrics, name="metrics"),
+    # The providers' batch webhooks: signed by the provider, not under /api/ (no token, no session).
+    path("hooks/openai", hooks.openai_hook, name="openai_hook"),
+    path("hooks/gemini", hooks.gemini_hook, name="gemini_hook"),
     path("", include("review.urls")),
 ]
 

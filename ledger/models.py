@@ -598,7 +598,13 @@ class Submission(models.Model):
                 condition=Q(state__in=SubmissionState.values), name="submission_state_valid"
             )
         ]
-        indexes = [models.Index(fields=["state", "last_observed_at"], name="submission_open")]
+        indexes = [
+            models.Index(fields=["state", "last_observed_at"], name="submission_open"),
+            # A provider's batch webhook names its unit by the provider's reference (provider_hooks).
+            models.Index(
+                fields=["provider_ref"], name="submission_provider_ref", condition=~Q(provider_ref="")
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.provider_ref or self.intent_key
@@ -1208,3 +1214,39 @@ class NotificationAttempt(models.Model):
 
     class Meta:
         ordering = ["notification", "id"]
+
+
+class HintOutcome(models.TextChoices):
+    """What a provider's batch webhook (`/hooks/<provider>`, `ledger/provider_hooks.py`) led to."""
+
+    POLL_QUEUED = "poll_queued", "The unit was claimed and its poll queued"
+    POLL_UNDER_WAY = "poll_under_way", "The unit is already being polled or collected"
+    NOT_OPEN = "not_open", "The unit is no longer waiting for its provider"
+    UNKNOWN_UNIT = "unknown_unit", "No unit of this provider has that batch id"
+    UNREADABLE = "unreadable", "The body names no batch"
+
+
+class ProviderHint(models.Model):
+    """A provider's batch webhook, correctly signed, kept once per `webhook-id`: the provider delivers
+    at least once, and a repeated id changes nothing. The body is not kept; only the batch id read
+    from it (untrusted text, at most 256 characters) and the event's type."""
+
+    provider = models.CharField(max_length=32)
+    webhook_id = models.CharField(max_length=256)
+    event_type = models.CharField(max_length=64, blank=True)
+    batch_ref = models.CharField(max_length=256, blank=True)
+    submission = models.ForeignKey(
+        Submission, on_delete=models.PROTECT, null=True, blank=True, related_name="hints"
+    )
+    outcome = models.CharField(max_length=16, choices=HintOutcome.choices)
+    received_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["provider", "webhook_id"], name="provider_hint_once"),
+            models.CheckConstraint(condition=Q(outcome__in=HintOutcome.values), name="provider_hint_outcome"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider} {self.event_type or 'event'} {self.batch_ref or '?'}: {self.outcome}"

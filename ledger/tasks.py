@@ -27,8 +27,8 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django_q.tasks import async_task
 
-from . import actions, catalogue, notifications, table_statistics
-from .models import CollectorHeartbeat, Item, Job, Submission, lease_end
+from . import actions, catalogue, notifications, provider_hooks, table_statistics
+from .models import CollectorHeartbeat, Item, Job, ProviderHint, Submission, lease_end
 from .pilots.drill import repeated_deliveries_due, unit_to_interrupt
 from .providers import capabilities
 from .providers.base import Delivery
@@ -328,6 +328,7 @@ def claim_due_submissions(now: datetime) -> tuple[str, list[tuple[int, str]]]:
             .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
             # A paused job's units wait to be sent until someone acts.
             .exclude(state=SubmissionState.INTENT, job__state=JobState.PAUSED)
+            .exclude(waiting_for_webhook(now))
             .order_by("pk")
             .values_list("pk", "state")[:MOST_SUBMISSIONS_PER_PASS]
         )
@@ -335,6 +336,26 @@ def claim_due_submissions(now: datetime) -> tuple[str, list[tuple[int, str]]]:
             claimed_until=lease_end(), claimed_by=token
         )
     return token, due
+
+
+def waiting_for_webhook(now: datetime) -> Q:
+    """Open units whose provider's batch webhooks reach us (`provider_hooks`), observed within
+    BATCHDESK_HOOKED_POLL_SECONDS, with no webhook about them since: the webhook will say when they
+    end, and a poll every BATCHDESK_HOOKED_POLL_SECONDS stays the fallback. Units of a cancelled job
+    still to be stopped are not among them. The passes themselves, and the heartbeat the stalled
+    collector is judged by (`health.collector_stalled`), go on every BATCHDESK_POLL_SECONDS."""
+    hooked = provider_hooks.hooked_providers()
+    if not hooked:
+        return Q(pk__in=[])
+    newer_hint = ProviderHint.objects.filter(
+        submission=OuterRef("pk"), received_at__gt=OuterRef("last_observed_at")
+    )
+    recently = now - timedelta(seconds=settings.BATCHDESK_HOOKED_POLL_SECONDS)
+    return (
+        Q(state=SubmissionState.OPEN, provider__in=hooked, last_observed_at__gt=recently)
+        & ~Exists(newer_hint)
+        & ~Q(job__state=JobState.CANCELLED, cancel_answered_at__isnull=True)
+    )
 
 
 def claim_due_applications(now: datetime) -> tuple[datetime, list[int]]:

@@ -27,7 +27,9 @@ JSON also accepts snake_case on input, so both are read).
   `inlinedResponses`, without `metadata`; a file line without `key` likewise, without `key`.
 
 Nothing runs in the background: a batch is brought up to date from timestamps whenever it is
-read. It is `BATCH_STATE_PENDING` for `pending_ms`, then `RUNNING`, one request per
+read (with a `webhook_url`, also by a thread that posts the signed `batch.succeeded`,
+`batch.failed`, `batch.expired` or `batch.cancelled` event `{"id", "type", "create_time",
+"data": {"name": "batches/…", "state"}}` when one ends). It is `BATCH_STATE_PENDING` for `pending_ms`, then `RUNNING`, one request per
 `per_request_ms` of simulated time, then `SUCCEEDED` with every response. A cancelled batch keeps
 the responses of the requests that ran before the cancel; an expired batch (48 h on the real
 service: here `expire_after_ms`, or `expire_rate` of batches) has none at all.
@@ -729,6 +731,16 @@ class GeminiEmulator(EmulatorServer):
                 batch.inlined = spoiled
         else:
             batch.stats = {"requestCount": len(batch.requests)}
+        # The event Gemini posts to a project's webhook (ledger/provider_hooks.py says what BatchDesk
+        # reads of it: the batch's resource name).
+        kind = "batch." + state.removeprefix("BATCH_STATE_").lower()
+        event = {
+            "id": f"evt_{uuid.uuid4().hex}",
+            "type": kind,
+            "create_time": _timestamp(at),
+            "data": {"name": batch.name, "state": state},
+        }
+        self.announce(kind, batch.name, event)
 
     def _written_answer(self, batch: _Batch, request: _Request, at: float) -> dict:
         answer: dict

@@ -3,7 +3,8 @@
 It speaks the real wire protocol, so the OpenAI adapter and the official SDK talk to it
 unchanged, and it answers with `textgen` instead of a model. Batches move through the real
 statuses as time passes: nothing runs in the background; a batch is brought up to date
-whenever it is read, from timestamps, under one lock.
+whenever it is read, from timestamps, under one lock. With a `webhook_url` (`server.FaultKnobs`)
+a thread also brings them up to date and posts OpenAI's signed `batch.<status>` event when one ends.
 
 Fault knobs (`server.FaultKnobs`) make it misbehave the ways a real provider does: requests that fail or
 expire, batches that expire part-way, calls answered 429 or 500, a create call whose answer
@@ -553,6 +554,15 @@ class Emulator(EmulatorServer):
             batch.output_file_id = self._result_file(batch, "output", output, at)
             failures = [compact_json(r.result) for r in finished if not r.succeeded]
             batch.error_file_id = self._result_file(batch, "error", failures, at)
+            # OpenAI's thin event (reference/providers.md §8.4): the batch is fetched again.
+            event = {
+                "id": _new_id("evt_"),
+                "object": "event",
+                "created_at": int(at),
+                "type": f"batch.{status}",
+                "data": {"id": batch.id},
+            }
+            self.announce(event["type"], batch.id, event)
 
     def _spoil(
         self, batch: _Batch, succeeded: list[_Request], output: list[str], rng: random.Random, at: float

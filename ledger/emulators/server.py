@@ -16,11 +16,15 @@ import math
 import re
 import socket
 import threading
+import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, fields
+from datetime import UTC, datetime
 from typing import Any, ClassVar, NamedTuple
 
+import httpx
 from werkzeug.exceptions import HTTPException
 from werkzeug.routing import Map, Rule
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
@@ -28,6 +32,7 @@ from werkzeug.wrappers import Request, Response
 
 from ledger.emulators import textgen
 from ledger.emulators.clock import Clock, WallClock
+from ledger.signed_webhooks import signed_headers, signer
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +135,28 @@ def refusal_status(name: str, value: Any) -> int:
     return value
 
 
+def hook_url(name: str, value: Any) -> str | None:
+    if value is not None and not (isinstance(value, str) and value.startswith(("http://", "https://"))):
+        raise KnobError(name, f"{name} must be an http:// or https:// address, or null")
+    return value
+
+
+def hook_secret(name: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    try:
+        signer(value if isinstance(value, str) else "")
+    except ValueError:
+        raise KnobError(name, f"{name} must read whsec_ followed by base64, or be null") from None
+    return value
+
+
+def positive_count(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise KnobError(name, f"{name} must be a whole number of at least 1")
+    return value
+
+
 def knob(default: Any, check: Callable[[str, Any], Any]) -> Any:
     if isinstance(default, list):
         return field(default_factory=list, metadata={"check": check})
@@ -189,6 +216,13 @@ class FaultKnobs:
     refuse_rate: float = knob(0.0, share)
     fence_rate: float = knob(0.0, share)
     prose_rate: float = knob(0.0, share)
+    # Batch webhooks (reference/providers.md §8.4), for the protocols whose provider sends them
+    # (OpenAI, Gemini): when a unit ends, its event is posted to `webhook_url`, signed as Standard
+    # Webhooks do with `webhook_secret`, `webhook_deliveries` times with the same webhook-id (at
+    # least once, as the providers promise; 2 exercises a receiver's deduplication).
+    webhook_url: str | None = knob(None, hook_url)
+    webhook_secret: str | None = knob(None, hook_secret)
+    webhook_deliveries: int = knob(1, positive_count)
 
 
 def _matches(prefix: str | None, method: str, path: str) -> bool:
@@ -214,6 +248,23 @@ def mid_line(content: bytes) -> int:
 
 # How often a serving emulator brings its units up to date by itself (`keep_time`).
 KEEP_TIME_SECONDS = 0.1
+# A webhook the receiver did not take (no answer, or a 5xx) is tried again this many times, the
+# wait doubling from WEBHOOK_RETRY_SECONDS (a provider goes on for a day or three).
+WEBHOOK_ATTEMPTS = 6
+WEBHOOK_RETRY_SECONDS = 0.25
+
+
+@dataclass
+class Webhook:
+    """A unit's end as its provider announces it: where to, signed with what, and the event."""
+
+    url: str
+    secret: str | None
+    deliveries: int
+    message_id: str
+    event_type: str
+    unit: str
+    body: bytes
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -250,6 +301,10 @@ class EmulatorServer:
         self._cut_downloads: Counter = Counter()  # since `cut_downloads` was last set
         self._server: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
+        self._outbox: list[Webhook] = []  # ended units' webhooks not yet posted
+        self._webhooks: list[dict] = []  # what was posted and answered, for `stats`
+        self._announcer: threading.Thread | None = None
+        self._announcer_stop = threading.Event()
         self._url_map = Map(self.rules() + self._control_rules(), strict_slashes=False)
         self.configure(**knobs)  # a bad knob raises ApiError: nothing serves
 
@@ -327,9 +382,12 @@ class EmulatorServer:
             daemon=True,
         )
         self._thread.start()
+        if self.knobs.webhook_url:
+            self._start_announcing()
         return self.base_url
 
     def stop(self) -> None:
+        self._stop_announcing()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -345,12 +403,15 @@ class EmulatorServer:
         stop = threading.Event()
         clock = threading.Thread(target=self.keep_time, args=(stop,), name="emulator-clock", daemon=True)
         clock.start()
+        if self.knobs.webhook_url:
+            self._start_announcing()
         if on_ready is not None:
             on_ready(self.base_url)
         try:
             server.serve_forever()
         finally:
             stop.set()
+            self._stop_announcing()
             server.server_close()
 
     def keep_time(self, stop: threading.Event, every: float = KEEP_TIME_SECONDS) -> None:
@@ -391,6 +452,8 @@ class EmulatorServer:
                 setattr(self.knobs, name, value)
             if "cut_downloads" in checked:
                 self._cut_downloads.clear()
+            if self.knobs.webhook_url and self._server is not None:
+                self._start_announcing()
             return asdict(self.knobs)
 
     def config(self) -> dict:
@@ -409,6 +472,7 @@ class EmulatorServer:
                 "creates": self._creates,
                 "downloads": dict(self._downloads),
                 "rejected_calls": self._rejected_calls,
+                "webhooks": [dict(sent) for sent in self._webhooks],
             }
 
     # --- helpers for protocols ---------------------------------------------------------------
@@ -454,6 +518,87 @@ class EmulatorServer:
             return json.loads(request.get_data() or b"null")
         except ValueError:
             raise self.error(400, "The request body is not valid JSON.") from None
+
+    # --- batch webhooks ---------------------------------------------------------------------
+
+    def announce(self, event_type: str, unit: str, event: dict) -> None:
+        """A unit has ended: its provider's webhook `event` is posted, if `webhook_url` is set, by
+        the announcer (callers hold the lock; nothing is sent while it is held)."""
+        knobs = self.knobs
+        if not knobs.webhook_url:
+            return
+        self._outbox.append(
+            Webhook(
+                url=knobs.webhook_url,
+                secret=knobs.webhook_secret,
+                deliveries=knobs.webhook_deliveries,
+                message_id=f"wh_{uuid.uuid4().hex}",
+                event_type=event_type,
+                unit=unit,
+                body=json.dumps(event, separators=(",", ":")).encode(),
+            )
+        )
+
+    def _start_announcing(self) -> None:
+        """The announcer: every KEEP_TIME_SECONDS it brings the units up to date, as a provider
+        notices a batch's end whether anyone asks or not, and posts the webhooks of those that
+        ended. Started while the emulator serves (from a thread of a test or from `run_emulator`)
+        with a `webhook_url` set."""
+        if self._announcer is not None:
+            return
+        self._announcer_stop.clear()
+        self._announcer = threading.Thread(
+            target=self._announce, name=f"emulator-{self.protocol}-webhooks", daemon=True
+        )
+        self._announcer.start()
+
+    def _stop_announcing(self) -> None:
+        if self._announcer is not None:
+            self._announcer_stop.set()
+            self._announcer.join()
+            self._announcer = None
+
+    def _announce(self) -> None:
+        with httpx.Client(timeout=5) as client:
+            while not self._announcer_stop.wait(KEEP_TIME_SECONDS):
+                with self.lock:
+                    self.advance()
+                    due, self._outbox = self._outbox, []
+                for webhook in due:
+                    for _ in range(webhook.deliveries):
+                        self._post(client, webhook)
+
+    def _post(self, client: httpx.Client, webhook: Webhook) -> None:
+        """One delivery, tried again while the receiver does not take it; its answers are recorded."""
+        answers: list[int | str] = []
+        for attempt in range(WEBHOOK_ATTEMPTS):
+            if attempt:
+                time.sleep(WEBHOOK_RETRY_SECONDS * 2 ** (attempt - 1))
+            headers = {"content-type": "application/json"}
+            if webhook.secret:
+                headers |= signed_headers(
+                    webhook.secret, message_id=webhook.message_id, at=datetime.now(UTC), body=webhook.body
+                )
+            sent_at = time.time()
+            try:
+                status: int | str = client.post(
+                    webhook.url, content=webhook.body, headers=headers
+                ).status_code
+            except httpx.HTTPError as error:
+                status = type(error).__name__
+            answers.append(status)
+            if isinstance(status, int) and status < 500:
+                break
+        with self.lock:
+            self._webhooks.append(
+                {
+                    "id": webhook.message_id,
+                    "type": webhook.event_type,
+                    "unit": webhook.unit,
+                    "sent_at": sent_at,
+                    "answers": answers,
+                }
+            )
 
     # --- one call ----------------------------------------------------------------------------
 

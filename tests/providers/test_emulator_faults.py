@@ -288,6 +288,9 @@ def test_a_bad_knob_gets_a_400_and_changes_nothing(emulator, control, bad):
     assert emulator.config() == before
 
 
+WEBHOOK_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+
 def knobs_from_flags(*flags: str) -> dict:
     parser = RunEmulator().create_parser("manage.py", "run_emulator")
     return emulator_kwargs(vars(parser.parse_args(list(flags))))
@@ -303,6 +306,8 @@ def test_the_command_line_flags_become_emulator_knobs():
         *("--refusals", "4", "--refusal-path", "/v1/files", "--refusal-status", "403"),
         *("--billing-refusals", "2"),
         *("--truncate-rate", "0.1", "--refuse-rate", "0.2", "--fence-rate", "0.3", "--prose-rate", "0.4"),
+        *("--webhook-url", "http://127.0.0.1:9/hooks/openai", "--webhook-secret", WEBHOOK_SECRET),
+        *("--webhook-deliveries", "2"),
     )
     emulator = Emulator(**kwargs)
 
@@ -332,6 +337,9 @@ def test_the_command_line_flags_become_emulator_knobs():
         "refuse_rate": 0.2,
         "fence_rate": 0.3,
         "prose_rate": 0.4,
+        "webhook_url": "http://127.0.0.1:9/hooks/openai",
+        "webhook_secret": WEBHOOK_SECRET,
+        "webhook_deliveries": 2,
         "strict_schemas": True,
     }
 

@@ -57,6 +57,9 @@ def emulator_kwargs(options: dict[str, Any]) -> dict[str, Any]:
         "refuse_rate": options["refuse_rate"],
         "fence_rate": options["fence_rate"],
         "prose_rate": options["prose_rate"],
+        "webhook_url": options["webhook_url"],
+        "webhook_secret": options["webhook_secret"],
+        "webhook_deliveries": options["webhook_deliveries"],
     }
 
 
@@ -190,6 +193,23 @@ class Command(BaseCommand):
             "--count-mismatch",
             action="store_true",
             help="report one more completed request than the files hold",
+        )
+
+        hooks = parser.add_argument_group("batch webhooks (--protocol openai or gemini)")
+        hooks.add_argument(
+            "--webhook-url", metavar="URL", help="post the provider's event there when a batch ends"
+        )
+        hooks.add_argument(
+            "--webhook-secret",
+            metavar="whsec_...",
+            help="sign those events as Standard Webhooks do, with this secret",
+        )
+        hooks.add_argument(
+            "--webhook-deliveries",
+            type=int,
+            default=1,
+            metavar="N",
+            help="post each event N times with the same webhook-id (2 exercises deduplication)",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
