@@ -34,6 +34,7 @@ from ledger.models import (
     PilotStratum,
     Product,
     PromptVersion,
+    ProviderHint,
     Publication,
     SourceRevision,
     Submission,
@@ -338,6 +339,15 @@ class JobNotificationAdmin(LedgerAdmin):
 class NotificationAttemptAdmin(LedgerAdmin):
     list_display = ("id", "notification", "at", "delivered", "status", "error")
     list_select_related = ("notification__job",)
+
+
+@admin.register(ProviderHint)
+class ProviderHintAdmin(LedgerAdmin):
+    """The providers' batch webhooks received (`/hooks/<provider>`), once per webhook-id, and what
+    each led to: for an operator asking why a unit was polled early, or why it was not."""
+
+    list_display = ("id", "provider", "event_type", "batch_ref", "outcome", "submission", "received_at")
+    list_filter = ("provider", "outcome")
 
 
 @admin.register(ExchangeRate)

@@ -28,6 +28,7 @@ from ledger.models import (
     Pilot,
     PilotProduct,
     PilotStratum,
+    ProviderHint,
     Publication,
     Submission,
     SubmissionItem,
@@ -388,6 +389,14 @@ def one_of_each(owner, item, draft) -> None:
         body=b"{}",
     )
     NotificationAttempt.objects.create(notification=notification, status=500, answer="<b>down</b>")
+    ProviderHint.objects.create(
+        provider="openai",
+        webhook_id="msg_y",
+        event_type="batch.completed",
+        batch_ref="<b>batch</b>",
+        submission=submission,
+        outcome="poll_queued",
+    )
 
 
 def admin_url(model, view: str, *args) -> str:
