@@ -81,6 +81,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "review.context_processors.collector_status",
+                "review.context_processors.collection_deadlines",
             ],
         },
     },
@@ -313,3 +314,7 @@ LOGGING = {
         "ledger.emulators": {"level": "WARNING"},
     },
 }
+
+# `1`: a collected unit's files stay at the provider (SPEC §11); otherwise they are deleted there
+# once its results are recorded (`ledger.provider_files`).
+BATCHDESK_KEEP_PROVIDER_FILES = os.environ.get("BATCHDESK_KEEP_PROVIDER_FILES", "") == "1"
