@@ -421,7 +421,7 @@ def unanswered_failure(submission: Submission) -> dict:
         # Past its collect-by date: the work ran and was likely paid for, so an operator decides
         # whether to pay for it again (never by itself).
         return {
-            "error_code": ReasonCode.RESULTS_EXPIRED,
+            "error_code": ReasonCode.RESULTS_EXPIRED.value,
             "error_message": "the provider deleted the results before they were collected "
             f"(due by {submission.collect_by:%Y-%m-%d %H:%M} UTC; it answered: {submission.error})",
             "reason": ReasonCode.RESULTS_EXPIRED,
