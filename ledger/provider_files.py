@@ -43,6 +43,8 @@ def claim_due() -> list[tuple[int, str]]:
     waiting = (
         Submission.objects.filter(files_to_delete=True, state=SubmissionState.COLLECTED)
         .exclude(claimed_until__gt=now)
+        # A pilot's drill will read these results once more: left to it, and deleted after.
+        .exclude(pk__in=repeated_deliveries_due())
         .order_by("pk")
         .values_list("pk", flat=True)[:MOST_PER_PASS]
     )
