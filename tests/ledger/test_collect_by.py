@@ -243,3 +243,36 @@ def test_a_passing_error_past_the_date_is_asked_again_and_results_still_there_ar
     assert actions.collect_submission(submission_id) == "collected"
     job = Submission.objects.get(pk=submission_id).job
     assert set(job.items.counts_by_state()) == {ItemState.AWAITING_REVIEW}
+
+
+@pytest.mark.parametrize("provider", [BY_NAME["anthropic"]], ids=str)
+def test_a_unit_still_open_whose_status_the_provider_refuses_past_its_date_fails_the_same_way(
+    emulator, clock, provider
+):
+    emulator.configure(per_request_ms=60_000)  # never seen to end
+    submission_id = sent_unit(provider)
+    assert actions.poll_submission(submission_id) not in ("ended", "provider error")
+    # Its 29 days from creation pass with the collector never seeing its end; the provider has
+    # forgotten the batch.
+    days_pass(submission_id, timedelta(days=29, hours=1), clock)
+    emulator.configure(refusals=1_000, refusal_status=404)
+
+    poll_everything()
+
+    unit = Submission.objects.get(pk=submission_id)
+    assert (unit.state, unit.unanswered_reason) == (SubmissionState.COLLECTED, ReasonCode.RESULTS_EXPIRED)
+    assert unit.job.items.counts_by_state() == {ItemState.INFERENCE_FAILED: 3}
+    assert {item.reason_code for item in unit.job.items.all()} == {ReasonCode.RESULTS_EXPIRED}
+
+
+@pytest.mark.parametrize("provider", [BY_NAME["anthropic"]], ids=str)
+def test_before_its_date_a_refused_status_is_asked_again_as_ever(emulator, clock, provider):
+    emulator.configure(per_request_ms=60_000)
+    submission_id = sent_unit(provider)
+    emulator.configure(refusals=1_000, refusal_status=404)
+
+    assert actions.poll_submission(submission_id) == "provider error"
+
+    unit = Submission.objects.get(pk=submission_id)
+    assert (unit.state, unit.unanswered_reason) == (SubmissionState.OPEN, "")
+    assert unit.job.items.counts_by_state() == {ItemState.SUBMITTED: 3}
