@@ -7,7 +7,6 @@ Each test drives the real collector path against the provider's emulator. Time p
 clocks: the emulator's (moved, so the provider really deletes what it keeps no longer) and the
 ledger's (its rows set back by the same span, as the existing day-long tests do)."""
 
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -221,7 +220,7 @@ def test_a_unit_whose_results_the_provider_deleted_before_collection_fails_in_bu
     # The work ran and was likely paid for: never sent again by itself.
     for _ in range(3):
         poll_everything()
-        time.sleep(0.02)
+        clock.advance(seconds=60)
     assert job.items.counts_by_state() == {ItemState.INFERENCE_FAILED: 3}
     assert Submission.objects.filter(job=job).count() == 1
     assert health() == {"units": 0, "earliest_collect_by": None}

@@ -3,7 +3,7 @@ input and result files are deleted at the provider where it allows it (OpenAI, G
 collector's pass, as an event on the unit; `BATCHDESK_KEEP_PROVIDER_FILES=1` keeps them. Checked at
 the emulators (their own listing) and with the providers' official SDKs."""
 
-import time
+from datetime import timedelta
 
 import httpx
 import openai
@@ -171,8 +171,8 @@ def test_a_provider_that_fails_to_delete_is_asked_again_on_a_later_pass_without_
     assert set(other.items.counts_by_state()) == {ItemState.AWAITING_REVIEW}
 
     emulator.configure(server_errors=0)
-    Submission.objects.filter(pk=unit.pk).update(claimed_until=timezone.now())  # the while has passed
-    time.sleep(0.01)
+    # The while has passed.
+    Submission.objects.filter(pk=unit.pk).update(claimed_until=timezone.now() - timedelta(seconds=1))
     poll_everything()
 
     unit.refresh_from_db()
