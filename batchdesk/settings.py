@@ -81,6 +81,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "review.context_processors.collector_status",
+                "review.context_processors.collection_deadlines",
             ],
         },
     },
@@ -355,3 +356,7 @@ if email_host or not DEBUG:
 else:
     MAILERS = {"default": {"BACKEND": "django.core.mail.backends.console.EmailBackend"}}
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "batchdesk@localhost")
+
+# `1`: a collected unit's files stay at the provider (SPEC §11); otherwise they are deleted there
+# once its results are recorded (`ledger.provider_files`).
+BATCHDESK_KEEP_PROVIDER_FILES = os.environ.get("BATCHDESK_KEEP_PROVIDER_FILES", "") == "1"

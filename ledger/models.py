@@ -586,6 +586,17 @@ class Submission(models.Model):
     claimed_by = models.CharField(max_length=32, blank=True)
     # Its job was cancelled while it ran: when the provider answered our request to cancel it.
     cancel_answered_at = models.DateTimeField(null=True, blank=True)
+    # Its deadlines (SPEC §11, `ledger.deadlines`): when the provider said (or we first saw) it
+    # ended; the date by which its results must be collected before the provider deletes them (set
+    # when sent or at its end, by its adapter's `results_kept`); and from when, still uncollected,
+    # it raises the collector's alarm: half way from its end to that date.
+    ended_at = models.DateTimeField(null=True, blank=True)
+    collect_by = models.DateTimeField(null=True, blank=True)
+    at_risk_from = models.DateTimeField(null=True, blank=True)
+    # Its files at the provider (input, results) are to be deleted now that it is collected
+    # (`ledger.provider_files`), and when they were.
+    files_to_delete = models.BooleanField(default=False)
+    files_deleted_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -604,6 +615,8 @@ class Submission(models.Model):
             models.Index(
                 fields=["provider_ref"], name="submission_provider_ref", condition=~Q(provider_ref="")
             ),
+            # The collector's pass looks for collected units whose provider files wait to be deleted.
+            models.Index(fields=["id"], name="submission_files_to_delete", condition=Q(files_to_delete=True)),
         ]
 
     def __str__(self) -> str:
@@ -618,6 +631,16 @@ class Submission(models.Model):
     def recording_stuck(self) -> bool:
         """Its results have failed to be recorded often enough in a row to need a person."""
         return self.collect_failures >= RECORDING_FAILURES_SHOWN
+
+    @property
+    def collection_at_risk(self) -> bool:
+        """Ended, not yet collected, and past half the time it had left at its end to be collected
+        (the collector's alarm; `ledger.deadlines.units_at_risk` asks the same of many)."""
+        return (
+            self.state == SubmissionState.ENDED
+            and self.at_risk_from is not None
+            and timezone.now() >= self.at_risk_from
+        )
 
 
 class SubmissionItem(models.Model):

@@ -110,6 +110,8 @@ class ReasonCode(models.TextChoices):
     REQUEST_INVALID = "request_invalid", "The provider refused the request as invalid"
     BATCH_REFUSED = "batch_refused", "The provider refused the whole batch"
     RESULTS_UNAVAILABLE = "results_unavailable", "The provider would not hand over the batch's results"
+    # Past its `collect_by`: the work ran (and was likely billed), so it is not sent again by itself.
+    RESULTS_EXPIRED = "results_expired", "The provider deleted the results before they were collected"
     UNREADABLE_RESULT = "unreadable_result", "The provider's result for this request could not be read"
     # An answer the ledger will not keep (SPEC rule 12): that request fails alone, for good.
     ANSWER_TOO_LARGE = "answer_too_large", "The model's answer is larger than BatchDesk keeps"

@@ -27,7 +27,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django_q.tasks import async_task
 
-from . import actions, catalogue, notifications, provider_hooks, table_statistics
+from . import actions, catalogue, notifications, provider_files, provider_hooks, table_statistics
 from .models import CollectorHeartbeat, Item, Job, ProviderHint, Submission, lease_end
 from .pilots.drill import repeated_deliveries_due, unit_to_interrupt
 from .providers import capabilities
@@ -163,6 +163,11 @@ def deliver_again(submission_id: int, claim: str = "") -> str:
 
 def cancel_at_provider(submission_id: int) -> str:
     return actions.cancel_at_provider(submission_id)
+
+
+def delete_provider_files(submission_id: int, claim: str = "") -> str:
+    """Delete a collected unit's files at its provider (`ledger.provider_files`)."""
+    return provider_files.delete_provider_files(submission_id, held=claim)
 
 
 def hand_over(submission_id: int, claim: str) -> None:
@@ -303,6 +308,9 @@ def poll_everything(start: Start = async_task) -> int:
         )
     # Uploads whose import task was lost: queued while the broker was down, or their worker died.
     started += catalogue.queue_lost_imports()
+    # Collected units whose files at the provider wait to be deleted (their task lost, or failed).
+    for submission_id, held in provider_files.claim_due():
+        started += attempt(start, "ledger.tasks.delete_provider_files", submission_id, held)
     # Pilots' acceptance drills: a collected unit whose results are to be delivered again.
     for submission_id in repeated_deliveries_due():
         if held := Submission.objects.claim(submission_id, states=[SubmissionState.COLLECTED]):

@@ -58,6 +58,7 @@ from ledger.catalogue import (
     check_title,
     normalise_keys,
 )
+from ledger.deadlines import collection_at_risk
 from ledger.health import collector_stalled, last_poll_at, units_failing_to_record
 from ledger.json_values import refuse_json_constant, text_problem, unique_json_keys
 from ledger.models import (
@@ -317,6 +318,11 @@ def submission_json(submission: Submission) -> dict:
         "gives_up_at": submission.gives_up_at,
         "slowed_until": submission.slowed_until,
         "created_at": submission.created_at,
+        # SPEC §11: the date by which the provider's results must be collected (null: none known).
+        "ended_at": submission.ended_at,
+        "collect_by": submission.collect_by,
+        "collection_at_risk": submission.collection_at_risk,
+        "provider_files_deleted_at": submission.files_deleted_at,
     }
 
 
@@ -1001,6 +1007,8 @@ def health(request: HttpRequest) -> HttpResponse:
             "units_failing_to_record": units_failing_to_record(),
         }
     body = {"database": database, "broker": broker, "collector": collector, "queue_depth": queue_depth}
+    # Ended units not collected past half the time their provider keeps their results (SPEC §11).
+    body["collection_at_risk"] = collection_at_risk() if database == "ok" else None
     healthy = database == "ok" and broker["reachable"]
     return JsonResponse(body, status=200 if healthy else 503)
 
@@ -1147,6 +1155,21 @@ def metrics(request: HttpRequest) -> HttpResponse:
         "gauge",
         "Units whose results failed to be recorded several collections in a row.",
         {"": units_failing_to_record()},
+    )
+    at_risk = collection_at_risk()
+    metric(
+        lines,
+        "batchdesk_units_collection_at_risk",
+        "gauge",
+        "Ended units not collected yet past half the time their provider keeps their results.",
+        {"": at_risk["units"]},
+    )
+    metric(
+        lines,
+        "batchdesk_earliest_collect_by_timestamp_seconds",
+        "gauge",
+        "The earliest collect-by date of a unit at risk, in Unix seconds; 0 when none is at risk.",
+        {"": f"{at_risk['earliest_collect_by'].timestamp():.3f}" if at_risk["earliest_collect_by"] else 0},
     )
     metric(
         lines,

@@ -2,6 +2,7 @@
 
 from django.http import HttpRequest
 
+from ledger.deadlines import collection_at_risk
 from ledger.health import collector_stalled, last_poll_at
 
 
@@ -13,3 +14,11 @@ def collector_status(request: HttpRequest) -> dict:
         return {"collector_stalled": False}
     # None when no collector has ever polled.
     return {"collector_stalled": True, "collector_last_poll_at": last_poll_at()}
+
+
+def collection_deadlines(request: HttpRequest) -> dict:
+    """Whether ended units wait uncollected past half the time their provider keeps their results."""
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return {}
+    return {"collection_at_risk": collection_at_risk()}

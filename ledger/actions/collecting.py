@@ -15,6 +15,7 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
+from .. import deadlines
 from ..answers import storable
 from ..cycles import fewer_cycle_collections
 from ..models import GeneratedVersion, Item, Submission, SubmissionItem, content_hash
@@ -87,17 +88,23 @@ def observe_submission(submission_id: int, *, provider) -> str:
     try:
         status = provider.status(submission.provider_ref)
     except ProviderError as exc:
-        if refused_for_good(submission, exc):
+        expired = results_expired(submission, exc)
+        if expired or refused_for_good(submission, exc):
             # Its results are collected as unavailable: every request fails for good.
             with transaction.atomic():
                 updated = Submission.objects.filter(pk=submission.pk, state=SubmissionState.OPEN).update(
-                    unanswered_reason=ReasonCode.RESULTS_UNAVAILABLE, error=str(exc)[:2000]
+                    unanswered_reason=ReasonCode.RESULTS_EXPIRED
+                    if expired
+                    else ReasonCode.RESULTS_UNAVAILABLE,
+                    error=str(exc)[:2000],
                 )
                 if updated:
                     set_submission_state(
                         submission,
                         SubmissionState.ENDED,
-                        reason=f"The provider kept refusing its status: {exc}",
+                        reason=f"The provider refused its status past its collect-by date: {exc}"
+                        if expired
+                        else f"The provider kept refusing its status: {exc}",
                     )
             return "ended"
         # Not an observation: last_observed_* keep what the provider last actually said.
@@ -114,13 +121,25 @@ def observe_submission(submission_id: int, *, provider) -> str:
         Submission.objects.filter(pk=submission.pk).update(**fields)
         return status.provider_status
     fields |= {"refused": status.refused, "unanswered_reason": status.unanswered_reason}
+    # When the provider says it ended, unless that is later than now (its clock is not ours).
+    ended_at = min(status.ended_at or fields["last_observed_at"], fields["last_observed_at"])
     with transaction.atomic():
         updated = Submission.objects.filter(pk=submission.pk, state=SubmissionState.OPEN).update(**fields)
         if updated:
             set_submission_state(
-                submission, SubmissionState.ENDED, reason=f"Provider says {status.provider_status}"
+                submission,
+                SubmissionState.ENDED,
+                reason=f"Provider says {status.provider_status}",
+                ended_at=ended_at,
             )
     return "ended"
+
+
+def results_expired(submission: Submission, error) -> bool:
+    """Whether the provider's refusal (a `ProviderError`) to tell a unit's status or hand over its
+    results means it has deleted them: a permanent error once the unit's collect-by date has passed.
+    A passing error then is asked again, as ever: the results may still be there."""
+    return not error.transient and deadlines.past_collect_by(submission)
 
 
 def refused_for_good(submission: Submission, error) -> bool:
@@ -282,7 +301,7 @@ def collect_lines(
     lines = {"succeeded": 0, "failed": 0}
     renewed = timezone.now()
     handing_over = False
-    given_up = submission.unanswered_reason == ReasonCode.RESULTS_UNAVAILABLE
+    given_up = submission.unanswered_reason in (ReasonCode.RESULTS_UNAVAILABLE, ReasonCode.RESULTS_EXPIRED)
     # A server answering each request that answers again no longer refuses our key nor asks us to
     # slow down: noted at its first answer of the round.
     answered_again = not per_request
@@ -335,7 +354,8 @@ def collect_lines(
         # Lines read so far are recorded; the next round reads again and skips them.
         chunk.record()
         chunk.wait()
-        if not refused_for_good(submission, exc):
+        expired = results_expired(submission, exc)
+        if not expired and not refused_for_good(submission, exc):
             again_at = timezone.now() + backoff(1, exc.retry_after)
             # A 429 is the provider asking for time, not a failure: the unit waits until then.
             Submission.objects.filter(pk=submission_id).update(
@@ -346,7 +366,8 @@ def collect_lines(
             return "interrupted"
         # The lines read are kept; the requests they do not answer fail for good, below.
         given_up = True
-        submission.unanswered_reason, submission.error = ReasonCode.RESULTS_UNAVAILABLE, str(exc)[:2000]
+        reason = ReasonCode.RESULTS_EXPIRED if expired else ReasonCode.RESULTS_UNAVAILABLE
+        submission.unanswered_reason, submission.error = reason, str(exc)[:2000]
         Submission.objects.filter(pk=submission_id).update(
             unanswered_reason=submission.unanswered_reason, error=submission.error
         )
@@ -395,6 +416,15 @@ def unanswered_failure(submission: Submission) -> dict:
             "error_code": "batch_refused",
             "error_message": submission.error or "The provider refused the batch",
             "reason": ReasonCode.BATCH_REFUSED,
+        }
+    if submission.unanswered_reason == ReasonCode.RESULTS_EXPIRED:
+        # Past its collect-by date: the work ran and was likely paid for, so an operator decides
+        # whether to pay for it again (never by itself).
+        return {
+            "error_code": ReasonCode.RESULTS_EXPIRED.value,
+            "error_message": "the provider deleted the results before they were collected "
+            f"(due by {submission.collect_by:%Y-%m-%d %H:%M} UTC; it answered: {submission.error})",
+            "reason": ReasonCode.RESULTS_EXPIRED,
         }
     if submission.unanswered_reason == ReasonCode.RESULTS_UNAVAILABLE:
         # Refused for good (`refused_for_good`): permanent; an operator decides whether to pay again.

@@ -11,7 +11,7 @@ from django.db.models import F, Q, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from .. import budgets
+from .. import budgets, deadlines, provider_files
 from ..models import Event, Item, Job, ProductStatus, Submission, SubmissionItem, lease_end
 from ..setwise import among, insert_from_select
 from ..states import SUBMISSION_TRANSITIONS, ItemState, JobState, ReasonCode, SubmissionState
@@ -122,6 +122,12 @@ def set_submission_state(submission: Submission, to: str, *, reason: str = "", *
     """Compare-and-set from the state this worker read; raises LostClaim if it moved meanwhile."""
     if to not in SUBMISSION_TRANSITIONS[submission.state]:
         raise NotAllowed(f"Submission {submission.pk} is {submission.state}; it cannot become {to}")
+    # Its collect-by deadline, and whether its provider files are to be deleted once collected.
+    fields = {
+        **deadlines.on_entering(submission, to, fields),
+        **provider_files.on_entering(submission, to),
+        **fields,
+    }
     moved = Submission.objects.filter(pk=submission.pk, state=submission.state).update(
         state=to, updated_at=timezone.now(), **fields
     )
@@ -137,6 +143,8 @@ def set_submission_state(submission: Submission, to: str, *, reason: str = "", *
     submission.state = to
     if to in (SubmissionState.COLLECTED, SubmissionState.FAILED):
         budgets.settle(submission)  # what the unit held becomes what it cost
+    if fields.get("files_to_delete"):
+        enqueue("ledger.tasks.delete_provider_files", submission.pk)
 
 
 def build_requests(submission: Submission, state: str = ItemState.PREPARED):

@@ -32,6 +32,8 @@ from ledger.emulators import textgen
 from .server import ApiError, Download, EmulatorServer, FaultKnobs, LoseAnswer, duration, knob
 
 DAY = 86400
+# A batch's results are available for 29 days after its creation (reference §8.3).
+RESULTS_KEPT = 29 * DAY
 MAX_REQUESTS = 100_000
 MAX_BATCH_BYTES = 256 * 1024 * 1024
 CUSTOM_ID = re.compile(r"[a-zA-Z0-9_-]{1,64}")
@@ -325,6 +327,12 @@ class AnthropicEmulator(EmulatorServer):
                 raise self.error(
                     404,
                     f"Results for batch '{batch_id}' are not available until it has ended.",
+                    kind="not_found",
+                )
+            if self.clock.now() >= batch.created + RESULTS_KEPT:
+                raise self.error(
+                    404,
+                    f"Results for batch '{batch_id}' have expired (kept 29 days from its creation).",
                     kind="not_found",
                 )
             content = batch.results

@@ -509,6 +509,7 @@ class GeminiEmulator(EmulatorServer):
         start, size = self._page(request, DEFAULT_FILES_PAGE_SIZE, MAX_FILES_PAGE_SIZE)
         with self.lock:
             self.advance()  # responses files written by now are listed
+            self._forget_expired()
             newest_first = list(reversed(self._files.values()))  # kept in the order they came
             page = [self._file_resource(stored, request) for stored in newest_first[start : start + size]]
         # Proto3 JSON leaves an empty list out, as Google's answer for no files is `{}`.
@@ -534,6 +535,7 @@ class GeminiEmulator(EmulatorServer):
         return self.download(stored.name, stored.content, "application/jsonl")
 
     def _file(self, file_id: str) -> _File:
+        self._forget_expired()
         stored = self._files.get(file_id)
         if stored is None:
             raise self.error(
@@ -542,6 +544,14 @@ class GeminiEmulator(EmulatorServer):
                 code="PERMISSION_DENIED",
             )
         return stored
+
+    def _forget_expired(self) -> None:
+        """Files older than FILE_LIFETIME are deleted, as the Files API deletes them (callers hold the
+        lock): an uploaded input file 48 hours after its upload, a responses file 48 hours after its
+        batch ended."""
+        now = self.clock.now()
+        for file_id in [key for key, stored in self._files.items() if stored.created + FILE_LIFETIME <= now]:
+            del self._files[file_id]
 
     def _store(
         self, display_name: str, mime_type: str, content: bytes, *, source: str, file_id: str = ""

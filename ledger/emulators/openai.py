@@ -357,9 +357,19 @@ class Emulator(EmulatorServer):
         return file.as_json()
 
     def _file(self, file_id: str) -> _File:
+        self._forget_expired()
         if file_id not in self._files:
             raise openai_error(404, f"No such File object: {file_id}", param="id")
         return self._files[file_id]
+
+    def _forget_expired(self) -> None:
+        """Files past their `expires_at` are deleted, as OpenAI deletes them (reference §8.3): an
+        output file 30 days after its batch ended, unless `output_expires_after` said otherwise."""
+        now = self.clock.now()
+        for file_id in [
+            key for key, file in self._files.items() if file.expires_at and file.expires_at <= now
+        ]:
+            del self._files[file_id]
 
     def get_file(self, file_id: str) -> dict:
         with self.lock:
@@ -376,6 +386,7 @@ class Emulator(EmulatorServer):
         """Newest first unless `order` is "asc"; `after` is the id of the last file of the previous page."""
         with self.lock:
             self._advance_all()  # result files written by now are listed
+            self._forget_expired()
             files = [file for file in self._files.values() if purpose is None or file.purpose == purpose]
             if order == "desc":
                 files.reverse()

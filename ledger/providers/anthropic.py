@@ -20,14 +20,17 @@ from ..states import ReasonCode
 from .base import (
     AnswerLost,
     Capabilities,
+    CountedFrom,
     Delivery,
     Finding,
     InferenceRequest,
     ProviderError,
     ResultLine,
+    ResultsKept,
     UnitCounts,
     UnitStatus,
     UnreadableLine,
+    parse_time,
     refused_by_model,
     tls_context,
     token_count,
@@ -196,17 +199,6 @@ def origin(url: httpx.URL) -> tuple[str, str, int | None]:
     return url.scheme, url.host.lower(), url.port or DEFAULT_PORTS.get(url.scheme)
 
 
-def parse_time(value: object) -> datetime | None:
-    """An RFC 3339 time of the API (`2024-08-20T18:37:24.100435Z`), None if unreadable."""
-    if not isinstance(value, str):
-        return None
-    try:
-        when = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
-
-
 def request_total(batch: dict) -> int:
     counts = batch.get("request_counts")
     if not isinstance(counts, dict):
@@ -223,6 +215,8 @@ class AnthropicBatchProvider(HttpBatchProvider):
         max_requests=100_000,
         max_bytes=256 * 1024 * 1024,
         delivery=Delivery.FILE,
+        # Results are available for 29 days after the batch's creation (§8.3); no file to delete.
+        results_kept=ResultsKept(timedelta(days=29), CountedFrom.CREATION),
     )
 
     def __init__(self, *, client: httpx.Client, results_hosts: Iterable[str] = ()):
@@ -302,6 +296,7 @@ class AnthropicBatchProvider(HttpBatchProvider):
             if isinstance(counts, dict)
             else None,
             problem=problem,
+            ended_at=parse_time(batch.get("ended_at")),
         )
 
     def results(

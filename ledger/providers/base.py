@@ -13,7 +13,7 @@ import re
 import ssl
 from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 import httpx
@@ -41,6 +41,21 @@ class Delivery(StrEnum):
     INLINE_OR_FILE = "inline_or_file"
 
 
+class CountedFrom(StrEnum):
+    """From when a provider counts how long it keeps a unit's results (reference/providers.md §8.3)."""
+
+    CREATION = "creation"  # the unit's creation: known when it is sent
+    END = "end"  # the unit's end (its results file's creation): known when the end is observed
+
+
+@dataclass(frozen=True)
+class ResultsKept:
+    """How long the provider keeps a unit's results before deleting them: its `collect_by`."""
+
+    keeps_for: timedelta
+    counted_from: CountedFrom
+
+
 @dataclass(frozen=True)
 class Capabilities:
     finding: Finding
@@ -49,6 +64,10 @@ class Capabilities:
     max_bytes: int  # bytes of one unit's payload, as `request_bytes` counts them
     delivery: Delivery
     usage_per_request: bool = True  # False: usage comes only for the whole unit and is apportioned
+    # None: nothing waits at the provider to be collected, or its retention is not known.
+    results_kept: ResultsKept | None = None
+    # The provider lets its unit's files (input, results) be deleted once collected (`delete_files`).
+    deletes_files: bool = False
 
 
 @dataclass(frozen=True)
@@ -86,6 +105,8 @@ class UnitStatus:
     # expired before running them): they are recorded with this `ReasonCode`, as transient.
     # Otherwise a request without a result is the ledger's `missing_result`.
     unanswered_reason: str = ""
+    # When the provider says the unit ended, where it says so (else its end is when it was seen).
+    ended_at: datetime | None = None
 
     def __post_init__(self):
         # The provider's words are stored and shown: scrubbed here, whichever adapter read them.
@@ -160,6 +181,17 @@ def classify_http_status(status: int | None) -> tuple[str, bool]:
     if status is not None and 400 <= status < 500:
         return ReasonCode.REQUEST_INVALID, False
     return ReasonCode.MODEL_FAILED, False
+
+
+def parse_time(value: object) -> datetime | None:
+    """An RFC 3339 time of an API (`2024-08-20T18:37:24.100435Z`), None if unreadable."""
+    if not isinstance(value, str):
+        return None
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def token_count(value: object) -> int:
@@ -277,6 +309,13 @@ class BatchProvider:
     def cancel(self, provider_ref: str) -> str:
         """Ask the provider to stop a unit (only when `capabilities.can_cancel`); returns what it
         says the unit's status now is."""
+        raise NotImplementedError
+
+    def delete_files(self, provider_ref: str) -> list[str]:
+        """Delete a collected unit's files at the provider (only when `capabilities.deletes_files`):
+        its input, output and error files. Returns the names of those gone now, including any that
+        were gone already, so running it twice is harmless; raises ProviderError when one could not
+        be deleted (the rest are tried again later)."""
         raise NotImplementedError
 
 

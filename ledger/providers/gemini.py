@@ -26,7 +26,7 @@ import json
 import os
 import re
 from collections.abc import Container, Iterable, Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
@@ -38,15 +38,18 @@ from ..states import ReasonCode
 from .base import (
     AnswerLost,
     Capabilities,
+    CountedFrom,
     Delivery,
     Finding,
     InferenceRequest,
     ProviderError,
     ResultLine,
+    ResultsKept,
     UnitCounts,
     UnitStatus,
     UnreadableLine,
     classify_http_status,
+    parse_time,
     refused_by_model,
     tls_context,
     token_count,
@@ -119,6 +122,10 @@ FILE_MAX_BYTES = 2_000_000_000
 UPLOAD_MIME_TYPE = "application/jsonl"
 # `responseJsonSchema` takes a subset of JSON Schema, without length rules (rule 17).
 SCHEMA_DIALECT = Dialect.GEMINI
+
+
+# The name of a file of the Files API that BatchDesk calls by (a download, a deletion).
+FILE_NAME = re.compile(r"files/[A-Za-z0-9_-]+")
 
 
 def model_name(model: str) -> str:
@@ -368,6 +375,11 @@ class GeminiBatchProvider(HttpBatchProvider):
         max_bytes=FILE_MAX_BYTES,
         delivery=Delivery.INLINE_OR_FILE,
         usage_per_request=True,
+        # The Files API keeps a file 48 hours: a responses file from its writing at the batch's end.
+        # Inline results are said to stay "six weeks" (unconfirmed): every unit is held to the
+        # responses file's 48 hours, the shorter.
+        results_kept=ResultsKept(timedelta(hours=48), CountedFrom.END),
+        deletes_files=True,
     )
 
     def __init__(
@@ -564,7 +576,26 @@ class GeminiBatchProvider(HttpBatchProvider):
             problem=scrub_credentials(problem, self.secrets)[:2000],
             # An expired batch has no results at all; its requests are retried (transient).
             unanswered_reason=ReasonCode.BATCH_EXPIRED if suffix == "EXPIRED" else "",
+            ended_at=parse_time(metadata.get("endTime")) if ended else None,
         )
+
+    def delete_files(self, provider_ref: str) -> list[str]:
+        operation = self._json(self._call("GET", f"/{provider_ref}"))
+        metadata = operation.get("metadata") if isinstance(operation.get("metadata"), dict) else {}
+        config = metadata.get("inputConfig") if isinstance(metadata.get("inputConfig"), dict) else {}
+        names = [config.get("fileName"), responses_file(operation)]
+        gone = []
+        for name in names:
+            if not isinstance(name, str) or not FILE_NAME.fullmatch(name):
+                continue  # an inline unit has no file; a name of another shape is not ours to call
+            try:
+                self._call("DELETE", f"/{name}")
+            except ProviderError as exc:
+                # Google answers 403 ("may not exist") or 404 for a file already gone.
+                if exc.status not in (403, 404):
+                    raise
+            gone.append(name)
+        return gone
 
     def results(
         self,
@@ -616,7 +647,7 @@ class GeminiBatchProvider(HttpBatchProvider):
         inline; when no line of the whole file names one, nothing is yielded and the unit waits
         for an operator, as an inline batch does (the keyless lines are held back until a line
         with a key shows the file is not all anonymous)."""
-        if not re.fullmatch(r"files/[A-Za-z0-9_-]+", file_name):
+        if not FILE_NAME.fullmatch(file_name):
             raise ProviderError(
                 f"batch {provider_ref} names a responses file BatchDesk cannot ask for: {file_name[:200]}",
                 secrets=self.secrets,

@@ -4,7 +4,7 @@
 import io
 import os
 from collections.abc import Container, Iterable, Iterator
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 import httpx
 
@@ -15,11 +15,13 @@ from ..states import ReasonCode
 from .base import (
     AnswerLost,
     Capabilities,
+    CountedFrom,
     Delivery,
     Finding,
     InferenceRequest,
     ProviderError,
     ResultLine,
+    ResultsKept,
     UnitCounts,
     UnitStatus,
     UnreadableLine,
@@ -34,6 +36,8 @@ ENDPOINT = "/v1/chat/completions"
 # What an output schema is sent as: strict Structured Outputs take only OpenAI's subset (rule 17).
 SCHEMA_DIALECT = Dialect.OPENAI_STRICT
 ENDED_STATUSES = {"completed", "failed", "expired", "cancelled"}
+# The batch's timestamp of each ended status (Unix seconds).
+ENDED_STAMPS = {status: f"{status}_at" for status in ENDED_STATUSES}
 INTENT_METADATA_KEY = "batchdesk_intent"
 METADATA_VALUE_LIMIT = 512
 # Error codes of a result line (its `error.code`, or the code of the envelope in its body), in
@@ -170,6 +174,13 @@ def _parse_line(line_number: int, line: dict, *, secrets: Iterable[str]) -> Resu
     )
 
 
+def unix_time(value: object) -> datetime | None:
+    """A batch's timestamp (Unix seconds), or None when it is not one."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 2**37:
+        return None
+    return datetime.fromtimestamp(value, tz=UTC)
+
+
 class OpenAIBatchProvider(HttpBatchProvider):
     name = "openai"
     schema_dialect = SCHEMA_DIALECT
@@ -179,6 +190,10 @@ class OpenAIBatchProvider(HttpBatchProvider):
         max_requests=50_000,
         max_bytes=200 * 1024 * 1024,
         delivery=Delivery.FILE,
+        # Output and error files expire 30 days after they are written, at the batch's end, unless
+        # `output_expires_after` says otherwise (never sent); `DELETE /files/{id}` deletes one.
+        results_kept=ResultsKept(timedelta(days=30), CountedFrom.END),
+        deletes_files=True,
     )
 
     @classmethod
@@ -276,6 +291,7 @@ class OpenAIBatchProvider(HttpBatchProvider):
             problem=scrub_credentials(
                 "; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors), self.secrets
             )[:2000],
+            ended_at=unix_time(batch.get(ENDED_STAMPS[word])) if word in ENDED_STAMPS else None,
         )
 
     def results(
@@ -293,6 +309,21 @@ class OpenAIBatchProvider(HttpBatchProvider):
     def _stream_file(self, file_ref: str) -> Iterator[ResultLine | UnreadableLine]:
         path = f"/files/{file_ref}/content"
         return self._stream_results(path, what=path, parse=parse_result_line)
+
+    def delete_files(self, provider_ref: str) -> list[str]:
+        batch = self._json(self._call("GET", f"/batches/{provider_ref}"))
+        gone = []
+        for key in ("input_file_id", "output_file_id", "error_file_id"):
+            file_id = batch.get(key)
+            if not file_id or not isinstance(file_id, str):
+                continue
+            try:
+                self._call("DELETE", f"/files/{file_id}")
+            except ProviderError as exc:
+                if exc.status != 404:  # a file already gone is what was asked for
+                    raise
+            gone.append(file_id)
+        return gone
 
     def cancel(self, provider_ref: str) -> str:
         response = self._call("POST", f"/batches/{provider_ref}/cancel")

@@ -40,6 +40,7 @@ def test_health_needs_no_token_and_reports_each_part():
         "broker": {"kind": "database", "reachable": True},
         "collector": {"last_poll_at": None, "stalled": False, "units_failing_to_record": 0},
         "queue_depth": 0,
+        "collection_at_risk": {"units": 0, "earliest_collect_by": None},
     }
 
 

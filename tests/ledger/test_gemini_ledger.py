@@ -8,7 +8,7 @@ import pytest
 from ledger import actions
 from ledger.emulators.clock import TestClock
 from ledger.emulators.gemini import GeminiEmulator
-from ledger.models import GeneratedVersion, Item, Submission, SubmissionItem
+from ledger.models import Event, GeneratedVersion, Item, Submission, SubmissionItem
 from ledger.states import ItemState, ReasonCode
 from tests.collector import poll_everything
 from tests.factories import JobFactory, ProductFactory
@@ -177,7 +177,12 @@ def test_a_job_sent_by_file_runs_through_gemini_to_review(by_file):
     assert counts == {ItemState.AWAITING_REVIEW: 7}
     assert_paid_once(by_file, job)
     submissions = Submission.objects.filter(job=job)
-    assert submissions.count() == 3 == uploaded(by_file)
+    assert submissions.count() == 3
+    # Each unit uploaded one file; once collected, it and the unit's responses file were deleted at
+    # the provider (no other upload is left behind).
+    deleted = Event.objects.filter(submission__job=job, data__has_key="provider_files_deleted")
+    assert sorted(len(event.data["provider_files_deleted"]) for event in deleted) == [2, 2, 2]
+    assert uploaded(by_file) == 0
     assert {s.last_observed_status for s in submissions} == {"BATCH_STATE_SUCCEEDED"}
     assert all(s.anomalies == [] for s in submissions)
     # Each unit's responses file was downloaded once, and each draft carries its own usage.

@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from ledger import actions, tasks
+from ledger import actions, provider_files, tasks
 from ledger.models import (
     AttemptOutcome,
     DestinationAttempt,
@@ -221,6 +221,27 @@ def test_the_drilled_units_results_delivered_again_change_nothing(
     queued.clear()
     tasks.poll_everything(start=lambda *args: queued.append(args))
     assert not [args for args in queued if args[0] == "ledger.tasks.deliver_again"]
+
+
+def test_the_drilled_units_files_stay_at_the_provider_until_delivered_again_then_go(
+    owner, catalogue, clock, emulator, provider
+):
+    job = a_pilot(owner)
+    first, second = sent_and_ended(job, provider, clock)
+    assert tasks.collect(first, provider=provider) == KILLED
+    lease_runs_out(first)
+    assert tasks.collect(first, provider=provider) == "collected"
+    output = emulator.get_batch(Submission.objects.get(pk=first).provider_ref)["output_file_id"]
+
+    # The task queued when it was collected, and the collector's pass, leave its files to the drill.
+    kept = provider_files.delete_provider_files(first, provider=provider)
+    assert kept == "kept until the drill has delivered them again"
+    assert first not in [unit for unit, _ in provider_files.claim_due()]
+    assert output in {file["id"] for file in emulator.list_files()["data"]}
+
+    assert actions.deliver_again(first, provider=provider) == "collected again"
+    assert provider_files.delete_provider_files(first, provider=provider) == "deleted"
+    assert output not in {file["id"] for file in emulator.list_files()["data"]}
 
 
 def test_the_first_applied_drafts_first_answer_is_lost_and_the_retry_publishes_nothing_more(

@@ -13,6 +13,7 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
+from django.db.models import F
 from django.utils import timezone
 
 from ledger import actions, tasks
@@ -122,7 +123,9 @@ def anomalies(job, kind: str) -> list[dict]:
 
 
 def story(submission) -> list[str]:
-    return list(submission.events.order_by("id").values_list("to_state", flat=True))
+    """The unit's changes of state (not what happened within one: a cancel asked, its files deleted)."""
+    changes = submission.events.exclude(from_state=F("to_state"))
+    return list(changes.order_by("id").values_list("to_state", flat=True))
 
 
 # --- a create answer lost on the way back ----------------------------------------------------

@@ -651,7 +651,7 @@ def test_the_job_page_shows_each_submission_in_the_providers_words_beside_its_st
     row = re.search(rf'data-testid="submission-{submission.pk}">(.*?)</tr>', html, re.S).group(1)
     cells = re.findall(r'<td(?: data-testid="([a-z-]+)")?>(.*?)</td>', row, re.S)
     named = {name: " ".join(re.sub(r"<[^>]+>", " ", text).split()) for name, text in cells if name}
-    assert list(named) == ["business-state", "provider-words"]  # side by side
+    assert list(named) == ["business-state", "provider-words", "collect-by"]  # side by side
     assert named["business-state"] == "Open Accepted by the provider; waiting for results"
     assert named["provider-words"] == "emulator said in_progress"
     assert "<q>in_progress</q>" in row
