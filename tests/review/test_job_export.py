@@ -223,14 +223,16 @@ def test_every_formula_start_is_neutralised_in_csv_and_kept_in_jsonl(client, own
 def test_nul_and_lone_surrogates_do_not_break_either_writer():
     # PostgreSQL stores neither, but the writers take any text they are given.
     text = "a\x00b\ud800c\udfffd ünïcode"
-    row = dict.fromkeys(COLUMNS) | {"reason": text, "approved_text": "\ud83d"}
+    values = dict.fromkeys(COLUMNS) | {"reason": text, "approved_text": "\ud83d"}
+    row = tuple(values[column] for column in COLUMNS)
     [line] = b"".join(jsonl_stream([[row]])).decode().splitlines()
     assert json.loads(line)["reason"] == text and json.loads(line)["approved_text"] == "\ud83d"
     body = b"".join(csv_stream([[row]]))
     [read] = csv_rows(body)
     assert read["reason"] == "a\ufffdb\ufffdc\ufffdd ünïcode" and read["approved_text"] == "\ufffd"
     # A line without them keeps its non-ASCII text as it is.
-    plain = b"".join(jsonl_stream([[dict(row, reason="ünïcode", approved_text=None)]]))
+    values.update(reason="ünïcode", approved_text=None)
+    plain = b"".join(jsonl_stream([[tuple(values[column] for column in COLUMNS)]]))
     assert "ünïcode".encode() in plain
 
 
