@@ -12,9 +12,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from ledger import actions
+from ledger import actions, budgets
 from ledger.actions import apply_item, approve_version, reject_version
-from ledger.models import GeneratedVersion, Item, Job, Submission
+from ledger.models import GeneratedVersion, Item, Job, Submission, SubmissionItem, UnitCharge
 from ledger.pricing import price_for
 from ledger.states import ItemState, SubmissionState
 from review.job_export import COLUMNS, csv_stream, file_name, jsonl_stream
@@ -199,6 +199,61 @@ def test_a_draft_whose_unit_is_not_settled_is_costed_in_dollars_and_says_so(clie
     assert row["state"] == "validation_failed"
     assert row["currency"] == "USD" and row["cost"] == row["cost_usd"] and Decimal(row["cost"]) > 0
     assert row["rate"] is None and row["cost_note"] == "not settled yet: amount in USD"
+
+
+def settled_unit(job, item, version, key: str) -> UnitCharge:
+    """The version's unit, reserved, then settled by the ledger at the rate in force now."""
+    unit = Submission.objects.create(job=job, provider=job.provider, model=job.model, intent_key=key)
+    charge = UnitCharge.objects.create(job=job, submission=unit, currency="GBP", reserved_usd=Decimal(1))
+    SubmissionItem.objects.create(submission=unit, item=item, custom_id=version.custom_id)
+    GeneratedVersion.objects.filter(pk=version.pk).update(submission=unit)
+    budgets.settle(unit)
+    return UnitCharge.objects.get(pk=charge.pk)
+
+
+def test_drafts_of_units_settled_at_two_rates_cost_what_the_units_kept(client, owner, settings, tmp_path):
+    prices = tmp_path / "prices.json"
+    prices.write_text(
+        json.dumps(
+            {
+                "openai": {
+                    "models": {"gpt-4o-mini": {"input_per_million": "1000", "output_per_million": "4000"}}
+                }
+            }
+        )
+    )
+    settings.BATCHDESK_PRICE_FILE = str(prices)
+    settings.BATCHDESK_CURRENCY = "GBP"
+    job = JobFactory(owner=owner)
+    item = ItemFactory(job=job, awaiting_review=True)
+    first, second = add_version(item), add_version(item)  # a draft, then its retry's
+    for name, day, rate in (("a", "2020-01-01", "0.7890"), ("b", "2021-06-01", "0.8000")):
+        rates = tmp_path / f"rates-{name}.json"
+        rates.write_text(json.dumps({"source": f"bank {name}", "per_usd": {day: rate}}))
+        settings.BATCHDESK_FX_FILE = str(rates)
+        kept = settled_unit(job, item, first if name == "a" else second, f"bd_unit_{name}")
+        assert kept.rate == Decimal(rate)
+    client.force_login(owner)
+    [row] = jsonl_rows(export(client, job, "jsonl"))
+    # 120 and 60 tokens at 1000 and 4000 a million, halved: 0.18 a draft; at 0.789 and at 0.8.
+    charges = UnitCharge.objects.filter(job=job)
+    assert Decimal(row["cost"]) == sum(c.cost for c in charges) == Decimal("0.28602")
+    assert Decimal(row["cost_usd"]) == sum(c.cost_usd for c in charges) == Decimal("0.36")
+    assert (row["currency"], row["rate"], row["rate_date"]) == ("GBP", "0.79450000", "2021-06-01")
+    assert row["rate_source"] == "the rates its drafts' units were settled at, weighted"
+
+
+def test_a_draft_settled_with_no_rate_in_force_is_costed_in_dollars_and_says_so(client, owner, settings):
+    settings.BATCHDESK_CURRENCY = "GBP"
+    settings.BATCHDESK_FX_FILE = ""
+    job = JobFactory(owner=owner)
+    item = ItemFactory(job=job, awaiting_review=True)
+    kept = settled_unit(job, item, add_version(item), "bd_unit_no_rate")
+    assert kept.settled_at is not None and kept.rate is None
+    client.force_login(owner)
+    [row] = jsonl_rows(export(client, job, "jsonl"))
+    assert (row["cost"], row["currency"]) == (str(kept.cost_usd), "USD")
+    assert row["cost_note"] == "no rate to GBP was in force: amount in USD"
 
 
 def test_a_model_without_a_price_has_no_cost_and_says_so(client, owner):
