@@ -14,7 +14,15 @@ from django.urls import reverse
 
 from ledger import actions, budgets
 from ledger.actions import apply_item, approve_version, reject_version
-from ledger.models import GeneratedVersion, Item, Job, Submission, SubmissionItem, UnitCharge
+from ledger.models import (
+    DestinationAttempt,
+    GeneratedVersion,
+    Item,
+    Job,
+    Submission,
+    SubmissionItem,
+    UnitCharge,
+)
 from ledger.pricing import price_for
 from ledger.states import ItemState, SubmissionState
 from review.job_export import COLUMNS, csv_stream, file_name, jsonl_stream
@@ -315,6 +323,37 @@ def test_the_export_reads_a_chunk_of_items_at_a_time(client, owner, monkeypatch)
     client.force_login(owner)
     rows = jsonl_rows(export(client, job, "jsonl"))
     assert [row["item_id"] for row in rows] == [item.pk for item in items]
+
+
+def test_another_jobs_items_among_a_chunks_ids_are_left_out(client, owner, monkeypatch):
+    # Each chunk reads approvals, attempts and drafts by the range of its item ids: another job's
+    # items created in between fall in that range and must not lend this job their rows.
+    monkeypatch.setattr("review.job_export.CHUNK_ITEMS", 2)
+    ours, theirs = JobFactory(owner=owner), JobFactory()
+    mine = []
+    for _ in range(3):
+        mine.append(ItemFactory(job=ours))
+        other = ItemFactory(job=theirs, state=ItemState.APPLIED)
+        version = add_version(other)
+        Item.objects.filter(pk=other.pk).update(approved_version=version)
+        DestinationAttempt.objects.create(
+            item=other,
+            version=version,
+            destination="catalogue",
+            operation_key=f"k{other.pk}",
+            outcome="applied",
+        )
+    client.force_login(owner)
+    rows = jsonl_rows(export(client, ours, "jsonl"))
+    assert [row["item_id"] for row in rows] == [item.pk for item in mine]
+    assert {
+        (row["state"], row["cost"], row["approved_text"], row["destination_outcome"], row["published"])
+        for row in rows
+    } == {("prepared", None, None, None, False)}
+    # A job without items: the header alone, or nothing.
+    empty = JobFactory(owner=owner)
+    assert csv_rows(export(client, empty, "csv")) == []
+    assert export(client, empty, "jsonl") == b""
 
 
 def test_the_file_name_is_made_safe_from_any_reference():
