@@ -44,12 +44,15 @@ run: $(PY)
 # SECRET_KEY, ALLOWED_HOSTS, DATABASE_URL… (README, "Production set-up"); DEBUG stays off. Each
 # gunicorn has a control socket of its own (var/run/gunicorn-$PORT.ctl): two on one machine never
 # take each other's (gunicorn's default is one path in $HOME); GUNICORN_CONTROL_SOCKET chooses another.
+# Threaded workers (gthread): a worker tells gunicorn it is alive from its own loop while a thread
+# streams a long answer (a million-item export); a sync worker streaming for more than gunicorn's
+# 30 s timeout was killed mid-file.
 serve: $(PY)
 	$(PY) manage.py migrate --verbosity 0
 	$(PY) manage.py collectstatic --noinput --verbosity 0
 	@mkdir -p var/run
 	exec $(VENV)/bin/gunicorn batchdesk.wsgi --bind $${BIND_ADDRESS:-0.0.0.0}:$${PORT:-8000} \
-		--workers $${WEB_CONCURRENCY:-2} --access-logfile - \
+		--workers $${WEB_CONCURRENCY:-2} --worker-class gthread --threads $${WEB_THREADS:-4} --access-logfile - \
 		--control-socket $${GUNICORN_CONTROL_SOCKET:-$(CURDIR)/var/run/gunicorn-$${PORT:-8000}.ctl}
 
 # The background workers (qcluster), in development and in production (with DEBUG=0 there).

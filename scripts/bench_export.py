@@ -6,11 +6,13 @@
 On the (migrated) database DATABASE_URL names, it makes one job per size given, set-wise with SQL, its
 items spread over the states an export meets (applied, approved, rejected, validation failed, awaiting
 review, not sent yet) with drafts, approvals, destination attempts and one settled unit. Then, for
-each size, it starts a fresh gunicorn (one sync worker, as `make serve` runs it), warms it up with an
-export of a 1,000-item job, and downloads the job's export with curl to /dev/null, once as CSV and
+each size, it starts a fresh gunicorn (one worker, as `make serve` runs it: threaded, gunicorn's
+default 30 s timeout, which a longer export must outlive), warms it up with an export of a 1,000-item
+job, and downloads the job's export with curl to /dev/null, once as CSV and
 once as JSONL. It prints the wall time of each download and the worker's peak resident memory
 (VmHWM from /proc) after the warm-up and after each download. The jobs stay in the database (their
-references say `export-bench-`); run it on a database of your own.
+references say `export-bench-`); run it on a database of your own. `--jobs ID…` measures jobs made
+by an earlier run instead of making new ones.
 """
 
 import os
@@ -218,7 +220,8 @@ def measure(job: Job, items: int, warm_up: Job) -> None:
         server = subprocess.Popen(
             [
                 str(Path(sys.executable).parent / "gunicorn"), "batchdesk.wsgi", "--bind", f"127.0.0.1:{port}",
-                "--workers", "1", "--timeout", "900", "--control-socket", f"{folder}/gunicorn.ctl",
+                "--workers", "1", "--worker-class", "gthread", "--threads", "4",
+                "--control-socket", f"{folder}/gunicorn.ctl",
             ],
             cwd=ROOT, env=env,
         )  # fmt: skip
@@ -246,14 +249,18 @@ def measure(job: Job, items: int, warm_up: Job) -> None:
             server.wait()
 
 
-def main(sizes: list[int]) -> None:
+def main(arguments: list[str]) -> None:
     owner = person()
-    warm_up = make_job(WARM_UP_ITEMS, owner)
-    jobs = [(make_job(items, owner), items) for items in sizes]
-    analyse()
+    made = Job.objects.filter(reference__startswith=f"export-bench-{WARM_UP_ITEMS}-").first()
+    warm_up = made or make_job(WARM_UP_ITEMS, owner)
+    if arguments[:1] == ["--jobs"]:
+        jobs = [(job, job.items.count()) for job in Job.objects.filter(pk__in=arguments[1:]).order_by("pk")]
+    else:
+        jobs = [(make_job(int(size), owner), int(size)) for size in arguments or [100_000, 1_000_000]]
+        analyse()
     for job, items in jobs:
         measure(job, items, warm_up)
 
 
 if __name__ == "__main__":
-    main([int(size) for size in sys.argv[1:]] or [100_000, 1_000_000])
+    main(sys.argv[1:])
