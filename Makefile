@@ -44,6 +44,9 @@ run: $(PY)
 # SECRET_KEY, ALLOWED_HOSTS, DATABASE_URL… (README, "Production set-up"); DEBUG stays off. Each
 # gunicorn has a control socket of its own (var/run/gunicorn-$PORT.ctl): two on one machine never
 # take each other's (gunicorn's default is one path in $HOME); GUNICORN_CONTROL_SOCKET chooses another.
+# Threaded workers (gthread): a worker tells gunicorn it is alive from its own loop while a thread
+# streams a long answer (a million-item export); a sync worker streaming for more than gunicorn's
+# 30 s timeout was killed mid-file.
 serve: $(PY)
 	$(PY) manage.py migrate --verbosity 0
 	$(PY) manage.py collectstatic --noinput --verbosity 0

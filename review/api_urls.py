@@ -2,7 +2,7 @@
 
 from django.urls import path, re_path
 
-from . import api, job_notifications, job_stream, pilot_api
+from . import api, job_export, job_notifications, job_stream, pilot_api
 from .ids import register_id_converter
 
 register_id_converter()
@@ -20,6 +20,7 @@ urlpatterns = [
     path("jobs/<id:job_id>/pilot", pilot_api.pilot_report, name="pilot_report"),
     path("jobs/<id:job_id>/stream", job_stream.job_stream, name="job_stream"),
     path("jobs/<id:job_id>/notifications", job_notifications.notifications, name="job_notifications"),
+    path("jobs/<id:job_id>/export", job_export.api_job_export, name="job_export"),
     path("items/<id:item_id>", api.item_detail, name="item"),
     path("items/<id:item_id>/versions/<id:version_id>/approve", api.approve, name="approve"),
     path("items/<id:item_id>/versions/<id:version_id>/reject", api.reject, name="reject"),

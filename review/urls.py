@@ -1,6 +1,6 @@
 from django.urls import path
 
-from . import audit, catalogue, jobs, operations, pilots, prompts, quality, views
+from . import audit, catalogue, job_export, jobs, operations, pilots, prompts, quality, views
 from .ids import register_id_converter
 
 register_id_converter()
@@ -15,6 +15,7 @@ urlpatterns = [
     path("jobs/<id:job_id>/budget", jobs.job_budget, name="job_budget"),
     path("jobs/<id:job_id>/resume", jobs.job_resume, name="job_resume"),
     path("jobs/<id:job_id>/pilot", pilots.pilot_report, name="pilot_report"),
+    path("jobs/<id:job_id>/export", job_export.job_export, name="job_export"),
     path("items/<id:item_id>/", views.item_detail, name="item_detail"),
     path("items/<id:item_id>/approve", views.approve, name="approve_item"),
     path("items/<id:item_id>/reject", views.reject, name="reject_item"),

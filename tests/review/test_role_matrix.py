@@ -83,6 +83,8 @@ EXPECTED: dict[str, dict[str, dict]] = {
     "job_detail": {"GET": viewers(), "POST": NOT_ALLOWED},
     # This job is no pilot: it has no report (a pilot's: tests/review/test_pilot_screens.py).
     "pilot_report": {"GET": viewers(404), "POST": NOT_ALLOWED},
+    # A job's outcome as CSV (no format named): every role, as the job's page.
+    "job_export": {"GET": viewers(), "POST": NOT_ALLOWED},
     # Operators cancel any job; a catalogue owner only their own (this one is someone else's).
     "job_cancel": {"GET": NOT_ALLOWED, "POST": operators(302)},
     # The job's owner, or an admin (the matrix's catalogue owner did not start the job).

@@ -1,0 +1,337 @@
+"""A job's outcome as a file (SPEC §6 `GET /api/jobs/{id}/export?format=csv|jsonl`, and the job page's
+export buttons): one row an item, in item id order, with what became of it: its state, the text
+approved for it and by whom, what its drafts cost, and what the destination last said.
+
+The rows are read a chunk of items at a time, by key (`item_job`: the job's items in id order), with
+four queries a chunk whatever its size: the items, the approvals that stand, their last destination
+attempts, and their drafts' tokens and rates summed. Each chunk is written out before the next is
+read, so memory stays flat at a million items and the first bytes leave at once. A chunk is read as
+it is then: an export of a job that is still working shows each item as it was when its chunk was
+read.
+
+An item's cost is every draft it produced (a retry's included), priced at the job's batch price and
+converted at the rate its unit was settled at (`UnitCharge`), as a job's cost is. While a draft's
+unit has no kept rate in the business currency (not settled yet, or no rate in force), the item's
+cost stays in the provider's currency and `cost_note` says why.
+
+Model output is untrusted: in CSV a cell that a spreadsheet would run as a formula starts with `'`
+(`review.audit.FORMULA_STARTS`), and text that UTF-8 cannot carry becomes U+FFFD; JSONL carries every
+string as it is, escaped by JSON where it must be.
+"""
+
+import csv
+import json
+import re
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from decimal import Decimal
+
+from django.contrib.auth.decorators import login_required
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db.models import Count, DecimalField, ExpressionWrapper, F, Max, Min, Q, Sum
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404
+from django.utils.http import content_disposition_header
+from django.views.decorators.http import require_GET
+
+from ledger.models import Approval, DestinationAttempt, GeneratedVersion, Item, Job
+from ledger.money import PROVIDER_CURRENCY, business_currency
+from ledger.pricing import PLACES, price_for, unknown_price
+from ledger.states import ItemState
+
+from .api import ApiError, endpoint, not_found
+from .audit import BYTE_ORDER_MARK, FORMULA_STARTS, Echo
+from .permissions import VIEWERS, role_required
+
+FORMATS = ("csv", "jsonl")
+CONTENT_TYPES = {"csv": "text/csv; charset=utf-8", "jsonl": "application/jsonl; charset=utf-8"}
+# Items read and written at a time: four queries each, and a few megabytes of rows at most.
+CHUNK_ITEMS = 2000
+
+COLUMNS = (
+    "item_id",
+    "sku",
+    "source_revision",
+    "state",
+    "label",
+    "reason",
+    "approved_version",
+    "approved_text",
+    "edited",
+    "reviewer",
+    "approved_at",
+    "cost",
+    "currency",
+    "cost_usd",
+    "rate",
+    "rate_date",
+    "rate_source",
+    "cost_note",
+    "destination",
+    "destination_outcome",
+    "destination_at",
+    "published",
+)
+
+WEIGHTED_RATE = "the rates its drafts' units were settled at, weighted"
+RATE_PLACES = Decimal("0.00000001")
+LABELS = dict(ItemState.choices)
+_json_encoder = DjangoJSONEncoder()
+
+
+def utc_text(moment: datetime | None) -> str | None:
+    """ISO 8601 in UTC, as the API writes times (`2026-12-06T02:38:31.123Z`)."""
+    return None if moment is None else _json_encoder.default(moment.astimezone(UTC))
+
+
+# --- the rows ------------------------------------------------------------------------------
+
+
+def export_chunks(job: Job) -> Iterator[list[tuple]]:
+    """The job's items as rows (values in the order of `COLUMNS`), in id order, a chunk at a time."""
+    last_id = 0
+    while True:
+        items = list(
+            Item.objects.filter(job=job, pk__gt=last_id)
+            .order_by("pk")
+            .values_list(
+                "pk", "product__sku", "source_revision__number", "state", "reason", "approved_version_id"
+            )[:CHUNK_ITEMS]
+        )
+        if not items:
+            return
+        yield rows_of(job, items)
+        if len(items) < CHUNK_ITEMS:
+            return
+        last_id = items[-1][0]
+
+
+def rows_of(job: Job, items: list[tuple]) -> list[tuple]:
+    # The chunk's rows of the other tables are found by the range of its item ids (each table's item
+    # index), not by a list of thousands of ids: such a list took longer to send than the rows did.
+    # Rows of another job's items in that range are read and left unused.
+    ids = (items[0][0], items[-1][0])
+    approvals = {
+        approval[0]: approval[1:]
+        for approval in Approval.objects.filter(item_id__gte=ids[0], item_id__lte=ids[1])
+        .order_by()
+        .values_list(
+            "version_id", "version__number", "final_content", "edited", "approved_by__username", "approved_at"
+        )
+    }
+    last_attempts = {
+        attempt[0]: attempt[1:]
+        for attempt in DestinationAttempt.objects.filter(item_id__gte=ids[0], item_id__lte=ids[1])
+        .order_by("item_id", "started_at", "pk")  # each item's last attempt is the one kept
+        .values_list("item_id", "destination", "outcome", "started_at", "finished_at")
+    }
+    costs = drafts_cost(job, ids)
+    rows = []
+    for item_id, sku, revision, state, reason, approved_version_id in items:
+        number, text, edited, reviewer, approved_at = approvals.get(approved_version_id, NO_APPROVAL)
+        destination, outcome, started_at, finished_at = last_attempts.get(item_id, NO_ATTEMPT)
+        rows.append(
+            (
+                item_id,
+                sku,
+                revision,
+                state,
+                LABELS[state],
+                reason,
+                number,
+                text,
+                edited,
+                reviewer,
+                utc_text(approved_at),
+                *costs.get(item_id, NO_COST),
+                destination,
+                outcome,
+                utc_text(finished_at or started_at),
+                state == ItemState.APPLIED,
+            )
+        )
+    return rows
+
+
+NO_APPROVAL = (None,) * 5
+NO_ATTEMPT = (None,) * 4
+# cost, currency, cost_usd, rate, rate_date, rate_source, cost_note
+NO_COST = (None,) * 7
+
+
+def at_rate(tokens: str) -> ExpressionWrapper:
+    return ExpressionWrapper(
+        F(tokens) * F("submission__charge__rate"), output_field=DecimalField(max_digits=30, decimal_places=8)
+    )
+
+
+def drafts_cost(job: Job, item_ids: tuple[int, int]) -> dict[int, tuple]:
+    """What the drafts of the items in this id range cost, each item's in one row of one grouped
+    query: tokens in USD at the job's batch price, and in the business currency at the rate each
+    draft's unit kept. Amounts as text, to keep their digits. Items without a draft are left out
+    (no cost yet)."""
+    currency = business_currency()
+    kept = Q(
+        submission__charge__settled_at__isnull=False,
+        submission__charge__rate__isnull=False,
+        submission__charge__currency=currency,
+    )
+    unsettled = Q(submission__charge__isnull=True) | Q(submission__charge__settled_at__isnull=True)
+    sums = (
+        GeneratedVersion.objects.filter(item_id__gte=item_ids[0], item_id__lte=item_ids[1])
+        .order_by()
+        .values("item_id")
+        .annotate(
+            drafts=Count("pk"),
+            unsettled=Count("pk", filter=unsettled),
+            kept=Count("pk", filter=kept),
+            tokens_in=Sum("input_tokens"),
+            tokens_out=Sum("output_tokens"),
+            input_at_rate=Sum(at_rate("input_tokens"), filter=kept),
+            output_at_rate=Sum(at_rate("output_tokens"), filter=kept),
+            lowest=Min("submission__charge__rate", filter=kept),
+            highest=Max("submission__charge__rate", filter=kept),
+            rate_date=Max("submission__charge__rate_date", filter=kept),
+            rate_source=Max("submission__charge__rate_source", filter=kept),
+        )
+        .values_list(
+            "item_id",
+            "drafts",
+            "unsettled",
+            "kept",
+            "tokens_in",
+            "tokens_out",
+            "input_at_rate",
+            "output_at_rate",
+            "lowest",
+            "highest",
+            "rate_date",
+            "rate_source",
+        )
+    )
+    price = price_for(job.provider, job.model)
+    if price is None:
+        unpriced = (None,) * 6 + (unknown_price(job.provider, job.model),)
+        return {row[0]: unpriced for row in sums}
+    costs = {}
+    for item_id, drafts, unsettled_drafts, kept_drafts, *tokens, lowest, highest, rate_date, source in sums:
+        tokens_in, tokens_out, input_at_rate, output_at_rate = tokens
+        usd = price.cost(tokens_in, tokens_out).quantize(PLACES)
+        if kept_drafts < drafts:
+            why = "not settled yet" if unsettled_drafts else f"no rate to {currency} was in force"
+            note = f"{why}: amount in {PROVIDER_CURRENCY}"
+            costs[item_id] = (str(usd), PROVIDER_CURRENCY, str(usd), None, None, None, note)
+            continue
+        converted = price.cost(input_at_rate, output_at_rate).quantize(PLACES)
+        if lowest == highest:  # every draft's unit at one rate: that rate, as it was kept
+            rate = lowest
+        else:
+            rate, source = (converted / usd).quantize(RATE_PLACES) if usd else highest, WEIGHTED_RATE
+        costs[item_id] = (str(converted), currency, str(usd), str(rate), rate_date.isoformat(), source, "")
+    return costs
+
+
+# --- the formats ---------------------------------------------------------------------------
+
+# Text that UTF-8 cannot carry (a lone surrogate) and NUL, which stops many CSV readers.
+UNWRITABLE_IN_CSV = re.compile("[\x00\ud800-\udfff]")
+
+
+def csv_text(text: str) -> str:
+    if "\x00" in text or not text.isascii():  # the test is quicker than the search, which is rarely needed
+        text = UNWRITABLE_IN_CSV.sub("\ufffd", text)
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
+
+
+def csv_values(row: tuple) -> list:
+    # Checked by type inline: a million rows of 22 cells make a function call per cell count.
+    return [
+        csv_text(value)
+        if value.__class__ is str
+        else ("yes" if value else "no")
+        if value.__class__ is bool
+        else value
+        for value in row
+    ]
+
+
+def csv_stream(chunks: Iterable[list[tuple]]) -> Iterator[bytes]:
+    """UTF-8 with a byte-order mark, every cell quoted, as the audit's CSV is; a cell a spreadsheet
+    would run as a formula starts with `'`."""
+    writer = csv.writer(Echo(), quoting=csv.QUOTE_ALL)
+    yield (BYTE_ORDER_MARK + writer.writerow(COLUMNS)).encode()
+    for rows in chunks:
+        yield "".join(writer.writerow(csv_values(row)) for row in rows).encode()
+
+
+def jsonl_line(row: tuple) -> str:
+    # Non-ASCII text as it is; a line holding a lone surrogate (which UTF-8 cannot carry) is written
+    # with JSON's escapes instead, so it reads back as the same string.
+    values = dict(zip(COLUMNS, row, strict=True))
+    line = json.dumps(values, ensure_ascii=False)
+    try:
+        line.encode()
+    except UnicodeEncodeError:
+        line = json.dumps(values)
+    return line + "\n"
+
+
+def jsonl_stream(chunks: Iterable[list[tuple]]) -> Iterator[bytes]:
+    """One JSON object a line, with the CSV's columns as keys; amounts as text, to keep their digits."""
+    for rows in chunks:
+        yield "".join(jsonl_line(row) for row in rows).encode()
+
+
+WRITERS = {"csv": csv_stream, "jsonl": jsonl_stream}
+
+
+def file_name(job: Job, format: str) -> str:
+    """Made from the job's reference, which may hold any character: only letters, digits, `.`,
+    `_` and `-` are kept, so no browser or shell meets a quote, a slash or a line break."""
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", job.reference).strip("._-")[:80]
+    return f"job-{job.pk}-{readable}.{format}" if readable else f"job-{job.pk}.{format}"
+
+
+def requested_format(request: HttpRequest) -> str | None:
+    """`format` from the query (CSV when absent); None when it names anything else."""
+    values = request.GET.getlist("format") or ["csv"]
+    return values[0] if len(values) == 1 and values[0] in FORMATS else None
+
+
+BAD_FORMAT = "format must be csv or jsonl"
+
+
+def export_response(job: Job, format: str) -> StreamingHttpResponse:
+    return StreamingHttpResponse(
+        WRITERS[format](export_chunks(job)),
+        content_type=CONTENT_TYPES[format],
+        headers={
+            "Content-Disposition": content_disposition_header(True, file_name(job, format)),
+            "Cache-Control": "private, no-store",
+        },
+    )
+
+
+# --- the views -----------------------------------------------------------------------------
+
+
+@endpoint(GET=VIEWERS)
+def api_job_export(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = Job.objects.filter(pk=job_id).only("pk", "reference", "provider", "model").first()
+    if job is None:
+        return not_found(request, "No job")
+    format = requested_format(request)
+    if format is None:
+        raise ApiError(400, "invalid", BAD_FORMAT, {"format": BAD_FORMAT})
+    return export_response(job, format)
+
+
+@require_GET
+@login_required
+@role_required(*VIEWERS)
+def job_export(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = get_object_or_404(Job.objects.only("pk", "reference", "provider", "model"), pk=job_id)
+    format = requested_format(request)
+    if format is None:
+        return HttpResponse(f"Nothing was exported: {BAD_FORMAT}.\n", status=400, content_type="text/plain")
+    return export_response(job, format)
