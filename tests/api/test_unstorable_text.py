@@ -15,7 +15,17 @@ pytestmark = pytest.mark.django_db
 
 SPOILERS = {"NUL": ("\x00", "contains a NUL character"), "surrogate": ("\ud800", "unpaired surrogate")}
 # The API's addresses that take no body: reading only.
-READ_ONLY = {"job", "job_items", "job_submissions", "item", "health", "pilot_report"}
+READ_ONLY = {
+    "job",
+    "job_items",
+    "job_submissions",
+    "item",
+    "health",
+    "pilot_report",
+    "job_stream",
+    "job_notifications",
+    "job_export",
+}
 
 
 @pytest.fixture
