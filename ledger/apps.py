@@ -13,6 +13,7 @@ class LedgerConfig(AppConfig):
         from .models import ExchangeRate
         from .money import check_rate_file, forget_entered_rates
         from .pricing import check_price_file
+        from .retention import check_retention_setting
 
         post_migrate.connect(after_migrate, sender=self, dispatch_uid="ledger.after_migrate")
         # Item tallies' triggers on SQLite are put back around every migrate (ledger/tallies.py).
@@ -22,5 +23,6 @@ class LedgerConfig(AppConfig):
         # startup (`check`, `runserver`, `migrate`, `qcluster`), never a request.
         checks.register(check_price_file, "batchdesk")
         checks.register(check_rate_file, "batchdesk")
+        checks.register(check_retention_setting, "batchdesk")
         post_save.connect(forget_entered_rates, sender=ExchangeRate, dispatch_uid="ledger.money.saved")
         post_delete.connect(forget_entered_rates, sender=ExchangeRate, dispatch_uid="ledger.money.deleted")

@@ -27,7 +27,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django_q.tasks import async_task
 
-from . import actions, catalogue, table_statistics
+from . import actions, catalogue, retention, table_statistics
 from .models import CollectorHeartbeat, Item, Job, Submission, lease_end
 from .pilots.drill import repeated_deliveries_due, unit_to_interrupt
 from .providers import capabilities
@@ -362,3 +362,14 @@ def attempt(work, *args) -> int:
         log.exception("%s%s failed", getattr(work, "__name__", work), args)
         return 0
     return 1
+
+
+def apply_retention(after_item: int = 0) -> str:
+    """The daily retention pass (SPEC §11, `ledger.retention`), for at most TASK_SECONDS or until its
+    cluster is stopping; the drafts of the items after the last one it reached go to a task of its own."""
+    done = retention.apply_retention(
+        after_item=after_item, until=time.monotonic() + TASK_SECONDS, stop=stop_asked
+    )
+    if not done.finished:
+        async_task("ledger.tasks.apply_retention", done.last_item)
+    return f"erased the text of {done.drafts} unusable drafts of {done.items} items"
