@@ -276,3 +276,23 @@ def test_a_period_that_is_not_a_positive_whole_number_stops_startup(value):
 def test_a_whole_number_of_days_passes_the_check():
     with override_settings(BATCHDESK_RETAIN_UNUSABLE_DAYS="365"):
         assert retention.check_retention_setting() == []
+
+
+def test_the_task_hands_what_it_did_not_reach_to_a_task_of_its_own(monkeypatch):
+    from ledger import tasks
+
+    monkeypatch.setattr(retention, "VERSIONS_PER_BATCH", 1)
+    monkeypatch.setattr(tasks, "TASK_SECONDS", -1)  # out of time after its first batch
+    queued = []
+    monkeypatch.setattr(tasks, "async_task", lambda func, *args: queued.append((func, *args)))
+    first, second = old_draft(S.REJECTED), old_draft(S.OBSOLETE)
+
+    tasks.apply_retention()
+
+    assert queued == [("ledger.tasks.apply_retention", first.item_id)]
+    assert GeneratedVersion.objects.filter(content_expired_at__isnull=False).count() == 1
+    while queued:  # each task queued runs, as a worker would take it
+        _, after = queued.pop()
+        tasks.apply_retention(after)
+    assert GeneratedVersion.objects.filter(content_expired_at__isnull=False).count() == 2
+    assert len(erased_events(second.item)) == 1
