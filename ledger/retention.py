@@ -39,6 +39,11 @@ VERSIONS_PER_BATCH = 5_000
 # and is (being) published. None of its drafts is erased, whatever its age.
 KEPT_ITEM_STATES = (ItemState.AWAITING_REVIEW, ItemState.APPROVED, ItemState.APPLYING, ItemState.APPLIED)
 
+# What an item's retention event says in `to_state`: the item stays in its state (`from_state`), and
+# every reader that counts items reaching a state (the audit's rejections, the quality page, a
+# pilot's measures) reads past it.
+CONTENT_EXPIRED = "content_expired"
+
 # An item in one of these states will never use its latest draft.
 UNUSABLE_ITEM_STATES = (ItemState.REJECTED, ItemState.OBSOLETE, ItemState.WITHDRAWN, ItemState.CANCELLED)
 
@@ -207,8 +212,9 @@ def erase_batch(
         erased = ids_query(ids)
         items = insert_from_select(
             Event,
-            select={"item": "id", "job": "job_id", "from_state": "state", "to_state": "state"},
+            select={"item": "id", "job": "job_id", "from_state": "state"},
             values={
+                "to_state": CONTENT_EXPIRED,
                 "reason": (
                     f"The text of its unusable drafts was erased after {days} days (retention); "
                     "their hashes, lengths, usage, cost and reasons are kept"

@@ -90,7 +90,7 @@ def test_each_kind_of_unusable_draft_loses_its_text_and_keeps_the_rest():
     for version in (invalid, rejected, obsolete, withdrawn, cancelled):
         item = Item.objects.get(pk=version.item_id)
         [event] = erased_events(item)
-        assert event.from_state == event.to_state == item.state
+        assert (event.from_state, event.to_state) == (item.state, "content_expired")
         assert event.actor_name == "system" and event.job_id == item.job_id
         assert "erased after 90 days" in event.reason
 
@@ -296,3 +296,16 @@ def test_the_task_hands_what_it_did_not_reach_to_a_task_of_its_own(monkeypatch):
         tasks.apply_retention(after)
     assert GeneratedVersion.objects.filter(content_expired_at__isnull=False).count() == 2
     assert len(erased_events(second.item)) == 1
+
+
+def test_retention_events_are_not_taken_for_rejections_or_other_arrivals_in_a_state():
+    rejected = old_draft(S.REJECTED)
+    invalid = old_draft(S.VALIDATION_FAILED, valid=False)
+    rejections = Event.objects.rejections().count()
+    arrivals = Event.objects.filter(to_state__in=[S.REJECTED, S.VALIDATION_FAILED]).count()
+
+    assert apply_retention().items == 2
+
+    assert Event.objects.rejections().count() == rejections
+    assert Event.objects.filter(to_state__in=[S.REJECTED, S.VALIDATION_FAILED]).count() == arrivals
+    assert len(erased_events(rejected.item)) == len(erased_events(invalid.item)) == 1
