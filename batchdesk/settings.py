@@ -217,6 +217,11 @@ BATCHDESK_PRICE_FILE = os.environ.get("BATCHDESK_PRICE_FILE", "")
 # A bad code or file stops the server and the workers at startup (system checks batchdesk.E002, E003).
 BATCHDESK_CURRENCY = os.environ.get("BATCHDESK_CURRENCY", "GBP").strip().upper()
 BATCHDESK_FX_FILE = os.environ.get("BATCHDESK_FX_FILE", "")
+# Days an unusable draft (failed validation, rejected, obsolete, withdrawn, superseded, cancelled)
+# keeps its text after it became unusable; then the retention pass erases it (SPEC §11,
+# ledger/retention.py). Anything but a whole number of at least 1 stops the server and the workers
+# at startup (system check batchdesk.E004).
+BATCHDESK_RETAIN_UNUSABLE_DAYS = os.environ.get("BATCHDESK_RETAIN_UNUSABLE_DAYS", "90")
 
 # How `openai_compatible` is sent an output schema (SPEC rule 17, ledger/schema_dialects.py):
 # OpenAI's strict dialect, safe behind a LiteLLM proxy or an OpenAI-like gateway, or `as_is`, the
@@ -319,7 +324,7 @@ LOGGING = {
 }
 
 # Job notifications (SPEC §6 `notify_url`, ledger/notifications.py). Events are signed with
-# BATCHDESK_NOTIFY_SECRET (`whsec_<base64>`, system check batchdesk.E020); without it no job may name a
+# BATCHDESK_NOTIFY_SECRET (`whsec_<base64>`, system check batchdesk.E005); without it no job may name a
 # notify_url. BATCHDESK_NOTIFY_ALLOWED_HOSTS (comma list), when set, is every host one may name.
 BATCHDESK_NOTIFY_SECRET = os.environ.get("BATCHDESK_NOTIFY_SECRET", "").strip()
 BATCHDESK_NOTIFY_ALLOWED_HOSTS = [

@@ -15,6 +15,7 @@ class LedgerConfig(AppConfig):
         from .notifications import check_notify_secret
         from .pricing import check_price_file
         from .provider_hooks import check_webhook_secrets
+        from .retention import check_retention_setting
 
         post_migrate.connect(after_migrate, sender=self, dispatch_uid="ledger.after_migrate")
         # Item tallies' triggers on SQLite are put back around every migrate (ledger/tallies.py).
@@ -27,5 +28,6 @@ class LedgerConfig(AppConfig):
         checks.register(check_notify_secret, "batchdesk")
         # A provider's webhook secret that cannot sign would refuse every webhook: refused at startup.
         checks.register(check_webhook_secrets, "batchdesk")
+        checks.register(check_retention_setting, "batchdesk")
         post_save.connect(forget_entered_rates, sender=ExchangeRate, dispatch_uid="ledger.money.saved")
         post_delete.connect(forget_entered_rates, sender=ExchangeRate, dispatch_uid="ledger.money.deleted")

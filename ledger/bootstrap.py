@@ -79,7 +79,7 @@ def ensure_roles_and_prompt(*, using: str = "default", **signal_kwargs) -> None:
 
 
 def install_schedules(*, using: str = "default", **signal_kwargs) -> None:
-    """The collector's schedule, once, whatever the number of migrates."""
+    """The collector's schedule and the daily retention pass's, once, whatever the number of migrates."""
     from django_q.models import Schedule
 
     Schedule.objects.using(using).update_or_create(
@@ -94,6 +94,17 @@ def install_schedules(*, using: str = "default", **signal_kwargs) -> None:
             "func": "ledger.tasks.collect_round",
             "schedule_type": Schedule.MINUTES,
             "minutes": 1,
+            "repeats": -1,
+            "next_run": timezone.now(),
+        },
+    )
+    # Unusable drafts' text erased once it is older than BATCHDESK_RETAIN_UNUSABLE_DAYS (SPEC §11).
+    Schedule.objects.using(using).update_or_create(
+        name="retention",
+        defaults={"func": "ledger.tasks.apply_retention", "schedule_type": Schedule.DAILY, "repeats": -1},
+        create_defaults={
+            "func": "ledger.tasks.apply_retention",
+            "schedule_type": Schedule.DAILY,
             "repeats": -1,
             "next_run": timezone.now(),
         },

@@ -693,6 +693,10 @@ class GeneratedVersion(models.Model):
     # How a draft was read, when worth knowing (`DraftNote` values): not failures.
     validation_notes = models.JSONField(default=list, db_default=[], blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # When the retention pass (ledger/retention.py, SPEC §11) erased an unusable draft's text, and how
+    # many characters it had: its hash, usage, cost, reasons and events stay.
+    content_expired_at = models.DateTimeField(null=True, blank=True)
+    content_length = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["item", "number"]
@@ -709,6 +713,11 @@ class GeneratedVersion(models.Model):
     def answer(self) -> str:
         """The answer as the provider returned it."""
         return self.raw_output or self.content
+
+    @property
+    def length(self) -> int:
+        """Characters of its text, kept when the text is erased."""
+        return self.content_length if self.content_expired_at else len(self.content)
 
     @property
     def note_labels(self) -> list[str]:

@@ -169,7 +169,7 @@ def check_notify_secret(app_configs=None, **kwargs) -> list[checks.CheckMessage]
             checks.Error(
                 f"BATCHDESK_NOTIFY_SECRET: {exc}",
                 hint="Set it to whsec_ and base64 (e.g. whsec_ and `openssl rand -base64 32`), or unset it.",
-                id="batchdesk.E020",
+                id="batchdesk.E005",
             )
         ]
     return []

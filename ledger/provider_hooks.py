@@ -57,7 +57,7 @@ def check_webhook_secrets(app_configs=None, **kwargs) -> list[checks.Error]:
                 checks.Error(
                     f"{name} is not a webhook signing secret: it reads whsec_ followed by base64",
                     hint=f"Copy the secret {provider} showed when the webhook endpoint was made, or unset {name}.",
-                    id="batchdesk.E042",
+                    id="batchdesk.E006",
                 )
             )
     return errors

@@ -27,7 +27,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django_q.tasks import async_task
 
-from . import actions, catalogue, notifications, provider_files, provider_hooks, table_statistics
+from . import actions, catalogue, notifications, provider_files, provider_hooks, retention, table_statistics
 from .models import CollectorHeartbeat, Item, Job, ProviderHint, Submission, lease_end
 from .pilots.drill import repeated_deliveries_due, unit_to_interrupt
 from .providers import capabilities
@@ -402,3 +402,14 @@ def send_notification(notification_id: int, mark: datetime) -> str:
     """One attempt to deliver a job's notification (`ledger.notifications`), queued when it was
     written or by the collector's pass when a retry is due."""
     return notifications.send(notification_id, mark)
+
+
+def apply_retention(after_item: int = 0) -> str:
+    """The daily retention pass (SPEC §11, `ledger.retention`), for at most TASK_SECONDS or until its
+    cluster is stopping; the drafts of the items after the last one it reached go to a task of its own."""
+    done = retention.apply_retention(
+        after_item=after_item, until=time.monotonic() + TASK_SECONDS, stop=stop_asked
+    )
+    if not done.finished:
+        async_task("ledger.tasks.apply_retention", done.last_item)
+    return f"erased the text of {done.drafts} unusable drafts of {done.items} items"

@@ -731,8 +731,11 @@ def version_json(version: GeneratedVersion, price: pricing.Price | None, price_n
     return {
         "id": version.pk,
         "number": version.number,
-        "content": version.content,
+        # Null once the retention pass erased an unusable draft's text (SPEC §11); its hash stays.
+        "content": None if version.content_expired_at else version.content,
         "content_hash": version.content_hash,
+        "content_expired_at": version.content_expired_at,
+        "content_length": version.length,
         "validation": {
             "valid": version.valid,
             "reasons": version.validation_reasons,

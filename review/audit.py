@@ -111,6 +111,7 @@ def with_rejected_draft(events: QuerySet[Event]) -> QuerySet[Event]:
         version_number=Subquery(drafts.values("number")[:1]),
         version_hash=Subquery(drafts.values("content_hash")[:1]),
         version_content=Subquery(drafts.values("content")[:1]),
+        version_expired_at=Subquery(drafts.values("content_expired_at")[:1]),
     )
 
 

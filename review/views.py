@@ -121,7 +121,10 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
         "source_fields": fields_of(item.source_revision),
         "current_revision": current,
         "current_fields": fields_of(current) if current else [],
-        "versions": [VersionView(v, version_cost(v), word_diff(published, v.content)) for v in versions],
+        "versions": [
+            VersionView(v, version_cost(v), [] if v.content_expired_at else word_diff(published, v.content))
+            for v in versions
+        ],
         "latest": latest,
         "approvals": item.approvals.select_related("approved_by", "version").order_by("approved_at", "id"),
         "attempts": item.destination_attempts.select_related("version").order_by("started_at", "id"),

@@ -55,3 +55,18 @@ def test_migrate_leaves_the_default_prompt_current_and_a_later_choice_alone():
 
     assert PromptVersion.objects.filter(task="product_description").current().get() == v2
     assert CurrentPromptChoice.objects.count() == 2
+
+
+def test_migrate_installs_the_daily_retention_pass_once():
+    Schedule.objects.filter(name="retention").delete()
+
+    call_command("migrate", verbosity=0)
+    call_command("migrate", verbosity=0)
+
+    schedule = Schedule.objects.get(name="retention")
+    assert (schedule.func, schedule.schedule_type, schedule.repeats) == (
+        "ledger.tasks.apply_retention",
+        Schedule.DAILY,
+        -1,
+    )
+    assert schedule.next_run is not None

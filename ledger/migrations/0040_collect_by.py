@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("ledger", "0038_pilot_drill"),
+        ("ledger", "0039_retention"),
     ]
 
     operations = [

@@ -101,7 +101,7 @@ def test_notify_url_is_part_of_the_same_body(as_owner):
 
 def test_a_secret_that_cannot_sign_stops_the_processes_at_startup(settings):
     settings.BATCHDESK_NOTIFY_SECRET = "whsec_not base64!"
-    with pytest.raises(SystemCheckError, match="batchdesk.E020"):
+    with pytest.raises(SystemCheckError, match="batchdesk.E005"):
         call_command("check")
 
 
