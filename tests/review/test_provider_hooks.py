@@ -294,3 +294,47 @@ def test_a_secret_that_cannot_sign_is_refused_at_startup(monkeypatch):
         call_command("check")
     assert "GEMINI_WEBHOOK_SECRET is not a webhook signing secret" in str(refused.value)
     assert "not base64!" not in str(refused.value)
+
+
+# Attacks that once answered 500: a signed body whose batch id or event type holds what no text
+# column can store (a NUL, a lone surrogate).
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"type": "batch.completed", "data": {"id": "batch_\\u0000"}}',
+        b'{"type": "batch.completed", "data": {"id": "batch_\\ud800"}}',
+    ],
+    ids=["nul-id", "surrogate-id"],
+)
+def test_a_signed_batch_id_no_column_can_hold_names_no_batch(client, openai_unit, body):
+    emulator, clock, job, unit = openai_unit
+
+    answer = post(client, "/hooks/openai", body)
+
+    assert answer.status_code == 200
+    assert ProviderHint.objects.get().outcome == HintOutcome.UNREADABLE
+    assert unchanged(unit)
+
+
+@pytest.mark.parametrize("name", ['"batches/\\u0000"', '"batches/\\udfff"'], ids=["nul", "surrogate"])
+def test_a_signed_gemini_batch_name_no_column_can_hold_names_no_batch(client, gemini_unit, name):
+    emulator, clock, job, unit = gemini_unit
+    body = b'{"type": "batch.succeeded", "data": {"name": ' + name.encode() + b"}}"
+
+    answer = post(client, "/hooks/gemini", body)
+
+    assert answer.status_code == 200
+    assert ProviderHint.objects.get().outcome == HintOutcome.UNREADABLE
+    assert unchanged(unit)
+
+
+@pytest.mark.parametrize("kind", ['"batch.\\u0000"', '"batch.\\ud800"'], ids=["nul", "surrogate"])
+def test_a_signed_event_type_no_column_can_hold_is_kept_blank(client, openai_unit, kind):
+    emulator, clock, job, unit = openai_unit
+    body = b'{"type": ' + kind.encode() + b', "data": {"id": "batch_unknown"}}'
+
+    answer = post(client, "/hooks/openai", body)
+
+    assert answer.status_code == 200
+    hint = ProviderHint.objects.get()
+    assert (hint.event_type, hint.outcome) == ("", HintOutcome.UNKNOWN_UNIT)
