@@ -121,15 +121,31 @@ def addresses_to_call(host: str, port: int) -> list[ipaddress.IPv4Address | ipad
 
 def address_problem(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
     """Why an address must not be called: cloud metadata and other link-local services, an
-    unspecified or a multicast address. An IPv4 address written as IPv6 is judged as itself."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    unspecified or a multicast address. An IPv6 address carrying an IPv4 one is judged as that."""
+    if isinstance(address, ipaddress.IPv6Address) and (carried := carried_ipv4(address)) is not None:
+        address = carried
     if address.is_link_local:
         return "a link-local address (where cloud metadata lives)"
     if address.is_unspecified:
         return "an unspecified address"
     if address.is_multicast:
         return "a multicast address"
+    return None
+
+
+# NAT64's well-known prefix (RFC 6052): 64:ff9b::a.b.c.d reaches a.b.c.d through the gateway.
+NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
+
+def carried_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address reaches: mapped (::ffff:a.b.c.d), compatible (::a.b.c.d),
+    NAT64 (64:ff9b::a.b.c.d) or 6to4 (2002:aabb:ccdd::); None for an IPv6 address of its own."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address in NAT64 or 1 < int(address) < 2**32:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
     return None
 
 
