@@ -403,9 +403,12 @@ def send_email(notification: JobNotification) -> Outcome:
     job = event["job"]
     label = JobState(job["state"]).label
     counts = "\n".join(f"  {state}: {count:,}" for state, count in sorted(job["counts"].items()))
+    # A subject is one line (Django refuses a line break in it): a reference holding any is shown with
+    # its runs of white space as single spaces there, and whole in the body.
+    subject_reference = " ".join(job["reference"].split())
     try:
         send_mail(
-            subject=f"BatchDesk job {job['reference']}: {label.split(':')[0].lower()}",
+            subject=f"BatchDesk job {subject_reference}: {label.split(':')[0].lower()}",
             message=(
                 f"Your job {job['reference']} (number {job['id']}) is now {label[0].lower()}{label[1:]}.\n\n"
                 f"Items by state:\n{counts}\n\nSee /jobs/{job['id']}/ in BatchDesk.\n"

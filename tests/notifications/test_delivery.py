@@ -315,3 +315,18 @@ class DrippingReceiver:
                 except OSError:
                     return
             connection.sendall(b"\r\nContent-Length: 0\r\n\r\n")
+
+
+@pytest.mark.parametrize("reference", ["spring\nlaunch", "spring\rlaunch", "spring\u2028launch"])
+def test_a_reference_with_a_line_break_is_emailed_on_one_subject_line(reference):
+    """Found by attacking issue 20: the API takes a reference with a line break, and Django refuses a
+    subject holding one (BadHeaderError), so the owner's e-mail failed for 24 hours and was given up."""
+    owner = UserFactory(email="owner@example.com")
+    job = JobFactory(owner=owner, reference=reference)
+    ItemFactory(job=job, state=ItemState.AWAITING_REVIEW)
+    JobNotification.objects.all().delete()
+    actions.refresh_job_state(job.pk)
+
+    assert send_now(JobNotification.objects.get()) == "delivered"
+    assert mail.outbox[0].subject == "BatchDesk job spring launch: in review"
+    assert reference in mail.outbox[0].body
