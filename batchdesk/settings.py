@@ -339,6 +339,14 @@ BATCHDESK_NOTIFY_RETRY_SECONDS = float(os.environ.get("BATCHDESK_NOTIFY_RETRY_SE
 # How long one response of `GET /api/jobs/{id}/stream` lasts before the client reconnects: a stream
 # holds one of gunicorn's threads (GUNICORN_THREADS) while it is open.
 BATCHDESK_STREAM_SECONDS = float(os.environ.get("BATCHDESK_STREAM_SECONDS", "30"))
+# How many streams one web server process keeps open at once: half its threads, so that open job
+# pages never take every thread from everyone else. A stream asked for beyond this says the job once
+# and asks the browser to come back later (`review.job_stream`).
+BATCHDESK_STREAMS_PER_PROCESS = int(
+    os.environ.get(
+        "BATCHDESK_STREAMS_PER_PROCESS", str(max(1, int(os.environ.get("GUNICORN_THREADS", "8")) // 2))
+    )
+)
 
 # Owners' e-mail (their job reaches review, needs attention or is completed) goes through Django's
 # mailer, configured from the environment: the SMTP server EMAIL_HOST (a local one on port 25 when

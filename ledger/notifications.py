@@ -18,6 +18,7 @@ allowed (an internal tool's receivers live there) unless BATCHDESK_NOTIFY_ALLOWE
 hosts allowed. Redirects are never followed.
 """
 
+import asyncio
 import ipaddress
 import json
 import socket
@@ -120,15 +121,31 @@ def addresses_to_call(host: str, port: int) -> list[ipaddress.IPv4Address | ipad
 
 def address_problem(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
     """Why an address must not be called: cloud metadata and other link-local services, an
-    unspecified or a multicast address. An IPv4 address written as IPv6 is judged as itself."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    unspecified or a multicast address. An IPv6 address carrying an IPv4 one is judged as that."""
+    if isinstance(address, ipaddress.IPv6Address) and (carried := carried_ipv4(address)) is not None:
+        address = carried
     if address.is_link_local:
         return "a link-local address (where cloud metadata lives)"
     if address.is_unspecified:
         return "an unspecified address"
     if address.is_multicast:
         return "a multicast address"
+    return None
+
+
+# NAT64's well-known prefix (RFC 6052): 64:ff9b::a.b.c.d reaches a.b.c.d through the gateway.
+NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
+
+def carried_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address reaches: mapped (::ffff:a.b.c.d), compatible (::a.b.c.d),
+    NAT64 (64:ff9b::a.b.c.d) or 6to4 (2002:aabb:ccdd::); None for an IPv6 address of its own."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address in NAT64 or 1 < int(address) < 2**32:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
     return None
 
 
@@ -343,26 +360,36 @@ def post_webhook(notification: JobNotification) -> Outcome:
     }
     timeout = settings.BATCHDESK_NOTIFY_TIMEOUT
     try:
-        with (
-            httpx.Client(timeout=timeout, follow_redirects=False, trust_env=False) as client,
-            client.stream(
-                "POST", target.url, content=notification.body, headers=headers, extensions=target.extensions
-            ) as response,
-        ):
-            start = b""
-            for chunk in response.iter_bytes():
-                start += chunk
-                if len(start) >= ANSWER_BYTES_READ:
-                    break
-    except httpx.TimeoutException:
+        status, start = asyncio.run(call_receiver(target, notification.body, headers, timeout))
+    except (httpx.TimeoutException, TimeoutError):
         return Outcome(error=f"No answer within {timeout:g} seconds")
     except httpx.HTTPError as error:
         return Outcome(error=excerpt(f"Could not be reached: {error}"))
     return Outcome(
-        delivered=200 <= response.status_code < 300,
-        status=response.status_code,
+        delivered=200 <= status < 300,
+        status=status,
         answer=excerpt(start.decode("utf-8", "replace")),
     )
+
+
+async def call_receiver(target: Target, body: bytes, headers: dict, timeout: float) -> tuple[int, bytes]:
+    """The receiver's status and the first bytes of its answer, all within `timeout` seconds.
+    httpx's timeout bounds each read only: a receiver dripping a byte a second would hold a worker
+    for as long as it likes (and, past the lease, get the event twice). The whole call is cancelled
+    at the deadline instead."""
+    async with asyncio.timeout(timeout):
+        async with (
+            httpx.AsyncClient(timeout=timeout, follow_redirects=False, trust_env=False) as client,
+            client.stream(
+                "POST", target.url, content=body, headers=headers, extensions=target.extensions
+            ) as response,
+        ):
+            start = b""
+            async for chunk in response.aiter_bytes():
+                start += chunk
+                if len(start) >= ANSWER_BYTES_READ:
+                    break
+            return response.status_code, start
 
 
 def excerpt(text: str) -> str:
@@ -376,9 +403,12 @@ def send_email(notification: JobNotification) -> Outcome:
     job = event["job"]
     label = JobState(job["state"]).label
     counts = "\n".join(f"  {state}: {count:,}" for state, count in sorted(job["counts"].items()))
+    # A subject is one line (Django refuses a line break in it): a reference holding any is shown with
+    # its runs of white space as single spaces there, and whole in the body.
+    subject_reference = " ".join(job["reference"].split())
     try:
         send_mail(
-            subject=f"BatchDesk job {job['reference']}: {label.split(':')[0].lower()}",
+            subject=f"BatchDesk job {subject_reference}: {label.split(':')[0].lower()}",
             message=(
                 f"Your job {job['reference']} (number {job['id']}) is now {label[0].lower()}{label[1:]}.\n\n"
                 f"Items by state:\n{counts}\n\nSee /jobs/{job['id']}/ in BatchDesk.\n"

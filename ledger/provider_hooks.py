@@ -19,6 +19,7 @@ from django.core import checks
 from django.db import IntegrityError, transaction
 from django_q.tasks import async_task
 
+from .json_values import text_problem
 from .models import HintOutcome, ProviderHint, Submission
 from .signed_webhooks import signer
 from .states import SubmissionState
@@ -70,7 +71,9 @@ def batch_ref(provider: str, event: Any) -> str:
     if not isinstance(data, dict):
         return ""
     ref = gemini_batch(data) if provider == "gemini" else data.get("id")
-    if not isinstance(ref, str):
+    # A NUL or a lone surrogate ("\u0000", "\ud800") is valid JSON but no text column can hold it:
+    # such an id names none of our units.
+    if not isinstance(ref, str) or text_problem(ref):
         return ""
     ref = ref.strip()
     return ref if 0 < len(ref) <= MAX_REF_LENGTH else ""
@@ -87,7 +90,7 @@ def gemini_batch(data: dict) -> Any:
 
 def event_type(event: Any) -> str:
     kind = event.get("type") if isinstance(event, dict) else None
-    return kind[:64] if isinstance(kind, str) else ""
+    return kind[:64] if isinstance(kind, str) and not text_problem(kind[:64]) else ""
 
 
 def take_hint(*, provider: str, webhook_id: str, event: Any) -> HintOutcome | None:

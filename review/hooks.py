@@ -66,7 +66,11 @@ def receive(request: HttpRequest, provider: str) -> HttpResponse:
 
 def read_body(request: HttpRequest) -> bytes | None:
     """The raw body, or None when it is larger than a provider's event: refused by its declared
-    length before anything is read, and never read past the limit."""
+    length before anything is read, and never read past the limit.
+
+    A body sent in chunks has no Content-Length, and Django reads such a body as empty: a correctly
+    signed event would fail its signature. Where the server has read the chunks to their end
+    (`wsgi.input_terminated`, as gunicorn does), the body is read from the server's stream itself."""
     limit = provider_hooks.MAX_BODY_BYTES
     try:
         declared = int(request.META.get("CONTENT_LENGTH") or 0)
@@ -74,5 +78,8 @@ def read_body(request: HttpRequest) -> bytes | None:
         declared = 0
     if declared > limit:
         return None
-    body = request.read(limit + 1)
+    if not request.META.get("CONTENT_LENGTH") and request.META.get("wsgi.input_terminated"):
+        body = request.META["wsgi.input"].read(limit + 1)
+    else:
+        body = request.read(limit + 1)
     return None if len(body) > limit else body

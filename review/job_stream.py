@@ -8,6 +8,7 @@ itself. While nothing changes, a comment line every HEARTBEAT_SECONDS keeps prox
 finds a client that has gone. Its database connection is given back when it ends."""
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 
@@ -26,6 +27,8 @@ CHECK_SECONDS = 1.0
 HEARTBEAT_SECONDS = 15.0
 # How soon EventSource reconnects after a stream ends (milliseconds).
 RECONNECT_MS = 1000
+# How soon it comes back when this process already holds as many streams as it may.
+BUSY_RECONNECT_MS = 5000
 
 
 def caller(request: HttpRequest):
@@ -63,6 +66,28 @@ def job_stream(request: HttpRequest, job_id: int) -> HttpResponse:
     return response
 
 
+class StreamSlots:
+    """The streams this process holds open, at most BATCHDESK_STREAMS_PER_PROCESS at once."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._held = 0
+
+    def take(self) -> bool:
+        with self._lock:
+            if self._held >= settings.BATCHDESK_STREAMS_PER_PROCESS:
+                return False
+            self._held += 1
+            return True
+
+    def give_back(self) -> None:
+        with self._lock:
+            self._held -= 1
+
+
+open_streams = StreamSlots()
+
+
 def job_snapshot(job_id: int) -> dict | None:
     """The job's state and counts, or None when it is gone."""
     row = Job.objects.filter(pk=job_id).values_list("state", "reference").first()
@@ -81,6 +106,15 @@ def job_snapshot(job_id: int) -> dict | None:
 
 def job_events(job_id: int) -> Iterator[str]:
     """The job now, then again each time its state or counts change, for STREAM_SECONDS."""
+    if not open_streams.take():
+        # Every stream slot of this process is held: the job as it is now, and come back later. A
+        # thread held for BATCHDESK_STREAM_SECONDS by each open job page would otherwise leave none to
+        # anyone else once enough pages are open.
+        snapshot = job_snapshot(job_id)
+        yield f"retry: {BUSY_RECONNECT_MS}\n\n"
+        if snapshot is not None:
+            yield f"data: {json.dumps(snapshot, separators=(',', ':'))}\n\n"
+        return
     ends = time.monotonic() + settings.BATCHDESK_STREAM_SECONDS
     try:
         yield f"retry: {RECONNECT_MS}\n\n"
@@ -98,6 +132,7 @@ def job_events(job_id: int) -> Iterator[str]:
                 return
             time.sleep(CHECK_SECONDS)
     finally:
+        open_streams.give_back()
         # The thread's connection, idle while the stream waited, is not kept for its next request
         # (inside a transaction, a test's, it is not ours to close).
         if not connection.in_atomic_block:

@@ -108,3 +108,25 @@ def test_each_look_at_the_job_is_two_queries_however_many_items(django_assert_nu
     with django_assert_num_queries(2):  # the job's row, and the sum of its few tally rows
         snapshot = job_stream.job_snapshot(job.pk)
     assert snapshot["items"] == 9
+
+
+def test_streams_beyond_the_process_share_say_the_job_once_and_come_back_later(as_owner, settings):
+    """Found by attacking issue 20: under `make serve` (2 processes of 8 threads) twenty open streams
+    held every thread, and `/api/health` waited until they ended. A process now keeps at most
+    BATCHDESK_STREAMS_PER_PROCESS open; another is told the job as it is and to reconnect later."""
+    settings.BATCHDESK_STREAMS_PER_PROCESS = 1
+    job = JobFactory()
+    held = as_owner.get(f"/api/jobs/{job.pk}/stream")
+    held_events = events(held)
+    assert next(held_events) == "retry: 1000\n\n"
+    assert data_of(next(held_events))["id"] == job.pk
+
+    busy = as_owner.get(f"/api/jobs/{job.pk}/stream")
+    assert busy.status_code == 200
+    busy_events = list(events(busy))
+    assert busy_events[0] == "retry: 5000\n\n"
+    assert [data_of(event)["id"] for event in busy_events[1:]] == [job.pk]
+
+    list(held_events)  # the held stream ends after BATCHDESK_STREAM_SECONDS: its slot is free again
+    again = as_owner.get(f"/api/jobs/{job.pk}/stream")
+    assert next(events(again)) == "retry: 1000\n\n"

@@ -38,6 +38,10 @@ def test_a_job_with_notify_url_keeps_it_and_announces_its_start(as_owner):
         ("http://169.254.169.254/latest/meta-data/", "link-local"),
         ("http://[fe80::1]/events", "link-local"),
         ("http://[::ffff:169.254.169.254]/events", "link-local"),
+        # Found by attacking issue 20: IPv6 forms carrying the metadata address were allowed.
+        ("http://[::169.254.169.254]/events", "link-local"),
+        ("http://[64:ff9b::169.254.169.254]/events", "link-local"),
+        ("http://[2002:a9fe:a9fe::]/events", "link-local"),
         ("http://0.0.0.0:8000/events", "unspecified"),
         ("http://[::]/events", "unspecified"),
         ("http://224.0.0.1/events", "multicast"),

@@ -4,6 +4,7 @@ up, every attempt recorded. The receiver is a real HTTP server checking signatur
 
 import json
 import socket
+import threading
 from datetime import timedelta
 
 import pytest
@@ -260,3 +261,72 @@ def test_the_job_page_of_a_job_told_nothing_says_so(client):
     client.force_login(UserFactory(roles=["operator"]))
     page = client.get(f"/jobs/{job.pk}/").content.decode()
     assert "No event told: this job was started without a notify URL." in page
+
+
+def test_a_receiver_dripping_its_answer_is_cut_off_at_the_timeout(settings):
+    """Found by attacking issue 20: httpx's timeout bounds each read, so a receiver sending a byte at
+    a time held a worker for as long as it liked (and, past the lease, got the event again while the
+    first call ran). The whole call now has the timeout; this receiver would answer 200 at the end."""
+    settings.BATCHDESK_NOTIFY_TIMEOUT = 0.5
+    with DrippingReceiver(seconds=4) as receiver:
+        job = JobFactory(notify_url=receiver.url)
+        actions.cancel_job(job_id=job.pk)
+        notification = JobNotification.objects.get()
+        assert send_now(notification) == "not delivered"
+    attempt = notification.tries.get()
+    assert (attempt.status, attempt.error) == (None, "No answer within 0.5 seconds")
+
+
+class DrippingReceiver:
+    """A receiver that reads the call, then sends a 200 status line and one header byte every
+    tenth of a second for `seconds`, then ends its answer."""
+
+    def __init__(self, *, seconds: float):
+        self._seconds = seconds
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self._done = threading.Event()
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.getsockname()[:2]
+        return f"http://{host}:{port}/batchdesk-events"
+
+    def __enter__(self) -> "DrippingReceiver":
+        threading.Thread(target=self._serve, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._done.set()
+        self._server.close()
+
+    def _serve(self) -> None:
+        try:
+            connection, _ = self._server.accept()
+        except OSError:
+            return
+        with connection:
+            connection.recv(65536)
+            connection.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+            for _ in range(int(self._seconds * 10)):
+                if self._done.wait(0.1):
+                    return
+                try:
+                    connection.sendall(b"a")
+                except OSError:
+                    return
+            connection.sendall(b"\r\nContent-Length: 0\r\n\r\n")
+
+
+@pytest.mark.parametrize("reference", ["spring\nlaunch", "spring\rlaunch", "spring\u2028launch"])
+def test_a_reference_with_a_line_break_is_emailed_on_one_subject_line(reference):
+    """Found by attacking issue 20: the API takes a reference with a line break, and Django refuses a
+    subject holding one (BadHeaderError), so the owner's e-mail failed for 24 hours and was given up."""
+    owner = UserFactory(email="owner@example.com")
+    job = JobFactory(owner=owner, reference=reference)
+    ItemFactory(job=job, state=ItemState.AWAITING_REVIEW)
+    JobNotification.objects.all().delete()
+    actions.refresh_job_state(job.pk)
+
+    assert send_now(JobNotification.objects.get()) == "delivered"
+    assert mail.outbox[0].subject == "BatchDesk job spring launch: in review"
+    assert reference in mail.outbox[0].body

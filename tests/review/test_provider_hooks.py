@@ -2,12 +2,15 @@
 webhook makes the named unit be polled now; anything else changes nothing. The units are real:
 sent to the provider's emulator, in this process, on a clock that stands still."""
 
+import io
 import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.core.handlers.wsgi import WSGIRequest
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
+from django.test import RequestFactory
 from django.utils.module_loading import import_string
 from django_q.models import OrmQ
 
@@ -16,6 +19,7 @@ from ledger.models import HintOutcome, ProviderHint, Submission
 from ledger.provider_hooks import MAX_BODY_BYTES
 from ledger.signed_webhooks import signed_headers
 from ledger.states import ItemState, SubmissionState
+from review.hooks import openai_hook
 from tests.collector import poll_everything
 from tests.ledger.test_provider_faults import job_with_items
 from tests.provider_emulators import BY_NAME, serving
@@ -294,3 +298,87 @@ def test_a_secret_that_cannot_sign_is_refused_at_startup(monkeypatch):
         call_command("check")
     assert "GEMINI_WEBHOOK_SECRET is not a webhook signing secret" in str(refused.value)
     assert "not base64!" not in str(refused.value)
+
+
+# Attacks that once answered 500: a signed body whose batch id or event type holds what no text
+# column can store (a NUL, a lone surrogate).
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"type": "batch.completed", "data": {"id": "batch_\\u0000"}}',
+        b'{"type": "batch.completed", "data": {"id": "batch_\\ud800"}}',
+    ],
+    ids=["nul-id", "surrogate-id"],
+)
+def test_a_signed_batch_id_no_column_can_hold_names_no_batch(client, openai_unit, body):
+    emulator, clock, job, unit = openai_unit
+
+    answer = post(client, "/hooks/openai", body)
+
+    assert answer.status_code == 200
+    assert ProviderHint.objects.get().outcome == HintOutcome.UNREADABLE
+    assert unchanged(unit)
+
+
+@pytest.mark.parametrize("name", ['"batches/\\u0000"', '"batches/\\udfff"'], ids=["nul", "surrogate"])
+def test_a_signed_gemini_batch_name_no_column_can_hold_names_no_batch(client, gemini_unit, name):
+    emulator, clock, job, unit = gemini_unit
+    body = b'{"type": "batch.succeeded", "data": {"name": ' + name.encode() + b"}}"
+
+    answer = post(client, "/hooks/gemini", body)
+
+    assert answer.status_code == 200
+    assert ProviderHint.objects.get().outcome == HintOutcome.UNREADABLE
+    assert unchanged(unit)
+
+
+@pytest.mark.parametrize("kind", ['"batch.\\u0000"', '"batch.\\ud800"'], ids=["nul", "surrogate"])
+def test_a_signed_event_type_no_column_can_hold_is_kept_blank(client, openai_unit, kind):
+    emulator, clock, job, unit = openai_unit
+    body = b'{"type": ' + kind.encode() + b', "data": {"id": "batch_unknown"}}'
+
+    answer = post(client, "/hooks/openai", body)
+
+    assert answer.status_code == 200
+    hint = ProviderHint.objects.get()
+    assert (hint.event_type, hint.outcome) == ("", HintOutcome.UNKNOWN_UNIT)
+
+
+def chunked_request(body: bytes, headers: dict) -> WSGIRequest:
+    """A POST as gunicorn hands it to Django when the body came in chunks: no CONTENT_LENGTH, the
+    chunks already joined in `wsgi.input`, and `wsgi.input_terminated` said."""
+    environ = RequestFactory()._base_environ(
+        PATH_INFO="/hooks/openai",
+        REQUEST_METHOD="POST",
+        CONTENT_TYPE="application/json",
+        **{"wsgi.input": io.BytesIO(body), "wsgi.input_terminated": True},
+        **{"HTTP_" + name.upper().replace("-", "_"): value for name, value in headers.items()},
+    )
+    environ.pop("CONTENT_LENGTH", None)
+    return WSGIRequest(environ)
+
+
+def test_a_signed_event_sent_in_chunks_is_read(openai_unit, django_capture_on_commit_callbacks):
+    """Found by attacking issue 20: under `make serve`, a correctly signed event sent with
+    Transfer-Encoding: chunked (no Content-Length) was read as an empty body and refused (400)."""
+    emulator, clock, job, unit = openai_unit
+    body = openai_event(unit.provider_ref)
+    signed = signed_headers(SECRET, message_id="wh_chunked", at=datetime.now(UTC), body=body)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = openai_hook(chunked_request(body, signed))
+
+    assert answer.status_code == 200
+    assert json.loads(answer.content)["outcome"] == "poll_queued"
+
+
+def test_a_chunked_body_larger_than_an_event_is_refused(openai_unit):
+    emulator, clock, job, unit = openai_unit
+    body = openai_event(unit.provider_ref) + b" " * MAX_BODY_BYTES
+    signed = signed_headers(SECRET, message_id="wh_chunked_large", at=datetime.now(UTC), body=body)
+
+    answer = openai_hook(chunked_request(body, signed))
+
+    assert answer.status_code == 413
+    assert not ProviderHint.objects.exists()
+    assert unchanged(unit)
