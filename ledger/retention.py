@@ -194,14 +194,22 @@ def batch_end(after_item: int) -> int | None:
 def erase_batch(
     *, cutoff: datetime, now: datetime, after_item: int, up_to_item: int | None
 ) -> tuple[Counter, int]:
-    """One transaction: the erasable drafts of the items in (after_item, up_to_item] locked (a draft
-    a concurrent pass erased meanwhile drops out when rechecked), their text erased, an event for
-    each of their items. Returns the drafts erased by why, and how many items."""
+    """One transaction: the items in (after_item, up_to_item] with erasable drafts locked, then those
+    drafts (a draft a concurrent pass erased, or an approval made, meanwhile drops out when
+    rechecked), their text erased, an event for each of their items. Returns the drafts erased by why, and how many items."""
     drafts = erasable(cutoff).filter(item_id__gt=after_item)
     if up_to_item is not None:
         drafts = drafts.filter(item_id__lte=up_to_item)
     days = retain_unusable_days()
     with transaction.atomic():
+        # The items first, in id order, as approving locks its item: an owner's approval of an
+        # unusable draft (a repair) in flight is waited for, and the drafts chosen next see it.
+        list(
+            Item.objects.select_for_update()
+            .filter(pk__in=drafts.values("item_id"))
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        )
         rows = list(drafts.select_for_update(of=("self",)).values_list("pk", "unusable"))
         if not rows:
             return Counter(), 0

@@ -309,3 +309,47 @@ def test_retention_events_are_not_taken_for_rejections_or_other_arrivals_in_a_st
     assert Event.objects.rejections().count() == rejections
     assert Event.objects.filter(to_state__in=[S.REJECTED, S.VALIDATION_FAILED]).count() == arrivals
     assert len(erased_events(rejected.item)) == len(erased_events(invalid.item)) == 1
+
+
+@pytest.mark.postgresql_only
+@pytest.mark.django_db(transaction=True)
+def test_a_pass_waits_for_an_owner_repairing_an_unusable_draft_and_leaves_it_whole(owner):
+    """Approving locks the item; a pass that chose drafts without waiting for it would erase the
+    text of a draft an approval then names."""
+    draft = old_draft(S.VALIDATION_FAILED, valid=False, text="Too short to use, and about to be repaired")
+    other: dict = {}
+
+    def pass_beside():
+        try:
+            other["done"] = apply_retention()
+        finally:
+            connections.close_all()
+
+    with transaction.atomic():
+        approve_version(
+            item_id=draft.item_id,
+            version_id=draft.pk,
+            version_hash=draft.content_hash,
+            approver=owner,
+            content=(
+                f"A sturdy board made from oak for {draft.item.product.sku}. "
+                "It measures 40 x 25 cm and suits daily use."
+            ),
+        )
+        thread = threading.Thread(target=pass_beside)
+        thread.start()
+        with connection.cursor() as cursor:
+            while thread.is_alive():
+                cursor.execute("SELECT pg_stat_clear_snapshot()")
+                cursor.execute(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+                )
+                if cursor.fetchone()[0]:
+                    break
+    thread.join()
+
+    draft.refresh_from_db()
+    assert other["done"].drafts == 0
+    assert draft.content_expired_at is None and draft.content == "Too short to use, and about to be repaired"
+    assert not erased_events(draft.item)
