@@ -87,6 +87,7 @@ from .operations import attention_by_provider
 from .paging import PageRefused, keyset_page
 from .permissions import APPROVERS, OPERATOR, VIEWERS, has_role, may_cancel, may_spend
 from .pilot_forms import same_pilot
+from .recipients import shown_notify_url
 
 log = logging.getLogger(__name__)
 
@@ -372,7 +373,7 @@ def jobs_json(request: HttpRequest, jobs: list[Job]) -> list[dict]:
             if job.state == JobState.PAUSED
             else None,
             "pilot": pilot_json(request, pilots.get(job.pk)),
-            "notify_url": job.notify_url or None,
+            "notify_url": shown_notify_url(request.user, job) or None,
             "notifications_url": request.build_absolute_uri(reverse("api:job_notifications", args=[job.pk])),
             "stream_url": request.build_absolute_uri(reverse("api:job_stream", args=[job.pk])),
         }

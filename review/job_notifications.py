@@ -12,6 +12,7 @@ from ledger.models import Job, JobNotification, NotificationAttempt
 
 from .api import endpoint, not_found, page_of
 from .permissions import VIEWERS
+from .recipients import shown_recipient
 
 # The newest notifications shown on the job page; a job tells of a few dozen events in its life.
 NOTIFICATIONS_SHOWN = 50
@@ -63,14 +64,14 @@ def job_notifications(job: Job) -> tuple[list[NotificationRow], int]:
 NOTIFICATIONS_PER_PAGE = 50
 
 
-def notification_json(notification: JobNotification) -> dict:
+def notification_json(notification: JobNotification, *, to: str) -> dict:
     row = NotificationRow(notification, list(notification.tries.all()))
     return {
         "id": notification.pk,
         "webhook_id": notification.message_id,
         "type": notification.event_type,
         "channel": notification.channel,
-        "to": notification.recipient,
+        "to": to,
         "created_at": notification.created_at,
         "outcome": row.outcome_code,
         "delivered_at": notification.delivered_at,
@@ -86,7 +87,8 @@ def notification_json(notification: JobNotification) -> dict:
 @endpoint(GET=VIEWERS)
 def notifications(request: HttpRequest, job_id: int) -> HttpResponse:
     """Every notification of the job, oldest first, with each attempt and its answer."""
-    if not Job.objects.filter(pk=job_id).exists():
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None:
         return not_found(request, "No job")
     rows = (
         JobNotification.objects.filter(job_id=job_id)
@@ -98,7 +100,7 @@ def notifications(request: HttpRequest, job_id: int) -> HttpResponse:
             request,
             rows,
             NOTIFICATIONS_PER_PAGE,
-            lambda page: [notification_json(n) for n in page],
+            lambda page: [notification_json(n, to=shown_recipient(request.user, job, n)) for n in page],
             order=["id"],
             count=JobNotification.objects.filter(job_id=job_id).count,
         )

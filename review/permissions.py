@@ -45,6 +45,12 @@ def may_spend(user, job) -> bool:
     return has_role(user, ADMIN) or (job.owner_id == user.pk and has_role(user, *APPROVERS))
 
 
+def may_see_recipients(user, job) -> bool:
+    """Who reads where a job's events go in full (its notify_url, whose path may carry the receiver's
+    token, and its owner's e-mail address): its owner, or an admin; other roles see the host only."""
+    return has_role(user, ADMIN) or job.owner_id == user.pk
+
+
 def role_required(*groups: str) -> Callable:
     """403 unless the (logged-in) user is in one of `groups`. Put `login_required` outside it."""
 

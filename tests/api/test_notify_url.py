@@ -136,3 +136,34 @@ def test_the_job_shows_its_notifications_and_each_attempt(as_owner, as_outsider)
     assert [attempt["status"] for attempt in cancelled["attempts"]] == [204]
     assert_error(as_outsider.get(shown["notifications_url"]), 403, "forbidden")
     assert_error(as_owner.get(f"/api/jobs/{job.pk + 100}/notifications"), 404, "not_found")
+
+
+def test_other_roles_read_only_the_host_of_the_notify_url_and_never_the_owner_s_e_mail(
+    as_owner, as_operator, owner, client, operator
+):
+    owner.email = "owner@example.com"
+    owner.save()
+    token_path = "http://127.0.0.1:8123/services/T000/B000/XXXXSECRETXXXX?key=k"
+    response = as_owner.post_json("/api/jobs", {**BODY, "notify_url": token_path})
+    job = Job.objects.get(pk=response.json()["id"])
+    JobNotification.objects.create(
+        job=job,
+        channel="email",
+        message_id="msg_mail",
+        event_type="job.completed",
+        recipient=owner.email,
+        body=b"{}",
+    )
+
+    assert as_owner.get(f"/api/jobs/{job.pk}").json()["notify_url"] == token_path
+    seen = as_operator.get(f"/api/jobs/{job.pk}").json()
+    assert seen["notify_url"] == "http://127.0.0.1:8123/…"
+    to = {n["channel"]: n["to"] for n in as_operator.get(seen["notifications_url"]).json()["results"]}
+    assert to == {"webhook": "http://127.0.0.1:8123/…", "email": "the owner's e-mail address"}
+    to = {n["channel"]: n["to"] for n in as_owner.get(seen["notifications_url"]).json()["results"]}
+    assert to == {"webhook": token_path, "email": "owner@example.com"}
+
+    client.force_login(operator)
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+    assert "SECRET" not in page and "owner@example.com" not in page
+    assert "http://127.0.0.1:8123/…" in page

@@ -253,7 +253,8 @@ def test_the_job_page_shows_each_notification_and_attempt_escaped(client):
     assert "HTTP 500" in page and "HTTP 200" in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt; down" in page
     assert "<script>alert(1)" not in page
-    assert receiver.url in page
+    # An operator reads the receiver's host only (its path may hold a token): review/recipients.py.
+    assert receiver.url.rsplit("/", 1)[0] + "/…" in page and receiver.url not in page
 
 
 def test_the_job_page_of_a_job_told_nothing_says_so(client):
