@@ -33,7 +33,7 @@ from django.contrib.auth import get_user_model
 from django.core import checks
 from django.core.mail import send_mail
 from django.db import transaction
-from django.db.models import F
+from django.db.models import Count, F, Q
 from django.utils import timezone
 from django_q.tasks import async_task
 
@@ -419,3 +419,13 @@ def send_email(notification: JobNotification) -> Outcome:
     except Exception as error:  # noqa: BLE001 - whatever the mail server says is recorded and retried
         return Outcome(error=excerpt(f"The mail server refused or could not be reached: {error}"))
     return Outcome(delivered=True)
+
+
+def undelivered() -> dict[str, int]:
+    """Notifications not delivered, for `/metrics`: `retrying` (an attempt failed, another is due)
+    and `given_up` (24 hours of attempts failed)."""
+    found = JobNotification.objects.filter(delivered_at__isnull=True).aggregate(
+        retrying=Count("pk", filter=Q(gave_up_at__isnull=True, attempts__gt=0)),
+        given_up=Count("pk", filter=Q(gave_up_at__isnull=False)),
+    )
+    return {"retrying": found["retrying"], "given_up": found["given_up"]}

@@ -13,10 +13,12 @@ that provider: the unit's state comes from the poll, as it always does.
 """
 
 import os
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.core import checks
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 from django_q.tasks import async_task
 
 from .json_values import text_problem
@@ -29,6 +31,9 @@ from .states import SubmissionState
 SECRET_ENV = {"openai": "OPENAI_WEBHOOK_SECRET", "gemini": "GEMINI_WEBHOOK_SECRET"}
 # A provider's event is a few hundred bytes; anything much larger is not one.
 MAX_BODY_BYTES = 8 * 1024
+# How long a webhook-id is kept to drop a repeat: providers deliver again for up to 72 hours (OpenAI;
+# Gemini 24), and a repeat after that would only have the unit polled once more.
+HINTS_KEPT = timedelta(days=7)
 # The longest batch id and webhook-id kept (a provider's are a few dozen characters).
 MAX_REF_LENGTH = 256
 
@@ -138,3 +143,9 @@ def take_hint(*, provider: str, webhook_id: str, event: Any) -> HintOutcome | No
                 lambda: async_task("ledger.tasks.poll_submission", unit_id, claim), robust=True
             )
     return hint.outcome
+
+
+def forget_old_hints(now: datetime | None = None) -> int:
+    """Drop the webhooks received more than HINTS_KEPT ago (the daily retention pass): how many."""
+    cutoff = (now or timezone.now()) - HINTS_KEPT
+    return ProviderHint.objects.filter(received_at__lt=cutoff).delete()[0]

@@ -406,7 +406,10 @@ def send_notification(notification_id: int, mark: datetime) -> str:
 
 def apply_retention(after_item: int = 0) -> str:
     """The daily retention pass (SPEC §11, `ledger.retention`), for at most TASK_SECONDS or until its
-    cluster is stopping; the drafts of the items after the last one it reached go to a task of its own."""
+    cluster is stopping; the drafts of the items after the last one it reached go to a task of its own.
+    Its first task also forgets the providers' webhook ids older than a week."""
+    if not after_item:
+        provider_hooks.forget_old_hints()
     done = retention.apply_retention(
         after_item=after_item, until=time.monotonic() + TASK_SECONDS, stop=stop_asked
     )

@@ -78,6 +78,7 @@ from ledger.models import (
     Submission,
 )
 from ledger.money import PROVIDER_CURRENCY, in_business_currency
+from ledger.notifications import undelivered
 from ledger.providers import configured_provider_names
 from ledger.states import ItemState, JobState, SubmissionState, needs_attention
 
@@ -1174,6 +1175,21 @@ def metrics(request: HttpRequest) -> HttpResponse:
         "gauge",
         "The earliest collect-by date of a unit at risk, in Unix seconds; 0 when none is at risk.",
         {"": f"{at_risk['earliest_collect_by'].timestamp():.3f}" if at_risk["earliest_collect_by"] else 0},
+    )
+    told = undelivered()
+    metric(
+        lines,
+        "batchdesk_notifications_retrying",
+        "gauge",
+        "Job notifications whose delivery failed and is being tried again (for 24 hours).",
+        {"": told["retrying"]},
+    )
+    metric(
+        lines,
+        "batchdesk_notifications_given_up",
+        "gauge",
+        "Job notifications given up after 24 hours of failed deliveries.",
+        {"": told["given_up"]},
     )
     metric(
         lines,

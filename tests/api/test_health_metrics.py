@@ -8,7 +8,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from ledger.models import CollectorHeartbeat, DestinationAttempt, Event, Submission
+from ledger.models import CollectorHeartbeat, DestinationAttempt, Event, JobNotification, Submission
 from ledger.states import ItemState, SubmissionState
 from tests.api.conftest import ApiClient, assert_error
 from tests.factories import ItemFactory, JobFactory, add_version
@@ -190,3 +190,25 @@ def test_metrics_count_tokens_of_models_without_a_price_apart(as_operator):
     samples = parse(as_operator.get("/metrics").content.decode())
     assert samples[("batchdesk_unpriced_tokens_total", ("emulator", "emulated-model"))] == 180
     assert samples[("batchdesk_spend_total", None)] == pytest.approx((120 * 0.15 + 60 * 0.60) / 1e6 * 0.5)
+
+
+def test_metrics_count_notifications_retrying_and_given_up(as_operator):
+    job = JobFactory()
+    now = timezone.now()
+    for n, (attempts, delivered, gave_up) in enumerate(
+        [(0, None, None), (2, None, None), (3, now, None), (9, None, now), (1, None, None)]
+    ):
+        JobNotification.objects.create(
+            job=job,
+            channel="webhook",
+            message_id=f"msg_{n}",
+            event_type="job.running",
+            recipient="http://127.0.0.1:9/",
+            body=b"{}",
+            attempts=attempts,
+            delivered_at=delivered,
+            gave_up_at=gave_up,
+        )
+    samples = parse(as_operator.get("/metrics").content.decode())
+    assert samples[("batchdesk_notifications_retrying", None)] == 2
+    assert samples[("batchdesk_notifications_given_up", None)] == 1

@@ -11,6 +11,7 @@ from django.core.handlers.wsgi import WSGIRequest
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import RequestFactory
+from django.utils import timezone
 from django.utils.module_loading import import_string
 from django_q.models import OrmQ
 
@@ -382,3 +383,23 @@ def test_a_chunked_body_larger_than_an_event_is_refused(openai_unit):
     assert answer.status_code == 413
     assert not ProviderHint.objects.exists()
     assert unchanged(unit)
+
+
+def test_the_retention_pass_forgets_webhook_ids_older_than_a_week():
+    old = ProviderHint.objects.create(
+        provider="openai", webhook_id="msg_old", outcome=HintOutcome.UNKNOWN_UNIT
+    )
+    recent = ProviderHint.objects.create(
+        provider="openai", webhook_id="msg_recent", outcome=HintOutcome.UNKNOWN_UNIT
+    )
+    ProviderHint.objects.filter(pk=old.pk).update(received_at=timezone.now() - timedelta(days=8))
+    ProviderHint.objects.filter(pk=recent.pk).update(received_at=timezone.now() - timedelta(days=6))
+
+    dry = io.StringIO()
+    call_command("apply_retention", "--dry-run", stdout=dry)
+    assert ProviderHint.objects.count() == 2 and "webhook" not in dry.getvalue()
+
+    out = io.StringIO()
+    call_command("apply_retention", stdout=out)
+    assert list(ProviderHint.objects.values_list("webhook_id", flat=True)) == ["msg_recent"]
+    assert "Forgot 1 provider webhook ids received more than 7 days ago" in out.getvalue()

@@ -1,12 +1,14 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from ledger.provider_hooks import HINTS_KEPT, forget_old_hints
 from ledger.retention import Unusable, apply_retention, erasable_counts, retain_unusable_days
 
 
 class Command(BaseCommand):
     help = (
         "Erase now the text of unusable drafts older than BATCHDESK_RETAIN_UNUSABLE_DAYS (SPEC §11), "
-        "what the daily scheduled pass does, and print what was erased by kind. Safe beside workers "
+        "what the daily scheduled pass does, and print what was erased by kind; it also forgets the "
+        "providers' webhook ids older than a week. Safe beside workers "
         "and beside the scheduled pass: a draft is erased, and its event written, once."
     )
 
@@ -34,3 +36,8 @@ class Command(BaseCommand):
             )
         for kind in Unusable:
             self.stdout.write(f"  {kind.label}: {counts.get(kind.value, 0)}")
+        if not dry_run:
+            forgotten = forget_old_hints()
+            self.stdout.write(
+                f"Forgot {forgotten} provider webhook ids received more than {HINTS_KEPT.days} days ago"
+            )
