@@ -232,33 +232,39 @@ def test_batches_never_split_an_item_and_a_stopped_pass_goes_on_where_it_stopped
     assert not GeneratedVersion.objects.filter(content_expired_at__isnull=True).exists()
 
 
+def a_pass_waiting_beside() -> tuple[threading.Thread, dict]:
+    """A retention pass started in a thread of its own, returned once it waits for a lock this
+    test's transaction holds (or has ended): join the thread, then read `result["done"]`."""
+    result: dict = {}
+
+    def run():
+        try:
+            result["done"] = apply_retention()
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    with connection.cursor() as cursor:
+        while thread.is_alive():
+            # Activity is read once a transaction unless its snapshot is cleared.
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            )
+            if cursor.fetchone()[0]:
+                break
+    return thread, result
+
+
 @pytest.mark.postgresql_only
 @pytest.mark.django_db(transaction=True)
 def test_two_passes_at_once_erase_each_draft_and_write_each_event_once():
     versions = [old_draft(S.REJECTED) for _ in range(3)]
-    other: dict = {}
-
-    def second_pass():
-        try:
-            other["done"] = apply_retention()
-        finally:
-            connections.close_all()
-
     with transaction.atomic():
         first = apply_retention()  # holds the drafts' rows until it commits
-        thread = threading.Thread(target=second_pass)
-        thread.start()
-        with connection.cursor() as cursor:
-            # The second pass is waiting for the first's locks before the first commits.
-            while thread.is_alive():
-                # Activity is read once a transaction unless its snapshot is cleared.
-                cursor.execute("SELECT pg_stat_clear_snapshot()")
-                cursor.execute(
-                    "SELECT count(*) FROM pg_stat_activity "
-                    "WHERE wait_event_type = 'Lock' AND datname = current_database()"
-                )
-                if cursor.fetchone()[0]:
-                    break
+        thread, other = a_pass_waiting_beside()
     thread.join()
 
     assert first.drafts == 3 and other["done"].drafts == 0
@@ -317,14 +323,6 @@ def test_a_pass_waits_for_an_owner_repairing_an_unusable_draft_and_leaves_it_who
     """Approving locks the item; a pass that chose drafts without waiting for it would erase the
     text of a draft an approval then names."""
     draft = old_draft(S.VALIDATION_FAILED, valid=False, text="Too short to use, and about to be repaired")
-    other: dict = {}
-
-    def pass_beside():
-        try:
-            other["done"] = apply_retention()
-        finally:
-            connections.close_all()
-
     with transaction.atomic():
         approve_version(
             item_id=draft.item_id,
@@ -336,17 +334,7 @@ def test_a_pass_waits_for_an_owner_repairing_an_unusable_draft_and_leaves_it_who
                 "It measures 40 x 25 cm and suits daily use."
             ),
         )
-        thread = threading.Thread(target=pass_beside)
-        thread.start()
-        with connection.cursor() as cursor:
-            while thread.is_alive():
-                cursor.execute("SELECT pg_stat_clear_snapshot()")
-                cursor.execute(
-                    "SELECT count(*) FROM pg_stat_activity "
-                    "WHERE wait_event_type = 'Lock' AND datname = current_database()"
-                )
-                if cursor.fetchone()[0]:
-                    break
+        thread, other = a_pass_waiting_beside()
     thread.join()
 
     draft.refresh_from_db()
