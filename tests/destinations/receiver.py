@@ -16,6 +16,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from tests.posts_served import serve_posts
+
 
 @dataclass(frozen=True)
 class Answer:
@@ -94,19 +96,7 @@ class Receiver:
         return [r for r in self.requests if r.sku == sku]
 
     def start(self) -> "Receiver":
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                receiver._handle(self)
-
-            def log_message(self, format, *args):
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        ).start()
+        self._server = serve_posts(self._handle)
         return self
 
     def stop(self) -> None:

@@ -8,6 +8,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from standardwebhooks.webhooks import Webhook
 
+from tests.posts_served import serve_posts
+
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 
@@ -33,19 +35,7 @@ class EventReceiver:
         return f"http://{host}:{port}/batchdesk-events"
 
     def __enter__(self) -> "EventReceiver":
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                receiver._handle(self)
-
-            def log_message(self, format, *args):
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        ).start()
+        self._server = serve_posts(self._handle)
         return self
 
     def __exit__(self, *exc_info) -> None:
