@@ -8,13 +8,15 @@ queued on commit deletes them, and the collector's pass queues it again for any 
 provider that will not delete slows nothing. Each deletion is an event on the unit."""
 
 import logging
+import uuid
 from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from .models import Event, Submission
+from .models import Event, Submission, lease_end
 from .pilots.drill import repeated_deliveries_due
 from .providers import capabilities, get_provider
 from .providers.base import ProviderError
@@ -36,23 +38,24 @@ def on_entering(submission: Submission, to: str) -> dict:
 
 
 def claim_due() -> list[tuple[int, str]]:
-    """Collected units whose files wait to be deleted, each claimed for its task: [(id, claim)]."""
+    """Collected units whose files wait to be deleted, claimed for their tasks under one token in
+    one statement (as the pass claims the units it polls): [(id, claim)]."""
     if settings.BATCHDESK_KEEP_PROVIDER_FILES:
         return []
     now = timezone.now()
-    waiting = (
-        Submission.objects.filter(files_to_delete=True, state=SubmissionState.COLLECTED)
-        .exclude(claimed_until__gt=now)
-        # A pilot's drill will read these results once more: left to it, and deleted after.
-        .exclude(pk__in=repeated_deliveries_due())
-        .order_by("pk")
-        .values_list("pk", flat=True)[:MOST_PER_PASS]
-    )
-    claimed = []
-    for submission_id in waiting:
-        if held := Submission.objects.claim(submission_id, states=[SubmissionState.COLLECTED]):
-            claimed.append((submission_id, held))
-    return claimed
+    token = uuid.uuid4().hex
+    with transaction.atomic():
+        waiting = list(
+            Submission.objects.select_for_update(skip_locked=True)
+            .filter(files_to_delete=True, state=SubmissionState.COLLECTED)
+            .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
+            # A pilot's drill will read these results once more: left to it, and deleted after.
+            .exclude(pk__in=repeated_deliveries_due())
+            .order_by("pk")
+            .values_list("pk", flat=True)[:MOST_PER_PASS]
+        )
+        Submission.objects.filter(pk__in=waiting).update(claimed_until=lease_end(), claimed_by=token)
+    return [(submission_id, token) for submission_id in waiting]
 
 
 def delete_provider_files(submission_id: int, *, held: str = "", provider=None) -> str:

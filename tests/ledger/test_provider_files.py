@@ -8,6 +8,8 @@ from datetime import timedelta
 import httpx
 import openai
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from google import genai
 from google.genai import errors as genai_errors
@@ -188,3 +190,26 @@ def test_a_provider_with_no_files_to_delete_has_none_asked_for(emulator, clock, 
     unit.refresh_from_db()
     assert not unit.files_to_delete and unit.files_deleted_at is None
     assert not Event.objects.filter(submission=unit, data__has_key="provider_files_deleted").exists()
+
+
+def test_the_pass_claims_every_free_waiting_unit_in_one_statement_and_leaves_held_ones():
+    job = JobFactory()
+    units = [
+        Submission.objects.create(
+            job=job,
+            provider="openai",
+            model="gpt-4o-mini",
+            intent_key=f"bd_files_{n}",
+            state=SubmissionState.COLLECTED,
+            files_to_delete=True,
+        )
+        for n in range(4)
+    ]
+    held = Submission.objects.claim(units[1].pk, states=[SubmissionState.COLLECTED])
+    with CaptureQueriesContext(connection) as queries:
+        claimed = provider_files.claim_due()
+    assert [pk for pk, _ in claimed] == [units[0].pk, units[2].pk, units[3].pk]
+    assert len({token for _, token in claimed}) == 1
+    assert len([q for q in queries if q["sql"].startswith("UPDATE")]) == 1
+    assert Submission.objects.get(pk=units[1].pk).claimed_by == held
+    assert provider_files.claim_due() == []  # all taken now
