@@ -183,7 +183,7 @@ if BATCHDESK_HTTPS:
 # How often open submissions are polled; a collector silent for 3 intervals is "stalled".
 BATCHDESK_POLL_SECONDS = int(os.environ.get("BATCHDESK_POLL_SECONDS", "30"))
 # Open units of a provider whose batch webhooks arrive (OPENAI_WEBHOOK_SECRET, GEMINI_WEBHOOK_SECRET set,
-# ledger/provider_hooks.py) are polled at most this often: the webhook says when one ends.
+# ledger/notices/provider_hooks.py) are polled at most this often: the webhook says when one ends.
 BATCHDESK_HOOKED_POLL_SECONDS = int(os.environ.get("BATCHDESK_HOOKED_POLL_SECONDS", "300"))
 # Seconds before a webhook destination call counts as timed out (and is retried with the same key).
 BATCHDESK_WEBHOOK_TIMEOUT = float(os.environ.get("BATCHDESK_WEBHOOK_TIMEOUT", "10"))
@@ -209,7 +209,7 @@ BATCHDESK_RUBBER_STAMP_SECONDS = float(os.environ.get("BATCHDESK_RUBBER_STAMP_SE
 BATCHDESK_MAX_ANSWER_BYTES = int(os.environ.get("BATCHDESK_MAX_ANSWER_BYTES", str(256 * 1024)))
 # The largest catalogue file the import screen takes (the command reads files of any size).
 BATCHDESK_IMPORT_MAX_BYTES = int(os.environ.get("BATCHDESK_IMPORT_MAX_BYTES", str(200 * 1024 * 1024)))
-# A JSON file of prices laid over the built-in table of ledger/pricing.py (format in the README);
+# A JSON file of prices laid over the built-in table of ledger/money/pricing.py (format in the README);
 # a bad file stops the server and the workers at startup (system check batchdesk.E001).
 BATCHDESK_PRICE_FILE = os.environ.get("BATCHDESK_PRICE_FILE", "")
 # Costs are shown and budgeted in the business currency (SPEC §9), converted from the providers' US
@@ -219,11 +219,11 @@ BATCHDESK_CURRENCY = os.environ.get("BATCHDESK_CURRENCY", "GBP").strip().upper()
 BATCHDESK_FX_FILE = os.environ.get("BATCHDESK_FX_FILE", "")
 # Days an unusable draft (failed validation, rejected, obsolete, withdrawn, superseded, cancelled)
 # keeps its text after it became unusable; then the retention pass erases it (SPEC §11,
-# ledger/retention.py). Anything but a whole number of at least 1 stops the server and the workers
+# ledger/lifecycle/retention.py). Anything but a whole number of at least 1 stops the server and the workers
 # at startup (system check batchdesk.E004).
 BATCHDESK_RETAIN_UNUSABLE_DAYS = os.environ.get("BATCHDESK_RETAIN_UNUSABLE_DAYS", "90")
 
-# How `openai_compatible` is sent an output schema (SPEC rule 17, ledger/schema_dialects.py):
+# How `openai_compatible` is sent an output schema (SPEC rule 17, ledger/drafts/schema_dialects.py):
 # OpenAI's strict dialect, safe behind a LiteLLM proxy or an OpenAI-like gateway, or `as_is`, the
 # whole schema without `strict`, for a server that takes all of JSON Schema (vLLM).
 OPENAI_COMPATIBLE_SCHEMA = os.environ.get("OPENAI_COMPATIBLE_SCHEMA", "openai_strict")
@@ -310,7 +310,7 @@ LOGGING = {
     "disable_existing_loggers": False,
     # What a provider or a destination said may reach a log line (an exception's text): scrubbed
     # of every configured key and token on its way out (SPEC §4).
-    "formatters": {"scrubbed": {"()": "ledger.scrubbing.ScrubbingFormatter"}},
+    "formatters": {"scrubbed": {"()": "ledger.drafts.scrubbing.ScrubbingFormatter"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "scrubbed"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {
@@ -323,7 +323,7 @@ LOGGING = {
     },
 }
 
-# Job notifications (SPEC §6 `notify_url`, ledger/notifications.py). Events are signed with
+# Job notifications (SPEC §6 `notify_url`, ledger/notices/notifications.py). Events are signed with
 # BATCHDESK_NOTIFY_SECRET (`whsec_<base64>`, system check batchdesk.E005); without it no job may name a
 # notify_url. BATCHDESK_NOTIFY_ALLOWED_HOSTS (comma list), when set, is every host one may name.
 BATCHDESK_NOTIFY_SECRET = os.environ.get("BATCHDESK_NOTIFY_SECRET", "").strip()
@@ -371,5 +371,5 @@ else:
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "batchdesk@localhost")
 
 # `1`: a collected unit's files stay at the provider (SPEC §11); otherwise they are deleted there
-# once its results are recorded (`ledger.provider_files`).
+# once its results are recorded (`ledger.lifecycle.provider_files`).
 BATCHDESK_KEEP_PROVIDER_FILES = os.environ.get("BATCHDESK_KEEP_PROVIDER_FILES", "") == "1"

@@ -8,17 +8,18 @@ class LedgerConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import tallies
+        # Here, not at the top: they import the models, which Django loads only once every app is registered.
         from .bootstrap import after_migrate
+        from .database import tallies
+        from .lifecycle.retention import check_retention_setting
         from .models import ExchangeRate
-        from .money import check_rate_file, forget_entered_rates
-        from .notifications import check_notify_secret
-        from .pricing import check_price_file
-        from .provider_hooks import check_webhook_secrets
-        from .retention import check_retention_setting
+        from .money.currency import check_rate_file, forget_entered_rates
+        from .money.pricing import check_price_file
+        from .notices.notifications import check_notify_secret
+        from .notices.provider_hooks import check_webhook_secrets
 
         post_migrate.connect(after_migrate, sender=self, dispatch_uid="ledger.after_migrate")
-        # Item tallies' triggers on SQLite are put back around every migrate (ledger/tallies.py).
+        # Item tallies' triggers on SQLite are put back around every migrate (ledger/database/tallies.py).
         pre_migrate.connect(tallies.before_migrate, sender=self, dispatch_uid="ledger.tallies.before")
         post_migrate.connect(tallies.after_migrate, sender=self, dispatch_uid="ledger.tallies.after")
         # Costs are shown everywhere: a price file that cannot be read stops every process at

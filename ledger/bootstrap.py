@@ -3,10 +3,12 @@
 `post_migrate` by `ledger.apps`; safe to run any number of times, and it never changes what
 people have made of them since."""
 
+from django.contrib.auth.models import Group
 from django.utils import timezone
+from django_q.models import Schedule
 
-# The groups of SPEC §8, by the names `review.permissions` checks.
-ROLES = ("catalogue_owner", "operator", "admin")
+from .models import CurrentPromptChoice, PromptVersion
+from .roles import ROLES
 
 CLAIM_WORDS = [
     "waterproof",
@@ -65,9 +67,6 @@ def ensure_roles_and_prompt(*, using: str = "default", **signal_kwargs) -> None:
     """The default task gets its prompt, made current (by "system"), only when it has no current
     version: a job started without naming one works out of the box, and a version people made
     current since is left current."""
-    from django.contrib.auth.models import Group
-
-    from .models import CurrentPromptChoice, PromptVersion
 
     for name in ROLES:
         Group.objects.using(using).get_or_create(name=name)
@@ -80,7 +79,6 @@ def ensure_roles_and_prompt(*, using: str = "default", **signal_kwargs) -> None:
 
 def install_schedules(*, using: str = "default", **signal_kwargs) -> None:
     """The collector's schedule and the daily retention pass's, once, whatever the number of migrates."""
-    from django_q.models import Schedule
 
     Schedule.objects.using(using).update_or_create(
         name="collector",

@@ -10,7 +10,7 @@ from decimal import Decimal
 import orjson
 from django.conf import settings
 from django.core.validators import MinValueValidator, RegexValidator
-from django.db import models
+from django.db import connection, models, transaction
 from django.db.models import Q
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
@@ -267,7 +267,7 @@ class Job(models.Model):
     pause_detail = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
-    # Where the job's events are posted (SPEC §6, `ledger.notifications`); empty: nowhere.
+    # Where the job's events are posted (SPEC §6, `ledger.notices.notifications`); empty: nowhere.
     notify_url = models.CharField(max_length=2000, blank=True)
 
     class Meta:
@@ -430,7 +430,6 @@ class ItemTallyQuerySet(models.QuerySet):
         """Fold the job's rows into one per state. Rows other transactions append meanwhile are not
         seen, so they stay as they are; a compaction already running elsewhere makes this one wait
         for nothing: it leaves the rows alone."""
-        from django.db import connection, transaction
 
         with transaction.atomic(), connection.cursor() as cursor:
             if connection.vendor == "postgresql":
@@ -586,7 +585,7 @@ class Submission(models.Model):
     claimed_by = models.CharField(max_length=32, blank=True)
     # Its job was cancelled while it ran: when the provider answered our request to cancel it.
     cancel_answered_at = models.DateTimeField(null=True, blank=True)
-    # Its deadlines (SPEC §11, `ledger.deadlines`): when the provider said (or we first saw) it
+    # Its deadlines (SPEC §11, `ledger.lifecycle.deadlines`): when the provider said (or we first saw) it
     # ended; the date by which its results must be collected before the provider deletes them (set
     # when sent or at its end, by its adapter's `results_kept`); and from when, still uncollected,
     # it raises the collector's alarm: half way from its end to that date.
@@ -594,7 +593,7 @@ class Submission(models.Model):
     collect_by = models.DateTimeField(null=True, blank=True)
     at_risk_from = models.DateTimeField(null=True, blank=True)
     # Its files at the provider (input, results) are to be deleted now that it is collected
-    # (`ledger.provider_files`), and when they were.
+    # (`ledger.lifecycle.provider_files`), and when they were.
     files_to_delete = models.BooleanField(default=False)
     files_deleted_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -635,7 +634,7 @@ class Submission(models.Model):
     @property
     def collection_at_risk(self) -> bool:
         """Ended, not yet collected, and past half the time it had left at its end to be collected
-        (the collector's alarm; `ledger.deadlines.units_at_risk` asks the same of many)."""
+        (the collector's alarm; `ledger.lifecycle.deadlines.units_at_risk` asks the same of many)."""
         return (
             self.state == SubmissionState.ENDED
             and self.at_risk_from is not None
@@ -693,7 +692,7 @@ class GeneratedVersion(models.Model):
     # How a draft was read, when worth knowing (`DraftNote` values): not failures.
     validation_notes = models.JSONField(default=list, db_default=[], blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
-    # When the retention pass (ledger/retention.py, SPEC §11) erased an unusable draft's text, and how
+    # When the retention pass (ledger/lifecycle/retention.py, SPEC §11) erased an unusable draft's text, and how
     # many characters it had: its hash, usage, cost, reasons and events stay.
     content_expired_at = models.DateTimeField(null=True, blank=True)
     content_length = models.PositiveIntegerField(null=True, blank=True)
@@ -1020,7 +1019,7 @@ class PauseReason(models.TextChoices):
 
 class ExchangeRate(models.Model):
     """A rate entered by an admin (SPEC §9): one US dollar is worth `per_usd` of `currency` from
-    `valid_from` on. Rates from `BATCHDESK_FX_FILE` are read from the file (`ledger.money`)."""
+    `valid_from` on. Rates from `BATCHDESK_FX_FILE` are read from the file (`ledger.money.currency`)."""
 
     currency = models.CharField(
         max_length=3,
@@ -1194,7 +1193,7 @@ class NotificationChannel(models.TextChoices):
 
 
 class JobNotification(models.Model):
-    """One event of a job to tell someone (`ledger.notifications`): written in the transaction of the
+    """One event of a job to tell someone (`ledger.notices.notifications`): written in the transaction of the
     change it tells of (the outbox), sent by a worker after commit, tried again with backoff until
     it is delivered or given up 24 hours after the event. `body` is the exact bytes signed and sent
     (a webhook) or the message's text (an e-mail); `recipient` the address it goes to."""
@@ -1249,7 +1248,7 @@ class NotificationAttempt(models.Model):
 
 
 class HintOutcome(models.TextChoices):
-    """What a provider's batch webhook (`/hooks/<provider>`, `ledger/provider_hooks.py`) led to."""
+    """What a provider's batch webhook (`/hooks/<provider>`, `ledger/notices/provider_hooks.py`) led to."""
 
     POLL_QUEUED = "poll_queued", "The unit was claimed and its poll queued"
     POLL_UNDER_WAY = "poll_under_way", "The unit is already being polled or collected"

@@ -27,13 +27,16 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django_q.tasks import async_task
 
-from . import actions, catalogue, notifications, provider_files, provider_hooks, retention, table_statistics
+from . import actions, catalogue
+from .database import table_statistics
+from .lifecycle import provider_files, retention
 from .models import CollectorHeartbeat, Item, Job, ProviderHint, Submission, lease_end
+from .notices import notifications, provider_hooks
 from .pilots.drill import repeated_deliveries_due, unit_to_interrupt
 from .providers import capabilities
 from .providers.base import Delivery
 from .states import ItemState, JobState, SubmissionState
-from .stopping import stop_asked
+from .workers.stopping import stop_asked
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +169,7 @@ def cancel_at_provider(submission_id: int) -> str:
 
 
 def delete_provider_files(submission_id: int, claim: str = "") -> str:
-    """Delete a collected unit's files at its provider (`ledger.provider_files`)."""
+    """Delete a collected unit's files at its provider (`ledger.lifecycle.provider_files`)."""
     return provider_files.delete_provider_files(submission_id, held=claim)
 
 
@@ -399,13 +402,13 @@ def attempt(work, *args) -> int:
 
 
 def send_notification(notification_id: int, mark: datetime) -> str:
-    """One attempt to deliver a job's notification (`ledger.notifications`), queued when it was
+    """One attempt to deliver a job's notification (`ledger.notices.notifications`), queued when it was
     written or by the collector's pass when a retry is due."""
     return notifications.send(notification_id, mark)
 
 
 def apply_retention(after_item: int = 0) -> str:
-    """The daily retention pass (SPEC §11, `ledger.retention`), for at most TASK_SECONDS or until its
+    """The daily retention pass (SPEC §11, `ledger.lifecycle.retention`), for at most TASK_SECONDS or until its
     cluster is stopping; the drafts of the items after the last one it reached go to a task of its own.
     Its first task also forgets the providers' webhook ids older than a week."""
     if not after_item:

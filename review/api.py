@@ -34,7 +34,6 @@ from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
 from django_q.brokers import get_broker
 
-from ledger import budgets, pricing
 from ledger.actions import (
     NotAllowed,
     approve_version,
@@ -58,9 +57,9 @@ from ledger.catalogue import (
     check_title,
     normalise_keys,
 )
-from ledger.deadlines import collection_at_risk
+from ledger.drafts.json_values import refuse_json_constant, text_problem, unique_json_keys
 from ledger.health import collector_stalled, last_poll_at, units_failing_to_record
-from ledger.json_values import refuse_json_constant, text_problem, unique_json_keys
+from ledger.lifecycle.deadlines import collection_at_risk
 from ledger.models import (
     ApiToken,
     AttemptOutcome,
@@ -77,8 +76,9 @@ from ledger.models import (
     PromptVersion,
     Submission,
 )
-from ledger.money import PROVIDER_CURRENCY, in_business_currency
-from ledger.notifications import undelivered
+from ledger.money import budgets, pricing
+from ledger.money.currency import PROVIDER_CURRENCY, in_business_currency
+from ledger.notices.notifications import undelivered
 from ledger.providers import configured_provider_names
 from ledger.states import ItemState, JobState, SubmissionState, needs_attention
 

@@ -2,8 +2,8 @@
 
 from django.http import HttpRequest
 
-from ledger.deadlines import collection_at_risk
 from ledger.health import collector_stalled, last_poll_at
+from ledger.lifecycle.deadlines import collection_at_risk
 
 
 def collector_status(request: HttpRequest) -> dict:

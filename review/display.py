@@ -9,13 +9,13 @@ from decimal import ROUND_HALF_UP, Decimal
 from django.utils import timezone
 
 from ledger.models import ImportState
-from ledger.money import PROVIDER_CURRENCY, Money, business_currency, in_business_currency
+from ledger.money.currency import PROVIDER_CURRENCY, Money, business_currency, in_business_currency
 from ledger.states import ItemState, JobState, SubmissionState
 
 # --- money -----------------------------------------------------------------------------------
 
-# Providers price in US dollars (ledger/pricing.py); screens show amounts in the business currency
-# (SPEC §9, `ledger.money`), converted at the rate in force when the cost was incurred, the
+# Providers price in US dollars (ledger/money/pricing.py); screens show amounts in the business currency
+# (SPEC §9, `ledger.money.currency`), converted at the rate in force when the cost was incurred, the
 # provider's amount and the rate in the figure's title. Prices per million tokens stay in the
 # provider's currency.
 SYMBOLS = {"USD": "$", "GBP": "£", "EUR": "€", "JPY": "¥"}

@@ -1,7 +1,7 @@
 """`POST /hooks/openai` and `POST /hooks/gemini`: the providers' batch webhooks (SPEC §6). No login
 and no CSRF token: the Standard Webhooks signature over the raw body, keyed by the provider's
 secret from the environment, is the authentication. What a signed event does is
-`ledger.provider_hooks.take_hint`; here is only HTTP.
+`ledger.notices.provider_hooks.take_hint`; here is only HTTP.
 
 Answers, in the API's error shape: 404 while the provider's secret is unset (the hook is off),
 405 for another method, 413 for a body larger than a provider's event, 400 for a bad, missing or
@@ -13,8 +13,8 @@ import json
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from ledger import provider_hooks
-from ledger.signed_webhooks import BadSignature, check_signature
+from ledger.notices import provider_hooks
+from ledger.notices.signed_webhooks import BadSignature, check_signature
 
 from .api import ApiError
 

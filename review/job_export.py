@@ -35,8 +35,8 @@ from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
 
 from ledger.models import Approval, DestinationAttempt, GeneratedVersion, Item, Job
-from ledger.money import PROVIDER_CURRENCY, business_currency
-from ledger.pricing import PLACES, price_for, unknown_price
+from ledger.money.currency import PROVIDER_CURRENCY, business_currency
+from ledger.money.pricing import PLACES, price_for, unknown_price
 from ledger.states import ItemState
 
 from .api import ApiError, endpoint, not_found

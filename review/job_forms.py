@@ -13,8 +13,8 @@ from django import forms
 from django.conf import settings
 from django.db.models import QuerySet
 
-from ledger.budgets import budget_problem
 from ledger.catalogue import SKU_PATTERN
+from ledger.database.setwise import among
 from ledger.destinations import destination_names
 from ledger.models import (
     DEFAULT_DESTINATION,
@@ -24,8 +24,9 @@ from ledger.models import (
     PromptVersion,
     no_prompt_for_job,
 )
-from ledger.money import business_currency
-from ledger.notifications import MAX_URL_LENGTH, notify_url_problem
+from ledger.money.budgets import budget_problem
+from ledger.money.currency import business_currency
+from ledger.notices.notifications import MAX_URL_LENGTH, notify_url_problem
 from ledger.providers import (
     capabilities,
     configured_provider_names,
@@ -34,7 +35,6 @@ from ledger.providers import (
     provider_names,
 )
 from ledger.providers.model_names import model_name_problem
-from ledger.setwise import among
 
 from .pilot_forms import ApiPilotForm, PilotObjectField
 

@@ -23,15 +23,15 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseStopPolling
 
 from ledger.actions import CANCELLABLE_ITEM_STATES, NotAllowed, cancel_job, create_job, resume_job, set_budget
-from ledger.budgets import committed
-from ledger.estimates import request_estimate
+from ledger.database.setwise import among
+from ledger.database.table_statistics import analyse_after_bulk_change
 from ledger.models import Event, GeneratedVersion, Item, ItemTally, Job, Submission
-from ledger.money import business_currency, in_business_currency
-from ledger.pricing import PLACES, Price, Spend, job_cost, price_for, unknown_price
+from ledger.money.budgets import committed
+from ledger.money.currency import business_currency, in_business_currency
+from ledger.money.estimates import request_estimate
+from ledger.money.pricing import PLACES, Price, Spend, job_cost, price_for, unknown_price
 from ledger.providers import answers_at_once, capabilities
-from ledger.setwise import among
 from ledger.states import ItemState, JobState, SubmissionState, needs_attention
-from ledger.table_statistics import analyse_after_bulk_change
 
 from .common import WORKING_JOB_STATES, HtmxHttpRequest, progress_of, state_counts, url_of, wants_partial
 from .display import money_text
@@ -164,9 +164,9 @@ ESTIMATE_SAMPLE = 50
 
 @dataclass(frozen=True)
 class Estimate:
-    """What a job would cost before it starts, from `ledger.pricing` at the batch price.
+    """What a job would cost before it starts, from `ledger.money.pricing` at the batch price.
 
-    Tokens per request as `ledger.estimates.request_estimate` guesses them (the one rule, shared
+    Tokens per request as `ledger.money.estimates.request_estimate` guesses them (the one rule, shared
     with an import's preview and a regeneration's cost), over a sample of the products. A model
     without a known price has no cost: `price_note` says so.
     """

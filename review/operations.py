@@ -31,9 +31,9 @@ from ledger.actions import (
     resend_uncertain,
     retry_item,
 )
-from ledger.estimates import request_estimate, work_cost
 from ledger.models import Item, SourceRevision, Submission
-from ledger.pricing import price_for
+from ledger.money.estimates import request_estimate, work_cost
+from ledger.money.pricing import price_for
 from ledger.providers import answers_at_once, configured_provider_names
 from ledger.providers.base import ProviderError
 from ledger.states import NEEDS_ATTENTION_STATES, ItemState, JobState, ReasonCode, SubmissionState
@@ -296,7 +296,7 @@ ESTIMATE_SAMPLE = 20
 
 def retry_cost(items: list[Item]) -> Decimal | None:
     """What sending these items to the model again would cost (the provider's currency), estimated as a
-    job's cost is before it starts (ledger.estimates); None when a job's model has no known price."""
+    job's cost is before it starts (ledger.money.estimates); None when a job's model has no known price."""
     by_job: dict[int, list[Item]] = defaultdict(list)
     for item in items:
         by_job[item.job_id].append(item)

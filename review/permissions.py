@@ -1,38 +1,30 @@
-"""Who may do what on the screens (SPEC §8). Roles are Django groups that every migrate puts in place (ledger.bootstrap)."""
+"""Who may do what on the screens and through the API (SPEC §8). The roles themselves, and who holds
+one, are `ledger.roles`."""
 
 from collections.abc import Callable
 from functools import wraps
 
 from django.core.exceptions import PermissionDenied
 
-from ledger.bootstrap import ROLES
+from ledger.roles import ADMIN, CATALOGUE_OWNER, OPERATOR, has_role
 
-CATALOGUE_OWNER, OPERATOR, ADMIN = ROLES
+# The screens and the API read roles and the role check from here, beside who may do what.
+__all__ = [
+    "ADMIN",
+    "APPROVERS",
+    "CATALOGUE_OWNER",
+    "OPERATOR",
+    "VIEWERS",
+    "has_role",
+    "may_cancel",
+    "may_see_recipients",
+    "may_spend",
+    "role_required",
+]
 
 # Everything is visible to every role; approving is a catalogue owner's decision, never an operator's.
 VIEWERS = (CATALOGUE_OWNER, OPERATOR, ADMIN)
 APPROVERS = (CATALOGUE_OWNER, ADMIN)
-
-
-def roles_of(user) -> frozenset[str]:
-    """The user's group names, read once per request."""
-    if not user.is_authenticated:
-        return frozenset()
-    cached = getattr(user, "_batchdesk_roles", None)
-    if cached is None:
-        cached = frozenset(user.groups.values_list("name", flat=True))
-        user._batchdesk_roles = cached
-    return cached
-
-
-def has_role(user, *groups: str) -> bool:
-    """Superusers and the `admin` group pass everything."""
-    if not user.is_authenticated:
-        return False
-    if user.is_superuser:
-        return True
-    roles = roles_of(user)
-    return ADMIN in roles or not roles.isdisjoint(groups)
 
 
 def may_cancel(user, job) -> bool:

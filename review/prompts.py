@@ -17,6 +17,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from ledger.actions import NotAllowed
 from ledger.actions.prompts import create_prompt_version, make_prompt_current
+from ledger.drafts.schema_dialects import Dialect, LeftToLedger, sent_schema
+from ledger.drafts.validation import render_user_message
 from ledger.models import CurrentPromptChoice, Product, PromptVersion
 from ledger.providers import (
     anthropic,
@@ -28,8 +30,6 @@ from ledger.providers import (
     schema_dialect,
 )
 from ledger.providers.base import InferenceRequest
-from ledger.schema_dialects import Dialect, LeftToLedger, sent_schema
-from ledger.validation import render_user_message
 
 from .common import HtmxHttpRequest, wants_partial
 from .ids import parse_id

@@ -15,8 +15,8 @@ from ledger.actions import (
     prompt_template_problems,
 )
 from ledger.models import MAX_NAMED_SKUS, Job, Product, ProductStatus, PromptVersion, category_text
+from ledger.money.pricing import priced_models
 from ledger.pilots.sample import sample_products
-from ledger.pricing import priced_models
 from ledger.providers import default_model, provider_names
 from ledger.providers.model_names import model_name_problem
 from ledger.states import JobState

@@ -25,8 +25,8 @@ from django.db import connection
 from django.db.models import Q, QuerySet, Value
 from django.db.models.functions import StrIndex, Upper
 
+from ledger.database.setwise import among
 from ledger.models import Product, SourceRevision
-from ledger.setwise import among
 
 SAMPLE_SIZE = 3_000
 SAMPLE_SECONDS = 600

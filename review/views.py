@@ -31,9 +31,9 @@ from ledger.actions.reviewing import (
     regenerate_with_prompt,
     reject_version,
 )
-from ledger.estimates import request_estimate, work_cost
 from ledger.models import GeneratedVersion, Item, ItemTally, Job, PromptVersion
-from ledger.pricing import is_apportioned, price_for, unknown_price, version_cost
+from ledger.money.estimates import request_estimate, work_cost
+from ledger.money.pricing import is_apportioned, price_for, unknown_price, version_cost
 from ledger.states import ItemState, JobState
 
 from .common import HtmxHttpRequest, ShownValue, fields_of, wants_partial, word_diff

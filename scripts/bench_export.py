@@ -40,7 +40,7 @@ from django.db import connection, transaction  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from ledger.models import ApiToken, ItemTally, Job, PromptVersion, Submission, UnitCharge  # noqa: E402
-from ledger.money import business_currency  # noqa: E402
+from ledger.money.currency import business_currency  # noqa: E402
 
 WARM_UP_ITEMS = 1000
 TOKEN = "bd_export_bench_token"

@@ -17,9 +17,9 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(autouse=True)
 def fresh_entered_rates():
-    """Each process keeps admins' exchange rates for a few seconds (ledger.money); a test's rates,
+    """Each process keeps admins' exchange rates for a few seconds (ledger.money.currency); a test's rates,
     rolled back with its transaction, must not outlive it, as Django's own caches do not."""
-    from ledger.money import forget_entered_rates
+    from ledger.money.currency import forget_entered_rates
 
     forget_entered_rates()
     yield

@@ -10,10 +10,11 @@ from decimal import Decimal
 import pytest
 from django.db import connection
 
-from ledger import actions, budgets
+from ledger import actions
 from ledger.actions.submitting import build_requests
 from ledger.models import Job, PauseReason, Submission, UnitCharge
-from ledger.pricing import price_for
+from ledger.money import budgets
+from ledger.money.pricing import price_for
 from ledger.states import ItemState, JobState, SubmissionState
 from tests.factories import UserFactory
 from tests.processes import emulator_stats, make_catalogue, wait_until

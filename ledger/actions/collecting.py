@@ -15,16 +15,16 @@ from django.db import DatabaseError, connection, transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
-from .. import deadlines
-from ..answers import storable
-from ..cycles import fewer_cycle_collections
+from ..drafts.answers import storable
+from ..drafts.scrubbing import SHORTEST_SECRET_ANYWHERE, configured_secrets, scrub_credentials
+from ..drafts.validation import DraftChecker
+from ..lifecycle import deadlines
 from ..models import GeneratedVersion, Item, Submission, SubmissionItem, content_hash
 from ..retrying import PERMANENT_REFUSAL_PATIENCE
-from ..scrubbing import SHORTEST_SECRET_ANYWHERE, configured_secrets, scrub_credentials
 from ..states import ItemState, ReasonCode, SubmissionState
-from ..stopping import stop_asked
-from ..thread_switching import quicker_thread_switches
-from ..validation import DraftChecker
+from ..workers.cycles import fewer_cycle_collections
+from ..workers.stopping import stop_asked
+from ..workers.thread_switching import quicker_thread_switches
 from .core import backoff, change_state, enqueue, refresh_job_state
 from .jobs import judge_currency
 from .recording import MAX_INFERENCE_ATTEMPTS, CheckedDraft, checked_draft, kept_answer, record_chunk
@@ -575,7 +575,7 @@ def record_result(submission: Submission, line, *, seen: set[str] | None = None)
 
 
 def record_version(item: Item, submission: Submission, line) -> str:
-    from ..validation import check_draft
+    from ..drafts.validation import check_draft
 
     # An item stopped while its request was out (its product changed, its job was cancelled) still
     # had its answer paid for: the draft is kept as evidence, and its cost counts as wasted.

@@ -8,9 +8,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from ..database.setwise import among, ids_query, insert_from_select
 from ..models import Event, Item, ItemTally, Job
-from ..notifications import job_state_changed, pilot_report_checked
-from ..setwise import among, ids_query, insert_from_select
+from ..notices.notifications import job_state_changed, pilot_report_checked
 from ..states import (
     ALLOWED_TRANSITIONS,
     OPERATOR_STATES,

@@ -8,7 +8,8 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from ..budgets import budget_problem, committed
+from ..database.setwise import among, insert_from_select, insert_select_sql
+from ..database.table_statistics import analyse_after_bulk_change
 from ..models import (
     DEFAULT_DESTINATION,
     MAX_NAMED_SKUS,
@@ -23,14 +24,13 @@ from ..models import (
     Submission,
     no_prompt_for_job,
 )
-from ..money import business_currency
-from ..notifications import job_state_changed
+from ..money.budgets import budget_problem, committed
+from ..money.currency import business_currency
+from ..notices.notifications import job_state_changed
 from ..pilots.drill import plan_drill
 from ..pilots.sample import PilotPlan, SampleRefused, record_sample, sampled_products_sql, unknown_fields
 from ..providers.model_names import model_name_problem
-from ..setwise import among, insert_from_select, insert_select_sql
 from ..states import ItemState, JobState, ReasonCode, SubmissionState
-from ..table_statistics import analyse_after_bulk_change
 from .core import NotAllowed, actor_name, change_state, enqueue, refresh_job_state
 
 
@@ -53,7 +53,7 @@ def create_job(
     model or unit size: the provider's default model, and the usual size within its limit. No prompt
     version: the task's current one. A `pilot`: the items are a stratified sample of those products
     (`ledger.pilots.sample`), recorded with the job. A `notify_url` is told of the job's events
-    (`ledger.notifications`; the forms check the address)."""
+    (`ledger.notices.notifications`; the forms check the address)."""
     from ..destinations import destination_names
     from ..providers import capabilities, default_model, default_unit_size, provider_names
 

@@ -5,7 +5,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..models import Event, Item, Job, Submission
-from ..notifications import job_state_changed
+from ..notices.notifications import job_state_changed
 from ..states import ItemState, JobState, ReasonCode, SubmissionState, sources_for
 from .collecting import retry_inference
 from .core import NotAllowed, actor_name, change_state, enqueue, move_items, refresh_job_state

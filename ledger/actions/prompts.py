@@ -4,8 +4,8 @@ version is not current: someone makes it so, and that choice is recorded (`make_
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
+from ..drafts.schema_refs import reference_problems
 from ..models import CurrentPromptChoice, PromptVersion
-from ..schema_refs import reference_problems
 from .core import NotAllowed, actor_name
 
 PROMPT_TASK_PATTERN = r"[a-z][a-z0-9_]{0,63}"
@@ -32,7 +32,7 @@ def prompt_template_problems(template: str) -> list[str]:
     import re
     import string
 
-    from ..json_values import text_problem
+    from ..drafts.json_values import text_problem
 
     if problem := text_problem(template):
         return [f"The template {problem}"]
@@ -77,7 +77,7 @@ def output_schema_problems(schema: object) -> list[str]:
     """The output schema must be a JSON Schema for an object: providers return structured output as one."""
     import jsonschema
 
-    from ..json_values import json_value_problem
+    from ..drafts.json_values import json_value_problem
 
     if not isinstance(schema, dict):
         return ["The output schema must be a JSON object"]
@@ -95,7 +95,7 @@ def output_schema_problems(schema: object) -> list[str]:
 
 def prompt_rules_problems(rules: object, schema: object) -> list[str]:
     """The validation rules `validation.check_draft` reads, and nothing it would silently ignore."""
-    from ..json_values import json_value_problem
+    from ..drafts.json_values import json_value_problem
 
     if not isinstance(rules, dict):
         return ["The rules must be a JSON object"]
@@ -141,7 +141,7 @@ def create_prompt_version(
     someone makes this one current."""
     import re
 
-    from ..json_values import text_problem
+    from ..drafts.json_values import text_problem
 
     problems = []
     if not re.fullmatch(PROMPT_TASK_PATTERN, task):

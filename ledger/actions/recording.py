@@ -13,6 +13,8 @@ from django.db import connection, models, transaction
 from django.db.models import Exists, F, OuterRef, Subquery
 from django.utils import timezone
 
+from ..database.setwise import among, next_id_sql
+from ..drafts.validation import DraftChecker, source_text_of
 from ..models import (
     Event,
     GeneratedVersion,
@@ -26,9 +28,7 @@ from ..models import (
     compact_json,
     content_hash,
 )
-from ..setwise import among, next_id_sql
 from ..states import ItemState, ReasonCode
-from ..validation import DraftChecker, source_text_of
 from .core import backoff, enqueue
 from .jobs import judge_currency
 

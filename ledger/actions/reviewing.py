@@ -4,9 +4,9 @@ rejecting a draft (rules 6 and 15)."""
 import jsonschema
 from django.db import IntegrityError, transaction
 
+from ..drafts.validation import DraftChecker, Reason, read_draft, shortened, source_text
 from ..models import Approval, GeneratedVersion, Item, Job, PromptVersion, SourceRevision
 from ..states import ItemState, JobState, ReasonCode
-from ..validation import DraftChecker, Reason, read_draft, shortened, source_text
 from .core import NotAllowed, change_state, enqueue, refresh_job_state
 from .jobs import create_job, currency_problem, judge_currency
 

@@ -11,9 +11,10 @@ from django.db.models import F, Q, TextField
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from .. import budgets, deadlines, provider_files
+from ..database.setwise import among, insert_from_select
+from ..lifecycle import deadlines, provider_files
 from ..models import Event, Item, Job, ProductStatus, Submission, SubmissionItem, lease_end
-from ..setwise import among, insert_from_select
+from ..money import budgets
 from ..states import SUBMISSION_TRANSITIONS, ItemState, JobState, ReasonCode, SubmissionState
 from .core import NotAllowed, backoff, enqueue, move_items, refresh_job_state
 from .jobs import judge_currency
@@ -150,8 +151,8 @@ def set_submission_state(submission: Submission, to: str, *, reason: str = "", *
 def build_requests(submission: Submission, state: str = ItemState.PREPARED):
     """The unit's requests for its items still in `state`: when sending, only items still waiting
     to be sent (one withdrawn, revised or cancelled since planning is not paid for)."""
+    from ..drafts.validation import read_json, render_prompt
     from ..providers.base import InferenceRequest
-    from ..validation import read_json, render_prompt
 
     prompt = submission.job.prompt_version
     # Read as values: a unit's thousands of entries, items and revisions made no model objects. The

@@ -8,10 +8,18 @@ timed, in a process of its own."""
 
 import subprocess
 import sys
+import time
 import uuid
 
 import httpx
 import psycopg
+from django.db import transaction
+
+from ledger.actions import send_submission
+from ledger.actions.collecting import observe_submission
+from ledger.models import Item, Job, Submission, SubmissionItem
+from ledger.providers import get_provider
+from ledger.states import ItemState
 
 from .base import Bench, Figure
 from .measuring import MANAGE, CommandFailed, run_measured
@@ -113,15 +121,6 @@ def prepare(size: int) -> None:
     """In the bench's database (run by `manage.py shell`): one unit of the first `size` unsent items
     of job `bench`, sent to the emulator and waited for until it has ended. Prints the submission's
     id and the provider's reference of the unit."""
-    import time
-
-    from django.db import transaction
-
-    from ledger.actions import send_submission
-    from ledger.actions.collecting import observe_submission
-    from ledger.models import Item, Job, Submission, SubmissionItem
-    from ledger.providers import get_provider
-    from ledger.states import ItemState
 
     job = Job.objects.get(reference="bench")
     with transaction.atomic():

@@ -17,6 +17,17 @@ import json
 import statistics
 import sys
 import time
+from urllib.parse import quote
+
+from django.conf import settings
+from django.contrib.auth.models import Group, User
+from django.db import connection, transaction
+from django.test import Client
+
+from ledger.models import ApiToken, Approval, Item, ItemTally, Job, Product, SourceRevision
+from ledger.states import ItemState
+from review.operations import attention_groups
+from review.paging import _key_of, _token
 
 from .base import Bench, Figure
 from .measuring import MANAGE, CommandFailed, run_measured
@@ -65,10 +76,6 @@ def measure(bench: Bench) -> list[Figure]:
 def _prepare(job_id: int) -> None:
     """Approvals for a tenth of the drafts waiting and a hundredth of them failed as too short:
     set-wise, through the same triggers as everything else."""
-    from django.contrib.auth.models import User
-    from django.db import connection, transaction
-
-    from ledger.models import ItemTally
 
     person = User.objects.get(username="bench")
     with transaction.atomic(), connection.cursor() as cursor:
@@ -117,7 +124,6 @@ def _server_ms(client, url: str, repeats: int, **headers) -> float:
 
 def _middle_cursor(rows, order: list[str]) -> str:
     """The cursor a reader following `next` links would hold half-way down the list."""
-    from review.paging import _key_of, _token
 
     count = rows.count()
     if not count:
@@ -133,15 +139,6 @@ def _admin_pages(count: int, per_page: int = 50) -> dict[str, int]:
 
 def serve_figures() -> None:
     """Measures every address and prints them as one JSON line."""
-    from urllib.parse import quote
-
-    from django.conf import settings
-    from django.contrib.auth.models import Group, User
-    from django.test import Client
-
-    from ledger.models import ApiToken, Approval, Item, Job, Product, SourceRevision
-    from ledger.states import ItemState
-    from review.operations import attention_groups
 
     settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
     # The pages' static file names, without the manifest `collectstatic` would write (`make serve`

@@ -6,7 +6,7 @@ an import remembers), `merging` (a chunk merged with the products as they are an
 set-wise), `rework` (the paid work an import queues again, estimated), `importing` (the one
 transaction, or a dry run) and `uploads` (files from the import screen, imported by a worker,
 previewed and confirmed). The rules of a JSON value that the
-API and prompts share are in `ledger.json_values`.
+API and prompts share are in `ledger.drafts.json_values`.
 """
 
 from .checks import check_fields, check_sku, check_title, normalise_keys

@@ -4,7 +4,7 @@ product's body with the same rules.
 
 import json
 
-from ..json_values import (
+from ..drafts.json_values import (
     MAX_FIELD_DEPTH,
     FieldValue,
     json_value_problem,

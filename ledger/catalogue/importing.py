@@ -16,18 +16,18 @@ from contextlib import ExitStack
 
 from django.db import connection, transaction
 
-from ..cycles import fewer_cycle_collections
+from ..database.table_statistics import analyse_after_bulk_change
 from ..models import (
     Product,
     SourceRevision,
 )
-from ..table_statistics import analyse_after_bulk_change
-from ..thread_switching import quicker_thread_switches
+from ..money.rework import price_rework
+from ..workers.cycles import fewer_cycle_collections
+from ..workers.thread_switching import quicker_thread_switches
 from .digests import _KnownLines, _LineNotRecognised, _may_recognise
 from .merging import _Chunk, _staging_table, _write
 from .reading import StoredFile, _CountingReader, _opened, _read
 from .records import BinaryLines, CatalogueSource, ImportReport, Rejection, Unreadable, _Staged
-from .rework import price_rework
 
 # Records written per chunk of the second pass, and at most this many bytes of them in memory.
 _WRITE_CHUNK = 5000

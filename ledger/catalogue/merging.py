@@ -12,15 +12,7 @@ from django.db import connection
 from django.utils import timezone
 
 from ..actions import record_product
-from ..models import (
-    Item,
-    Job,
-    Product,
-    ProductStatus,
-    SourceRevision,
-    canonical_json,
-)
-from ..setwise import (
+from ..database.setwise import (
     PackedArray,
     insert_from_select,
     insert_select_sql,
@@ -29,6 +21,14 @@ from ..setwise import (
     packed_ints,
     packed_texts,
     with_packed_arrays,
+)
+from ..models import (
+    Item,
+    Job,
+    Product,
+    ProductStatus,
+    SourceRevision,
+    canonical_json,
 )
 from ..states import ItemState, JobState, sources_for
 from .digests import _LineNotRecognised

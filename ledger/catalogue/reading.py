@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from itertools import chain
 
-from ..json_values import (
+from ..drafts.json_values import (
     InvalidJson,
     refuse_json_constant,
     unique_json_keys,

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import NamedTuple, Protocol
 
-from ..json_values import FieldValue
+from ..drafts.json_values import FieldValue
 from ..models import SourceRevision
 
 MAX_RECORD_BYTES = 65536

@@ -22,7 +22,7 @@ from ..models import (
     CatalogueImportChunk,
     ImportState,
 )
-from ..stopping import stop_asked
+from ..workers.stopping import stop_asked
 from .importing import DryRun, import_catalogue
 from .reading import StoredFile
 from .records import ImportReport, JobRework, Rejection, Unreadable

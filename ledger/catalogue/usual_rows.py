@@ -12,7 +12,7 @@ from typing import NoReturn
 import jiter
 import orjson
 
-from ..json_values import MAX_FIELD_DEPTH
+from ..drafts.json_values import MAX_FIELD_DEPTH
 from .checks import _NOT_FIELDS, _STATUSES
 from .digests import _SeenSkus, product_line_digest, sku_digest
 from .records import MAX_TITLE_LENGTH, SKU_PATTERN, Record, Rejection, _Line, _Staged

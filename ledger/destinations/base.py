@@ -3,8 +3,8 @@ before each attempt, records the attempt and moves the item (SPEC §3 rules 5 an
 
 from dataclasses import dataclass
 
+from ..drafts.scrubbing import scrub_credentials
 from ..models import Approval, AttemptOutcome, GeneratedVersion, Item
-from ..scrubbing import scrub_credentials
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,9 @@ from collections.abc import Iterable
 import httpx
 from django.conf import settings
 
+from ..drafts.scrubbing import scrub_credentials
 from ..models import AttemptOutcome
 from ..retrying import is_transient_status, retry_after_seconds
-from ..scrubbing import scrub_credentials
 from .base import Destination, DestinationResult
 
 # The receiver is told what to do with the text; BatchDesk only ever publishes approved drafts.

@@ -741,7 +741,7 @@ class GeminiEmulator(EmulatorServer):
                 batch.inlined = spoiled
         else:
             batch.stats = {"requestCount": len(batch.requests)}
-        # The event Gemini posts to a project's webhook (ledger/provider_hooks.py says what BatchDesk
+        # The event Gemini posts to a project's webhook (ledger/notices/provider_hooks.py says what BatchDesk
         # reads of it: the batch's resource name).
         kind = "batch." + state.removeprefix("BATCH_STATE_").lower()
         event = {

@@ -31,11 +31,11 @@ from typing import Any
 from werkzeug.routing import Rule
 from werkzeug.wrappers import Request
 
+from ledger.drafts.validation import read_json
 from ledger.emulators import strict_schema, textgen
 from ledger.emulators.server import ApiError, Download, EmulatorServer, FaultKnobs, LoseAnswer, flag, knob
 from ledger.models import compact_json
 from ledger.providers.openai import INTENT_METADATA_KEY
-from ledger.validation import read_json
 
 log = logging.getLogger(__name__)
 

@@ -32,7 +32,7 @@ from werkzeug.wrappers import Request, Response
 
 from ledger.emulators import textgen
 from ledger.emulators.clock import Clock, WallClock
-from ledger.signed_webhooks import signed_headers, signer
+from ledger.notices.signed_webhooks import signed_headers, signer
 
 log = logging.getLogger(__name__)
 

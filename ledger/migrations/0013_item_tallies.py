@@ -161,7 +161,7 @@ DROP FUNCTION IF EXISTS ledger_version_tally_delete();
 
 
 # SQLite (the demo): the same contributions, row by row, installed by every migrate rather than
-# here (`ledger.tallies`): SQLite rebuilds a table to alter it, which a trigger naming it would stop.
+# here (`ledger.database.tallies`): SQLite rebuilds a table to alter it, which a trigger naming it would stop.
 
 
 # The tallies of the rows that exist, computed as the triggers would have (in one statement each,
@@ -190,7 +190,7 @@ APPORTIONED = "v.usage -> 'apportioned' = 'true'::jsonb"
 
 def install_tallies(apps, schema_editor):
     if schema_editor.connection.vendor != "postgresql":
-        return  # ledger.tallies, after every migrate
+        return  # ledger.database.tallies, after every migrate
     schema_editor.execute(POSTGRESQL_SQL)
     for statement in BACKFILL_SQL:
         schema_editor.execute(statement.replace("{apportioned}", APPORTIONED))

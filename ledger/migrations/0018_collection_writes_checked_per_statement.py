@@ -11,7 +11,7 @@
 - The tally triggers look up each changed row's item or draft by its key (a `LIMIT 1` lateral)
   instead of letting the planner scan and hash the whole table for a few thousand rows.
 
-SQLite, the demo's database, checks nothing here and keeps its row-by-row tallies (`ledger.tallies`).
+SQLite, the demo's database, checks nothing here and keeps its row-by-row tallies (`ledger.database.tallies`).
 """
 
 from django.db import migrations, models

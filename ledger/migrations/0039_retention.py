@@ -4,7 +4,7 @@ Erasing a draft's text changes none of what it counts for in the item tallies, b
 statement-level trigger on updated drafts took every updated row back and counted it again (its
 transition tables allow no column list): a retention pass of a million drafts would have done a
 million drafts' tally work for nothing. It now counts only the drafts whose counted columns changed,
-as SQLite's row trigger (ledger/tallies.py) already did with its WHEN."""
+as SQLite's row trigger (ledger/database/tallies.py) already did with its WHEN."""
 
 import importlib
 

@@ -15,6 +15,7 @@ from decimal import Decimal
 from django.db.models import Min
 from django.utils import timezone
 
+from ..database.setwise import among
 from ..models import (
     Approval,
     Event,
@@ -27,8 +28,7 @@ from ..models import (
     SourceRevision,
     Submission,
 )
-from ..pricing import Price
-from ..setwise import among
+from ..money.pricing import Price
 from ..states import OUTSTANDING_STATES, ItemState, ReasonCode, SubmissionState
 
 # An item in one of these waits for the model or for a reviewer: its next draft may need a decision.

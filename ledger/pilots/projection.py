@@ -1,6 +1,6 @@
 """From what a pilot measured to the whole scope (issue 19, point 3), with a 90 % range. Plain
 arithmetic on the pilot's observations, no database: each step is written out so a reader can redo
-it by hand (tests/ledger/test_pilot_projection.py does, on a known pilot).
+it by hand (tests/ledger/pilots/test_pilot_projection.py does, on a known pilot).
 
 The method, in short:
 - Inference cost: each product of the scope needs one first draft. Stratified estimate of a total:

@@ -1,6 +1,6 @@
 """A pilot's report (SPEC §6 `GET /api/jobs/{id}/pilot`, §8 `/jobs/{id}/pilot`): the sample by
 stratum, what was measured per stratum and in all, and the projection for the whole scope with its
-90 % range, in the business currency (`ledger.money`: converted at today's rate; with no rate in force,
+90 % range, in the business currency (`ledger.money.currency`: converted at today's rate; with no rate in force,
 in USD, and `currency` says so).
 
 The projection waits for enough decisions: MIN_DECISIONS decided drafts in all, or, in a smaller
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 
 from ..models import Job, Pilot, PilotStratum
-from ..money import PROVIDER_CURRENCY, business_currency, convert, rate_now
-from ..pricing import price_for, unknown_price
+from ..money.currency import PROVIDER_CURRENCY, business_currency, convert, rate_now
+from ..money.pricing import price_for, unknown_price
 from .drill_report import drill_report
 from .measure import (
     Observations,

@@ -61,7 +61,7 @@ def default_unit_size(name: str) -> int:
 
 
 def schema_dialect(name: str) -> str:
-    """The dialect of output schema this provider is sent (SPEC rule 17, ledger/schema_dialects.py):
+    """The dialect of output schema this provider is sent (SPEC rule 17, ledger/drafts/schema_dialects.py):
     the one its settings name (`openai_compatible`), else its adapter's."""
     return settings.PROVIDERS[name].get("schema_dialect") or adapter_class(name).schema_dialect
 

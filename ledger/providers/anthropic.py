@@ -14,8 +14,8 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 
-from ..schema_dialects import Dialect, sent_schema
-from ..scrubbing import scrub_credentials
+from ..drafts.schema_dialects import Dialect, sent_schema
+from ..drafts.scrubbing import scrub_credentials
 from ..states import ReasonCode
 from .base import (
     AnswerLost,

@@ -18,8 +18,8 @@ from enum import StrEnum
 
 import httpx
 
+from ..drafts.scrubbing import scrub_credentials
 from ..retrying import is_transient_status
-from ..scrubbing import scrub_credentials
 from ..states import ReasonCode
 
 

@@ -31,9 +31,9 @@ from urllib.parse import quote, urlsplit, urlunsplit
 
 import httpx
 
+from ..drafts.schema_dialects import Dialect, sent_schema
+from ..drafts.scrubbing import scrub_credentials
 from ..retrying import retry_after_seconds
-from ..schema_dialects import Dialect, sent_schema
-from ..scrubbing import scrub_credentials
 from ..states import ReasonCode
 from .base import (
     AnswerLost,

@@ -9,8 +9,8 @@ from collections.abc import Iterable, Iterator
 import httpx
 import jiter
 
+from ..drafts.scrubbing import header_credentials, scrub_credentials
 from ..retrying import retry_after_seconds
-from ..scrubbing import header_credentials, scrub_credentials
 from ..states import ReasonCode
 from .base import (
     AnswerLost,

@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 
+from ..drafts.schema_dialects import Dialect, sent_schema
+from ..drafts.scrubbing import scrub_credentials
 from ..models import compact_json
-from ..schema_dialects import Dialect, sent_schema
-from ..scrubbing import scrub_credentials
 from ..states import ReasonCode
 from .base import (
     AnswerLost,

@@ -29,9 +29,9 @@ from datetime import datetime
 
 import httpx
 
+from ..drafts.schema_dialects import Dialect
+from ..drafts.scrubbing import scrub_credentials
 from ..retrying import requested_wait
-from ..schema_dialects import Dialect
-from ..scrubbing import scrub_credentials
 from ..states import ReasonCode
 from .base import (
     Capabilities,

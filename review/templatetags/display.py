@@ -18,7 +18,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from ledger.money import PROVIDER_CURRENCY, Money, business_currency
+from ledger.money.currency import PROVIDER_CURRENCY, Money, business_currency
 from review.display import (
     badge_for,
     duration_text,

@@ -9,8 +9,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from ledger import budgets
 from ledger.models import Item, Job, PauseReason, UnitCharge
+from ledger.money import budgets
 from ledger.states import JobState
 from tests.api.conftest import assert_error
 from tests.factories import JobFactory, ProductFactory, add_version

@@ -8,7 +8,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from ledger.models import GeneratedVersion, Item
-from ledger.pricing import (
+from ledger.money.pricing import (
     BUILT_IN,
     check_price_file,
     job_cost,

@@ -11,7 +11,7 @@ from ledger.models import Event, Job, JobNotification
 from ledger.tasks import send_notification
 from tests.api.conftest import assert_error
 from tests.factories import ProductFactory
-from tests.notifications.receiver import SECRET, EventReceiver
+from tests.ledger.notices.receiver import SECRET, EventReceiver
 
 pytestmark = pytest.mark.django_db
 

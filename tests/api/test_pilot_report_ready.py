@@ -7,7 +7,7 @@ import pytest
 
 from ledger.actions import approve_version, create_job, refresh_job_state
 from ledger.models import JobNotification
-from ledger.notifications import PILOT_REPORT_READY
+from ledger.notices.notifications import PILOT_REPORT_READY
 from ledger.pilots.sample import PilotPlan
 from tests.factories import ProductFactory
 from tests.pilots import draft

@@ -3,8 +3,8 @@
 import pytest
 
 from ledger.actions import change_state, move_items
+from ledger.database.setwise import ids_query
 from ledger.models import Event, Item
-from ledger.setwise import ids_query
 from ledger.states import ItemState
 from tests.factories import ItemFactory, JobFactory, UserFactory
 

@@ -10,9 +10,9 @@ from django_q.models import OrmQ
 
 from ledger import actions, tasks
 from ledger.actions.submitting import build_requests
+from ledger.drafts.validation import render_user_message
 from ledger.models import CollectorHeartbeat, Item, Job, SourceRevision, Submission, SubmissionItem
 from ledger.states import ItemState, SubmissionState
-from ledger.validation import render_user_message
 from tests.factories import JobFactory, ProductFactory
 
 pytestmark = pytest.mark.django_db

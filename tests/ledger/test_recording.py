@@ -26,7 +26,7 @@ from ledger.models import (
 )
 from ledger.providers.base import ResultLine, UnreadableLine
 from ledger.states import DraftNote, ItemState, ReasonCode, SubmissionState
-from ledger.thread_switching import SWITCH_INTERVAL
+from ledger.workers.thread_switching import SWITCH_INTERVAL
 from tests.factories import JobFactory, ProductFactory
 
 pytestmark = pytest.mark.django_db

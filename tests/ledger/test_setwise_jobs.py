@@ -9,8 +9,8 @@ from django_q.models import OrmQ
 
 from ledger.actions import NotAllowed, create_job
 from ledger.actions.core import actor_name
+from ledger.database.setwise import insert_from_select
 from ledger.models import Event, Item, Job, Product, ProductStatus, PromptVersion, SourceRevision
-from ledger.setwise import insert_from_select
 from ledger.states import ItemState, JobState
 from tests.factories import ProductFactory, UserFactory
 

@@ -16,7 +16,7 @@ from django.utils.module_loading import import_string
 from django_q.conf import Conf
 from django_q.models import OrmQ
 
-from ledger import actions, catalogue, stopping, tasks
+from ledger import actions, catalogue, tasks
 from ledger.actions.collecting import observe_submission
 from ledger.catalogue import importing
 from ledger.models import (
@@ -30,6 +30,7 @@ from ledger.models import (
 )
 from ledger.providers import get_provider
 from ledger.states import ItemState, SubmissionState
+from ledger.workers import stopping
 from tests.api.conftest import ApiClient, token_for
 from tests.factories import ProductFactory, UserFactory
 from tests.ledger.test_provider_faults import emulator, job_with_items  # noqa: F401 - fixtures

@@ -14,7 +14,7 @@ import pytest
 from ledger.emulators.clock import TestClock
 from ledger.emulators.gemini import GeminiEmulator
 from ledger.emulators.openai import Emulator
-from ledger.signed_webhooks import check_signature
+from ledger.notices.signed_webhooks import check_signature
 from tests.processes import wait_until
 from tests.providers.test_gemini_emulator import HEADERS
 from tests.providers.test_gemini_emulator import create as create_gemini_batch

@@ -6,10 +6,10 @@ import httpx
 import pytest
 
 from ledger import actions
+from ledger.drafts.scrubbing import scrub_credentials
 from ledger.models import Event, Item, Submission
 from ledger.providers.base import ProviderError
 from ledger.providers.openai import OpenAIBatchProvider, parse_result_line
-from ledger.scrubbing import scrub_credentials
 from ledger.states import ItemState, SubmissionState
 from tests.factories import JobFactory, ProductFactory
 

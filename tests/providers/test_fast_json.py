@@ -7,8 +7,8 @@ import math
 
 import pytest
 
+from ledger.drafts.validation import read_json
 from ledger.providers.http import _finite, loads
-from ledger.validation import read_json
 
 TEXTS = [
     '{"custom_id": "bd-1-1", "response": {"status_code": 200, "body": {"usage": {"prompt_tokens": 116}}}}',

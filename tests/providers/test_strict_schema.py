@@ -6,8 +6,8 @@ import copy
 import pytest
 
 from ledger.bootstrap import DEFAULT_PROMPT
+from ledger.drafts.schema_dialects import Dialect, sent_schema
 from ledger.emulators import strict_schema
-from ledger.schema_dialects import Dialect, sent_schema
 
 CLOSED = {
     "type": "object",

@@ -286,7 +286,7 @@ def test_the_only_things_an_admin_may_add_or_change_are_people(client, chief):
 
 def test_an_admin_enters_an_exchange_rate_that_converts_costs_from_its_date(client, chief, settings):
     settings.BATCHDESK_CURRENCY, settings.BATCHDESK_FX_FILE = "GBP", ""
-    from ledger.money import rate_on
+    from ledger.money.currency import rate_on
 
     add = reverse("admin:ledger_exchangerate_add")
     refused = client.post(

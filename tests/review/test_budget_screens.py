@@ -7,8 +7,8 @@ from decimal import Decimal
 import pytest
 from django.urls import reverse
 
-from ledger import budgets
 from ledger.models import Item, Job, PauseReason, UnitCharge
+from ledger.money import budgets
 from ledger.states import JobState
 from tests.factories import JobFactory, ProductFactory, UserFactory
 from tests.review.test_jobs_screens import start

@@ -10,7 +10,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from ledger.models import GeneratedVersion
-from ledger.pricing import price_for
+from ledger.money.pricing import price_for
 from ledger.states import ItemState
 from review.display import money_text
 from tests.factories import ItemFactory, JobFactory, UserFactory, add_version

@@ -12,7 +12,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from ledger import actions, budgets
+from ledger import actions
 from ledger.actions import apply_item, approve_version, reject_version
 from ledger.models import (
     DestinationAttempt,
@@ -23,7 +23,8 @@ from ledger.models import (
     SubmissionItem,
     UnitCharge,
 )
-from ledger.pricing import price_for
+from ledger.money import budgets
+from ledger.money.pricing import price_for
 from ledger.states import ItemState, SubmissionState
 from review.job_export import COLUMNS, csv_stream, file_name, jsonl_stream
 from tests.api.conftest import assert_error, token_for

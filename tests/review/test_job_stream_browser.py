@@ -8,7 +8,7 @@ from ledger import actions
 from ledger.models import JobNotification, NotificationAttempt
 from ledger.states import ItemState
 from tests.factories import ItemFactory, JobFactory
-from tests.notifications.receiver import SECRET
+from tests.ledger.notices.receiver import SECRET
 from tests.review.browser import log_in
 from tests.review.test_narrow_screens import OVERFLOWING, PHONE
 

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from ledger.actions.prompts import make_prompt_current
 from ledger.models import Event, Item, Job, ProductStatus, PromptVersion, Submission
-from ledger.pricing import price_for
+from ledger.money.pricing import price_for
 from ledger.states import ItemState, JobState, SubmissionState
 from review.jobs import SUBMISSIONS_PER_PAGE
 from review.templatetags.display import money

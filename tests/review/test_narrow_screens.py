@@ -8,9 +8,9 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
-from ledger import budgets
 from ledger.catalogue import store_upload
 from ledger.models import Approval, CatalogueImport, ImportState, Item, Job, PauseReason
+from ledger.money import budgets
 from ledger.states import ItemState
 from ledger.tasks import import_catalogue_file
 from review.models import Preferences

@@ -6,9 +6,9 @@ import json
 import pytest
 from django.urls import reverse
 
+from ledger.drafts.schema_dialects import sent_schema
 from ledger.models import PromptVersion
 from ledger.providers import provider_names
-from ledger.schema_dialects import sent_schema
 from tests.factories import ProductFactory
 from tests.review.browser import log_in
 

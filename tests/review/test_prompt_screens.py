@@ -7,8 +7,8 @@ import pytest
 from django.urls import reverse
 
 from ledger.actions import NotAllowed, create_prompt_version
+from ledger.drafts.schema_dialects import sent_schema
 from ledger.models import PromptVersion
-from ledger.schema_dialects import sent_schema
 from tests.factories import JobFactory, ProductFactory, UserFactory
 
 pytestmark = pytest.mark.django_db

@@ -17,8 +17,8 @@ from django_q.models import OrmQ
 
 from ledger.emulators.clock import TestClock
 from ledger.models import HintOutcome, ProviderHint, Submission
-from ledger.provider_hooks import MAX_BODY_BYTES
-from ledger.signed_webhooks import signed_headers
+from ledger.notices.provider_hooks import MAX_BODY_BYTES
+from ledger.notices.signed_webhooks import signed_headers
 from ledger.states import ItemState, SubmissionState
 from review.hooks import openai_hook
 from tests.collector import poll_everything

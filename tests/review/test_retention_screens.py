@@ -8,8 +8,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from ledger.actions import approve_version, reject_version
+from ledger.lifecycle.retention import apply_retention
 from ledger.models import GeneratedVersion, Item
-from ledger.retention import apply_retention
 from ledger.states import ItemState
 from tests.api.conftest import ApiClient, token_for
 from tests.factories import ItemFactory, UserFactory, add_version

@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from ledger.models import Approval, Event, GeneratedVersion, Item, Job, Product, ProductStatus, SourceRevision
-from ledger.pricing import version_cost
+from ledger.money.pricing import version_cost
 from ledger.states import ItemState
 from review.common import word_diff
 from review.templatetags.display import money

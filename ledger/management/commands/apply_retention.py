@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from ledger.provider_hooks import HINTS_KEPT, forget_old_hints
-from ledger.retention import Unusable, apply_retention, erasable_counts, retain_unusable_days
+from ledger.lifecycle.retention import Unusable, apply_retention, erasable_counts, retain_unusable_days
+from ledger.notices.provider_hooks import HINTS_KEPT, forget_old_hints
 
 
 class Command(BaseCommand):

@@ -3,7 +3,7 @@ this process alone (Kubernetes, systemd's KillMode=mixed) or its whole process g
 Ctrl-C, systemd's default).
 
 django-q2 stops by letting each worker finish its task, and the collector's round alone runs for
-minutes; the stop flag (ledger/stopping.py) tells the tasks to hand their work over now. And only
+minutes; the stop flag (ledger/workers/stopping.py) tells the tasks to hand their work over now. And only
 this process hears the signal: a sentinel killed by a signal sent to the whole group died holding
 the lock of the event this process stops it with, and the cluster hung until SIGKILL. Every process
 the cluster forks starts with the two signals blocked, and follows this one's stop instead."""
@@ -15,7 +15,7 @@ from django.conf import settings
 from django_q.cluster import Cluster
 from django_q.management.commands import qcluster
 
-from ledger.stopping import ask_to_stop
+from ledger.workers.stopping import ask_to_stop
 
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 

@@ -15,10 +15,10 @@ from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
 
 from ledger.actions import create_job
-from ledger.bootstrap import ROLES
 from ledger.catalogue import import_catalogue
 from ledger.management.demo_watchdog import STOPPED, alive, signal_groups
 from ledger.models import Job, Product
+from ledger.roles import ROLES
 
 SAMPLE = Path(settings.BASE_DIR) / "sample" / "catalogue.jsonl"
 

@@ -1,0 +1,1 @@
+"""What an answer is (SPEC rules 2, 12 and 17): reading what a provider returned, scrubbing keys out of it, the size caps and JSON values a column can hold, each provider's schema dialect and where a schema may point, and the one check that says whether a draft is usable."""

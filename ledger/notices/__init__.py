@@ -1,0 +1,1 @@
+"""Telling people and systems (SPEC §6): a job's notifications to its notify_url and owner, the Standard Webhooks signatures on what we send and receive, and the providers' batch webhooks taken as hints."""

@@ -1,0 +1,234 @@
+"""Budgets that hold (rule 18): a unit's worst case is reserved before it is sent, a unit that could
+pass the budget is not sent (the job pauses), returned usage settles the reservation, a billing
+refusal pauses the job, and two clusters sending at once never pass the budget together."""
+
+import json
+import threading
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from ledger import actions
+from ledger.models import GeneratedVersion, Item, Job, PauseReason, Submission, UnitCharge
+from ledger.money import budgets
+from ledger.money.pricing import job_cost, price_for
+from ledger.states import ItemState, JobState, SubmissionState
+from ledger.tasks import claim_due_submissions
+from tests.factories import JobFactory, ProductFactory
+from tests.provider_emulators import BY_NAME, ONE_PER_PROTOCOL, serving
+
+pytestmark = pytest.mark.django_db
+
+RATE = Decimal("0.7890")
+
+
+@pytest.fixture
+def pounds(settings, tmp_path):
+    """A deployment in pounds, with a rate file as SPEC §9 shows it."""
+    rates = tmp_path / "rates.json"
+    rates.write_text(
+        json.dumps({"source": "Bank of England daily spot, 4 pm", "per_usd": {"2020-01-01": str(RATE)}})
+    )
+    settings.BATCHDESK_CURRENCY = "GBP"
+    settings.BATCHDESK_FX_FILE = str(rates)
+    # Dear tokens, so that one small unit's worst case is pounds, not fractions of a penny.
+    prices = tmp_path / "prices.json"
+    prices.write_text(
+        json.dumps(
+            {
+                "openai": {
+                    "models": {"gpt-4o-mini": {"input_per_million": "1000", "output_per_million": "4000"}}
+                }
+            }
+        )
+    )
+    settings.BATCHDESK_PRICE_FILE = str(prices)
+    return rates
+
+
+def job_with_items(n: int, *, unit_size: int, budget: Decimal | None, **fields) -> Job:
+    job = JobFactory(unit_size=unit_size, budget=budget, budget_currency="GBP" if budget else "", **fields)
+    for _ in range(n):
+        product = ProductFactory()
+        Item.objects.create(job=job, product=product, source_revision=product.current_revision)
+    return job
+
+
+def unit_worst_case_pounds(submission_id: int) -> Decimal:
+    """Computed here from the requests as sent: one token per byte of the messages and the schema,
+    16 tokens of overhead, and `max_tokens` out, at the price file's batch price, in pounds."""
+    submission = Submission.objects.get(pk=submission_id)
+    requests = actions.build_requests(submission)
+    tokens_in = sum(
+        16
+        + len(r.system_message.encode())
+        + len(r.user_message.encode())
+        + len(json.dumps(r.output_schema, ensure_ascii=False).encode())
+        for r in requests
+    )
+    tokens_out = sum(r.max_output_tokens for r in requests)
+    usd = (Decimal(tokens_in) * 1000 + Decimal(tokens_out) * 4000) / 1_000_000 / 2
+    return usd.quantize(Decimal("0.000001")) * RATE
+
+
+def collect(clock, submission_id, provider):
+    for _ in range(200):
+        actions.poll_submission(submission_id, provider=provider)
+        if Submission.objects.get(pk=submission_id).state == SubmissionState.COLLECTED:
+            return
+        clock.advance(ms=50)
+    raise AssertionError("never collected")
+
+
+def test_a_unit_is_reserved_at_its_worst_case_before_it_is_sent(pounds, emulator, provider):
+    job = job_with_items(3, unit_size=3, budget=Decimal("100.00"))
+    [unit] = actions.plan_submissions(job.pk)
+    expected = unit_worst_case_pounds(unit)
+
+    assert actions.send_submission(unit, provider=provider) == "sent"
+
+    charge = UnitCharge.objects.get(submission_id=unit)
+    assert charge.requests == 3
+    assert charge.currency == "GBP"
+    assert charge.reserved == expected.quantize(Decimal("0.000001"))
+    assert charge.settled_at is None
+    assert budgets.committed(job.pk) == charge.reserved
+
+
+def test_a_unit_that_could_pass_the_budget_is_not_sent_and_the_job_pauses(pounds, emulator, provider):
+    job = job_with_items(4, unit_size=2, budget=Decimal("100.00"))
+    first, second = actions.plan_submissions(job.pk)
+    worst = unit_worst_case_pounds(first)
+    # Room for one unit's worst case, not two.
+    Job.objects.filter(pk=job.pk).update(budget=(worst * 3 / 2).quantize(Decimal("0.01")))
+
+    assert actions.send_submission(first, provider=provider) == "sent"
+    assert actions.send_submission(second, provider=provider) == "paused"
+
+    job.refresh_from_db()
+    assert job.state == JobState.PAUSED
+    assert job.pause_reason == PauseReason.BUDGET_REACHED
+    assert "Raise it by at least" in job.pause_detail
+    assert emulator.stats()["batches"] == 1
+    assert Submission.objects.get(pk=second).state == SubmissionState.INTENT
+    assert not UnitCharge.objects.filter(submission_id=second).exists()
+    assert set(Item.objects.filter(submission_id=second).values_list("state", flat=True)) == {
+        ItemState.PREPARED
+    }
+    # Nothing new goes out while paused, however often a pass asks.
+    Submission.objects.filter(pk=second).update(claimed_until=None)
+    assert actions.send_submission(second, provider=provider) == "paused"
+    assert emulator.stats()["batches"] == 1
+    # The job stays paused while its results come in (the state is not derived away).
+    actions.refresh_job_state(job.pk)
+    assert Job.objects.get(pk=job.pk).state == JobState.PAUSED
+
+
+def test_raising_the_budget_resumes_the_job(pounds, emulator, provider, owner):
+    job = job_with_items(4, unit_size=2, budget=Decimal("100.00"), owner=owner)
+    first, second = actions.plan_submissions(job.pk)
+    worst = unit_worst_case_pounds(first)
+    Job.objects.filter(pk=job.pk).update(budget=(worst * 3 / 2).quantize(Decimal("0.01")))
+    actions.send_submission(first, provider=provider)
+    actions.send_submission(second, provider=provider)
+    assert Job.objects.get(pk=job.pk).state == JobState.PAUSED
+
+    with pytest.raises(actions.NotAllowed):
+        actions.set_budget(job.pk, Decimal("0.01"), actor=owner)  # below what it holds already
+    actions.set_budget(job.pk, (worst * 3).quantize(Decimal("0.01")), actor=owner)
+
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING and job.pause_reason == ""
+    assert Submission.objects.get(pk=second).claimed_until is None  # the next pass sends it
+    assert actions.send_submission(second, provider=provider) == "sent"
+    assert emulator.stats()["batches"] == 2
+
+
+def test_returned_usage_settles_the_reservation_and_keeps_its_rate(pounds, clock, emulator, provider):
+    job = job_with_items(3, unit_size=3, budget=Decimal("100.00"))
+    [unit] = actions.plan_submissions(job.pk)
+    actions.send_submission(unit, provider=provider)
+    collect(clock, unit, provider)
+
+    charge = UnitCharge.objects.get(submission_id=unit)
+    versions = GeneratedVersion.objects.filter(submission_id=unit)
+    tokens_in = sum(v.input_tokens for v in versions)
+    tokens_out = sum(v.output_tokens for v in versions)
+    assert versions.count() == 3 and tokens_in > 0
+    usd = price_for("emulator", "gpt-4o-mini").cost(tokens_in, tokens_out).quantize(Decimal("0.000001"))
+    assert (charge.input_tokens, charge.output_tokens) == (tokens_in, tokens_out)
+    assert charge.cost_usd == usd
+    assert charge.cost == (usd * RATE).quantize(Decimal("0.000001"))
+    assert (charge.rate, str(charge.rate_date), charge.rate_source) == (
+        RATE,
+        "2020-01-01",
+        "Bank of England daily spot, 4 pm",
+    )
+    assert charge.cost < charge.reserved  # the worst case is a ceiling
+    assert budgets.committed(job.pk) == charge.cost
+
+    # A new rate changes nothing already spent, nor the job's cost shown.
+    pounds.write_text(json.dumps({"source": "another bank", "per_usd": {"2020-01-01": "2.0000"}}))
+    shown = job_cost(job)
+    assert shown["currency"] == "GBP"
+    assert shown["total"] == (shown["provider_currency"]["total"] * RATE).quantize(Decimal("0.000001"))
+    assert UnitCharge.objects.get(pk=charge.pk).cost == charge.cost
+
+
+@pytest.mark.postgresql_only  # several clusters share a PostgreSQL database; SQLite is the demo's
+@pytest.mark.django_db(transaction=True)
+def test_two_clusters_sending_at_once_never_pass_the_budget(pounds, emulator, provider):
+    job = job_with_items(4, unit_size=2, budget=Decimal("100.00"))
+    units = actions.plan_submissions(job.pk)
+    worst = unit_worst_case_pounds(units[0])
+    Job.objects.filter(pk=job.pk).update(budget=(worst * 3 / 2).quantize(Decimal("0.01")))
+    start = threading.Barrier(2)
+    outcomes = {}
+
+    def send(unit):
+        try:
+            start.wait()
+            outcomes[unit] = actions.send_submission(unit, provider=provider)
+        finally:
+            connection.close()
+
+    senders = [threading.Thread(target=send, args=(unit,)) for unit in units]
+    for sender in senders:
+        sender.start()
+    for sender in senders:
+        sender.join()
+
+    assert sorted(outcomes.values()) == ["paused", "sent"]
+    assert emulator.stats()["batches"] == 1
+    assert budgets.committed(job.pk) <= Job.objects.get(pk=job.pk).budget
+
+
+@pytest.mark.parametrize("name", [p.name for p in ONE_PER_PROTOCOL if p.name != "openai_compatible"])
+def test_a_billing_refusal_pauses_the_job_instead_of_failing_its_items(settings, monkeypatch, name):
+    provider = BY_NAME[name]
+    with serving(provider, settings, monkeypatch, billing_refusals=1) as emulator:
+        job = job_with_items(3, unit_size=3, budget=None, provider=provider.name, model=provider.model)
+        [unit] = actions.plan_submissions(job.pk)
+
+        assert actions.send_submission(unit) == "paused"
+
+        job.refresh_from_db()
+        assert job.state == JobState.PAUSED
+        assert job.pause_reason == PauseReason.BILLING_REFUSED
+        assert set(job.items.values_list("state", flat=True)) == {ItemState.PREPARED}
+        submission = Submission.objects.get(pk=unit)
+        assert (submission.state, submission.sent_at, submission.claimed_until) == (
+            SubmissionState.INTENT,
+            None,
+            None,
+        )
+        assert emulator.stats()["creates"] == 1  # asked once, refused
+        # Not retried while paused: the pass leaves a paused job's units alone.
+        assert unit not in [pk for pk, _ in claim_due_submissions(timezone.now())[1]]
+
+        actions.resume_job(job.pk, actor=job.owner)
+        assert actions.send_submission(unit) == "sent"
+        assert emulator.stats()["creates"] == 2
+        assert Submission.objects.get(pk=unit).state == SubmissionState.OPEN
