@@ -12,17 +12,17 @@ from ..drafts.json_values import (
     text_problem,
 )
 from ..models import ProductStatus
-from .digests import _SeenSkus
+from .digests import SeenSkus
 from .records import MAX_TITLE_LENGTH, SKU_PATTERN, SKU_RULE, Record, Rejection
 
 # The keys of a JSONL record that are not product fields.
-_NOT_FIELDS = frozenset(("sku", "title", "status"))
+NOT_FIELDS = frozenset(("sku", "title", "status"))
 
 
-_STATUSES = frozenset(ProductStatus.values)
+STATUSES = frozenset(ProductStatus.values)
 
 
-def _check(line: int, data: dict[str, object], seen: "_SeenSkus") -> Record | Rejection:
+def check_record(line: int, data: dict[str, object], seen: "SeenSkus") -> Record | Rejection:
     problems: list[str] = []
     values = normalise_keys(data, problems)
     sku = check_sku(values.pop("sku", None), problems)

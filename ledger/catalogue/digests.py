@@ -1,6 +1,6 @@
 """What an import remembers, in memory bounded by the number of products: the SKUs of the file so
-far (`_SeenSkus`, at most 32 bytes a SKU) and the digests of the lines that made the catalogue's
-products what they are (`_KnownLines`, 24 bytes a product), so a line met again is recognised
+far (`SeenSkus`, at most 32 bytes a SKU) and the digests of the lines that made the catalogue's
+products what they are (`KnownLines`, 24 bytes a product), so a line met again is recognised
 without being read.
 """
 
@@ -16,7 +16,7 @@ from django.db import connection
 from ..models import Product
 
 
-class _SeenSkus:
+class SeenSkus:
     """The line each SKU of a file was first seen on, whatever the number of SKUs: an open-addressing
     table of 64-bit digests of the SKUs (`sku_digest`) beside their 32-bit line numbers, in two
     arrays of 12 bytes a slot, kept between three eighths and three quarters full: 16 to 32 bytes a
@@ -61,7 +61,7 @@ class _SeenSkus:
 
 
 def sku_digest(sku: bytes) -> int:
-    """64 bits of a SKU's BLAKE2b, never 0 (0 marks an empty slot of `_SeenSkus`)."""
+    """64 bits of a SKU's BLAKE2b, never 0 (0 marks an empty slot of `SeenSkus`)."""
     return int.from_bytes(hashlib.blake2b(sku, digest_size=8).digest()) or 1
 
 
@@ -79,20 +79,20 @@ def product_line_digest(line: bytes, sku_number: int) -> bytes:
     return line + sku_number.to_bytes(8)
 
 
-class _LineNotRecognised(Exception):
+class LineNotRecognised(Exception):
     """A recognised line's product changed meanwhile: the import starts again, reading every line."""
 
 
-def _may_recognise(name: str) -> bool:
+def may_recognise(name: str) -> bool:
     """Lines are recognised in JSONL files on PostgreSQL (a CSV row's meaning is its header's too)."""
     return connection.vendor == "postgresql" and os.path.splitext(name)[1].lower() != ".csv"
 
 
-class _KnownLines:
+class KnownLines:
     """The lines that made products what they are now (`Product.line_digest`), read once at the
     start of an import: a line met again is unchanged, and is neither decoded, parsed nor hashed
     as content. Three arrays of 64-bit numbers sorted by the line's digest: its first 8 bytes,
-    the product's SKU digest (for `_SeenSkus`) and the product's id: 24 bytes a product (29 MB at
+    the product's SKU digest (for `SeenSkus`) and the product's id: 24 bytes a product (29 MB at
     1.2 million), read a batch at a time. Each recognised line is confirmed by the database
     (`_confirm`) with its whole digest before it counts."""
 
@@ -110,7 +110,7 @@ class _KnownLines:
             column.extend(values)
 
     @classmethod
-    def load(cls) -> "_KnownLines":
+    def load(cls) -> "KnownLines":
         known = cls()
         # A cursor of the driver's own, in the import's transaction, for the bytes as they are sent;
         # on the server (named), so a batch at a time is held.

@@ -24,10 +24,10 @@ from ..models import (
 from ..money.rework import price_rework
 from ..workers.cycles import fewer_cycle_collections
 from ..workers.thread_switching import quicker_thread_switches
-from .digests import _KnownLines, _LineNotRecognised, _may_recognise
-from .merging import _Chunk, _staging_table, _write
-from .reading import StoredFile, _CountingReader, _opened, _read
-from .records import BinaryLines, CatalogueSource, ImportReport, Rejection, Unreadable, _Staged
+from .digests import KnownLines, LineNotRecognised, may_recognise
+from .merging import Chunk, staging_table, write_chunk
+from .reading import CountingReader, StoredFile, opened, stage_rows
+from .records import BinaryLines, CatalogueSource, ImportReport, Rejection, Staged, Unreadable
 
 # Records written per chunk of the second pass, and at most this many bytes of them in memory.
 _WRITE_CHUNK = 5000
@@ -82,10 +82,10 @@ def import_catalogue(
     every row is written, and may raise to undo the whole import (`DryRun`: and keep its report).
     """
     options = {"skip_invalid": skip_invalid, "replace": replace, "dry_run": dry_run}
-    with _opened(source) as (stream, name):
+    with opened(source) as (stream, name):
         try:
             report = _import(stream, name, on_progress, before_commit, recognise=True, **options)
-        except _LineNotRecognised:
+        except LineNotRecognised:
             # A product changed between reading the lines it had and meeting one of them: rare,
             # and the import was rolled back. Once more, reading every line.
             stream.seek(0)
@@ -114,19 +114,19 @@ def _import(
     recognise: bool,
 ) -> ImportReport:
     report = ImportReport(replace=replace, dry_run=dry_run)
-    counted = _CountingReader(stream)
+    counted = CountingReader(stream)
     try:
         with fewer_cycle_collections(), transaction.atomic():
             _one_import_at_a_time(waiting=(lambda: on_progress(report)) if on_progress else None)
-            known = _KnownLines.load() if recognise and _may_recognise(name) else None
+            known = KnownLines.load() if recognise and may_recognise(name) else None
             chunks = _chunks(counted, name=name, report=report, skip_invalid=skip_invalid, known=known)
             with (
-                _staging_table(),
+                staging_table(),
                 _ReadAhead(chunks, threaded=not isinstance(stream, StoredFile)) as rows,
             ):
                 for chunk in rows:
                     if chunk:
-                        _write(chunk, report)
+                        write_chunk(chunk, report)
                     if on_progress:
                         on_progress(report)
             if report.stops(skip_invalid):
@@ -161,24 +161,24 @@ def _one_import_at_a_time(waiting: Callable[[], None] | None = None) -> None:
 
 
 def _chunks(
-    stream: "_CountingReader",
+    stream: "CountingReader",
     *,
     name: str,
     report: ImportReport,
     skip_invalid: bool,
-    known: "_KnownLines | None" = None,
-) -> Iterator["_Chunk"]:
+    known: "KnownLines | None" = None,
+) -> Iterator["Chunk"]:
     """The file's rows, read, checked and hashed: chunks of at most `_WRITE_CHUNK` rows and
     `_WRITE_CHUNK_BYTES` of content, and, once the problems found stop the import and rows are only
     checked, an empty one now and then, so the caller can report progress."""
-    chunk, size = _Chunk(), 0
-    for row in _read(stream, name=name, known=known, keep_fields=False):
+    chunk, size = Chunk(), 0
+    for row in stage_rows(stream, name=name, known=known, keep_fields=False):
         report.rows_read += not isinstance(row, Unreadable)
         if isinstance(row, Rejection):
             report.add_error(row)
         elif not report.stops(skip_invalid):
             chunk.append(row)
-            if isinstance(row, _Staged):
+            if isinstance(row, Staged):
                 size += len(row.fields) + len(row.record.title)
         # A full chunk; or now and then, while rows are only checked, an empty one for progress.
         if (
@@ -188,7 +188,7 @@ def _chunks(
         ):
             report.checked_bytes = stream.bytes_read
             yield chunk
-            chunk, size = _Chunk(), 0
+            chunk, size = Chunk(), 0
     report.checked_bytes = stream.bytes_read
     if chunk:
         yield chunk
@@ -205,7 +205,7 @@ class _ReadAhead:
 
     _END = object()
 
-    def __init__(self, chunks: Iterator["_Chunk"], *, threaded: bool):
+    def __init__(self, chunks: Iterator["Chunk"], *, threaded: bool):
         self.chunks, self.threaded = chunks, threaded
         self.queue: queue.Queue = queue.Queue(maxsize=_READ_AHEAD)
         self.stopping = threading.Event()
@@ -224,7 +224,7 @@ class _ReadAhead:
             self.thread.join()
             self.switching.close()
 
-    def __iter__(self) -> Iterator["_Chunk"]:
+    def __iter__(self) -> Iterator["Chunk"]:
         if not self.threaded:
             yield from self.chunks
             return

@@ -31,8 +31,8 @@ from ..models import (
     canonical_json,
 )
 from ..states import ItemState, JobState, sources_for
-from .digests import _LineNotRecognised
-from .records import ImportReport, _Recognised, _Staged
+from .digests import LineNotRecognised
+from .records import ImportReport, Recognised, Staged
 
 # The second pass stages each chunk in a temporary table of this connection, then merges it.
 _STAGING = "bd_catalogue_staging"
@@ -78,7 +78,7 @@ _STOPPABLE_STATES = sources_for(ItemState.WITHDRAWN) | sources_for(ItemState.OBS
 
 
 @contextmanager
-def _staging_table() -> Iterator[None]:
+def staging_table() -> Iterator[None]:
     """Created inside the import's transaction, so a rolled-back import leaves none behind. `_KNOWN`
     holds, for each staged row, its product as it was before the chunk (none: a new product)."""
     fields, digest = ("jsonb", "bytea") if connection.vendor == "postgresql" else ("text", "blob")
@@ -104,7 +104,7 @@ def _staging_table() -> Iterator[None]:
         cursor.execute(f"DROP TABLE {_MERGED}")
 
 
-def _stage(cursor, chunk: list[_Staged]) -> None:
+def _stage(cursor, chunk: list[Staged]) -> None:
     rows = (
         (
             staged.record.line,
@@ -254,10 +254,10 @@ def _lock_the_changed(cursor) -> None:
         )
 
 
-def _write(chunk: "_Chunk", report: ImportReport) -> None:
+def write_chunk(chunk: "Chunk", report: ImportReport) -> None:
     """Write one chunk: recognised lines are confirmed in one query and write nothing; the other
     rows are staged and merged."""
-    recognised = [row for row in chunk if isinstance(row, _Recognised)]
+    recognised = [row for row in chunk if isinstance(row, Recognised)]
     if recognised:
         _confirm(recognised)
         report.unchanged += len(recognised)
@@ -268,7 +268,7 @@ def _write(chunk: "_Chunk", report: ImportReport) -> None:
         _write_staged(staged, report)
 
 
-def _confirm(recognised: list["_Recognised"]) -> None:
+def _confirm(recognised: list["Recognised"]) -> None:
     """Each recognised line's product still has that line's digest (the digest is cleared whenever
     the product changes otherwise); if one does not, the import starts again reading every line.
     The products are read by their keys (an index scan however fresh the table's statistics) and
@@ -282,10 +282,10 @@ def _confirm(recognised: list["_Recognised"]) -> None:
         )
         digests = dict(cursor.fetchall())
     if any(digests.get(row.product_id) != row.digest for row in recognised):
-        raise _LineNotRecognised
+        raise LineNotRecognised
 
 
-def _write_staged(chunk: list[_Staged], report: ImportReport) -> None:
+def _write_staged(chunk: list[Staged], report: ImportReport) -> None:
     """Stage the rows, then a few statements create the new products and their first revisions,
     add a revision where the content hash changed and change statuses. A row the database finds
     unchanged writes nothing but its line's digest. A revised or withdrawn product with items that
@@ -345,7 +345,7 @@ def _write_staged(chunk: list[_Staged], report: ImportReport) -> None:
     report.rows_written += len(chunk)
 
 
-def _merge_named_fields(cursor, records: dict[str, _Staged], report: ImportReport) -> None:
+def _merge_named_fields(cursor, records: dict[str, Staged], report: ImportReport) -> None:
     """A row names some fields (its CSV header's columns, its JSONL record's keys): an existing
     product keeps the others as they are (SPEC §7), unless the import replaces whole records. Each
     row whose content as written differs from its product's is merged here, from the product as it
@@ -414,7 +414,7 @@ def _changed_fields(old_title: str, old: dict, new_title: str, new: dict) -> lis
     return (["title"] if old_title != new_title else []) + names
 
 
-def _count_rework(cursor, records: dict[str, _Staged], report: ImportReport) -> None:
+def _count_rework(cursor, records: dict[str, Staged], report: ImportReport) -> None:
     """The unfinished items of the products this chunk revises or withdraws, by job: what they are
     about to become (`record_product` and, for items at the provider, the result's return do it),
     counted before anything is written so that a dry run says the same. Each revised product still
@@ -442,7 +442,7 @@ def _count_rework(cursor, records: dict[str, _Staged], report: ImportReport) -> 
                 rework.sample.append((staged.record.title, json.loads(staged.fields)))
 
 
-def _created_if_all_new(chunk: list[_Staged]) -> bool:
+def _created_if_all_new(chunk: list[Staged]) -> bool:
     """A chunk none of whose SKUs is a product yet, as every chunk of a first import: its products
     and their first revisions are written by one statement, from the rows sent as six arrays
     (packed in binary, `setwise.packed_texts`; nothing staged), exactly as
@@ -455,16 +455,16 @@ def _created_if_all_new(chunk: list[_Staged]) -> bool:
         return cursor.rowcount > 0
 
 
-class _Chunk(list):
-    """The rows of a chunk, in file order; and once `prepare`d, its staged rows (`_Staged`) apart,
+class Chunk(list):
+    """The rows of a chunk, in file order; and once `prepare`d, its staged rows (`Staged`) apart,
     with the six columns `_created_if_all_new` sends of them: worked out by the reading thread
     while the database writes the chunk before, not by the writer meanwhile."""
 
     staged: "_StagedRows | None" = None
 
-    def prepare(self) -> "_Chunk":
+    def prepare(self) -> "Chunk":
         if self.staged is None:
-            self.staged = _StagedRows(row for row in self if type(row) is _Staged)
+            self.staged = _StagedRows(row for row in self if type(row) is Staged)
             self.staged.columns = _columns(self.staged)
         return self
 
@@ -473,7 +473,7 @@ class _StagedRows(list):
     columns: list[PackedArray] | None = None
 
 
-def _columns(rows: list[_Staged]) -> list[PackedArray]:
+def _columns(rows: list[Staged]) -> list[PackedArray]:
     """sku, title, fields, content_hash, status, line_digest of each row: `_all_new_sql`'s arrays,
     packed."""
     if isinstance(rows, _StagedRows) and rows.columns is not None:

@@ -21,21 +21,21 @@ from ..models import (
     CatalogueImport,
     CatalogueImportChunk,
 )
-from .checks import _check
-from .digests import _KnownLines, _SeenSkus, line_digest, product_line_digest, sku_digest
+from .checks import check_record
+from .digests import KnownLines, SeenSkus, line_digest, product_line_digest, sku_digest
 from .records import (
     MAX_RECORD_BYTES,
     BinaryLines,
     CatalogueSource,
+    Line,
+    Recognised,
     Record,
     Rejection,
+    Staged,
     Unreadable,
-    _Line,
-    _Recognised,
-    _Staged,
     _staged,
 )
-from .usual_rows import _usual_row
+from .usual_rows import usual_row
 
 # Enough to tell a line that is exactly at the limit (plus CR LF) from one that is over it.
 _READ_LIMIT = MAX_RECORD_BYTES + 3
@@ -54,13 +54,13 @@ def read_catalogue(source: CatalogueSource) -> Iterator[Record | Rejection]:
     The format comes from the name (`.jsonl`/`.json`, `.csv`); otherwise a first non-blank
     character `{` means JSONL. An `Unreadable` ends the rows.
     """
-    with _opened(source) as (stream, name):
-        for row in _read(stream, name=name):
+    with opened(source) as (stream, name):
+        for row in stage_rows(stream, name=name):
             yield row if isinstance(row, Rejection) else row.record
 
 
 @contextmanager
-def _opened(source: CatalogueSource) -> Iterator[tuple[BinaryLines, str]]:
+def opened(source: CatalogueSource) -> Iterator[tuple[BinaryLines, str]]:
     if isinstance(source, str | os.PathLike):
         # Read a megabyte at a time: each read is a system call that hands the interpreter to the
         # writing thread and back. An unchanged re-import of 100,000 products took 1.0 s reading
@@ -72,7 +72,7 @@ def _opened(source: CatalogueSource) -> Iterator[tuple[BinaryLines, str]]:
         yield source, str(getattr(source, "name", "") or "")
 
 
-class _CountingReader:
+class CountingReader:
     def __init__(self, stream: BinaryLines) -> None:
         self.stream = stream
         self.bytes_read = 0
@@ -124,26 +124,26 @@ class StoredFile:
         return True
 
 
-def _read(
-    stream: BinaryLines, *, name: str, known: "_KnownLines | None" = None, keep_fields: bool = True
-) -> Iterator["_Staged | _Recognised | Rejection"]:
+def stage_rows(
+    stream: BinaryLines, *, name: str, known: "KnownLines | None" = None, keep_fields: bool = True
+) -> Iterator["Staged | Recognised | Rejection"]:
     """The file's rows, staged. Without `keep_fields` each record's fields are None: the rows are
-    written from their JSON (`_Staged.fields`), and the dicts and lists read, the bulk of a row's
+    written from their JSON (`Staged.fields`), and the dicts and lists read, the bulk of a row's
     memory, are let go at once rather than held while a chunk waits."""
-    seen = _SeenSkus()
+    seen = SeenSkus()
     extension = os.path.splitext(name)[1].lower()
     is_jsonl = {".jsonl": True, ".json": True, ".csv": False}.get(extension)
 
-    def recognised(number: int, digest: bytes) -> "_Recognised | None":
+    def recognised(number: int, digest: bytes) -> "Recognised | None":
         # Only JSONL lines (a file of unknown kind is recognised once its first line says it is).
         # A repeated SKU is read in full, which words its refusal.
         if is_jsonl and (found := known.find(digest)) and seen.first_line_of(found[1], number) is None:
-            return _Recognised(number, found[0], digest + found[1].to_bytes(8))
+            return Recognised(number, found[0], digest + found[1].to_bytes(8))
         return None
 
     lines = _physical_lines(stream, recognised=recognised if known else None)
     if is_jsonl is None:
-        leading: list[_Line] = []
+        leading: list[Line] = []
         for line in lines:
             leading.append(line)
             if line.problem or line.text.strip():
@@ -152,18 +152,18 @@ def _read(
         lines = chain(leading, lines)
     if not is_jsonl:
         for row in _read_csv(lines):
-            yield _staged(row if isinstance(row, Rejection) else _check(*row, seen), keep_fields)
+            yield _staged(row if isinstance(row, Rejection) else check_record(*row, seen), keep_fields)
         return
     for line in lines:
-        if type(line) is _Recognised:
+        if type(line) is Recognised:
             yield line
             continue
-        if line.problem is None and (usual := _usual_row(line, seen, keep_fields)) is not None:
+        if line.problem is None and (usual := usual_row(line, seen, keep_fields)) is not None:
             yield usual
             continue
         for row in _read_jsonl((line,)):
-            staged = _staged(row if isinstance(row, Rejection) else _check(*row, seen), keep_fields)
-            if isinstance(staged, _Staged) and line.digest:
+            staged = _staged(row if isinstance(row, Rejection) else check_record(*row, seen), keep_fields)
+            if isinstance(staged, Staged) and line.digest:
                 staged = staged._replace(
                     line_digest=product_line_digest(line.digest, sku_digest(staged.record.sku.encode()))
                 )
@@ -171,8 +171,8 @@ def _read(
 
 
 def _physical_lines(
-    stream: BinaryLines, *, recognised: "Callable[[int, bytes], _Recognised | None] | None" = None
-) -> "Iterator[_Line | _Recognised]":
+    stream: BinaryLines, *, recognised: "Callable[[int, bytes], Recognised | None] | None" = None
+) -> "Iterator[Line | Recognised]":
     """The file's lines, numbered. With `recognised`, each line's digest is taken from its bytes
     and a line it recognises is handed on as it says, without being decoded."""
     number = 0
@@ -185,13 +185,13 @@ def _physical_lines(
                 size += len(rest)
                 if rest.endswith(b"\n"):
                     break
-            yield _Line(number, "\n", size, _too_large(size))
+            yield Line(number, "\n", size, _too_large(size))
             continue
         content = raw.rstrip(b"\r\n")
         if number == 1:
             content = content.removeprefix(_BOM)
         if len(content) > MAX_RECORD_BYTES:
-            yield _Line(number, "\n", len(content), _too_large(len(content)))
+            yield Line(number, "\n", len(content), _too_large(len(content)))
             continue
         digest = None
         if recognised is not None and content:
@@ -206,16 +206,16 @@ def _physical_lines(
                 f"not valid UTF-8 (byte 0x{content[error.start]:02x} at position {error.start + 1}); "
                 "save the file as UTF-8"
             )
-            yield _Line(number, "\n", len(content), problem)
+            yield Line(number, "\n", len(content), problem)
             continue
-        yield _Line(number, text + "\n", len(content), None, digest)
+        yield Line(number, text + "\n", len(content), None, digest)
 
 
 def _too_large(size: int) -> str:
     return f"the record is {size:,} bytes; at most {MAX_RECORD_BYTES:,} (64 KB) are allowed"
 
 
-def _read_jsonl(lines: Iterable[_Line]) -> Iterator[tuple[int, dict] | Rejection]:
+def _read_jsonl(lines: Iterable[Line]) -> Iterator[tuple[int, dict] | Rejection]:
     for line in lines:
         if line.problem:
             yield Rejection(line.number, line.problem)
@@ -247,8 +247,8 @@ def _read_jsonl(lines: Iterable[_Line]) -> Iterator[tuple[int, dict] | Rejection
         yield line.number, data
 
 
-def _read_csv(lines: Iterable[_Line]) -> Iterator[tuple[int, dict] | Rejection]:
-    consumed: list[_Line] = []
+def _read_csv(lines: Iterable[Line]) -> Iterator[tuple[int, dict] | Rejection]:
+    consumed: list[Line] = []
 
     def texts() -> Iterator[str]:
         for line in lines:
@@ -295,7 +295,7 @@ def _read_csv(lines: Iterable[_Line]) -> Iterator[tuple[int, dict] | Rejection]:
             yield first, dict(zip(header, row + [None] * (len(header) - len(row)), strict=True))
 
 
-def _span_problem(lines: list[_Line]) -> str | None:
+def _span_problem(lines: list[Line]) -> str | None:
     """The first problem of a record that may span several physical lines."""
     for line in lines:
         if line.problem:

@@ -108,7 +108,7 @@ class ImportReport:
     rows_read: int = 0
     checked_bytes: int = 0
     rows_written: int = 0
-    # Unchanged rows recognised by their line alone (met before, see `_KnownLines`).
+    # Unchanged rows recognised by their line alone (met before, see `KnownLines`).
     recognised: int = 0
     # Whether each record was the product's whole content, and whether nothing was kept at all.
     replace: bool = False
@@ -196,24 +196,24 @@ class ImportReport:
             self.errors.append(error)
 
 
-class _Line(NamedTuple):
+class Line(NamedTuple):
     number: int
     # Decoded text ending in "\n" (what the csv module reads); "\n" alone when unreadable.
     text: str
     size: int
     problem: str | None
-    # `line_digest` of the line's bytes, when the import recognises lines (see _KnownLines).
+    # `line_digest` of the line's bytes, when the import recognises lines (see KnownLines).
     digest: bytes | None = None
 
 
-class _Staged(NamedTuple):
-    record: Record  # its fields None when read for an import (`_read`): written from `fields`
+class Staged(NamedTuple):
+    record: Record  # its fields None when read for an import (`stage_rows`): written from `fields`
     fields: str  # JSON
     content_hash: str
     line_digest: bytes | None = None  # when the import recognises lines: the line's
 
 
-class _Recognised(NamedTuple):
+class Recognised(NamedTuple):
     """A line met before: the one that made its product what it is now. Nothing to write."""
 
     line: int
@@ -221,9 +221,9 @@ class _Recognised(NamedTuple):
     digest: bytes
 
 
-def _staged(row: Record | Rejection, keep_fields: bool = True) -> "_Staged | Rejection":
+def _staged(row: Record | Rejection, keep_fields: bool = True) -> "Staged | Rejection":
     if isinstance(row, Rejection):
         return row
     # The hash is record_product's own, so a product staged here and one recorded alone agree.
     content_hash = SourceRevision.hash_content(row.title, row.fields)
-    return _Staged(row if keep_fields else row._replace(fields=None), json.dumps(row.fields), content_hash)
+    return Staged(row if keep_fields else row._replace(fields=None), json.dumps(row.fields), content_hash)

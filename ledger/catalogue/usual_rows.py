@@ -13,9 +13,9 @@ import jiter
 import orjson
 
 from ..drafts.json_values import MAX_FIELD_DEPTH
-from .checks import _NOT_FIELDS, _STATUSES
-from .digests import _SeenSkus, product_line_digest, sku_digest
-from .records import MAX_TITLE_LENGTH, SKU_PATTERN, Record, Rejection, _Line, _Staged
+from .checks import NOT_FIELDS, STATUSES
+from .digests import SeenSkus, product_line_digest, sku_digest
+from .records import MAX_TITLE_LENGTH, SKU_PATTERN, Line, Record, Rejection, Staged
 
 # models.canonical_json's rendering, refusing what is not JSON (NaN, infinity).
 _CANONICAL = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
@@ -59,11 +59,11 @@ def _float_as_json(value: object) -> orjson.Fragment:
     return orjson.Fragment(float.__repr__(number))
 
 
-def _usual_row(
-    line: _Line, seen: "_SeenSkus", keep_fields: bool = True, *, floats_read: bool = False
-) -> _Staged | Rejection | None:
+def usual_row(
+    line: Line, seen: "SeenSkus", keep_fields: bool = True, *, floats_read: bool = False
+) -> Staged | Rejection | None:
     """A usual JSONL row read and checked in a few C calls: staged exactly as `_read_jsonl` and
-    `_check` would stage it (same record, fields and hash), or its one problem, a SKU seen before.
+    `check_record` would stage it (same record, fields and hash), or its one problem, a SKU seen before.
     None for anything unusual, which the full reading then reads and words.
 
     Its fields are rendered by orjson, which writes any JSON value as the json module does but a
@@ -99,18 +99,18 @@ def _usual_row(
         if type(status) is not str:
             return None
         status = status.strip().lower() or None
-        if status is not None and status not in _STATUSES:
+        if status is not None and status not in STATUSES:
             return None
     # Every other key is a field. The checks are whole-list operations (done in C): a padded or
     # blank key or text is left to the full reading; null and "" are left out, as it leaves them.
-    fields = {key: value for key, value in data.items() if key not in _NOT_FIELDS}
+    fields = {key: value for key, value in data.items() if key not in NOT_FIELDS}
     keys = list(fields)
     texts = [value for value in fields.values() if type(value) is str]
     if "" in keys or list(map(str.strip, keys)) != keys:
         return None
     # Colons of the line that the fields' canonical rendering below will not hold.
     colons = sum(1 + value.count(":") if type(value) is str else 1 for value in (sku, title, status)) - sum(
-        key not in data for key in _NOT_FIELDS
+        key not in data for key in NOT_FIELDS
     )
     cleared: tuple[str, ...] = ()
     if None in fields.values() or "" in texts:
@@ -130,7 +130,7 @@ def _usual_row(
             hook = None if keep_fields else _float_as_json
             rendered = orjson.dumps(fields, default=hook, option=orjson.OPT_SORT_KEYS).decode()
     except TypeError:  # orjson.JSONEncodeError is one
-        return None if floats_read else _usual_row(line, seen, keep_fields, floats_read=True)
+        return None if floats_read else usual_row(line, seen, keep_fields, floats_read=True)
     except (ValueError, RecursionError):
         return None
     if (
@@ -149,7 +149,7 @@ def _usual_row(
     if (first := seen.first_line_of(sku_number, line.number)) is not None:
         return Rejection(line.number, f'sku "{sku}" appears again (first on line {first})')
     stored = product_line_digest(line.digest, sku_number) if line.digest else None
-    return _Staged(
+    return Staged(
         Record(line.number, sku, title, status, fields if keep_fields else None, cleared),
         rendered,
         digest,

@@ -10,7 +10,7 @@ from ledger.models import Product, ProductStatus, SourceRevision
 
 pytestmark = pytest.mark.django_db
 
-SAMPLE = Path(__file__).resolve().parents[2] / "sample"
+SAMPLE = Path(__file__).resolve().parents[3] / "sample"
 
 
 def jsonl(*records: dict) -> bytes:

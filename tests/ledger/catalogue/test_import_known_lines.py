@@ -11,7 +11,7 @@ from django.db import connection
 
 from ledger.actions import record_product, revise_product, withdraw_product
 from ledger.catalogue import import_catalogue, importing
-from ledger.catalogue.digests import _KnownLines
+from ledger.catalogue.digests import KnownLines
 from ledger.models import Product, SourceRevision
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgresql_only]
@@ -72,7 +72,7 @@ def test_an_unchanged_reimport_recognises_every_line_and_writes_nothing(tmp_path
 @pytest.mark.parametrize("recognise", [True, False], ids=["recognising", "reading-every-line"])
 def test_recognising_lines_changes_no_outcome(tmp_path, monkeypatch, recognise):
     if not recognise:
-        monkeypatch.setattr(importing, "_may_recognise", lambda name: False)
+        monkeypatch.setattr(importing, "may_recognise", lambda name: False)
     first = [line(n) for n in range(1, 9)]
     import_catalogue(write(tmp_path / "first.jsonl", first))
     second = [
@@ -205,7 +205,7 @@ def test_csv_rows_are_always_read(tmp_path):
 
 
 def test_the_known_lines_are_read_a_batch_at_a_time(tmp_path, monkeypatch):
-    monkeypatch.setattr(_KnownLines, "_BATCH", 2)
+    monkeypatch.setattr(KnownLines, "_BATCH", 2)
     path = write(tmp_path / "catalogue.jsonl", [line(n) for n in range(1, 6)])
     import_catalogue(path)
 

@@ -237,7 +237,7 @@ def test_a_worker_whose_claim_was_taken_over_commits_nothing(monkeypatch):
 def test_an_unexpected_error_fails_the_import_and_says_so(monkeypatch):
     stored = stored_upload(rows(2), piece=50)
     # Any error while writing (new products are merged set-wise, not one record_product at a time).
-    monkeypatch.setattr(importing, "_write", lambda chunk, report: 1 / 0)
+    monkeypatch.setattr(importing, "write_chunk", lambda chunk, report: 1 / 0)
 
     assert import_catalogue_file(stored.pk) == ImportState.FAILED
 

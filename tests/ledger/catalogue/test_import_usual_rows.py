@@ -1,4 +1,4 @@
-"""The import reads a usual JSONL row in a few C calls (`_usual_row`) and leaves anything unusual to
+"""The import reads a usual JSONL row in a few C calls (`usual_row`) and leaves anything unusual to
 the full reading it replaces for those rows. Whatever it accepts must be staged exactly as the full
 reading stages it: the same record, the same content hash, the same fields; and a whole file must
 read the same either way, refusals and their words included."""
@@ -84,25 +84,25 @@ def _values(value):
         yield from _values(inner)
 
 
-def full_reading(line: records._Line, seen: digests._SeenSkus):
+def full_reading(line: records.Line, seen: digests.SeenSkus):
     rows = list(reading._read_jsonl((line,)))
     assert len(rows) <= 1
     if not rows:
         return None
     row = rows[0]
-    return records._staged(row if isinstance(row, Rejection) else checks._check(*row, seen))
+    return records._staged(row if isinstance(row, Rejection) else checks.check_record(*row, seen))
 
 
-def as_line(number: int, text: str) -> records._Line:
-    return records._Line(number, text + "\n", len(text.encode("utf-8", "surrogatepass")), None)
+def as_line(number: int, text: str) -> records.Line:
+    return records.Line(number, text + "\n", len(text.encode("utf-8", "surrogatepass")), None)
 
 
 def test_every_row_it_accepts_is_staged_as_the_full_reading_stages_it():
-    seen = digests._SeenSkus()  # the SKUs of the lines before, as the full reading knows them
+    seen = digests.SeenSkus()  # the SKUs of the lines before, as the full reading knows them
     accepted = 0
     for number, text in enumerate(TRICKY_LINES, start=1):
         line = as_line(number, text)
-        usual = usual_rows._usual_row(line, copy.deepcopy(seen))
+        usual = usual_rows.usual_row(line, copy.deepcopy(seen))
         full = full_reading(line, seen)
         if usual is None:
             continue
@@ -133,14 +133,14 @@ def test_every_row_it_accepts_is_staged_as_the_full_reading_stages_it():
     ],
 )
 def test_what_it_cannot_vouch_for_goes_the_full_way(text):
-    assert usual_rows._usual_row(as_line(1, text), digests._SeenSkus()) is None
+    assert usual_rows.usual_row(as_line(1, text), digests.SeenSkus()) is None
 
 
 def test_a_whole_file_reads_the_same_with_and_without_the_quick_way(monkeypatch):
     content = ("\n".join(TRICKY_LINES) + "\n").encode("utf-8", "surrogatepass")
 
     quick = list(read_catalogue(io.BytesIO(content)))
-    monkeypatch.setattr(reading, "_usual_row", lambda line, seen, keep_fields=True: None)
+    monkeypatch.setattr(reading, "usual_row", lambda line, seen, keep_fields=True: None)
     full = list(read_catalogue(io.BytesIO(content)))
 
     assert quick == full
@@ -176,13 +176,13 @@ def test_the_canonical_encoder_made_once_refuses_what_the_encoder_refuses(value,
 @pytest.mark.parametrize("keep_fields", [True, False], ids=["fields-kept", "fields-let-go"])
 @pytest.mark.parametrize("text", [line for line in TRICKY_LINES if line.startswith("{")])
 def test_a_rows_fields_are_rendered_as_the_json_module_renders_them(text, keep_fields):
-    usual = usual_rows._usual_row(as_line(1, text), digests._SeenSkus(), keep_fields)
-    if not isinstance(usual, records._Staged):
+    usual = usual_rows.usual_row(as_line(1, text), digests.SeenSkus(), keep_fields)
+    if not isinstance(usual, records.Staged):
         return
     fields = {
         key: value
         for key, value in json.loads(text).items()
-        if key not in checks._NOT_FIELDS and value is not None and value != ""
+        if key not in checks.NOT_FIELDS and value is not None and value != ""
     }
     assert usual.fields == usual_rows._canonical(fields), text
     assert usual.record.fields == (fields if keep_fields else None), text
@@ -198,10 +198,10 @@ def test_a_rows_fields_are_rendered_as_the_json_module_renders_them(text, keep_f
     ],
 )
 def test_a_row_holding_floats_still_takes_the_quick_way_with_python_floats(text):
-    usual = usual_rows._usual_row(as_line(1, text), digests._SeenSkus())
-    let_go = usual_rows._usual_row(as_line(1, text), digests._SeenSkus(), keep_fields=False)
+    usual = usual_rows.usual_row(as_line(1, text), digests.SeenSkus())
+    let_go = usual_rows.usual_row(as_line(1, text), digests.SeenSkus(), keep_fields=False)
 
-    assert isinstance(usual, records._Staged), text
+    assert isinstance(usual, records.Staged), text
     assert all(type(value) is not jiter.LosslessFloat for value in _values(usual.record.fields)), text
     assert let_go == usual._replace(record=usual.record._replace(fields=None)), text
 
