@@ -43,7 +43,6 @@ from ledger.actions import (
     reject_version,
     resume_job,
     retry_item,
-    revise_product,
     set_budget,
     withdraw_product,
 )
@@ -56,6 +55,7 @@ from ledger.catalogue import (
     check_sku,
     check_title,
     normalise_keys,
+    revise_product,
 )
 from ledger.drafts.json_values import refuse_json_constant, text_problem, unique_json_keys
 from ledger.health import collector_stalled, last_poll_at, units_failing_to_record

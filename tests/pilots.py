@@ -24,7 +24,8 @@ from datetime import UTC, datetime, timedelta
 
 from django.utils import timezone
 
-from ledger.actions import approve_version, change_state, create_job, reject_version, revise_product
+from ledger.actions import approve_version, change_state, create_job, reject_version
+from ledger.catalogue import revise_product
 from ledger.models import Event, GeneratedVersion, Item, Job, Submission
 from ledger.pilots.sample import PilotPlan
 from ledger.states import ItemState, ReasonCode, SubmissionState

@@ -54,7 +54,6 @@ from .products import (  # noqa: F401
     ProductChange,
     record_product,
     retire_stale_items,
-    revise_product,
     stop_unapplied_items,
     stop_withdrawn_items,
     withdraw_product,

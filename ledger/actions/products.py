@@ -90,8 +90,3 @@ def withdraw_product(*, sku: str, actor=None) -> Product:
             sku=sku, title=revision.title, fields=revision.fields, status=ProductStatus.WITHDRAWN, actor=actor
         )
     return Product.objects.get(sku=sku)
-
-
-def revise_product(*, sku: str, title: str, fields: dict, actor=None) -> ProductChange:
-    """New content for a product (a new revision only if the content changed)."""
-    return record_product(sku=sku, title=title, fields=fields, actor=actor)

@@ -3,13 +3,13 @@
 One module per concern: `records` (what each step hands on, and the report), `reading` and
 `usual_rows` (a file's lines into records), `checks` (one record's rules), `digests` (SKUs and lines
 an import remembers), `merging` (a chunk merged with the products as they are and written
-set-wise), `rework` (the paid work an import queues again, estimated), `importing` (the one
+set-wise), `revising` (one product's content from a person, checked as a line is), `importing` (the one
 transaction, or a dry run) and `uploads` (files from the import screen, imported by a worker,
 previewed and confirmed). The rules of a JSON value that the
 API and prompts share are in `ledger.drafts.json_values`.
 """
 
-from .checks import check_fields, check_sku, check_title, normalise_keys
+from .checks import CheckedProduct, check_fields, check_product_record, check_sku, check_title, normalise_keys
 from .importing import import_catalogue
 from .reading import StoredFile, read_catalogue
 from .records import (
@@ -23,6 +23,7 @@ from .records import (
     Rejection,
     Unreadable,
 )
+from .revising import ProductRefused, revise_product
 from .uploads import (
     IMPORT_STALE_AFTER,
     IMPORT_TIMEOUT_SECONDS,
@@ -36,6 +37,10 @@ from .uploads import (
 )
 
 __all__ = [
+    "CheckedProduct",
+    "ProductRefused",
+    "check_product_record",
+    "revise_product",
     "IMPORT_STALE_AFTER",
     "IMPORT_TIMEOUT_SECONDS",
     "MAX_RECORD_BYTES",

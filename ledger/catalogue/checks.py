@@ -3,6 +3,7 @@ product's body with the same rules.
 """
 
 import json
+from dataclasses import dataclass
 
 from ..drafts.json_values import (
     MAX_FIELD_DEPTH,
@@ -22,20 +23,50 @@ NOT_FIELDS = frozenset(("sku", "title", "status"))
 STATUSES = frozenset(ProductStatus.values)
 
 
-def check_record(line: int, data: dict[str, object], seen: "SeenSkus") -> Record | Rejection:
-    problems: list[str] = []
-    values = normalise_keys(data, problems)
-    sku = check_sku(values.pop("sku", None), problems)
-    if sku is not None and (first := seen.first_line(sku, line)) is not None:
-        problems.append(f'sku "{sku}" appears again (first on line {first})')
-    title = check_title(values.pop("title", None), problems)
-    status = _status(values.pop("status", None), problems)
-    fields = check_fields(values, problems)
-    if problems or sku is None or title is None:
-        return Rejection(line, "; ".join(problems))
+@dataclass(frozen=True)
+class CheckedProduct:
+    """One product record read against SPEC §7's rules. `problems` says what is wrong where: "body"
+    (its keys), "sku", "title", "status", then each field by its name, in that order."""
+
+    sku: str | None
+    title: str | None
+    status: str | None
+    fields: dict[str, FieldValue]
+    cleared: tuple[str, ...]
+    problems: dict[str, list[str]]
+
+    def words(self) -> str:
+        return "; ".join(problem for found in self.problems.values() for problem in found)
+
+
+def check_product_record(
+    data: dict[str, object], *, seen: "SeenSkus | None" = None, line: int = 0
+) -> CheckedProduct:
+    """The one check of a product's record (its sku, title, status and fields), for the importer,
+    the API and `revise_product` alike. The importer passes the SKUs `seen` on earlier lines."""
+    problems: dict[str, list[str]] = {"body": [], "sku": [], "title": [], "status": []}
+    values = normalise_keys(data, problems["body"])
+    sku = check_sku(values.pop("sku", None), problems["sku"])
+    if sku is not None and seen is not None and (first := seen.first_line(sku, line)) is not None:
+        problems["sku"].append(f'sku "{sku}" appears again (first on line {first})')
+    title = check_title(values.pop("title", None), problems["title"])
+    status = check_status(values.pop("status", None), problems["status"])
+    field_problems: list[str] = []
+    fields = check_fields(values, field_problems)
+    if field_problems:  # rare: each field again, so that each problem is told by the field's name
+        for name, value in values.items():
+            check_fields({name: value}, problems.setdefault(name, []))
+    problems = {where: found for where, found in problems.items() if found}
     # Fields named with a blank value (an empty cell, "", null): an existing product loses them.
     cleared = tuple(name for name in values if name not in fields)
-    return Record(line, sku, title, status, fields, cleared)
+    return CheckedProduct(sku, title, status, fields, cleared, problems)
+
+
+def check_record(line: int, data: dict[str, object], seen: "SeenSkus") -> Record | Rejection:
+    checked = check_product_record(data, seen=seen, line=line)
+    if checked.problems or checked.sku is None or checked.title is None:
+        return Rejection(line, checked.words())
+    return Record(line, checked.sku, checked.title, checked.status, checked.fields, checked.cleared)
 
 
 def normalise_keys(data: dict[str, object], problems: list[str]) -> dict[str, object]:
@@ -87,7 +118,7 @@ def check_title(value: object, problems: list[str]) -> str | None:
     return title
 
 
-def _status(value: object, problems: list[str]) -> str | None:
+def check_status(value: object, problems: list[str]) -> str | None:
     if value is None:
         return None
     if not isinstance(value, str):

@@ -4,7 +4,7 @@ provider, and submissions have a transition table of their own."""
 
 import pytest
 
-from ledger import actions
+from ledger import actions, catalogue
 from ledger.models import (
     AttemptOutcome,
     DestinationAttempt,
@@ -35,7 +35,7 @@ STOPPABLE = [
 
 
 def revise(item: Item) -> None:
-    actions.revise_product(sku=item.product.sku, title="A new title", fields={"material": "ash"})
+    catalogue.revise_product(sku=item.product.sku, title="A new title", fields={"material": "ash"})
 
 
 @pytest.mark.parametrize("state", STOPPABLE)

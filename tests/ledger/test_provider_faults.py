@@ -16,7 +16,7 @@ import pytest
 from django.db.models import F
 from django.utils import timezone
 
-from ledger import actions, tasks
+from ledger import actions, catalogue, tasks
 from ledger.models import Event, GeneratedVersion, Item, Product, Submission, SubmissionItem
 from ledger.providers import get_provider
 from ledger.providers.base import Delivery, Finding
@@ -829,7 +829,7 @@ def test_a_product_revised_and_another_withdrawn_mid_run(emulator, provider):
     [submission_id] = actions.plan_submissions(job.pk)
     actions.send_submission(submission_id)
 
-    actions.revise_product(
+    catalogue.revise_product(
         sku=revised.sku, title="Oak chopping board, now with a juice groove", fields={"material": "oak"}
     )
     actions.withdraw_product(sku=withdrawn.sku)

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from ledger.actions import record_product, revise_product, withdraw_product
-from ledger.catalogue import import_catalogue, importing
+from ledger.actions import record_product, withdraw_product
+from ledger.catalogue import import_catalogue, importing, revise_product
 from ledger.catalogue.digests import KnownLines
 from ledger.models import Product, SourceRevision
 

@@ -10,6 +10,7 @@ from django.db import connection
 from django.utils import timezone
 
 from ledger import actions, tasks
+from ledger.catalogue import revise_product
 from ledger.lifecycle import provider_files
 from ledger.models import (
     AttemptOutcome,
@@ -416,9 +417,7 @@ def publish_without_guards(item: Item) -> Publication:
 
 def test_a_publication_from_an_obsolete_revision_is_caught(owner, catalogue, clock, emulator, provider):
     item = reviewed_but_unpublished(owner, clock, provider)
-    actions.revise_product(
-        sku=item.product.sku, title="Walnut board, revised", fields={"category": "kitchen"}
-    )
+    revise_product(sku=item.product.sku, title="Walnut board, revised", fields={"category": "kitchen"})
     assert Item.objects.get(pk=item.pk).state == ItemState.OBSOLETE
     publish_without_guards(item)
 
@@ -444,9 +443,7 @@ def test_a_publication_of_a_withdrawn_product_is_caught(owner, catalogue, clock,
 def test_a_product_revised_after_its_publication_may_be_published_again(drilled, owner):
     """Not a guard defeated: the new revision's draft is another publication, from a current source."""
     item = Item.objects.filter(job=drilled).order_by("pk").first()
-    actions.revise_product(
-        sku=item.product.sku, title="Walnut board, revised", fields={"category": "kitchen"}
-    )
+    revise_product(sku=item.product.sku, title="Walnut board, revised", fields={"category": "kitchen"})
     assert Item.objects.get(pk=item.pk).state == ItemState.APPLIED  # published: not made obsolete
     entry = SubmissionItem.objects.filter(item=item).first()
     revised = Item.objects.create(
