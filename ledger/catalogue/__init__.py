@@ -1,12 +1,13 @@
 """Catalogue files (SPEC §7): read JSONL or CSV into checked records, then import them.
 
 One module per concern: `records` (what each step hands on, and the report), `reading` and
-`usual_rows` (a file's lines into records), `checks` (one record's rules), `digests` (SKUs and lines
-an import remembers), `merging` (a chunk merged with the products as they are and written
-set-wise), `revising` (one product's content from a person, checked as a line is), `importing` (the one
-transaction, or a dry run) and `uploads` (files from the import screen, imported by a worker,
-previewed and confirmed). The rules of a JSON value that the
-API and prompts share are in `ledger.drafts.json_values`.
+`usual_rows` (a file's lines into records), `checks` (one record's rules, `check_product_record`,
+for the importer, the API and `revise_product`), `digests` (SKUs and lines an import remembers),
+`merging` (a chunk merged with the products as they are and written set-wise), `rework` (the paid
+work an import queues again, estimated), `revising` (one product's content from a person, checked as
+a line is), `importing` (the one transaction, or a dry run) and `uploads` (files from the import
+screen, imported by a worker, previewed and confirmed). The rules of a JSON value that the API and
+prompts share are in `ledger.drafts.json_values`.
 """
 
 from .checks import CheckedProduct, check_fields, check_product_record, check_sku, check_title, normalise_keys

@@ -21,13 +21,13 @@ from ..models import (
     Product,
     SourceRevision,
 )
-from ..money.rework import price_rework
 from ..workers.cycles import fewer_cycle_collections
 from ..workers.thread_switching import quicker_thread_switches
 from .digests import KnownLines, LineNotRecognised, may_recognise
 from .merging import Chunk, staging_table, write_chunk
 from .reading import CountingReader, StoredFile, opened, stage_rows
 from .records import BinaryLines, CatalogueSource, ImportReport, Rejection, Staged, Unreadable
+from .rework import price_rework
 
 # Records written per chunk of the second pass, and at most this many bytes of them in memory.
 _WRITE_CHUNK = 5000

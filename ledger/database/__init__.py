@@ -1,1 +1,3 @@
-"""How the ledger writes many rows at once: rows made by the database from other rows, fresh planner statistics after a bulk change, and the item tallies on SQLite."""
+"""How the ledger writes many rows at once: rows made by the database from other rows (`setwise`),
+fresh planner statistics after a bulk change (`table_statistics`), and the item tallies on SQLite
+(`tallies`)."""

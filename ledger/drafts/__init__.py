@@ -1,1 +1,4 @@
-"""What an answer is (SPEC rules 2, 12 and 17): reading what a provider returned, scrubbing keys out of it, the size caps and JSON values a column can hold, each provider's schema dialect and where a schema may point, and the one check that says whether a draft is usable."""
+"""What an answer is (SPEC rules 2, 12 and 17): what the ledger keeps of a provider's answer and its
+size caps (`answers`), keys scrubbed out of it (`scrubbing`), the JSON values a column can hold
+(`json_values`), each provider's schema dialect (`schema_dialects`) and where a schema may point
+(`schema_refs`), and the one check that says whether a draft is usable (`validation`)."""

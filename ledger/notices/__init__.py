@@ -1,1 +1,3 @@
-"""Telling people and systems (SPEC §6): a job's notifications to its notify_url and owner, the Standard Webhooks signatures on what we send and receive, and the providers' batch webhooks taken as hints."""
+"""Telling people and systems (SPEC §6): a job's notifications to its notify_url and its owner
+(`notifications`), the Standard Webhooks signatures on what we send and receive (`signed_webhooks`),
+and the providers' batch webhooks taken as hints (`provider_hooks`)."""

@@ -1,10 +1,10 @@
 """What an import's revisions cost in work already started: each unfinished job queues a revised
 product's current revision again (paid for again), estimated before anyone confirms it (rule 16)."""
 
-from ..catalogue.records import ImportReport
 from ..models import Job
-from .estimates import price_note, request_estimate, work_cost
-from .pricing import price_for
+from ..money.estimates import price_note, request_estimate, work_cost
+from ..money.pricing import price_for
+from .records import ImportReport
 
 
 def price_rework(report: ImportReport) -> None:
