@@ -1,6 +1,7 @@
 """`GET /api/jobs/{id}/stream` (SPEC §6): Server-Sent Events of a job's state and item counts as they
 change, for an API client (its bearer token) and for the screens (the signed-in person's session: a
-read, like any page): the door's `TOKEN_OR_SESSION`. Counts are read as the job API reads them, from the job's few tally rows.
+read, like any page): the door's `TOKEN_OR_SESSION`. Counts are read as the job API reads them, from
+the job's few tally rows.
 
 The web server runs gunicorn's threaded workers (`make serve`): a stream holds one thread, not a whole
 process, and only for STREAM_SECONDS; then it ends with a `retry:` hint and EventSource reconnects by
