@@ -341,7 +341,7 @@ BATCHDESK_NOTIFY_RETRY_SECONDS = float(os.environ.get("BATCHDESK_NOTIFY_RETRY_SE
 BATCHDESK_STREAM_SECONDS = float(os.environ.get("BATCHDESK_STREAM_SECONDS", "30"))
 # How many streams one web server process keeps open at once: half its threads, so that open job
 # pages never take every thread from everyone else. A stream asked for beyond this says the job once
-# and asks the browser to come back later (`review.job_stream`).
+# and asks the browser to come back later (`review.api.stream`).
 BATCHDESK_STREAMS_PER_PROCESS = int(
     os.environ.get(
         "BATCHDESK_STREAMS_PER_PROCESS", str(max(1, int(os.environ.get("GUNICORN_THREADS", "8")) // 2))

@@ -2,7 +2,8 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from review import accounts, api, hooks, preferences
+from review import accounts, preferences
+from review.api import errors, metrics, provider_hooks
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -17,13 +18,13 @@ urlpatterns = [
         name="password_change_done",
     ),
     path("accounts/preferences/", preferences.preferences, name="preferences"),
-    path("api/", include("review.api_urls")),
-    path("metrics", api.metrics, name="metrics"),
+    path("api/", include("review.api.urls")),
+    path("metrics", metrics.metrics, name="metrics"),
     # The providers' batch webhooks: signed by the provider, not under /api/ (no token, no session).
-    path("hooks/openai", hooks.openai_hook, name="openai_hook"),
-    path("hooks/gemini", hooks.gemini_hook, name="gemini_hook"),
+    path("hooks/openai", provider_hooks.openai_hook, name="openai_hook"),
+    path("hooks/gemini", provider_hooks.gemini_hook, name="gemini_hook"),
     path("", include("review.urls")),
 ]
 
-handler400 = api.bad_request
-handler500 = api.server_error
+handler400 = errors.bad_request
+handler500 = errors.server_error

@@ -20,8 +20,10 @@ class LedgerConfig(AppConfig):
 
         post_migrate.connect(after_migrate, sender=self, dispatch_uid="ledger.after_migrate")
         # Item tallies' triggers on SQLite are put back around every migrate (ledger/database/tallies.py).
-        pre_migrate.connect(tallies.before_migrate, sender=self, dispatch_uid="ledger.tallies.before")
-        post_migrate.connect(tallies.after_migrate, sender=self, dispatch_uid="ledger.tallies.after")
+        pre_migrate.connect(
+            tallies.before_migrate, sender=self, dispatch_uid="ledger.database.tallies.before"
+        )
+        post_migrate.connect(tallies.after_migrate, sender=self, dispatch_uid="ledger.database.tallies.after")
         # Costs are shown everywhere: a price file that cannot be read stops every process at
         # startup (`check`, `runserver`, `migrate`, `qcluster`), never a request.
         checks.register(check_price_file, "batchdesk")
@@ -30,5 +32,9 @@ class LedgerConfig(AppConfig):
         # A provider's webhook secret that cannot sign would refuse every webhook: refused at startup.
         checks.register(check_webhook_secrets, "batchdesk")
         checks.register(check_retention_setting, "batchdesk")
-        post_save.connect(forget_entered_rates, sender=ExchangeRate, dispatch_uid="ledger.money.saved")
-        post_delete.connect(forget_entered_rates, sender=ExchangeRate, dispatch_uid="ledger.money.deleted")
+        post_save.connect(
+            forget_entered_rates, sender=ExchangeRate, dispatch_uid="ledger.money.currency.saved"
+        )
+        post_delete.connect(
+            forget_entered_rates, sender=ExchangeRate, dispatch_uid="ledger.money.currency.deleted"
+        )

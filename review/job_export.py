@@ -1,6 +1,7 @@
-"""A job's outcome as a file (SPEC §6 `GET /api/jobs/{id}/export?format=csv|jsonl`, and the job page's
-export buttons): one row an item, in item id order, with what became of it: its state, the text
-approved for it and by whom, what its drafts cost, and what the destination last said.
+"""A job's outcome as a file (the job page's export buttons, and SPEC §6
+`GET /api/jobs/{id}/export?format=csv|jsonl`: review/api/exports.py): one row an item, in item id
+order, with what became of it: its state, the text approved for it and by whom, what its drafts cost,
+and what the destination last said.
 
 The rows are read a chunk of items at a time, by key (`item_job`: the job's items in id order), with
 four queries a chunk whatever its size: the items, the approvals that stand, their last destination
@@ -39,7 +40,6 @@ from ledger.money.currency import PROVIDER_CURRENCY, business_currency
 from ledger.money.pricing import PLACES, price_for, unknown_price
 from ledger.states import ItemState
 
-from .api import ApiError, endpoint, not_found
 from .audit import BYTE_ORDER_MARK, FORMULA_STARTS, Echo
 from .permissions import VIEWERS, role_required
 
@@ -312,18 +312,7 @@ def export_response(job: Job, format: str) -> StreamingHttpResponse:
     )
 
 
-# --- the views -----------------------------------------------------------------------------
-
-
-@endpoint(GET=VIEWERS)
-def api_job_export(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = Job.objects.filter(pk=job_id).only("pk", "reference", "provider", "model").first()
-    if job is None:
-        return not_found(request, "No job")
-    format = requested_format(request)
-    if format is None:
-        raise ApiError(400, "invalid", BAD_FORMAT, {"format": BAD_FORMAT})
-    return export_response(job, format)
+# --- the screen ------------------------------------------------------------------------------
 
 
 @require_GET

@@ -1,18 +1,13 @@
 """The job page's record of its notifications (SPEC §6: "each delivery and its answer is recorded on
 the job"): each event told, to whom, whether it arrived, and every attempt with the receiver's status,
-the start of its answer (scrubbed when it was kept, escaped when shown) and when; the same in the API
-(`GET /api/jobs/{id}/notifications`)."""
+the start of its answer (scrubbed when it was kept, escaped when shown) and when. The API's
+`GET /api/jobs/{id}/notifications` (review/api/notifications.py) shows the same rows."""
 
 from dataclasses import dataclass
 
 from django.db.models import Prefetch
-from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from ledger.models import Job, JobNotification, NotificationAttempt
-
-from .api import endpoint, not_found, page_of
-from .permissions import VIEWERS
-from .recipients import shown_recipient
 
 # The newest notifications shown on the job page; a job tells of a few dozen events in its life.
 NOTIFICATIONS_SHOWN = 50
@@ -57,51 +52,3 @@ def job_notifications(job: Job) -> tuple[list[NotificationRow], int]:
         len(newest) if len(newest) < NOTIFICATIONS_SHOWN else JobNotification.objects.filter(job=job).count()
     )
     return [NotificationRow(n, list(n.tries.all())) for n in newest], count
-
-
-# --- the API: GET /api/jobs/{id}/notifications ---------------------------------------------
-
-NOTIFICATIONS_PER_PAGE = 50
-
-
-def notification_json(notification: JobNotification, *, to: str) -> dict:
-    row = NotificationRow(notification, list(notification.tries.all()))
-    return {
-        "id": notification.pk,
-        "webhook_id": notification.message_id,
-        "type": notification.event_type,
-        "channel": notification.channel,
-        "to": to,
-        "created_at": notification.created_at,
-        "outcome": row.outcome_code,
-        "delivered_at": notification.delivered_at,
-        "gave_up_at": notification.gave_up_at,
-        "next_attempt_at": notification.next_attempt_at if notification.attempts else None,
-        "attempts": [
-            {"at": attempt.at, "status": attempt.status, "error": attempt.error, "answer": attempt.answer}
-            for attempt in row.tries
-        ],
-    }
-
-
-@endpoint(GET=VIEWERS)
-def notifications(request: HttpRequest, job_id: int) -> HttpResponse:
-    """Every notification of the job, oldest first, with each attempt and its answer."""
-    job = Job.objects.filter(pk=job_id).first()
-    if job is None:
-        return not_found(request, "No job")
-    rows = (
-        JobNotification.objects.filter(job_id=job_id)
-        .defer("body")
-        .prefetch_related(Prefetch("tries", queryset=NotificationAttempt.objects.order_by("id")))
-    )
-    return JsonResponse(
-        page_of(
-            request,
-            rows,
-            NOTIFICATIONS_PER_PAGE,
-            lambda page: [notification_json(n, to=shown_recipient(request.user, job, n)) for n in page],
-            order=["id"],
-            count=JobNotification.objects.filter(job_id=job_id).count,
-        )
-    )

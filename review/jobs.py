@@ -29,7 +29,7 @@ from ledger.models import Event, GeneratedVersion, Item, ItemTally, Job, Submiss
 from ledger.money.budgets import committed
 from ledger.money.currency import business_currency, in_business_currency
 from ledger.money.estimates import request_estimate
-from ledger.money.pricing import PLACES, Price, Spend, job_cost, price_for, unknown_price
+from ledger.money.pricing import PLACES, DraftSpend, Price, job_cost, price_for, unknown_price
 from ledger.providers import answers_at_once, capabilities
 from ledger.states import ItemState, JobState, SubmissionState, needs_attention
 
@@ -78,7 +78,7 @@ class Waiting:
 
     drafts_to_review: int | None
     items_for_operator: int | None
-    spend_today: Spend
+    spend_today: DraftSpend
     # Paused jobs the person may let go on (their own; every one for admins), oldest first.
     paused_jobs: list[Job]
 
@@ -88,8 +88,8 @@ def start_of_today() -> datetime:
     return timezone.localtime().replace(hour=0, minute=0, second=0, microsecond=0)
 
 
-def spend_since(moment: datetime) -> Spend:
-    """What the drafts received since `moment` cost, priced as `pricing.spend` prices every draft:
+def spend_since(moment: datetime) -> DraftSpend:
+    """What the drafts received since `moment` cost, priced as `pricing.draft_spend` prices every draft:
     by their job's provider and model (drafts found by the day through their BRIN index)."""
     rows = (
         GeneratedVersion.objects.filter(created_at__gte=moment)
@@ -105,7 +105,7 @@ def spend_since(moment: datetime) -> Spend:
             unpriced[(provider, model)] = row["input_tokens"] + row["output_tokens"]
         else:
             total += price.cost(row["input_tokens"], row["output_tokens"])
-    return Spend(total.quantize(PLACES), unpriced)
+    return DraftSpend(total.quantize(PLACES), unpriced)
 
 
 def waiting_for(user) -> Waiting:

@@ -1,6 +1,9 @@
 import httpx
 import pytest
 
+# A worked job to export, for the screens' export tests and the API's alike.
+from tests.exported_jobs import pounds, worked_job  # noqa: F401
+
 
 def pytest_collection_modifyitems(config, items):
     """On SQLite (`make test` runs the screens and the role matrix there too), tests of what only

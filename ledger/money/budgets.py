@@ -223,13 +223,14 @@ def unit_usage(submission_id: int) -> tuple[int, int]:
     return int(input_tokens), int(output_tokens)
 
 
-def spent_by_currency() -> dict[str, Decimal]:
-    """Every settled unit's cost, summed by the currency it was kept in: the business currency (at
-    the rate of its day), or USD for a unit settled with no rate in force."""
+def settled_spend_by_currency() -> dict[str, Decimal]:
+    """Settled spend: every settled unit's charge, summed by the currency it was kept in: the business
+    currency (at the rate of its day), or USD for a unit settled with no rate in force. Not the draft
+    spend (`pricing.draft_spend`), which prices every draft as it arrives, settled or not."""
     settled = UnitCharge.objects.filter(settled_at__isnull=False, cost_usd__isnull=False).order_by()
     converted = settled.filter(cost__isnull=False).values_list("currency").annotate(total=Sum("cost"))
-    spent = {currency: total for currency, total in converted}
+    charged = {currency: total for currency, total in converted}
     unconverted = settled.filter(cost__isnull=True).aggregate(total=Sum("cost_usd"))["total"]
     if unconverted:
-        spent[PROVIDER_CURRENCY] = spent.get(PROVIDER_CURRENCY, Decimal(0)) + unconverted
-    return {currency: Decimal(total).quantize(PLACES) for currency, total in spent.items()}
+        charged[PROVIDER_CURRENCY] = charged.get(PROVIDER_CURRENCY, Decimal(0)) + unconverted
+    return {currency: Decimal(total).quantize(PLACES) for currency, total in charged.items()}

@@ -456,15 +456,17 @@ def job_cost(job) -> dict:
 
 
 @dataclass(frozen=True)
-class Spend:
-    """Everything spent on drafts so far: `total` over the models with a known price, and the
-    tokens of those without one, by (provider, model)."""
+class DraftSpend:
+    """Draft spend: what every draft recorded so far cost at its job's batch price, in USD, whether or
+    not its unit is settled yet: `total` over the models with a known price, and the tokens of those
+    without one, by (provider, model). Not what providers charged for settled units
+    (`budgets.settled_spend_by_currency`)."""
 
     total: Decimal
     unpriced_tokens: dict[tuple[str, str], int]
 
 
-def spend() -> Spend:
+def draft_spend() -> DraftSpend:
     """One query grouped by provider and model."""
     rows = (
         ItemTally.objects.order_by()
@@ -479,9 +481,9 @@ def spend() -> Spend:
             unpriced[(provider, model)] = row["all_input"] + row["all_output"]
         else:
             total += price.cost(row["all_input"], row["all_output"])
-    return Spend(total.quantize(PLACES), unpriced)
+    return DraftSpend(total.quantize(PLACES), unpriced)
 
 
-def total_spend() -> Decimal:
-    """Everything spent on drafts whose model has a known price, across all jobs."""
-    return spend().total
+def total_draft_spend() -> Decimal:
+    """Every draft's cost at its job's batch price, in USD, across all jobs (models with a known price)."""
+    return draft_spend().total

@@ -14,7 +14,7 @@ from ledger.money.pricing import (
     job_cost,
     jobs_cost,
     price_for,
-    total_spend,
+    total_draft_spend,
     version_cost,
 )
 from ledger.states import ItemState
@@ -111,7 +111,7 @@ def test_a_jobs_spend_is_split_into_approved_pending_and_wasted():
         "per_item": Decimal("0.46875"),
         "per_approved_draft": Decimal("1.875"),
     }
-    assert total_spend() == Decimal("1.875")
+    assert total_draft_spend() == Decimal("1.875")
 
 
 def test_a_job_without_drafts_costs_nothing():
@@ -254,7 +254,7 @@ def test_a_job_whose_model_has_no_price_says_so_with_null_amounts():
     assert cost["price_note"] == "price unknown for emulator/emulated-model"
     assert all(cost[key] is None for key in ("total", "approved", "pending", "wasted", "per_item"))
     assert (cost["input_tokens"], cost["output_tokens"]) == (120, 60)
-    assert total_spend() == 0
+    assert total_draft_spend() == 0
 
 
 def test_the_api_says_a_price_is_unknown_and_keeps_its_keys(api_as, owner):

@@ -4,7 +4,8 @@ import logging
 
 import pytest
 
-from review import api
+from review import middleware
+from review.api import errors, health, items
 from tests.api.conftest import ApiClient, assert_error
 from tests.factories import ItemFactory
 
@@ -19,7 +20,7 @@ def test_an_unexpected_exception_in_a_view_is_a_logged_json_500(as_operator, mon
     def broken_retry(*args, **kwargs):
         raise RuntimeError(SECRET_DETAIL)
 
-    monkeypatch.setattr(api, "retry_item", broken_retry)
+    monkeypatch.setattr(items, "retry_item", broken_retry)
     with caplog.at_level(logging.ERROR, logger="review.api"):
         response = as_operator.post_json(f"/api/items/{item.pk}/retry", {"unit": "inference"})
 
@@ -34,12 +35,12 @@ def test_an_unexpected_exception_in_a_view_is_a_logged_json_500(as_operator, mon
 
 
 def test_a_fault_outside_an_api_view_still_answers_json(monkeypatch, caplog):
-    """`/api/health` is not wrapped like the others; Django's handler500 answers for it."""
+    """A fault before any view (in a middleware) under /api/: Django's handler500 answers in JSON."""
 
     def broken(*args, **kwargs):
         raise RuntimeError(SECRET_DETAIL)
 
-    monkeypatch.setattr(api, "last_poll_at", broken)
+    monkeypatch.setattr(middleware.Preferences, "of", broken)
     client = ApiClient(None, raise_request_exception=False)
     with caplog.at_level(logging.ERROR, logger="django.request"):
         response = client.get("/api/health")
@@ -49,8 +50,24 @@ def test_a_fault_outside_an_api_view_still_answers_json(monkeypatch, caplog):
     assert any(r.name == "django.request" and r.exc_info for r in caplog.records)
 
 
+def test_a_fault_behind_the_open_door_of_the_health_is_a_logged_json_500(monkeypatch, caplog):
+    """`/api/health` needs no token, but it is behind the same door: its faults are answered alike."""
+
+    def broken(*args, **kwargs):
+        raise RuntimeError(SECRET_DETAIL)
+
+    monkeypatch.setattr(health, "last_poll_at", broken)
+    with caplog.at_level(logging.ERROR, logger="review.api"):
+        response = ApiClient(None).get("/api/health")
+
+    assert_error(response, 500, "internal_error")
+    assert "hunter2" not in response.content.decode()
+    [record] = [r for r in caplog.records if r.name == "review.api"]
+    assert record.exc_info is not None and record.exc_info[0] is RuntimeError
+
+
 def test_a_fault_on_a_screen_is_still_djangos_html_page(rf):
-    response = api.server_error(rf.get("/jobs/"))
+    response = errors.server_error(rf.get("/jobs/"))
     assert response.status_code == 500
     assert response["Content-Type"].startswith("text/html")
 

@@ -56,7 +56,7 @@ def test_health_is_503_when_the_broker_is_unreachable(monkeypatch):
     def unreachable():
         raise ConnectionError("no broker")
 
-    monkeypatch.setattr("review.api.get_broker", unreachable)
+    monkeypatch.setattr("review.api.health.get_broker", unreachable)
     response = Client().get("/api/health")
     assert response.status_code == 503
     assert response.json()["broker"]["reachable"] is False and response.json()["queue_depth"] is None

@@ -8,7 +8,7 @@ import pytest
 
 from ledger import actions
 from ledger.states import ItemState, JobState
-from review import job_stream
+from review.api import stream as job_stream
 from tests.api.conftest import ApiClient, assert_error, token_for
 from tests.factories import ItemFactory, JobFactory, UserFactory
 

@@ -8,7 +8,7 @@ from django.test.utils import CaptureQueriesContext
 
 from ledger.models import DEFAULT_UNIT_SIZE, MAX_NAMED_SKUS, Event, Item, Job, PromptVersion, Submission
 from ledger.states import ItemState, JobState
-from review.api import SUBMISSIONS_SHOWN
+from review.api.shapes import SUBMISSIONS_SHOWN
 from tests.api.conftest import assert_error
 from tests.factories import ItemFactory, JobFactory, ProductFactory, UserFactory, add_version
 

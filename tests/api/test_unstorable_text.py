@@ -7,7 +7,7 @@ import json
 import pytest
 
 from ledger.models import Approval, Event, GeneratedVersion, Item, Job, Product, SourceRevision
-from review import api_urls
+from review.api import urls as api_urls
 from tests.api.conftest import assert_error
 from tests.factories import ItemFactory, ProductFactory, add_version
 

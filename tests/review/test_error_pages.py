@@ -8,7 +8,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from batchdesk.urls import handler500
-from review import api
+from review.api import errors
 
 pytestmark = pytest.mark.django_db
 
@@ -65,10 +65,10 @@ def test_a_fault_is_the_applications_500(owner):
 
 
 def test_the_500_page_needs_neither_the_database_nor_a_signed_in_person():
-    assert handler500 is api.server_error
+    assert handler500 is errors.server_error
     request = RequestFactory().get("/jobs/")  # no session, no user, no middleware ran
     with CaptureQueriesContext(connection) as queries:
-        response = api.server_error(request)
+        response = errors.server_error(request)
     assert response.status_code == 500
     assert len(queries) == 0
     html = response.content.decode()

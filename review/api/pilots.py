@@ -5,11 +5,12 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from ledger.models import Job
 from ledger.pilots.report import MIN_DECISIONS, Report, pilot_of
 
-from .api import ApiError, endpoint, not_found
-from .permissions import VIEWERS
+from ..permissions import VIEWERS
+from .doors import BEARER_TOKEN, door
+from .errors import ApiError, not_found
 
 
-@endpoint(GET=VIEWERS)
+@door(BEARER_TOKEN, GET=VIEWERS)
 def pilot_report(request: HttpRequest, job_id: int) -> HttpResponse:
     job = Job.objects.filter(pk=job_id).first()
     if job is None:

@@ -20,7 +20,7 @@ from ledger.models import HintOutcome, ProviderHint, Submission
 from ledger.notices.provider_hooks import MAX_BODY_BYTES
 from ledger.notices.signed_webhooks import signed_headers
 from ledger.states import ItemState, SubmissionState
-from review.hooks import openai_hook
+from review.api.provider_hooks import openai_hook
 from tests.collector import poll_everything
 from tests.ledger.test_provider_faults import job_with_items
 from tests.provider_emulators import BY_NAME, serving

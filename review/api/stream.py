@@ -1,6 +1,7 @@
 """`GET /api/jobs/{id}/stream` (SPEC §6): Server-Sent Events of a job's state and item counts as they
 change, for an API client (its bearer token) and for the screens (the signed-in person's session: a
-read, like any page). Counts are read as the job API reads them, from the job's few tally rows.
+read, like any page): the door's `TOKEN_OR_SESSION`. Counts are read as the job API reads them, from
+the job's few tally rows.
 
 The web server runs gunicorn's threaded workers (`make serve`): a stream holds one thread, not a whole
 process, and only for STREAM_SECONDS; then it ends with a `retry:` hint and EventSource reconnects by
@@ -15,12 +16,12 @@ from collections.abc import Iterator
 from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
-from django.views.decorators.csrf import csrf_exempt
 
 from ledger.models import ItemTally, Job
 
-from .api import ApiError, token_user
-from .permissions import VIEWERS, has_role
+from ..permissions import VIEWERS
+from .doors import TOKEN_OR_SESSION, door
+from .errors import not_found
 
 # How often the job is read while a stream is open.
 CHECK_SECONDS = 1.0
@@ -31,35 +32,10 @@ RECONNECT_MS = 1000
 BUSY_RECONNECT_MS = 5000
 
 
-def caller(request: HttpRequest):
-    """The token's user when the request carries an Authorization header (an API client; a bad
-    token is refused, whatever the cookies say), else the signed-in person."""
-    if "Authorization" in request.headers:
-        return token_user(request)
-    user = request.user
-    return user if user.is_authenticated and user.is_active else None
-
-
-@csrf_exempt  # an API address: whatever the method, the answer is JSON (405), not the CSRF page
+@door(TOKEN_OR_SESSION, GET=VIEWERS)
 def job_stream(request: HttpRequest, job_id: int) -> HttpResponse:
-    try:
-        if request.method != "GET":
-            response = ApiError(405, "method_not_allowed", f"{request.method} is not allowed here").response()
-            response["Allow"] = "GET"
-            return response
-        user = caller(request)
-        if user is None:
-            response = ApiError(
-                401, "unauthenticated", "Send a valid API token (Authorization: Bearer <token>) or sign in"
-            ).response()
-            response["WWW-Authenticate"] = 'Bearer realm="batchdesk"'
-            return response
-        if not has_role(user, *VIEWERS):
-            raise ApiError(403, "forbidden", "Your role does not allow this")
-        if not Job.objects.filter(pk=job_id).exists():
-            raise ApiError(404, "not_found", f"No job found at {request.path}")
-    except ApiError as error:
-        return error.response()
+    if not Job.objects.filter(pk=job_id).exists():
+        return not_found(request, "No job")
     response = StreamingHttpResponse(job_events(job_id), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # a proxy in front (nginx) passes each event on at once

@@ -1,0 +1,37 @@
+"""`GET /api/jobs/{id}/notifications` (SPEC §6): every notification of the job, oldest first, with
+each attempt and its answer; where it went as the caller may read it (review/recipients.py)."""
+
+from django.db.models import Prefetch
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+from ledger.models import Job, JobNotification, NotificationAttempt
+
+from ..permissions import VIEWERS
+from ..recipients import shown_recipient
+from .doors import BEARER_TOKEN, door
+from .errors import not_found
+from .shapes import notification_json, page_of
+
+NOTIFICATIONS_PER_PAGE = 50
+
+
+@door(BEARER_TOKEN, GET=VIEWERS)
+def notifications(request: HttpRequest, job_id: int) -> HttpResponse:
+    job = Job.objects.filter(pk=job_id).first()
+    if job is None:
+        return not_found(request, "No job")
+    rows = (
+        JobNotification.objects.filter(job_id=job_id)
+        .defer("body")
+        .prefetch_related(Prefetch("tries", queryset=NotificationAttempt.objects.order_by("id")))
+    )
+    return JsonResponse(
+        page_of(
+            request,
+            rows,
+            NOTIFICATIONS_PER_PAGE,
+            lambda page: [notification_json(n, to=shown_recipient(request.user, job, n)) for n in page],
+            order=["id"],
+            count=JobNotification.objects.filter(job_id=job_id).count,
+        )
+    )
