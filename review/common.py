@@ -1,12 +1,14 @@
-"""What several screens share: htmx rendering choice and item counts by state."""
+"""What several screens share: htmx rendering choice, a refused form in words, item counts by state."""
 
 import json
 import re
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 
+from django import forms
 from django.conf import settings
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
 from django.urls import get_script_prefix, get_urlconf, reverse
 from django_htmx.middleware import HtmxDetails
 
@@ -23,6 +25,16 @@ class HtmxHttpRequest(HttpRequest):
 
 def wants_partial(request: HtmxHttpRequest) -> bool:
     return bool(request.htmx) and not request.htmx.boosted
+
+
+def form_errors(form: forms.Form) -> str:
+    """Every error of a refused form, in one line."""
+    return " ".join(str(error) for errors in form.errors.values() for error in errors)
+
+
+def refused_page(request: HttpRequest, message: str, next_url: str) -> HttpResponse:
+    """A request that cannot be read (a malformed form): a 400 page saying why, and the way back."""
+    return render(request, "refused.html", {"message": message, "next_url": next_url}, status=400)
 
 
 # --- progress by state ---------------------------------------------------------------------

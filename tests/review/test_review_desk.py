@@ -320,7 +320,7 @@ def test_a_position_typed_in_is_counted_from_the_nearer_end(client, owner):
 def test_a_draft_opened_by_its_item_deep_in_the_queue_is_not_counted_to(client, owner, monkeypatch):
     """The list's rows open their draft by item: its place is counted only near either end of the
     queue; deeper, the desk shows the draft and how many wait, and steps on by cursors."""
-    monkeypatch.setattr("review.views.POSITION_COUNT_CAP", 2)
+    monkeypatch.setattr("review.desk.POSITION_COUNT_CAP", 2)
     drafts = queue_of(7)
     client.force_login(owner)
     assert focus(client, item=drafts[1].item_id).context["pos"] == 2
@@ -450,7 +450,7 @@ def test_list_mode_shows_the_start_of_each_draft(client, owner, item):
 def test_the_list_preview_is_what_truncatechars_shows(text):
     from django.template.defaultfilters import truncatechars
 
-    from review.views import PREVIEW_CHARS, ReviewCard
+    from review.queue import PREVIEW_CHARS, ReviewCard
 
     card = ReviewCard(item=Item(), version=GeneratedVersion(content=text))
     assert card.preview == truncatechars(text or "No draft recorded.", PREVIEW_CHARS)
