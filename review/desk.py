@@ -19,7 +19,7 @@ from ledger.models import Item
 
 from .common import HtmxHttpRequest, form_errors, refused_page, wants_partial
 from .forms import ApproveForm, RejectForm
-from .paging import PageRefused, _beyond, _read_token, _reversed, _token
+from .paging import PageRefused, cursor_for, read_cursor, reversed_order, rows_beyond
 from .permissions import APPROVERS, VIEWERS, has_role, role_required
 from .queue import (
     QUEUE_ORDER,
@@ -39,7 +39,7 @@ def cursor_key(token: str | None) -> list | None:
     if not token:
         return None
     try:
-        direction, key = _read_token(Item, QUEUE_ORDER, token)
+        direction, key = read_cursor(Item, QUEUE_ORDER, token)
     except PageRefused:
         return None
     return key if direction == "after" else None
@@ -72,7 +72,7 @@ def focus_context(
     at: tuple | None = None
     if key is not None:
         at = (
-            queue.filter(_beyond(Item, QUEUE_ORDER, key, backwards=False))
+            queue.filter(rows_beyond(Item, QUEUE_ORDER, key, backwards=False))
             .values_list("pk", "updated_at")
             .first()
         )
@@ -81,7 +81,7 @@ def focus_context(
         if pos - 1 <= count - pos:
             at = queue.values_list("pk", "updated_at")[pos - 1 : pos].first()
         else:
-            backwards = queue.order_by(*_reversed(QUEUE_ORDER))
+            backwards = queue.order_by(*reversed_order(QUEUE_ORDER))
             at = backwards.values_list("pk", "updated_at")[count - pos : count - pos + 1].first()
     # The drafts before it, nearest first: the cursors of this place and of the previous one.
     before = []
@@ -89,19 +89,19 @@ def focus_context(
         current = [at[1], at[0]]
         before = [
             [moment, pk]
-            for pk, moment in queue.filter(_beyond(Item, QUEUE_ORDER, current, backwards=True))
-            .order_by(*_reversed(QUEUE_ORDER))
+            for pk, moment in queue.filter(rows_beyond(Item, QUEUE_ORDER, current, backwards=True))
+            .order_by(*reversed_order(QUEUE_ORDER))
             .values_list("pk", "updated_at")[:2]
         ]
         if pos is None and len(before) < 2:
             pos = len(before) + 1  # near the start: known after all
-    cursors = [_token("after", [moment.isoformat(), pk]) for moment, pk in before]
+    cursors = [cursor_for("after", [moment.isoformat(), pk]) for moment, pk in before]
     here = cursors[0] if cursors else None
     cards = review_cards(Item.objects.filter(pk=at[0])) if at is not None else []
     card = cards[0] if cards else None
     if card is not None:  # one draft: ask the ledger's own rule, as approving it will
         card = replace(card, currency=currency_problem(card.item))
-    following = _token("after", [at[1].isoformat(), at[0]]) if at is not None else None
+    following = cursor_for("after", [at[1].isoformat(), at[0]]) if at is not None else None
     if pos is None:
         previous_url = queue_url(job=job_id, after=cursors[1]) if len(cursors) > 1 else queue_url(job=job_id)
         next_url = queue_url(job=job_id, after=following) if following else ""
@@ -145,14 +145,16 @@ def place_in(job_id: int | None, item: Item) -> tuple[int | None, str | None] | 
     if not queue.filter(pk=item.pk).exists():
         return None
     key = [item.updated_at, item.pk]
-    earlier = queue.filter(_beyond(Item, QUEUE_ORDER, key, backwards=True))
-    previous = earlier.order_by(*_reversed(QUEUE_ORDER)).values_list("updated_at", "pk").first()
-    after = _token("after", [previous[0].isoformat(), previous[1]]) if previous else None
+    earlier = queue.filter(rows_beyond(Item, QUEUE_ORDER, key, backwards=True))
+    previous = earlier.order_by(*reversed_order(QUEUE_ORDER)).values_list("updated_at", "pk").first()
+    after = cursor_for("after", [previous[0].isoformat(), previous[1]]) if previous else None
     ahead = earlier.order_by()[:POSITION_COUNT_CAP].count()
     if ahead < POSITION_COUNT_CAP:
         return ahead + 1, after
     behind = (
-        queue.filter(_beyond(Item, QUEUE_ORDER, key, backwards=False)).order_by()[:POSITION_COUNT_CAP].count()
+        queue.filter(rows_beyond(Item, QUEUE_ORDER, key, backwards=False))
+        .order_by()[:POSITION_COUNT_CAP]
+        .count()
     )
     if behind < POSITION_COUNT_CAP:
         return max(waiting_count(job_id) - behind, 1), after

@@ -117,13 +117,13 @@ def _server_ms(client, url: str, repeats: int, **headers) -> float:
 
 def _middle_cursor(rows, order: list[str]) -> str:
     """The cursor a reader following `next` links would hold half-way down the list."""
-    from review.paging import _key_of, _token
+    from review.paging import cursor_for, key_of
 
     count = rows.count()
     if not count:
         return "1"
     middle = rows.order_by(*order)[max(count // 2 - 1, 0)]
-    return _token("after", _key_of(middle, order))
+    return cursor_for("after", key_of(middle, order))
 
 
 def _admin_pages(count: int, per_page: int = 50) -> dict[str, int]:
