@@ -32,6 +32,20 @@ def form_errors(form: forms.Form) -> str:
     return " ".join(str(error) for errors in form.errors.values() for error in errors)
 
 
+class DatesFilter(forms.Form):
+    """A filter's "from" and "to" days (either may be left out), the start not after the end."""
+
+    since = forms.DateField(required=False, label="From", widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(required=False, label="To", widget=forms.DateInput(attrs={"type": "date"}))
+
+    def clean(self) -> dict:
+        data = super().clean()
+        since, until = data.get("since"), data.get("until")
+        if since and until and since > until:
+            raise forms.ValidationError("The start date is after the end date.")
+        return data
+
+
 def refused_page(request: HttpRequest, message: str, next_url: str) -> HttpResponse:
     """A request that cannot be read (a malformed form): a 400 page saying why, and the way back."""
     return render(request, "refused.html", {"message": message, "next_url": next_url}, status=400)

@@ -11,6 +11,7 @@ The screens treat a bad `page` as the first page; the API answers 400 (`PageRefu
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from django.core import signing
 from django.core.exceptions import ValidationError
@@ -231,3 +232,10 @@ def screen_page(rows: QuerySet, *, page: str | None, **kwargs) -> KeysetPage:
         return keyset_page(rows, page=page, **kwargs)
     except PageRefused:
         return keyset_page(rows, page="1", **kwargs)
+
+
+def capped_screen_page(
+    rows: QuerySet, *, page: str | None, order: Sequence[str], per_page: int
+) -> KeysetPage:
+    """A screen's page of a list whose size is kept nowhere: counted up to COUNT_CAP."""
+    return screen_page(rows, page=page, order=order, per_page=per_page, count=partial(capped_count, rows))

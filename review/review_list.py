@@ -18,21 +18,11 @@ from ledger.actions.reviewing import approve_version, reject_version
 from ledger.models import GeneratedVersion, Item, Job
 from ledger.states import ItemState
 
+from . import queue
 from .common import HtmxHttpRequest, form_errors, refused_page
 from .forms import LIST_PAGE_SIZE, MATCHING_LIMIT, ApproveSelectedForm, DecideMatchingForm, RejectSelectedForm
 from .paging import screen_page
 from .permissions import APPROVERS, has_role, role_required
-from .queue import (
-    QUEUE_ORDER,
-    jobs_in_review,
-    next_url,
-    place_of,
-    queue_url,
-    review_cards,
-    review_queue_items,
-    waiting_count,
-    with_latest_draft,
-)
 
 
 @dataclass(frozen=True)
@@ -49,7 +39,7 @@ class ReviewFilter:
         return cls(place.get("job"), place.get("category") or "", place.get("validity") or "")
 
     def items(self) -> QuerySet[Item]:
-        items = with_latest_draft(review_queue_items(self.job))
+        items = queue.with_latest_draft(queue.review_queue_items(self.job))
         if self.category:
             items = items.filter(source_revision__fields__category=self.category)
         if self.validity:
@@ -63,7 +53,7 @@ class ReviewFilter:
 
     def count(self) -> int:
         """From the tallies when only the job narrows the queue; counted otherwise."""
-        return self.items().count() if self.category or self.validity else waiting_count(self.job)
+        return self.items().count() if self.category or self.validity else queue.waiting_count(self.job)
 
     def params(self) -> dict:
         return {"job": self.job or "", "category": self.category, "validity": self.validity}
@@ -95,7 +85,7 @@ def review_list(request: HtmxHttpRequest, review_filter: ReviewFilter) -> HttpRe
     page = screen_page(
         # What the list shows of each row: not the source's fields nor the published text.
         review_filter.items().defer("source_revision__fields", "product__published_content"),
-        order=QUEUE_ORDER,
+        order=queue.QUEUE_ORDER,
         per_page=LIST_PAGE_SIZE,
         page=request.GET.get("page"),
         count=count,
@@ -103,10 +93,10 @@ def review_list(request: HtmxHttpRequest, review_filter: ReviewFilter) -> HttpRe
     can_decide = has_role(request.user, *APPROVERS)
     context = {
         "page": page,
-        "cards": review_cards(page.object_list),
+        "cards": queue.review_cards(page.object_list),
         "job_id": review_filter.job,
         "filter": review_filter,
-        "jobs": jobs_in_review(review_filter.job),
+        "jobs": queue.jobs_in_review(review_filter.job),
         "can_decide": can_decide,
         "return_to": request.get_full_path(),
         "matching_limit": MATCHING_LIMIT,
@@ -202,7 +192,7 @@ def approve_selected(request: HtmxHttpRequest) -> HttpResponse:
     showed (rule 15). If any of them is no longer what the page showed, nothing is approved and the
     reviewer ticks again on the list as it is now. Otherwise each is its own decision: the ledger
     approves the valid, current ones and refuses the others, saying why."""
-    back = next_url(request, default=queue_url(mode="list"))
+    back = queue.next_url(request, default=queue.queue_url(mode="list"))
     form = ApproveSelectedForm(request.POST)
     if not form.is_valid():
         return refused_page(request, form_errors(form), back)
@@ -221,7 +211,7 @@ def approve_selected(request: HtmxHttpRequest) -> HttpResponse:
 
 
 def list_url(review_filter: ReviewFilter, **more) -> str:
-    return queue_url(mode="list", **review_filter.params(), **more)
+    return queue.queue_url(mode="list", **review_filter.params(), **more)
 
 
 @require_POST
@@ -230,7 +220,7 @@ def list_url(review_filter: ReviewFilter, **more) -> str:
 def reject_selected(request: HtmxHttpRequest) -> HttpResponse:
     """Reject the ticked drafts of the list for one reason, each the draft its row showed; if any of
     them is no longer what the page showed, nothing is rejected (as for approving)."""
-    back = next_url(request, default=queue_url(mode="list"))
+    back = queue.next_url(request, default=queue.queue_url(mode="list"))
     form = RejectSelectedForm(request.POST)
     if not form.is_valid():
         return refused_page(request, form_errors(form), back)
@@ -247,7 +237,7 @@ def decide_matching(request: HtmxHttpRequest) -> HttpResponse:
     """Approve or reject every draft the list's filters match (the oldest MATCHING_LIMIT), as the
     reviewer confirmed them: if the drafts matching are no longer those counted on the confirmation,
     nothing is decided and the reviewer is asked again with the set as it is now."""
-    review_filter = ReviewFilter.of(place_of(request.POST))
+    review_filter = ReviewFilter.of(queue.place_of(request.POST))
     form = DecideMatchingForm(request.POST)
     if not form.is_valid():
         return refused_page(request, form_errors(form), list_url(review_filter))
