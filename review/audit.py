@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime
-from functools import cached_property, partial
+from functools import cached_property
 
 from django import forms
 from django.contrib.auth import get_user_model
@@ -22,9 +22,9 @@ from django.views.decorators.http import require_GET
 
 from ledger.models import Approval, Event, GeneratedVersion, Item, Job
 
-from .common import url_of, word_diff
+from .common import DatesFilter, url_of, word_diff
 from .display import time_text
-from .paging import capped_count, screen_page
+from .paging import capped_screen_page
 from .permissions import ADMIN, role_required
 
 APPROVALS_PER_PAGE = 50
@@ -32,7 +32,10 @@ APPROVALS_PER_PAGE = 50
 DIFF_CHAR_LIMIT = 20_000
 
 
-class ApprovalFilter(forms.Form):
+class ApprovalFilter(DatesFilter):
+    # The dates last, as the page shows the fields (and lists their errors).
+    field_order = ("decision", "person", "job", "since", "until")
+
     decision = forms.ChoiceField(
         required=False,
         choices=[("", "Approvals"), ("rejected", "Rejections")],
@@ -46,8 +49,6 @@ class ApprovalFilter(forms.Form):
         label="Decided by",
     )
     job = forms.CharField(required=False, max_length=200, label="Job reference")
-    since = forms.DateField(required=False, label="From", widget=forms.DateInput(attrs={"type": "date"}))
-    until = forms.DateField(required=False, label="To", widget=forms.DateInput(attrs={"type": "date"}))
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -67,40 +68,31 @@ class ApprovalFilter(forms.Form):
             raise forms.ValidationError("No job has this reference.")
         return job
 
-    def clean(self) -> dict:
-        data = super().clean()
-        since, until = data.get("since"), data.get("until")
-        if since and until and since > until:
-            raise forms.ValidationError("The start date is after the end date.")
-        return data
-
     def approvals(self) -> QuerySet[Approval]:
         """The approvals the (valid) filter selects, newest first."""
-        approvals = Approval.objects.order_by("-approved_at", "-id")
-        data = self.cleaned_data
-        if data["person"]:
-            approvals = approvals.filter(approved_by=data["person"])
-        if data["job"]:
-            approvals = approvals.filter(item__job=data["job"])
-        if data["since"]:
-            approvals = approvals.filter(approved_at__date__gte=data["since"])
-        if data["until"]:
-            approvals = approvals.filter(approved_at__date__lte=data["until"])
-        return approvals
+        return self.narrowed(
+            Approval.objects.order_by("-approved_at", "-id"), by="approved_by", at="approved_at"
+        )
 
     def rejections(self) -> QuerySet[Event]:
         """The rejections the (valid) filter selects, newest first, each with the draft it named."""
-        events = Event.objects.rejections().order_by("-at", "-id")
+        return with_rejected_draft(
+            self.narrowed(Event.objects.rejections().order_by("-at", "-id"), by="actor", at="at")
+        )
+
+    def narrowed(self, decisions: QuerySet, *, by: str, at: str) -> QuerySet:
+        """The decisions taken by the person chosen, on the job's items, between the days chosen
+        (`by` and `at`: the fields naming who decided and when)."""
         data = self.cleaned_data
         if data["person"]:
-            events = events.filter(actor=data["person"])
+            decisions = decisions.filter(**{by: data["person"]})
         if data["job"]:
-            events = events.filter(item__job=data["job"])
+            decisions = decisions.filter(item__job=data["job"])
         if data["since"]:
-            events = events.filter(at__date__gte=data["since"])
+            decisions = decisions.filter(**{f"{at}__date__gte": data["since"]})
         if data["until"]:
-            events = events.filter(at__date__lte=data["until"])
-        return with_rejected_draft(events)
+            decisions = decisions.filter(**{f"{at}__date__lte": data["until"]})
+        return decisions
 
 
 def with_rejected_draft(events: QuerySet[Event]) -> QuerySet[Event]:
@@ -144,54 +136,30 @@ AUDIT_ROW_FIELDS = (
 )
 
 
-@dataclass(frozen=True)
-class AuditRow:
-    approval: Approval
-    diff: list[tuple[str, str]] | None
-
-    # The row's links and time, made in Python: fifty rows of `{% url %}` and `|date` took a sixth of
-    # the page's time.
-    @property
-    def job_url(self) -> str:
-        return url_of("job_detail", self.approval.item.job_id)
+class DecisionRow:
+    """What every row of the audit shows of a decision: links to its item and event log, and when it
+    was taken. Made in Python: fifty rows of `{% url %}` and `|date` took a sixth of the page's time."""
 
     @property
-    def item_url(self) -> str:
-        return url_of("item_detail", self.approval.item_id)
+    def item_id(self) -> int:
+        raise NotImplementedError
 
     @property
-    def events_url(self) -> str:
-        return url_of("audit_events", self.approval.item_id)
-
-    @cached_property
-    def approved_at(self) -> datetime:
-        """In the current time zone, as the `date` filter shows it."""
-        return timezone.localtime(self.approval.approved_at)
-
-    @property
-    def approved_at_iso(self) -> str:
-        return self.approved_at.isoformat()
-
-    @property
-    def approved_at_shown(self) -> str:
-        return time_text(self.approved_at)
-
-
-@dataclass(frozen=True)
-class RejectionRow:
-    event: Event
+    def decided_at(self) -> datetime:
+        raise NotImplementedError
 
     @property
     def item_url(self) -> str:
-        return url_of("item_detail", self.event.item_id)
+        return url_of("item_detail", self.item_id)
 
     @property
     def events_url(self) -> str:
-        return url_of("audit_events", self.event.item_id)
+        return url_of("audit_events", self.item_id)
 
     @cached_property
     def at(self) -> datetime:
-        return timezone.localtime(self.event.at)
+        """In the current time zone, as the `date` filter shows it."""
+        return timezone.localtime(self.decided_at)
 
     @property
     def at_iso(self) -> str:
@@ -202,6 +170,37 @@ class RejectionRow:
         return time_text(self.at)
 
 
+@dataclass(frozen=True)
+class AuditRow(DecisionRow):
+    approval: Approval
+    diff: list[tuple[str, str]] | None
+
+    @property
+    def item_id(self) -> int:
+        return self.approval.item_id
+
+    @property
+    def decided_at(self) -> datetime:
+        return self.approval.approved_at
+
+    @property
+    def job_url(self) -> str:
+        return url_of("job_detail", self.approval.item.job_id)
+
+
+@dataclass(frozen=True)
+class RejectionRow(DecisionRow):
+    event: Event
+
+    @property
+    def item_id(self) -> int:
+        return self.event.item_id
+
+    @property
+    def decided_at(self) -> datetime:
+        return self.event.at
+
+
 def rejections_page(request: HttpRequest, filters: ApprovalFilter) -> HttpResponse:
     events = (
         filters.rejections()
@@ -210,12 +209,8 @@ def rejections_page(request: HttpRequest, filters: ApprovalFilter) -> HttpRespon
         if filters.is_valid()
         else Event.objects.none()
     )
-    page = screen_page(
-        events,
-        order=["-at", "-id"],
-        per_page=APPROVALS_PER_PAGE,
-        page=request.GET.get("page"),
-        count=partial(capped_count, events),
+    page = capped_screen_page(
+        events, page=request.GET.get("page"), order=["-at", "-id"], per_page=APPROVALS_PER_PAGE
     )
     csv_query = request.GET.copy()
     csv_query.pop("page", None)
@@ -243,12 +238,8 @@ def audit(request: HttpRequest) -> HttpResponse:
         if filters.is_valid()
         else Approval.objects.none()
     )
-    page = screen_page(
-        approvals,
-        order=["-approved_at", "-id"],
-        per_page=APPROVALS_PER_PAGE,
-        page=request.GET.get("page"),
-        count=partial(capped_count, approvals),
+    page = capped_screen_page(
+        approvals, page=request.GET.get("page"), order=["-approved_at", "-id"], per_page=APPROVALS_PER_PAGE
     )
     rows = [AuditRow(a, edit_of(a) if a.edited else None) for a in page.object_list]
     csv_query = request.GET.copy()
@@ -334,36 +325,9 @@ class Echo:
 
 def approval_rows(approvals: QuerySet[Approval]) -> Iterator[tuple]:
     # A server-side cursor on PostgreSQL: rows arrive in chunks, never all at once.
-    for (
-        at,
-        by,
-        job,
-        sku,
-        item,
-        number,
-        version,
-        digest,
-        edited,
-        note,
-        generated,
-        final,
-    ) in approvals.values_list(*APPROVAL_FIELDS).iterator(chunk_size=500):
-        yield (
-            "approved",
-            at,
-            by,
-            job,
-            sku,
-            item,
-            number,
-            version,
-            digest,
-            edited,
-            note,
-            "",
-            generated,
-            final,
-        )
+    for row in approvals.values_list(*APPROVAL_FIELDS).iterator(chunk_size=500):
+        *decided, note, generated, final = row
+        yield ("approved", *decided, note, "", generated, final)  # an approval has no reason
 
 
 def rejection_rows(rejections: QuerySet[Event]) -> Iterator[tuple]:

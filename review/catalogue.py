@@ -29,7 +29,7 @@ from ledger.models import (
 
 from .common import HtmxHttpRequest, ShownValue, fields_of, shown_value, wants_partial
 from .jobs import polled
-from .paging import capped_count, screen_page
+from .paging import capped_count, capped_screen_page, screen_page
 from .permissions import APPROVERS, VIEWERS, has_role, role_required
 from .screen_forms import CatalogueImportForm, ProductFilterForm
 from .search import FOUND_CAP, found_products, search
@@ -313,12 +313,8 @@ IMPORTS_PER_PAGE = 25
 def import_history(request: HtmxHttpRequest) -> HttpResponse:
     """Past imports from the screen, newest first."""
     imports = CatalogueImport.objects.select_related("uploaded_by", "confirmed_by")
-    page = screen_page(
-        imports,
-        order=["-created_at", "-id"],
-        per_page=IMPORTS_PER_PAGE,
-        page=request.GET.get("page"),
-        count=partial(capped_count, imports),
+    page = capped_screen_page(
+        imports, page=request.GET.get("page"), order=["-created_at", "-id"], per_page=IMPORTS_PER_PAGE
     )
     rows = [(stored, report_of(stored) if stored.counts else None) for stored in page]
     return render(request, "catalogue_imports.html", {"page": page, "rows": rows})

@@ -1,12 +1,14 @@
-"""What several screens share: htmx rendering choice and item counts by state."""
+"""What several screens share: htmx rendering choice, a refused form in words, item counts by state."""
 
 import json
 import re
 from dataclasses import dataclass
 from difflib import SequenceMatcher
 
+from django import forms
 from django.conf import settings
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
 from django.urls import get_script_prefix, get_urlconf, reverse
 from django_htmx.middleware import HtmxDetails
 
@@ -23,6 +25,30 @@ class HtmxHttpRequest(HttpRequest):
 
 def wants_partial(request: HtmxHttpRequest) -> bool:
     return bool(request.htmx) and not request.htmx.boosted
+
+
+def form_errors(form: forms.Form) -> str:
+    """Every error of a refused form, in one line."""
+    return " ".join(str(error) for errors in form.errors.values() for error in errors)
+
+
+class DatesFilter(forms.Form):
+    """A filter's "from" and "to" days (either may be left out), the start not after the end."""
+
+    since = forms.DateField(required=False, label="From", widget=forms.DateInput(attrs={"type": "date"}))
+    until = forms.DateField(required=False, label="To", widget=forms.DateInput(attrs={"type": "date"}))
+
+    def clean(self) -> dict:
+        data = super().clean()
+        since, until = data.get("since"), data.get("until")
+        if since and until and since > until:
+            raise forms.ValidationError("The start date is after the end date.")
+        return data
+
+
+def refused_page(request: HttpRequest, message: str, next_url: str) -> HttpResponse:
+    """A request that cannot be read (a malformed form): a 400 page saying why, and the way back."""
+    return render(request, "refused.html", {"message": message, "next_url": next_url}, status=400)
 
 
 # --- progress by state ---------------------------------------------------------------------

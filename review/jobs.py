@@ -469,6 +469,15 @@ def job_detail(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     return render(request, "job_detail.html", context)
 
 
+def job_to_spend_on(request: HtmxHttpRequest, job_id: int) -> Job:
+    """The job whose money the person changes (its budget, going on after a pause): 404 unknown, 403
+    when it is not theirs to spend on."""
+    job = get_object_or_404(Job, pk=job_id)
+    if not may_spend(request.user, job):
+        raise PermissionDenied
+    return job
+
+
 class BudgetForm(forms.Form):
     budget = forms.DecimalField(min_value=Decimal("0.01"), max_digits=14, decimal_places=2)
 
@@ -478,9 +487,7 @@ class BudgetForm(forms.Form):
 @role_required(*APPROVERS)
 def job_budget(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     """Give the job a budget or raise it; a job paused by its budget goes on (rule 18)."""
-    job = get_object_or_404(Job, pk=job_id)
-    if not may_spend(request.user, job):
-        raise PermissionDenied
+    job = job_to_spend_on(request, job_id)
     form = BudgetForm(request.POST)
     if not form.is_valid():
         messages.error(request, "Nothing was changed: " + " ".join(form.errors["budget"]))
@@ -501,9 +508,7 @@ def job_budget(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
 @role_required(*APPROVERS)
 def job_resume(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     """A paused job goes on (after a billing refusal, once the account can pay again)."""
-    job = get_object_or_404(Job, pk=job_id)
-    if not may_spend(request.user, job):
-        raise PermissionDenied
+    job = job_to_spend_on(request, job_id)
     try:
         resume_job(job.pk, actor=request.user)
     except NotAllowed as refusal:

@@ -11,6 +11,7 @@ The screens treat a bad `page` as the first page; the API answers 400 (`PageRefu
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from django.core import signing
 from django.core.exceptions import ValidationError
@@ -90,7 +91,7 @@ def _field_names(order: Sequence[str]) -> list[str]:
     return [name.removeprefix("-") for name in order]
 
 
-def _key_of(row: Model, order: Sequence[str]) -> list:
+def key_of(row: Model, order: Sequence[str]) -> list:
     """The row's ordering key as JSON values (times as ISO text)."""
     values = []
     for name in _field_names(order):
@@ -99,11 +100,13 @@ def _key_of(row: Model, order: Sequence[str]) -> list:
     return values
 
 
-def _token(direction: str, key: list) -> str:
+def cursor_for(direction: str, key: list) -> str:
+    """The signed cursor of the rows `direction` ("after" or "before") the ordering key `key`."""
     return signing.dumps({direction: key}, salt=SALT, compress=True)
 
 
-def _read_token(model: type[Model], order: Sequence[str], token: str) -> tuple[str, list]:
+def read_cursor(model: type[Model], order: Sequence[str], token: str) -> tuple[str, list]:
+    """(direction, ordering key) of a cursor this server gave out; PageRefused for any other text."""
     try:
         data = signing.loads(token, salt=SALT)
     except signing.BadSignature:
@@ -128,7 +131,7 @@ def _read_token(model: type[Model], order: Sequence[str], token: str) -> tuple[s
     return direction, key
 
 
-def _beyond(model: type[Model], order: Sequence[str], key: list, *, backwards: bool) -> RawSQL:
+def rows_beyond(model: type[Model], order: Sequence[str], key: list, *, backwards: bool) -> RawSQL:
     """Rows strictly after `key` in `order` (strictly before it, `backwards`), as one row-value
     comparison, `(a, b) > (%s, %s)`: the database reads an index on (a, b) from that point on. Every
     field of `order` runs the same way (all ascending or all descending)."""
@@ -147,7 +150,7 @@ def _beyond(model: type[Model], order: Sequence[str], key: list, *, backwards: b
     return RawSQL(f"({columns}) {sign} ({marks})", values, output_field=BooleanField())
 
 
-def _reversed(order: Sequence[str]) -> list[str]:
+def reversed_order(order: Sequence[str]) -> list[str]:
     return [name.removeprefix("-") if name.startswith("-") else f"-{name}" for name in order]
 
 
@@ -183,27 +186,29 @@ def keyset_page(
         if more_after and offset + per_page < PAGE_NUMBER_DEPTH:
             following = str(number + 1)
     elif token == "last":
-        fetched = list(rows.order_by(*_reversed(order))[: per_page + 1])
+        fetched = list(rows.order_by(*reversed_order(order))[: per_page + 1])
         more_after, more_before = False, len(fetched) > per_page
         shown = fetched[:per_page][::-1]
-        previous = _token("before", _key_of(shown[0], order)) if more_before else None
+        previous = cursor_for("before", key_of(shown[0], order)) if more_before else None
     else:
-        direction, key = _read_token(rows.model, order, token)
+        direction, key = read_cursor(rows.model, order, token)
         if direction == "after":
             fetched = list(
-                rows.filter(_beyond(rows.model, order, key, backwards=False)).order_by(*order)[: per_page + 1]
+                rows.filter(rows_beyond(rows.model, order, key, backwards=False)).order_by(*order)[
+                    : per_page + 1
+                ]
             )
             more_after, more_before = len(fetched) > per_page, True
             shown = fetched[:per_page]
         else:
             fetched = list(
-                rows.filter(_beyond(rows.model, order, key, backwards=True)).order_by(*_reversed(order))[
-                    : per_page + 1
-                ]
+                rows.filter(rows_beyond(rows.model, order, key, backwards=True)).order_by(
+                    *reversed_order(order)
+                )[: per_page + 1]
             )
             more_after, more_before = True, len(fetched) > per_page
             shown = fetched[:per_page][::-1]
-        previous = _token("before", _key_of(shown[0], order)) if more_before and shown else None
+        previous = cursor_for("before", key_of(shown[0], order)) if more_before and shown else None
     if callable(count):
         count = count()
     capped = False
@@ -213,7 +218,8 @@ def keyset_page(
         object_list=shown,
         count=count,
         count_capped=capped,
-        next_page=following or (_token("after", _key_of(shown[-1], order)) if more_after and shown else None),
+        next_page=following
+        or (cursor_for("after", key_of(shown[-1], order)) if more_after and shown else None),
         previous_page=previous,
         offset=offset,
         per_page=per_page,
@@ -226,3 +232,10 @@ def screen_page(rows: QuerySet, *, page: str | None, **kwargs) -> KeysetPage:
         return keyset_page(rows, page=page, **kwargs)
     except PageRefused:
         return keyset_page(rows, page="1", **kwargs)
+
+
+def capped_screen_page(
+    rows: QuerySet, *, page: str | None, order: Sequence[str], per_page: int
+) -> KeysetPage:
+    """A screen's page of a list whose size is kept nowhere: counted up to COUNT_CAP."""
+    return screen_page(rows, page=page, order=order, per_page=per_page, count=partial(capped_count, rows))

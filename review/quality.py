@@ -31,6 +31,7 @@ from ledger.quality import (
 )
 
 from .audit import BYTE_ORDER_MARK, csv_cell
+from .common import DatesFilter
 from .ids import IdField
 from .permissions import VIEWERS, role_required
 
@@ -38,9 +39,7 @@ from .permissions import VIEWERS, role_required
 DEFAULT_DAYS = 90
 
 
-class QualityFilter(forms.Form):
-    since = forms.DateField(required=False, label="From", widget=forms.DateInput(attrs={"type": "date"}))
-    until = forms.DateField(required=False, label="To", widget=forms.DateInput(attrs={"type": "date"}))
+class QualityFilter(DatesFilter):
     job = IdField(required=False, label="Job id", widget=forms.NumberInput(attrs={"min": 1}))
     prompt_version = forms.TypedChoiceField(
         required=False, coerce=int, empty_value=None, label="Prompt version"
@@ -63,13 +62,6 @@ class QualityFilter(forms.Form):
         if job is None:
             raise forms.ValidationError(f"There is no job {job_id}.")
         return job
-
-    def clean(self) -> dict:
-        data = super().clean()
-        since, until = data.get("since"), data.get("until")
-        if since and until and since > until:
-            raise forms.ValidationError("The start date is after the end date.")
-        return data
 
     @property
     def problems(self) -> list[str]:

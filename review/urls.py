@@ -1,6 +1,18 @@
 from django.urls import path
 
-from . import audit, catalogue, job_export, jobs, operations, pilots, prompts, quality, views
+from . import (
+    audit,
+    catalogue,
+    desk,
+    items,
+    job_export,
+    jobs,
+    operations,
+    pilots,
+    prompts,
+    quality,
+    review_list,
+)
 from .ids import register_id_converter
 
 register_id_converter()
@@ -16,14 +28,14 @@ urlpatterns = [
     path("jobs/<id:job_id>/resume", jobs.job_resume, name="job_resume"),
     path("jobs/<id:job_id>/pilot", pilots.pilot_report, name="pilot_report"),
     path("jobs/<id:job_id>/export", job_export.job_export, name="job_export"),
-    path("items/<id:item_id>/", views.item_detail, name="item_detail"),
-    path("items/<id:item_id>/approve", views.approve, name="approve_item"),
-    path("items/<id:item_id>/reject", views.reject, name="reject_item"),
-    path("review/", views.review_queue, name="review_queue"),
-    path("review/approve-selected", views.approve_selected, name="approve_selected"),
-    path("review/reject-selected", views.reject_selected, name="reject_selected"),
-    path("review/decide-matching", views.decide_matching, name="decide_matching"),
-    path("items/<id:item_id>/regenerate", views.regenerate, name="regenerate_item"),
+    path("items/<id:item_id>/", items.item_detail, name="item_detail"),
+    path("items/<id:item_id>/approve", desk.approve, name="approve_item"),
+    path("items/<id:item_id>/reject", desk.reject, name="reject_item"),
+    path("review/", desk.review_queue, name="review_queue"),
+    path("review/approve-selected", review_list.approve_selected, name="approve_selected"),
+    path("review/reject-selected", review_list.reject_selected, name="reject_selected"),
+    path("review/decide-matching", review_list.decide_matching, name="decide_matching"),
+    path("items/<id:item_id>/regenerate", items.regenerate, name="regenerate_item"),
     path("catalogue/", catalogue.catalogue, name="catalogue"),
     path("catalogue/import", catalogue.catalogue_import, name="catalogue_import"),
     path("catalogue/import/history", catalogue.import_history, name="import_history"),

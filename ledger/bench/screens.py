@@ -27,7 +27,7 @@ from django.test import Client
 from ledger.models import ApiToken, Approval, Item, ItemTally, Job, Product, SourceRevision
 from ledger.states import ItemState
 from review.operations import attention_groups
-from review.paging import _key_of, _token
+from review.paging import cursor_for, key_of
 
 from .base import Bench, Figure
 from .measuring import MANAGE, CommandFailed, run_measured
@@ -129,7 +129,7 @@ def _middle_cursor(rows, order: list[str]) -> str:
     if not count:
         return "1"
     middle = rows.order_by(*order)[max(count // 2 - 1, 0)]
-    return _token("after", _key_of(middle, order))
+    return cursor_for("after", key_of(middle, order))
 
 
 def _admin_pages(count: int, per_page: int = 50) -> dict[str, int]:

@@ -10,6 +10,7 @@
   `:"word"` for the short word alone (a legend beside colour swatches), the sentence in its title.
 """
 
+from collections.abc import Callable
 from datetime import date, datetime
 from decimal import Decimal
 
@@ -125,24 +126,16 @@ def _badge(kind: str, state: str, shape: str) -> SafeString:
     )
 
 
-@register.filter
-def item_badge(state: str, shape: str = "") -> SafeString:
-    return _badge("item", state, shape)
+def _badge_filter(kind: str) -> Callable[[str, str], SafeString]:
+    def badge(state: str, shape: str = "") -> SafeString:
+        return _badge(kind, state, shape)
+
+    return badge
 
 
-@register.filter
-def job_badge(state: str, shape: str = "") -> SafeString:
-    return _badge("job", state, shape)
-
-
-@register.filter
-def submission_badge(state: str, shape: str = "") -> SafeString:
-    return _badge("submission", state, shape)
-
-
-@register.filter
-def import_badge(state: str, shape: str = "") -> SafeString:
-    return _badge("import", state, shape)
+# `item_badge`, `job_badge`, `submission_badge`, `import_badge`: a state of that kind as a badge.
+for _kind in ("item", "job", "submission", "import"):
+    register.filter(f"{_kind}_badge", _badge_filter(_kind))
 
 
 @register.filter

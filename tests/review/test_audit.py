@@ -178,6 +178,16 @@ def test_approvals_filter_by_person_job_and_dates(client, admin, owner, job):
     assert [str(label) for _, label in choices] == ["Everyone", "bob", owner.username]
 
 
+def test_the_filters_errors_follow_the_fields_order_on_the_page(client, admin):
+    """The dates come last on the audit's filter, and so do their errors (the dates' rule is shared
+    with the quality page, whose filter starts with them)."""
+    client.force_login(admin)
+    page = client.get(reverse("audit"), {"job": "no-such-job", "since": "yesterday"})
+    assert list(page.context["filters"].fields) == ["decision", "person", "job", "since", "until"]
+    html = page.content.decode()
+    assert html.index("No job has this reference.") < html.index("Enter a valid date.")
+
+
 @pytest.mark.parametrize(
     "query, message",
     [
@@ -478,8 +488,8 @@ def test_the_rows_links_and_times_are_what_url_and_date_make(settings):
     row = AuditRow(Approval(approved_at=moment), None)
     shown = Template("""{{ at|date:'c' }} {{ at|date:"Y-m-d H:i T" }}""")
     with timezone.override("Europe/Berlin"):
-        assert f"{row.approved_at_iso} {row.approved_at_shown}" == shown.render(Context({"at": moment}))
-        assert "+01:00" in row.approved_at_iso or "+02:00" in row.approved_at_iso
+        assert f"{row.at_iso} {row.at_shown}" == shown.render(Context({"at": moment}))
+        assert "+01:00" in row.at_iso or "+02:00" in row.at_iso
 
 
 # --- rejections ----------------------------------------------------------------------------

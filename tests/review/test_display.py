@@ -9,6 +9,7 @@ import pytest
 from django.template import Context, Template
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import escape
 
 from ledger.actions.reviewing import reject_version
 from ledger.models import ImportState
@@ -19,8 +20,10 @@ from review.display import (
     IMPORT_BADGES,
     ITEM_BADGES,
     JOB_BADGES,
+    KINDS,
     SUBMISSION_BADGES,
     TONES,
+    badge_for,
     duration_text,
     money_text,
     share_text,
@@ -185,6 +188,20 @@ def test_a_rejected_badge_is_short_red_and_has_its_sentence_beside_it():
         '<span class="badge bad" data-state="rejected" title="A reviewer rejected this draft (reason shown)">'
         "Rejected</span>"
     )
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_each_kinds_badge_filter_shows_a_state_of_its_own_kind(kind):
+    """`<kind>_badge` reads the state in its kind's table: the same state word may mean another
+    thing (or nothing) in another kind's."""
+    _, states = KINDS[kind]
+    for state in states.values:
+        badge, sentence = badge_for(kind, state)
+        html = render(f"{{{{ state|{kind}_badge }}}}", state=state)
+        assert html == (
+            f'<span class="badge {badge.tone}" data-state="{state}">{escape(badge.word)}</span> '
+            f'<span class="state-sentence">{escape(sentence)}</span>'
+        ), (kind, state)
 
 
 @pytest.mark.django_db

@@ -1,22 +1,22 @@
-"""The review desk through Django's test client: focus mode (one draft, its diff, cost and position),
-drafts that may no longer be approved, list mode with bulk approval, and editing before approving."""
+"""The review desk (review/desk.py) through Django's test client: focus mode (one draft, its diff,
+cost and position), drafts that may no longer be approved, and editing before approving. The list
+and its bulk decisions: test_review_list.py."""
 
 import re
-from datetime import timedelta
 
 import pytest
 from django.db import connection
-from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from ledger.models import Approval, Event, GeneratedVersion, Item, Job, Product, ProductStatus, SourceRevision
+from ledger.models import Approval, GeneratedVersion, Item, Product
 from ledger.money.pricing import version_cost
 from ledger.states import ItemState
 from review.common import word_diff
 from review.templatetags.display import money
 from tests.factories import ItemFactory, JobFactory, add_version
+from tests.review.drafts import queue_of, revise, withdraw
 
 pytestmark = pytest.mark.django_db
 
@@ -26,40 +26,12 @@ ESCAPED_XSS = (
 )
 
 
-def queue_of(n: int, job: Job | None = None) -> list[GeneratedVersion]:
-    """`n` drafts waiting for review, oldest first, each with its own recognisable text."""
-    now = timezone.now()
-    drafts = []
-    for i in range(n):
-        item = ItemFactory(awaiting_review=True, **({"job": job} if job else {}))
-        drafts.append(add_version(item, f"Draft number {i + 1} of the queue, about {item.product.sku}."))
-        Item.objects.filter(pk=item.pk).update(updated_at=now - timedelta(minutes=n - i))
-    return drafts
-
-
 def publish(product: Product, text: str) -> None:
     """As if an earlier draft had been applied: the catalogue destination's fields on the product."""
     earlier = add_version(ItemFactory(product=product, state=ItemState.APPLIED), text)
     Product.objects.filter(pk=product.pk).update(
         published_content=text, published_version=earlier, published_revision=1, published_at=timezone.now()
     )
-
-
-def revise(product: Product) -> None:
-    """A new revision the ledger has not reacted to yet (as in the moment between a change and its effects)."""
-    revision = SourceRevision.objects.create(
-        product=product, number=2, title="Walnut board", fields={"material": "walnut"}, content_hash="r2" * 32
-    )
-    Product.objects.filter(pk=product.pk).update(current_revision=revision)
-
-
-def withdraw(product: Product) -> None:
-    Product.objects.filter(pk=product.pk).update(status=ProductStatus.WITHDRAWN)
-
-
-def snapshot(item: Item) -> tuple:
-    item.refresh_from_db()
-    return item.state, item.approved_version_id, Approval.objects.count(), Event.objects.count()
 
 
 def focus(client, **params):
@@ -320,7 +292,7 @@ def test_a_position_typed_in_is_counted_from_the_nearer_end(client, owner):
 def test_a_draft_opened_by_its_item_deep_in_the_queue_is_not_counted_to(client, owner, monkeypatch):
     """The list's rows open their draft by item: its place is counted only near either end of the
     queue; deeper, the desk shows the draft and how many wait, and steps on by cursors."""
-    monkeypatch.setattr("review.views.POSITION_COUNT_CAP", 2)
+    monkeypatch.setattr("review.desk.POSITION_COUNT_CAP", 2)
     drafts = queue_of(7)
     client.force_login(owner)
     assert focus(client, item=drafts[1].item_id).context["pos"] == 2
@@ -417,69 +389,6 @@ def test_a_draft_the_product_moved_on_from_cannot_be_approved(
     assert product.published_version_id is None and product.published_content == ""
 
 
-# --- list mode -----------------------------------------------------------------------------
-
-
-def test_list_mode_pages_fifty_drafts_at_a_time(client, owner):
-    drafts = queue_of(53)
-    client.force_login(owner)
-    first = listing(client)
-    html = first.content.decode()
-    assert len(first.context["cards"]) == 50 and "Page 1 of 2" in html
-    assert "53 drafts waiting" in html
-    assert drafts[0].content in html and drafts[50].content not in html
-    assert f'name="draft" value="{drafts[0].pk}:{drafts[0].content_hash}"' in html
-    assert str(money(version_cost(drafts[0]))) in html
-    assert "?mode=list&amp;page=2" in html
-    second = listing(client, page=2)
-    assert [c.item.pk for c in second.context["cards"]] == [d.item_id for d in drafts[50:]]
-
-
-def test_list_mode_shows_the_start_of_each_draft(client, owner, item):
-    add_version(item, "Oak. " * 60)
-    client.force_login(owner)
-    html = listing(client).content.decode()
-    assert ("Oak. " * 27 + "Oak.…") in html
-    assert "Oak. " * 29 not in html
-
-
-@pytest.mark.parametrize(
-    "text",
-    ["short", "x" * 140, "x" * 141, "word " * 60, "é" * 200, "e\u0301" * 150, "", "ab\ncd " * 40],
-)
-def test_the_list_preview_is_what_truncatechars_shows(text):
-    from django.template.defaultfilters import truncatechars
-
-    from review.views import PREVIEW_CHARS, ReviewCard
-
-    card = ReviewCard(item=Item(), version=GeneratedVersion(content=text))
-    assert card.preview == truncatechars(text or "No draft recorded.", PREVIEW_CHARS)
-    assert ReviewCard(item=Item(), version=None).preview == "No draft recorded."
-
-
-def test_list_mode_filters_by_job(client, owner):
-    job = JobFactory()
-    others = queue_of(2)
-    mine = queue_of(3, job=job)
-    client.force_login(owner)
-    response = listing(client, job=job.pk)
-    assert [c.item.pk for c in response.context["cards"]] == [d.item_id for d in mine]
-    html = response.content.decode()
-    assert others[0].content not in html
-    assert '<input type="hidden" name="mode" value="list">' in html
-    assert 'value="/review/?mode=list&amp;job=' in html
-
-
-def test_list_mode_queries_do_not_grow_with_rows(client, owner, django_assert_max_num_queries):
-    client.force_login(owner)
-    queue_of(3)
-    with CaptureQueriesContext(connection) as few:
-        assert listing(client).status_code == 200
-    queue_of(60)
-    with django_assert_max_num_queries(len(few)):
-        assert len(listing(client).context["cards"]) == 50
-
-
 def test_focus_mode_queries_do_not_grow_with_the_queue(client, owner, django_assert_max_num_queries):
     client.force_login(owner)
     queue_of(2)
@@ -488,144 +397,6 @@ def test_focus_mode_queries_do_not_grow_with_the_queue(client, owner, django_ass
     queue_of(30)
     with django_assert_max_num_queries(len(few)):
         assert focus(client, pos=20).status_code == 200
-
-
-# --- approving many at once ----------------------------------------------------------------
-
-
-def ticked(*drafts: GeneratedVersion) -> list[str]:
-    """The values of the ticked rows: each draft's version id and content hash."""
-    return [f"{d.pk}:{d.content_hash}" for d in drafts]
-
-
-def approve_selected(client, drafts: list[GeneratedVersion], **more):
-    return client.post(reverse("approve_selected"), {"draft": ticked(*drafts), **more}, follow=True)
-
-
-def test_approving_selected_drafts_approves_the_valid_current_ones_and_says_why_not_the_rest(client, owner):
-    good = queue_of(3)
-    stale, gone = queue_of(2)
-    invalid_item = ItemFactory(awaiting_review=True)
-    invalid = add_version(invalid_item, "Short.", valid=False, reasons=["Too short"])
-    revise(stale.item.product)
-    withdraw(gone.item.product)
-    client.force_login(owner)
-
-    response = approve_selected(client, [*good, stale, gone, invalid], next="/review/?mode=list")
-    assert response.redirect_chain == [("/review/?mode=list", 302)]
-    html = response.content.decode()
-    assert "Approved 3 drafts; being applied." in html
-    assert (
-        f"Not approved — {stale.item.product.sku}: The product changed since this draft was generated" in html
-    )
-    assert f"Not approved — {gone.item.product.sku}: The product was withdrawn" in html
-    assert f"Not approved — {invalid_item.product.sku}: Only a valid draft can be approved" in html
-
-    approved = set(Approval.objects.values_list("version_id", "version_hash"))
-    assert approved == {(d.pk, d.content_hash) for d in good}
-    assert Item.objects.get(pk=invalid_item.pk).state == ItemState.AWAITING_REVIEW
-
-
-@pytest.mark.parametrize(
-    "spoil, says",
-    [
-        (lambda d: f"{d.pk}:{'0' * 64}", "the draft changed since the page was shown"),
-        (lambda d: f"{d.pk + 1000}:{d.content_hash}", "does not exist"),
-    ],
-)
-def test_a_tick_that_names_another_draft_than_the_page_showed_approves_nothing(client, owner, spoil, says):
-    drafts = queue_of(3)
-    client.force_login(owner)
-    before = Event.objects.count()
-    values = [*ticked(*drafts[:2]), spoil(drafts[2])]
-    response = client.post(reverse("approve_selected"), {"draft": values}, follow=True)
-    html = response.content.decode()
-    assert "Nothing was approved: the page you ticked on is out of date" in html and says in html
-    assert not Approval.objects.exists() and Event.objects.count() == before
-    assert {i.state for i in Item.objects.all()} == {ItemState.AWAITING_REVIEW}
-
-
-def test_ticks_from_a_page_shown_before_a_bulk_approval_approve_nothing(client, owner):
-    """Back after approving three: the page of then, ticked again with one more, approves nothing."""
-    drafts = queue_of(4)
-    client.force_login(owner)
-    approve_selected(client, drafts[:3])
-    assert Approval.objects.count() == 3
-    html = approve_selected(client, drafts).content.decode()
-    assert "Nothing was approved: the page you ticked on is out of date" in html
-    assert f"{drafts[0].item.product.sku} is no longer waiting for review" in html
-    assert Approval.objects.count() == 3
-    assert Item.objects.get(pk=drafts[3].item_id).state == ItemState.AWAITING_REVIEW
-
-
-def test_the_list_names_each_drafts_version_and_hash_and_asks_the_browser_not_to_restore_ticks(
-    client, owner, item, draft
-):
-    client.force_login(owner)
-    html = listing(client).content.decode()
-    assert 'data-bulk-approve autocomplete="off"' in html
-    assert f'name="draft" value="{draft.pk}:{draft.content_hash}" autocomplete="off"' in html
-    assert f"hash_{item.pk}" not in html
-
-
-def test_approving_selected_names_only_the_latest_draft(client, owner, item, draft):
-    newer = add_version(item, "A newer draft, the one that is on the page now for this oak board.")
-    client.force_login(owner)
-    html = approve_selected(client, [draft]).content.decode()
-    assert "has a newer draft than the one shown" in html and not Approval.objects.exists()
-    approve_selected(client, [newer])
-    assert Approval.objects.get().version == newer
-
-
-@pytest.mark.parametrize(
-    "data, message",
-    [
-        ({}, "Tick the drafts to approve."),
-        ({"draft": ["x"]}, "Each ticked draft is named by its version id and content hash"),
-        ({"draft": ["1"]}, "Each ticked draft is named by its version id and content hash"),
-        ({"draft": ["1:nope"]}, "Each ticked draft is named by its version id and content hash"),
-        ({"draft": [f"{i}:{'a' * 64}" for i in range(1, 52)]}, "Approve at most 50 drafts at once."),
-    ],
-)
-def test_malformed_bulk_approval_is_a_400_and_changes_nothing(client, owner, item, data, message):
-    client.force_login(owner)
-    before = snapshot(item)
-    response = client.post(reverse("approve_selected"), data)
-    assert response.status_code == 400
-    assert message in response.content.decode()
-    assert snapshot(item) == before
-
-
-def test_an_operator_cannot_approve_selected_drafts(client, operator, item, draft):
-    client.force_login(operator)
-    before = snapshot(item)
-    response = client.post(reverse("approve_selected"), {"draft": ticked(draft)})
-    assert response.status_code == 403
-    assert snapshot(item) == before
-
-
-def test_approving_selected_drafts_needs_post_and_the_csrf_token(owner, item, draft):
-    client = Client(enforce_csrf_checks=True)
-    client.force_login(owner)
-    before = snapshot(item)
-    data = {"draft": ticked(draft)}
-    assert client.get(reverse("approve_selected"), data).status_code == 405
-    assert client.post(reverse("approve_selected"), data).status_code == 403
-    assert snapshot(item) == before
-    token = listing(client).context["csrf_token"]
-    assert (
-        client.post(reverse("approve_selected"), {**data, "csrfmiddlewaretoken": str(token)}).status_code
-        == 302
-    )
-    assert Approval.objects.get().version == draft
-
-
-def test_bulk_approval_does_not_return_elsewhere(client, owner, item, draft):
-    client.force_login(owner)
-    response = client.post(
-        reverse("approve_selected"), {"draft": ticked(draft), "next": "https://evil.example/"}
-    )
-    assert response.url == "/review/?mode=list"
 
 
 # --- the item page -------------------------------------------------------------------------

@@ -1,0 +1,290 @@
+"""The review desk (SPEC §8): one draft at a time beside its source revision, compared word by word
+with the text published now, and the decision on it. A decision sent with htmx answers with what
+happened to that draft and the next one to decide on; without JavaScript, the page it came from.
+The same approve and reject answer the item page's forms. `review/?mode=list` is the list
+(`review_list.py`)."""
+
+from dataclasses import replace
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.vary import vary_on_headers
+
+from ledger.actions import NotAllowed, currency_problem
+from ledger.actions.reviewing import EditRefused, approve_version, reject_version
+from ledger.models import Item
+
+from .common import HtmxHttpRequest, form_errors, refused_page, wants_partial
+from .forms import ApproveForm, RejectForm
+from .paging import PageRefused, cursor_for, read_cursor, reversed_order, rows_beyond
+from .permissions import APPROVERS, VIEWERS, has_role, role_required
+from .queue import (
+    QUEUE_ORDER,
+    jobs_in_review,
+    next_url,
+    place_of,
+    queue_url,
+    review_cards,
+    review_queue_items,
+    waiting_count,
+)
+from .review_list import ReviewFilter, review_list
+
+
+def cursor_key(token: str | None) -> list | None:
+    """The queue key a cursor names, or None for no cursor or a bad one (then the position is used)."""
+    if not token:
+        return None
+    try:
+        direction, key = read_cursor(Item, QUEUE_ORDER, token)
+    except PageRefused:
+        return None
+    return key if direction == "after" else None
+
+
+def focus_context(
+    request: HttpRequest,
+    *,
+    job_id: int | None,
+    pos: int | None,
+    after: str | None = None,
+    decided: Item | None = None,
+    outcome: str = "",
+    error: str = "",
+    refused_item: int | None = None,
+    edited_text: str | None = None,
+) -> dict:
+    """The draft at position `pos` of the queue (clamped to it), and what happened to the one decided on.
+
+    With `after`, the cursor of the draft before it, the draft is the first one after that, read from
+    the queue's index wherever it is; `pos` is then only shown, and may be None (not known: a draft
+    opened by its item deep in the queue). Without it (the first draft, or a position typed in), the
+    queue is counted into from its nearer end. The links to the next and previous drafts, and the
+    place a decision comes back to, carry the cursor of the draft before theirs."""
+    queue = review_queue_items(job_id)
+    count = waiting_count(job_id)
+    key = cursor_key(after) if pos is None or pos > 1 else None
+    if pos is not None or key is None:
+        pos = min(max(pos or 1, 1), count)
+    at: tuple | None = None
+    if key is not None:
+        at = (
+            queue.filter(rows_beyond(Item, QUEUE_ORDER, key, backwards=False))
+            .values_list("pk", "updated_at")
+            .first()
+        )
+    if at is None and count:
+        pos = pos or 1
+        if pos - 1 <= count - pos:
+            at = queue.values_list("pk", "updated_at")[pos - 1 : pos].first()
+        else:
+            backwards = queue.order_by(*reversed_order(QUEUE_ORDER))
+            at = backwards.values_list("pk", "updated_at")[count - pos : count - pos + 1].first()
+    # The drafts before it, nearest first: the cursors of this place and of the previous one.
+    before = []
+    if at is not None and pos != 1:
+        current = [at[1], at[0]]
+        before = [
+            [moment, pk]
+            for pk, moment in queue.filter(rows_beyond(Item, QUEUE_ORDER, current, backwards=True))
+            .order_by(*reversed_order(QUEUE_ORDER))
+            .values_list("pk", "updated_at")[:2]
+        ]
+        if pos is None and len(before) < 2:
+            pos = len(before) + 1  # near the start: known after all
+    cursors = [cursor_for("after", [moment.isoformat(), pk]) for moment, pk in before]
+    here = cursors[0] if cursors else None
+    cards = review_cards(Item.objects.filter(pk=at[0])) if at is not None else []
+    card = cards[0] if cards else None
+    if card is not None:  # one draft: ask the ledger's own rule, as approving it will
+        card = replace(card, currency=currency_problem(card.item))
+    following = cursor_for("after", [at[1].isoformat(), at[0]]) if at is not None else None
+    if pos is None:
+        previous_url = queue_url(job=job_id, after=cursors[1]) if len(cursors) > 1 else queue_url(job=job_id)
+        next_url = queue_url(job=job_id, after=following) if following else ""
+    else:
+        previous_url = (
+            queue_url(job=job_id, pos=pos - 1, after=cursors[1] if len(cursors) > 1 else None)
+            if pos > 1
+            else ""
+        )
+        next_url = queue_url(job=job_id, pos=pos + 1, after=following) if pos < count else ""
+    return {
+        "card": card,
+        "pos": pos,
+        "count": count,
+        "job_id": job_id,
+        "after": here,
+        "previous_url": previous_url,
+        "next_url": next_url,
+        "return_to": queue_url(job=job_id, pos=pos, after=here),
+        "decided": decided,
+        "outcome": outcome,
+        "error": error if decided else "",
+        # A refusal stays with its own draft's card, never on the next one shown (rule 15), with the
+        # text the reviewer had typed when it was an edit.
+        "card_error": error if refused_item and card and card.item.pk == refused_item else "",
+        "edited_text": edited_text if refused_item and card and card.item.pk == refused_item else None,
+        "can_decide": has_role(request.user, *APPROVERS),
+    }
+
+
+# Where a draft opened by its item stands is counted up to this many drafts from either end of the
+# queue; deeper, it is not shown (counting costs what the count is).
+POSITION_COUNT_CAP = 5_000
+
+
+def place_in(job_id: int | None, item: Item) -> tuple[int | None, str | None] | None:
+    """Where a waiting item stands in the queue (of the job, or of every job): (its position, or None
+    when deeper than POSITION_COUNT_CAP from both ends; the cursor of the draft before it), or None
+    when it is not in the queue."""
+    queue = review_queue_items(job_id)
+    if not queue.filter(pk=item.pk).exists():
+        return None
+    key = [item.updated_at, item.pk]
+    earlier = queue.filter(rows_beyond(Item, QUEUE_ORDER, key, backwards=True))
+    previous = earlier.order_by(*reversed_order(QUEUE_ORDER)).values_list("updated_at", "pk").first()
+    after = cursor_for("after", [previous[0].isoformat(), previous[1]]) if previous else None
+    ahead = earlier.order_by()[:POSITION_COUNT_CAP].count()
+    if ahead < POSITION_COUNT_CAP:
+        return ahead + 1, after
+    behind = (
+        queue.filter(rows_beyond(Item, QUEUE_ORDER, key, backwards=False))
+        .order_by()[:POSITION_COUNT_CAP]
+        .count()
+    )
+    if behind < POSITION_COUNT_CAP:
+        return max(waiting_count(job_id) - behind, 1), after
+    return None, after
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+@login_required
+@role_required(*VIEWERS)
+def review_queue(request: HtmxHttpRequest) -> HttpResponse:
+    place = place_of(request.GET)
+    job_id = place.get("job")
+    if place.get("mode") == "list":
+        return review_list(request, ReviewFilter.of(place))
+    pos, after = place.get("pos"), place.get("after")
+    if item_id := place.get("item"):
+        item = get_object_or_404(Item, pk=item_id)
+        found = place_in(job_id, item)
+        if found is None:  # decided already: its own page says what became of it
+            return redirect("item_detail", item.pk)
+        pos, after = found
+    context = focus_context(request, job_id=job_id, pos=pos, after=after)
+    if wants_partial(request) and not request.htmx.history_restore_request:
+        return render(request, "review_queue.html#focus", context)
+    context["jobs"] = jobs_in_review(job_id)
+    return render(request, "review_queue.html", context)
+
+
+def render_focus(
+    request: HtmxHttpRequest,
+    item_id: int,
+    *,
+    outcome: str = "",
+    error: str = "",
+    edited_text: str | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    """The answer to a decision sent from focus mode. Still waiting (a refusal): the same draft, saying
+    why nothing changed. Decided, or gone from the queue: what became of it, then the draft now at the
+    reviewer's position, which is the next one."""
+    place = place_of(request.POST)
+    job_id = place.get("job")
+    item = Item.objects.select_related("product").get(pk=item_id)
+    still_waiting = None if outcome else place_in(job_id, item)
+    if still_waiting:
+        pos, after = still_waiting
+        context = focus_context(
+            request,
+            job_id=job_id,
+            pos=pos,
+            after=after,
+            error=error,
+            refused_item=item.pk,
+            edited_text=edited_text,
+        )
+    else:
+        context = focus_context(
+            request,
+            job_id=job_id,
+            pos=place.get("pos"),
+            after=place.get("after"),
+            decided=item,
+            outcome=outcome,
+            error=error,
+        )
+    response = render(request, "review_queue.html#focus", context, status=status)
+    response["HX-Replace-Url"] = context["return_to"]  # a reload shows the draft now on screen
+    return response
+
+
+def refused(
+    request: HtmxHttpRequest, item: Item, message: str, *, status: int, edited_text: str | None = None
+) -> HttpResponse:
+    """Nothing was changed: say why, in the desk (htmx), on an error page (bad input) or as a message."""
+    if wants_partial(request):
+        return render_focus(request, item.pk, error=message, edited_text=edited_text, status=status)
+    if status == 400:
+        return refused_page(request, message, next_url(request))
+    messages.error(request, f"{item.product.sku}: {message}")
+    return redirect(next_url(request))
+
+
+def decided(request: HtmxHttpRequest, item: Item, outcome: str) -> HttpResponse:
+    if wants_partial(request):
+        return render_focus(request, item.pk, outcome=outcome)
+    messages.success(request, f"{item.product.sku}: {outcome}.")
+    return redirect(next_url(request))
+
+
+@require_POST
+@login_required
+@role_required(*APPROVERS)
+def approve(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
+    item = get_object_or_404(Item.objects.select_related("product"), pk=item_id)
+    form = ApproveForm(request.POST)
+    if not form.is_valid():
+        return refused(request, item, form_errors(form), status=400)
+    try:
+        approval = approve_version(
+            item_id=item.pk,
+            version_id=form.cleaned_data["version_id"],
+            version_hash=form.cleaned_data["version_hash"],
+            approver=request.user,
+            content=form.cleaned_data["content"],
+            note=form.cleaned_data["note"],
+        )
+    except EditRefused as exc:
+        return refused(request, item, str(exc), status=400, edited_text=form.cleaned_data["content"])
+    except NotAllowed as exc:
+        return refused(request, item, str(exc), status=409)
+    outcome = "Approved with your edits — being applied" if approval.edited else "Approved — being applied"
+    return decided(request, item, outcome)
+
+
+@require_POST
+@login_required
+@role_required(*APPROVERS)
+def reject(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
+    item = get_object_or_404(Item.objects.select_related("product"), pk=item_id)
+    form = RejectForm(request.POST)
+    if not form.is_valid():
+        return refused(request, item, form_errors(form), status=400)
+    try:
+        reject_version(
+            item_id=item.pk,
+            version_id=form.cleaned_data["version_id"],
+            reviewer=request.user,
+            reason=form.cleaned_data["reason"],
+        )
+    except NotAllowed as exc:
+        return refused(request, item, str(exc), status=409)
+    return decided(request, item, "Rejected")
