@@ -5,7 +5,7 @@ import pytest
 from django.db import connection
 from django.urls import reverse
 
-from ledger.actions import revise_product
+from ledger.catalogue import revise_product
 from ledger.models import Product
 from review import search as searching
 from review.search import like_trigrams, rare_pieces, trigram_rows, trigrams
