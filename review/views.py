@@ -34,7 +34,7 @@ from ledger.actions.reviewing import (
 from ledger.estimates import request_estimate, work_cost
 from ledger.models import GeneratedVersion, Item, ItemTally, Job, PromptVersion
 from ledger.pricing import is_apportioned, price_for, unknown_price, version_cost
-from ledger.states import ItemState, JobState
+from ledger.states import DECIDABLE_STATES, STOPS, ItemState, JobState
 
 from .common import HtmxHttpRequest, ShownValue, fields_of, wants_partial, word_diff
 from .forms import (
@@ -51,11 +51,6 @@ from .forms import (
 from .paging import PageRefused, _beyond, _read_token, _reversed, _token, screen_page
 from .permissions import APPROVERS, OPERATOR, VIEWERS, has_role, role_required
 
-# Why a draft may not be approved although it waits for review: the product moved on since it was generated.
-CURRENCY_NOTES = {
-    ItemState.OBSOLETE: "The product changed after this draft was generated — a new draft is being requested",
-    ItemState.WITHDRAWN: "The product was withdrawn — nothing will be published",
-}
 INVALID_NOTE = "Only a valid draft can be approved"
 # How much of each draft the list shows.
 PREVIEW_CHARS = 140
@@ -109,11 +104,7 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     current = product.current_revision if product.current_revision_id != item.source_revision_id else None
     # Waiting for review: approve (the text as it stands in the box, judged like a draft) or reject.
     # Unusable (validation_failed): an owner may edit the draft into a valid text and approve it.
-    can_decide = (
-        item.state in (ItemState.AWAITING_REVIEW, ItemState.VALIDATION_FAILED)
-        and latest is not None
-        and has_role(request.user, *APPROVERS)
-    )
+    can_decide = item.state in DECIDABLE_STATES and latest is not None and has_role(request.user, *APPROVERS)
     currency = currency_problem(item) if can_decide else None
     context = {
         "item": item,
@@ -121,6 +112,7 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
         "source_fields": fields_of(item.source_revision),
         "current_revision": current,
         "current_fields": fields_of(current) if current else [],
+        "revision_note": STOPS[ItemState.OBSOLETE].event,
         "versions": [
             VersionView(v, version_cost(v), [] if v.content_expired_at else word_diff(published, v.content))
             for v in versions
@@ -132,7 +124,7 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
         "can_decide": can_decide,
         "can_reject": can_decide and item.state == ItemState.AWAITING_REVIEW,
         "regenerate_choices": regenerate_choices(item) if may_regenerate(request.user, item) else [],
-        "approve_refusal": CURRENCY_NOTES[currency] if currency else "",
+        "approve_refusal": STOPS[currency].note if currency else "",
     }
     return render(request, "item_detail.html", context)
 
@@ -169,7 +161,7 @@ def refusal_of(version: GeneratedVersion | None, currency: str | None) -> str:
     """Why approving this draft would be refused, said before anyone tries; "" when it may be approved.
     The ledger decides again at approval."""
     if currency:
-        return CURRENCY_NOTES[currency]
+        return STOPS[currency].note
     if version is None:
         return "No draft recorded"
     if not version.valid:

@@ -6,7 +6,7 @@ from django.utils import timezone
 
 from ..models import Event, Item, Job, Submission
 from ..notifications import job_state_changed
-from ..states import ItemState, JobState, ReasonCode, SubmissionState, sources_for
+from ..states import STOPS, ItemState, JobState, ReasonCode, SubmissionState, sources_for
 from .collecting import retry_inference
 from .core import NotAllowed, actor_name, change_state, enqueue, move_items, refresh_job_state
 from .jobs import currency_problem
@@ -29,11 +29,7 @@ def retry_item(item_id: int, *, unit: str, actor=None) -> Item:
         if not item.approved_version_id:
             raise NotAllowed("Nothing was approved for this item, so there is nothing to apply")
         if problem := currency_problem(item):
-            raise NotAllowed(
-                "The product was withdrawn; nothing will be published for it"
-                if problem == ItemState.WITHDRAWN
-                else "The product changed since approval; its current revision is drafted anew"
-            )
+            raise NotAllowed(STOPS[problem].refusal)
         with transaction.atomic():
             changed = change_state(
                 item_id,

@@ -5,7 +5,7 @@ import jsonschema
 from django.db import IntegrityError, transaction
 
 from ..models import Approval, GeneratedVersion, Item, Job, PromptVersion, SourceRevision
-from ..states import ItemState, JobState, ReasonCode
+from ..states import DECIDABLE_STATES, STOPS, ItemState, JobState, ReasonCode
 from ..validation import DraftChecker, Reason, read_draft, shortened, source_text
 from .core import NotAllowed, change_state, enqueue, refresh_job_state
 from .jobs import create_job, currency_problem, judge_currency
@@ -77,7 +77,7 @@ def approve_version(
         repairing = item.state == ItemState.VALIDATION_FAILED
         if repairing and content is None:
             raise NotAllowed(INVALID_DRAFT)
-        if item.state != ItemState.AWAITING_REVIEW and not repairing:
+        if item.state not in DECIDABLE_STATES:
             raise NotAllowed(
                 f"This draft cannot be approved: the item is now “{ItemState(item.state).label}”"
             )
@@ -118,7 +118,7 @@ def approve_version(
                 to=ItemState.APPROVED,
                 actor=approver,
                 reason=reason,
-                expect=[ItemState.AWAITING_REVIEW, ItemState.VALIDATION_FAILED],
+                expect=DECIDABLE_STATES,
                 data=data,
                 approved_version=version,
             )
@@ -127,15 +127,9 @@ def approve_version(
         # Moved out of the way in its own transaction, so the refusal's outcome is kept.
         judge_currency(item, actor=approver)
         refresh_job_state(item.job_id)
-        raise NotAllowed(APPROVAL_REFUSALS[problem])
+        raise NotAllowed(STOPS[problem].refusal)
     refresh_job_state(item.job_id)
     return approval
-
-
-APPROVAL_REFUSALS = {
-    ItemState.WITHDRAWN: "The product was withdrawn; nothing will be published for it",
-    ItemState.OBSOLETE: "The product changed since this draft was generated; a new draft has been requested",
-}
 
 
 def reject_version(*, item_id: int, version_id: int, reviewer, reason: str) -> Item:
