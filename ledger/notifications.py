@@ -39,7 +39,7 @@ from django_q.tasks import async_task
 
 from .models import ItemTally, Job, JobNotification, NotificationAttempt, NotificationChannel, Pilot
 from .pilots.report import Report
-from .scrubbing import scrub_credentials
+from .scrubbing import scrub_credentials, stored_text
 from .signed_webhooks import signed_headers, signer
 from .states import JobState
 
@@ -57,6 +57,8 @@ MAX_URL_LENGTH = 2000
 # What is kept of a receiver's answer: the start of it, scrubbed.
 ANSWER_EXCERPT = 200
 ANSWER_BYTES_READ = 2048
+# What a try's columns hold (`NotificationAttempt.error` and `.answer`).
+NOTICE_TEXT_CHARS = 300
 MOST_PER_PASS = 1000
 SEND_TASK = "ledger.tasks.send_notification"
 
@@ -332,8 +334,8 @@ def record(notification: JobNotification, outcome: Outcome, held_until: datetime
             at=now,
             delivered=outcome.delivered,
             status=outcome.status,
-            error=outcome.error[:300],
-            answer=outcome.answer[:300],
+            error=stored_text(outcome.error, limit=NOTICE_TEXT_CHARS),
+            answer=stored_text(outcome.answer, limit=NOTICE_TEXT_CHARS),
         )
         JobNotification.objects.filter(pk=notification.pk, next_attempt_at=held_until).update(
             attempts=F("attempts") + 1, **after

@@ -10,6 +10,7 @@ from django.utils import timezone
 from ..destinations.base import DestinationResult
 from ..models import Approval, AttemptOutcome, DestinationAttempt, GeneratedVersion, Item
 from ..pilots.drill import LOST_ANSWER, answer_lost
+from ..scrubbing import ATTEMPT_RESPONSE_CHARS, stored_text
 from ..states import STOPS, ItemState, ReasonCode
 from .core import NotAllowed, backoff, change_state, refresh_job_state
 from .jobs import currency_problem, judge_currency, queue_current_revision
@@ -106,7 +107,9 @@ def stop_application(item: Item, problem: str) -> None:
 def record_attempt(item: Item, attempt: DestinationAttempt, result: "DestinationResult") -> str:
     with transaction.atomic():
         DestinationAttempt.objects.filter(pk=attempt.pk).update(
-            outcome=result.outcome, response=result.message[:4000], finished_at=timezone.now()
+            outcome=result.outcome,
+            response=stored_text(result.message, limit=ATTEMPT_RESPONSE_CHARS),
+            finished_at=timezone.now(),
         )
         now_in = Item.objects.select_for_update().values_list("state", flat=True).get(pk=item.pk)
         if now_in != ItemState.APPLYING:

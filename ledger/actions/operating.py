@@ -6,6 +6,7 @@ from django.utils import timezone
 
 from ..models import Event, Item, Job, Submission
 from ..notifications import job_state_changed
+from ..scrubbing import stored_text
 from ..states import STOPS, ItemState, JobState, ReasonCode, SubmissionState, sources_for
 from .collecting import retry_inference
 from .core import NotAllowed, actor_name, change_state, enqueue, move_items, refresh_job_state
@@ -128,7 +129,7 @@ def cancel_at_provider(submission_id: int, *, provider=None) -> str:
     provider = provider or get_provider(submission.provider)
     answer, said = ask_to_cancel(provider, submission.provider_ref)
     if answer is None:
-        Submission.objects.filter(pk=submission_id).update(error=said[:2000])
+        Submission.objects.filter(pk=submission_id).update(error=stored_text(said))
         return "retry later"
     with transaction.atomic():
         recorded = Submission.objects.filter(pk=submission_id, cancel_answered_at__isnull=True).update(
@@ -141,7 +142,7 @@ def cancel_at_provider(submission_id: int, *, provider=None) -> str:
                 job_id=submission.job_id,
                 from_state=submission.state,
                 to_state=submission.state,
-                reason=said[:2000],
+                reason=stored_text(said),
                 data={"provider_answer": answer},
             )
     return said

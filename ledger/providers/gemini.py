@@ -33,7 +33,7 @@ import httpx
 
 from ..retrying import retry_after_seconds
 from ..schema_dialects import Dialect, sent_schema
-from ..scrubbing import scrub_credentials
+from ..scrubbing import scrub_credentials, stored_text
 from ..states import ReasonCode
 from .base import (
     AnswerLost,
@@ -294,7 +294,7 @@ def _parse_answer(
             succeeded=False,
             http_status=http_status,
             error_code=code,
-            error_message=scrub_credentials(str(error.get("message") or ""), secrets)[:2000],
+            error_message=stored_text(scrub_credentials(str(error.get("message") or ""), secrets)),
             reason=reason,
             transient=transient,
         )
@@ -573,7 +573,7 @@ class GeminiBatchProvider(HttpBatchProvider):
             )
             if isinstance(stats, dict)
             else None,
-            problem=scrub_credentials(problem, self.secrets)[:2000],
+            problem=stored_text(scrub_credentials(problem, self.secrets)),
             # An expired batch has no results at all; its requests are retried (transient).
             unanswered_reason=ReasonCode.BATCH_EXPIRED if suffix == "EXPIRED" else "",
             ended_at=parse_time(metadata.get("endTime")) if ended else None,

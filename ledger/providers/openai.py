@@ -10,7 +10,7 @@ import httpx
 
 from ..models import compact_json
 from ..schema_dialects import Dialect, sent_schema
-from ..scrubbing import scrub_credentials
+from ..scrubbing import scrub_credentials, stored_text
 from ..states import ReasonCode
 from .base import (
     AnswerLost,
@@ -288,9 +288,11 @@ class OpenAIBatchProvider(HttpBatchProvider):
             )
             if isinstance(counts, dict)
             else None,
-            problem=scrub_credentials(
-                "; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors), self.secrets
-            )[:2000],
+            problem=stored_text(
+                scrub_credentials(
+                    "; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors), self.secrets
+                )
+            ),
             ended_at=unix_time(batch.get(ENDED_STAMPS[word])) if word in ENDED_STAMPS else None,
         )
 
