@@ -40,6 +40,7 @@ from django_q.tasks import async_task
 from .models import ItemTally, Job, JobNotification, NotificationAttempt, NotificationChannel, Pilot
 from .pilots.report import Report
 from .scrubbing import scrub_credentials, stored_text
+from .setting_files import setting_refused
 from .signed_webhooks import signed_headers, signer
 from .states import JobState
 
@@ -178,20 +179,14 @@ def target_of(url: str) -> Target:
 
 def check_notify_secret(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     """System check: a notify secret that is set but cannot sign stops every process at startup."""
-    secret = getattr(settings, "BATCHDESK_NOTIFY_SECRET", "")
-    if not secret:
-        return []
-    try:
-        signer(secret)
-    except ValueError as exc:
-        return [
-            checks.Error(
-                f"BATCHDESK_NOTIFY_SECRET: {exc}",
-                hint="Set it to whsec_ and base64 (e.g. whsec_ and `openssl rand -base64 32`), or unset it.",
-                id="batchdesk.E005",
-            )
-        ]
-    return []
+    return setting_refused(
+        "BATCHDESK_NOTIFY_SECRET",
+        signer,
+        ValueError,
+        hint="Set it to whsec_ and base64 (e.g. whsec_ and `openssl rand -base64 32`), or unset it.",
+        id="batchdesk.E005",
+        named=True,
+    )
 
 
 # --- the outbox ----------------------------------------------------------------------------

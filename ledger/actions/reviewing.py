@@ -22,6 +22,8 @@ class EditRefused(NotAllowed):
 
 INVALID_DRAFT = "Only a valid draft can be approved; an edited text that passes every check may be"
 EMPTY_EDIT = "The edited text is empty: write the text to publish, or approve the draft as it is"
+# The approval's event when an owner's valid edit repaired an unusable draft.
+REPAIRED = "Edited into a text that passes every check and approved (the generated draft was unusable)"
 
 
 def edit_reasons(
@@ -109,15 +111,13 @@ def approve_version(
                 note=note,
             )
             data = {"version": version.pk, "content_hash": version.content_hash, "edited": approval.edited}
-            reason = ""
             if repairing:
                 data["repaired"] = True
-                reason = "Edited into a text that passes every check and approved (the generated draft was unusable)"
             change_state(
                 item.pk,
                 to=ItemState.APPROVED,
                 actor=approver,
-                reason=reason,
+                reason=REPAIRED if repairing else "",
                 expect=DECIDABLE_STATES,
                 data=data,
                 approved_version=version,
