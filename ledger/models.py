@@ -17,7 +17,7 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from .retrying import PERMANENT_REFUSAL_PATIENCE
-from .states import DraftNote, ItemState, JobState, ReasonCode, SubmissionState
+from .states import NEEDS_ATTENTION_STATES, DraftNote, ItemState, JobState, ReasonCode, SubmissionState
 
 # One encoder for every rendering: json.dumps with these options builds a new one each call.
 _CANONICAL = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"))
@@ -281,6 +281,11 @@ class Job(models.Model):
 class ItemQuerySet(models.QuerySet):
     def awaiting_review(self):
         return self.filter(state=ItemState.AWAITING_REVIEW)
+
+    def needs_attention(self) -> "ItemQuerySet":
+        """Items a person must look at (`NEEDS_ATTENTION_STATES`): the operations page and `/metrics`
+        count these. A cancelled job's items are never sent again, so they need nobody."""
+        return self.filter(state__in=NEEDS_ATTENTION_STATES).exclude(job__state=JobState.CANCELLED)
 
     def counts_by_state(self) -> dict[str, int]:
         """Items by state, counted row by row (the tallies' reference: `ItemTally` answers the screens)."""

@@ -32,16 +32,13 @@ from django.utils import timezone
 from rapidfuzz.distance import Levenshtein
 
 from .models import Approval, Event, PromptVersion, category_text
-from .states import ItemState
+from .states import DECIDABLE_STATES
 
 # Edited approvals whose edit distance is measured, the most recent first.
 EDIT_SAMPLE = 500
 # Rejection reasons listed, the most frequent first.
 REASONS_SHOWN = 20
 NO_CATEGORY = "(none)"
-
-# What a draft waits in for a person's decision.
-READY_STATES = (ItemState.AWAITING_REVIEW, ItemState.VALIDATION_FAILED)
 
 PROMPT_VERSION, PROVIDER, MODEL, CATEGORY = "prompt_version", "provider", "model", "category"
 DIMENSIONS = {
@@ -71,10 +68,10 @@ def period_of(decided_at: str, period: str) -> models.Func:
 
 
 def ready_at(decided_at: str) -> Subquery:
-    """When the decided draft was put before a person: its item's latest event into a `READY_STATES`
+    """When the decided draft was put before a person: its item's latest event into a `DECIDABLE_STATES`
     state at or before the decision (`decided_at`, the decision's own time field)."""
     events = Event.objects.filter(
-        item=OuterRef("item"), to_state__in=READY_STATES, at__lte=OuterRef(decided_at)
+        item=OuterRef("item"), to_state__in=DECIDABLE_STATES, at__lte=OuterRef(decided_at)
     )
     return Subquery(events.order_by("-id").values("at")[:1])
 

@@ -1,14 +1,17 @@
-"""JSON files named by a setting (the price file, the rate file): read with a clear error naming the
-setting and the file, and read again only when the file changes, keeping the last good reading
-while a file that turned bad is fixed (the system checks refuse a bad file at startup)."""
+"""Settings that name something to read (the price file, the rate file, the notify secret): one that
+is set but cannot be read stops every process at startup (`setting_refused`). JSON files named by a
+setting are read with a clear error naming the setting and the file, and read again only when the
+file changes, keeping the last good reading while a file that turned bad is fixed."""
 
 import json
 import logging
 import os
 from collections.abc import Callable
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from django.conf import settings
+from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 
 log = logging.getLogger(__name__)
@@ -30,6 +33,39 @@ def read_setting_file(
         return parse(data)
     except error as exc:
         raise error(f"{setting} {path}: {exc}") from None
+
+
+def file_number(value: Any, where: str, *, what: str, error: type[ImproperlyConfigured]) -> Decimal:
+    """A number written in a setting file (JSON number or text), or `error` saying that `where` must
+    be `what`; the caller refuses the infinite ones and bounds it."""
+    if isinstance(value, bool) or not isinstance(value, int | str | Decimal):
+        raise error(f"{where}: must be {what}, not {json.dumps(value, default=str)}")
+    try:
+        number = Decimal(value)
+    except InvalidOperation:
+        raise error(f"{where}: must be {what}, not {value!r}") from None
+    return number
+
+
+def setting_refused(
+    setting: str,
+    read: Callable[[str], object],
+    refused: type[Exception],
+    *,
+    hint: str,
+    id: str,
+    named: bool = False,
+) -> list[checks.CheckMessage]:
+    """A system check: a setting that is set but cannot be read (`read` raises `refused`) stops the
+    web server and the workers at startup. `named` puts the setting's name before the reason."""
+    value = getattr(settings, setting, "")
+    if not value:
+        return []
+    try:
+        read(value)
+    except refused as exc:
+        return [checks.Error(f"{setting}: {exc}" if named else str(exc), hint=hint, id=id)]
+    return []
 
 
 class WatchedFile:

@@ -1,5 +1,7 @@
 """Item and job states (SPEC §2) and the one table of allowed item transitions."""
 
+from dataclasses import dataclass
+
 from django.db import models
 
 
@@ -79,9 +81,12 @@ OPERATOR_STATES = (
     S.DEAD_LETTER,
 )
 
-# What the operations page lists, in its order: items waiting for an operator, and drafts a reviewer
-# rejected (which may be regenerated; the reviewer's decision is made, so they hold no job open).
-NEEDS_ATTENTION_STATES = (*OPERATOR_STATES, S.REJECTED)
+# What needs attention (`Item.objects.needs_attention()`: the operations page, `/metrics`), in the
+# page's order: items waiting for an operator; drafts a reviewer rejected (which may be regenerated;
+# the reviewer's decision is made, so they hold no job open); and items whose submission's create
+# answer was lost (an operator may have to resolve it). Obsolete and withdrawn items are final and
+# need nobody: the job and the item pages show them.
+NEEDS_ATTENTION_STATES = (*OPERATOR_STATES, S.REJECTED, S.SUBMISSION_UNCERTAIN)
 
 
 def needs_attention(counts: dict[str, int]) -> int:
@@ -187,4 +192,46 @@ SUBMISSION_TRANSITIONS: dict[str, frozenset[str]] = {
     U.ENDED: frozenset({U.COLLECTED}),
     U.COLLECTED: frozenset(),
     U.FAILED: frozenset(),
+}
+
+
+# --- what a stop means, and who may decide -------------------------------------------------
+
+# A reviewer may decide on the item's draft: approve (or reject) a draft ready for review, or, as a
+# catalogue owner, edit an unusable draft into a valid text and approve it (SPEC §3 rule 6).
+DECIDABLE_STATES = frozenset({S.AWAITING_REVIEW, S.VALIDATION_FAILED})
+
+
+@dataclass(frozen=True)
+class StopWords:
+    """The words of one stop (the product withdrawn or revised under an item, SPEC §3 rule 5), as
+    each place says it. The operations page heads its group with `code`'s label."""
+
+    # Why the item stopped: its event's reason, beside the code.
+    event: str
+    code: ReasonCode
+    # Why approving its draft, or applying an approved one again, is refused.
+    refusal: str
+    # Why an approved draft was not published (the destination's guard, the check before applying).
+    not_published: str
+    # What the review screens say beside a draft that may no longer be approved.
+    note: str
+
+
+# Keyed by the state the item stops in (`actions.currency_problem` names it).
+STOPS: dict[str, StopWords] = {
+    S.WITHDRAWN: StopWords(
+        event="The product was withdrawn",
+        code=ReasonCode.PRODUCT_WITHDRAWN,
+        refusal="The product was withdrawn; nothing will be published for it",
+        not_published="Not published: the product was withdrawn",
+        note="The product was withdrawn — nothing will be published",
+    ),
+    S.OBSOLETE: StopWords(
+        event="The product changed after this draft was requested",
+        code=ReasonCode.PRODUCT_CHANGED,
+        refusal="The product changed since this draft was generated; a new draft has been requested",
+        not_published="Not published: the product changed since approval",
+        note="The product changed after this draft was generated — a new draft is being requested",
+    ),
 }

@@ -18,12 +18,12 @@ from ledger.actions.reviewing import REGENERABLE_STATES, regenerate_with_prompt
 from ledger.models import GeneratedVersion, Item, PromptVersion
 from ledger.money.estimates import request_estimate, work_cost
 from ledger.money.pricing import is_apportioned, price_for, unknown_price, version_cost
-from ledger.states import ItemState, JobState
+from ledger.states import DECIDABLE_STATES, STOPS, ItemState, JobState
 
 from .common import HtmxHttpRequest, fields_of, form_errors, refused_page, word_diff
 from .forms import RegenerateForm
 from .permissions import APPROVERS, OPERATOR, VIEWERS, has_role, role_required
-from .queue import CURRENCY_NOTES, published_text
+from .queue import published_text
 
 
 @dataclass(frozen=True)
@@ -66,11 +66,7 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     current = product.current_revision if product.current_revision_id != item.source_revision_id else None
     # Waiting for review: approve (the text as it stands in the box, judged like a draft) or reject.
     # Unusable (validation_failed): an owner may edit the draft into a valid text and approve it.
-    can_decide = (
-        item.state in (ItemState.AWAITING_REVIEW, ItemState.VALIDATION_FAILED)
-        and latest is not None
-        and has_role(request.user, *APPROVERS)
-    )
+    can_decide = item.state in DECIDABLE_STATES and latest is not None and has_role(request.user, *APPROVERS)
     currency = currency_problem(item) if can_decide else None
     context = {
         "item": item,
@@ -78,6 +74,7 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
         "source_fields": fields_of(item.source_revision),
         "current_revision": current,
         "current_fields": fields_of(current) if current else [],
+        "revision_note": STOPS[ItemState.OBSOLETE].event,
         "versions": [
             VersionView(v, version_cost(v), [] if v.content_expired_at else word_diff(published, v.content))
             for v in versions
@@ -89,7 +86,7 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
         "can_decide": can_decide,
         "can_reject": can_decide and item.state == ItemState.AWAITING_REVIEW,
         "regenerate_choices": regenerate_choices(item) if may_regenerate(request.user, item) else [],
-        "approve_refusal": CURRENCY_NOTES[currency] if currency else "",
+        "approve_refusal": STOPS[currency].note if currency else "",
     }
     return render(request, "item_detail.html", context)
 

@@ -34,9 +34,9 @@ from ledger.actions import (
 from ledger.models import Item, SourceRevision, Submission
 from ledger.money.estimates import request_estimate, work_cost
 from ledger.money.pricing import price_for
-from ledger.providers import answers_at_once, configured_provider_names
+from ledger.providers import answers_at_once
 from ledger.providers.base import ProviderError
-from ledger.states import NEEDS_ATTENTION_STATES, ItemState, JobState, ReasonCode, SubmissionState
+from ledger.states import NEEDS_ATTENTION_STATES, ItemState, ReasonCode, SubmissionState
 
 from .common import HtmxHttpRequest, wants_partial
 from .display import shown_money_text
@@ -46,10 +46,6 @@ from .permissions import OPERATOR, VIEWERS, has_role, role_required
 
 S = ItemState
 
-# What the page lists: the items at rest waiting for an operator, and those whose submission's
-# create answer was lost (an operator may have to resolve it). Obsolete and withdrawn items are
-# final and need nobody: the job and the item pages show them.
-NEEDS_ATTENTION = (*NEEDS_ATTENTION_STATES, S.SUBMISSION_UNCERTAIN)
 INFERENCE, DESTINATION = "inference", "destination"
 # Submissions that have not finished: to be sent, being reconciled, at the provider, or to be collected.
 UNFINISHED_SUBMISSIONS = (
@@ -148,7 +144,7 @@ class Group:
         return min(self.count, BULK_LIMIT)
 
     def items(self) -> QuerySet[Item]:
-        items = attention_items().filter(state=self.state)
+        items = Item.objects.needs_attention().filter(state=self.state)
         if self.state not in ONE_GROUP_PER_STATE:
             items = items.filter(reason_code=self.code)
         if self.is_dead_letter:
@@ -158,16 +154,11 @@ class Group:
         )
 
 
-def attention_items() -> QuerySet[Item]:
-    # A cancelled job's items are never sent again, so they need nobody.
-    return Item.objects.filter(state__in=NEEDS_ATTENTION).exclude(job__state=JobState.CANCELLED)
-
-
 def attention_groups() -> list[Group]:
     """One aggregate query by (state, reason code, applying, provider): each group is named in
     business words and counts its items per provider of their job."""
     rows = (
-        attention_items()
+        Item.objects.needs_attention()
         .order_by()
         .values(
             "state",
@@ -190,7 +181,7 @@ def attention_groups() -> list[Group]:
         group.oldest = min(group.oldest, row["oldest"])
         provider = row["job__provider"]
         group.by_provider[provider] = group.by_provider.get(provider, 0) + row["count"]
-    order = {state: n for n, state in enumerate(NEEDS_ATTENTION)}
+    order = {state: n for n, state in enumerate(NEEDS_ATTENTION_STATES)}
     for group in groups.values():
         group.by_provider = dict(sorted(group.by_provider.items(), key=lambda pair: (-pair[1], pair[0])))
     return sorted(groups.values(), key=lambda g: (order[g.state], -g.count, g.label))
@@ -202,23 +193,6 @@ def providers_of(groups: list[Group]) -> list[tuple[str, int]]:
     for group in groups:
         totals.update(group.by_provider)
     return sorted(totals.items(), key=lambda pair: (-pair[1], pair[0]))
-
-
-def attention_by_provider(*, with_zeros: bool = False) -> dict[tuple[str, str], int]:
-    """Items needing attention by (provider of their job, state), in one query. `with_zeros` adds
-    every state of every configured provider, so a metric's series exist before anything fails."""
-    counts = {
-        (provider, state): n
-        for provider, state, n in attention_items()
-        .order_by()
-        .values_list("job__provider", "state")
-        .annotate(n=Count("id"))
-    }
-    if with_zeros:
-        for provider in configured_provider_names():
-            for state in NEEDS_ATTENTION:
-                counts.setdefault((provider, str(state)), 0)
-    return dict(sorted(counts.items()))
 
 
 def find_group(groups: list[Group], key: str | None) -> Group | None:

@@ -16,16 +16,11 @@ from django.utils.text import Truncator
 from ledger.actions import currency_problem
 from ledger.models import GeneratedVersion, Item, ItemTally, Job
 from ledger.money.pricing import is_apportioned, unknown_price, version_cost
-from ledger.states import ItemState
+from ledger.states import STOPS, ItemState
 
 from .common import ShownValue, fields_of, word_diff
 from .forms import ReviewPlaceForm
 
-# Why a draft may not be approved although it waits for review: the product moved on since it was generated.
-CURRENCY_NOTES = {
-    ItemState.OBSOLETE: "The product changed after this draft was generated — a new draft is being requested",
-    ItemState.WITHDRAWN: "The product was withdrawn — nothing will be published",
-}
 INVALID_NOTE = "Only a valid draft can be approved"
 # How much of each draft the list shows.
 PREVIEW_CHARS = 140
@@ -42,7 +37,7 @@ def refusal_of(version: GeneratedVersion | None, currency: str | None) -> str:
     """Why approving this draft would be refused, said before anyone tries; "" when it may be approved.
     The ledger decides again at approval."""
     if currency:
-        return CURRENCY_NOTES[currency]
+        return STOPS[currency].note
     if version is None:
         return "No draft recorded"
     if not version.valid:

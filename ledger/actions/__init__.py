@@ -32,7 +32,6 @@ from .core import (  # noqa: F401
 )
 from .drilling import collect_interrupted, deliver_again  # noqa: F401
 from .jobs import (  # noqa: F401
-    CURRENCY_STOPS,
     Arm,
     create_job,
     create_pilot_arms,
@@ -70,7 +69,6 @@ from .prompts import (  # noqa: F401
     prompt_template_problems,
 )
 from .reviewing import (  # noqa: F401
-    APPROVAL_REFUSALS,
     approve_version,
     reject_version,
 )

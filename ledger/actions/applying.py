@@ -7,12 +7,13 @@ import logging
 from django.db import transaction
 from django.utils import timezone
 
-from ..destinations.base import NOT_PUBLISHED, DestinationResult
+from ..destinations.base import DestinationResult
+from ..drafts.scrubbing import ATTEMPT_RESPONSE_CHARS, stored_text
 from ..models import Approval, AttemptOutcome, DestinationAttempt, GeneratedVersion, Item
 from ..pilots.drill import LOST_ANSWER, answer_lost
-from ..states import ItemState, ReasonCode
+from ..states import STOPS, ItemState, ReasonCode
 from .core import NotAllowed, backoff, change_state, refresh_job_state
-from .jobs import CURRENCY_STOPS, currency_problem, judge_currency, queue_current_revision
+from .jobs import currency_problem, judge_currency, queue_current_revision
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +93,8 @@ def stop_application(item: Item, problem: str) -> None:
         change_state(
             item.pk,
             to=problem,
-            reason=NOT_PUBLISHED[problem] + (MAY_HAVE_BEEN_APPLIED if lost else ""),
-            code=CURRENCY_STOPS[problem][1],
+            reason=STOPS[problem].not_published + (MAY_HAVE_BEEN_APPLIED if lost else ""),
+            code=STOPS[problem].code,
             expect=[ItemState.APPLYING],
             data={"may_have_been_applied": lost},
             next_attempt_at=None,
@@ -106,7 +107,9 @@ def stop_application(item: Item, problem: str) -> None:
 def record_attempt(item: Item, attempt: DestinationAttempt, result: "DestinationResult") -> str:
     with transaction.atomic():
         DestinationAttempt.objects.filter(pk=attempt.pk).update(
-            outcome=result.outcome, response=result.message[:4000], finished_at=timezone.now()
+            outcome=result.outcome,
+            response=stored_text(result.message, limit=ATTEMPT_RESPONSE_CHARS),
+            finished_at=timezone.now(),
         )
         now_in = Item.objects.select_for_update().values_list("state", flat=True).get(pk=item.pk)
         if now_in != ItemState.APPLYING:

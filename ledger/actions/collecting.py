@@ -16,7 +16,7 @@ from django.db.models import F, Max
 from django.utils import timezone
 
 from ..drafts.answers import storable
-from ..drafts.scrubbing import SHORTEST_SECRET_ANYWHERE, configured_secrets, scrub_credentials
+from ..drafts.scrubbing import SHORTEST_SECRET_ANYWHERE, configured_secrets, scrub_credentials, stored_text
 from ..drafts.validation import DraftChecker
 from ..lifecycle import deadlines
 from ..models import GeneratedVersion, Item, Submission, SubmissionItem, content_hash
@@ -96,7 +96,7 @@ def observe_submission(submission_id: int, *, provider) -> str:
                     unanswered_reason=ReasonCode.RESULTS_EXPIRED
                     if expired
                     else ReasonCode.RESULTS_UNAVAILABLE,
-                    error=str(exc)[:2000],
+                    error=stored_text(str(exc)),
                 )
                 if updated:
                     set_submission_state(
@@ -108,7 +108,7 @@ def observe_submission(submission_id: int, *, provider) -> str:
                     )
             return "ended"
         # Not an observation: last_observed_* keep what the provider last actually said.
-        Submission.objects.filter(pk=submission.pk).update(error=str(exc)[:2000])
+        Submission.objects.filter(pk=submission.pk).update(error=stored_text(str(exc)))
         return "provider error"
     fields = {
         "last_observed_at": timezone.now(),
@@ -359,7 +359,7 @@ def collect_lines(
             again_at = timezone.now() + backoff(1, exc.retry_after)
             # A 429 is the provider asking for time, not a failure: the unit waits until then.
             Submission.objects.filter(pk=submission_id).update(
-                error=str(exc)[:2000],
+                error=stored_text(str(exc)),
                 claimed_until=again_at,
                 slowed_until=again_at if exc.status == 429 else None,
             )
@@ -367,7 +367,7 @@ def collect_lines(
         # The lines read are kept; the requests they do not answer fail for good, below.
         given_up = True
         reason = ReasonCode.RESULTS_EXPIRED if expired else ReasonCode.RESULTS_UNAVAILABLE
-        submission.unanswered_reason, submission.error = reason, str(exc)[:2000]
+        submission.unanswered_reason, submission.error = reason, stored_text(str(exc))
         Submission.objects.filter(pk=submission_id).update(
             unanswered_reason=submission.unanswered_reason, error=submission.error
         )

@@ -30,7 +30,7 @@ from ..notices.notifications import job_state_changed
 from ..pilots.drill import plan_drill
 from ..pilots.sample import PilotPlan, SampleRefused, record_sample, sampled_products_sql, unknown_fields
 from ..providers.model_names import model_name_problem
-from ..states import ItemState, JobState, ReasonCode, SubmissionState
+from ..states import STOPS, ItemState, JobState, SubmissionState
 from .core import NotAllowed, actor_name, change_state, enqueue, refresh_job_state
 
 
@@ -189,21 +189,14 @@ def currency_problem(item: Item, *, product: Product | None = None) -> str | Non
     return None
 
 
-# Why an item stops when its product is withdrawn or revised: the words and the code.
-CURRENCY_STOPS = {
-    ItemState.WITHDRAWN: ("The product was withdrawn", ReasonCode.PRODUCT_WITHDRAWN),
-    ItemState.OBSOLETE: ("The product changed after this draft was requested", ReasonCode.PRODUCT_CHANGED),
-}
-
-
 def judge_currency(item: Item, *, actor=None) -> str | None:
     """Withdrawn or revised product? Move the item out of the way and say why; else None."""
     # One transaction: an obsolete item and its replacement are recorded together or not at all.
     with transaction.atomic():
         problem = currency_problem(item)
         if problem:
-            reason, code = CURRENCY_STOPS[problem]
-            change_state(item.pk, to=problem, actor=actor, reason=reason, code=code)
+            stop = STOPS[problem]
+            change_state(item.pk, to=problem, actor=actor, reason=stop.event, code=stop.code)
             if problem == ItemState.OBSOLETE:
                 queue_current_revision(item)
     return problem

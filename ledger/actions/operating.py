@@ -4,9 +4,10 @@ their batches at the provider)."""
 from django.db import transaction
 from django.utils import timezone
 
+from ..drafts.scrubbing import stored_text
 from ..models import Event, Item, Job, Submission
 from ..notices.notifications import job_state_changed
-from ..states import ItemState, JobState, ReasonCode, SubmissionState, sources_for
+from ..states import STOPS, ItemState, JobState, ReasonCode, SubmissionState, sources_for
 from .collecting import retry_inference
 from .core import NotAllowed, actor_name, change_state, enqueue, move_items, refresh_job_state
 from .jobs import currency_problem
@@ -29,11 +30,7 @@ def retry_item(item_id: int, *, unit: str, actor=None) -> Item:
         if not item.approved_version_id:
             raise NotAllowed("Nothing was approved for this item, so there is nothing to apply")
         if problem := currency_problem(item):
-            raise NotAllowed(
-                "The product was withdrawn; nothing will be published for it"
-                if problem == ItemState.WITHDRAWN
-                else "The product changed since approval; its current revision is drafted anew"
-            )
+            raise NotAllowed(STOPS[problem].refusal)
         with transaction.atomic():
             changed = change_state(
                 item_id,
@@ -132,7 +129,7 @@ def cancel_at_provider(submission_id: int, *, provider=None) -> str:
     provider = provider or get_provider(submission.provider)
     answer, said = ask_to_cancel(provider, submission.provider_ref)
     if answer is None:
-        Submission.objects.filter(pk=submission_id).update(error=said[:2000])
+        Submission.objects.filter(pk=submission_id).update(error=stored_text(said))
         return "retry later"
     with transaction.atomic():
         recorded = Submission.objects.filter(pk=submission_id, cancel_answered_at__isnull=True).update(
@@ -145,7 +142,7 @@ def cancel_at_provider(submission_id: int, *, provider=None) -> str:
                 job_id=submission.job_id,
                 from_state=submission.state,
                 to_state=submission.state,
-                reason=said[:2000],
+                reason=stored_text(said),
                 data={"provider_answer": answer},
             )
     return said

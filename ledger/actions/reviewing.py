@@ -6,7 +6,7 @@ from django.db import IntegrityError, transaction
 
 from ..drafts.validation import DraftChecker, Reason, read_draft, shortened, source_text
 from ..models import Approval, GeneratedVersion, Item, Job, PromptVersion, SourceRevision
-from ..states import ItemState, JobState, ReasonCode
+from ..states import DECIDABLE_STATES, STOPS, ItemState, JobState, ReasonCode
 from .core import NotAllowed, change_state, enqueue, refresh_job_state
 from .jobs import create_job, currency_problem, judge_currency
 
@@ -22,6 +22,8 @@ class EditRefused(NotAllowed):
 
 INVALID_DRAFT = "Only a valid draft can be approved; an edited text that passes every check may be"
 EMPTY_EDIT = "The edited text is empty: write the text to publish, or approve the draft as it is"
+# The approval's event when an owner's valid edit repaired an unusable draft.
+REPAIRED = "Edited into a text that passes every check and approved (the generated draft was unusable)"
 
 
 def edit_reasons(
@@ -77,7 +79,7 @@ def approve_version(
         repairing = item.state == ItemState.VALIDATION_FAILED
         if repairing and content is None:
             raise NotAllowed(INVALID_DRAFT)
-        if item.state != ItemState.AWAITING_REVIEW and not repairing:
+        if item.state not in DECIDABLE_STATES:
             raise NotAllowed(
                 f"This draft cannot be approved: the item is now “{ItemState(item.state).label}”"
             )
@@ -109,16 +111,14 @@ def approve_version(
                 note=note,
             )
             data = {"version": version.pk, "content_hash": version.content_hash, "edited": approval.edited}
-            reason = ""
             if repairing:
                 data["repaired"] = True
-                reason = "Edited into a text that passes every check and approved (the generated draft was unusable)"
             change_state(
                 item.pk,
                 to=ItemState.APPROVED,
                 actor=approver,
-                reason=reason,
-                expect=[ItemState.AWAITING_REVIEW, ItemState.VALIDATION_FAILED],
+                reason=REPAIRED if repairing else "",
+                expect=DECIDABLE_STATES,
                 data=data,
                 approved_version=version,
             )
@@ -127,15 +127,9 @@ def approve_version(
         # Moved out of the way in its own transaction, so the refusal's outcome is kept.
         judge_currency(item, actor=approver)
         refresh_job_state(item.job_id)
-        raise NotAllowed(APPROVAL_REFUSALS[problem])
+        raise NotAllowed(STOPS[problem].refusal)
     refresh_job_state(item.job_id)
     return approval
-
-
-APPROVAL_REFUSALS = {
-    ItemState.WITHDRAWN: "The product was withdrawn; nothing will be published for it",
-    ItemState.OBSOLETE: "The product changed since this draft was generated; a new draft has been requested",
-}
 
 
 def reject_version(*, item_id: int, version_id: int, reviewer, reason: str) -> Item:

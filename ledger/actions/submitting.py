@@ -12,6 +12,7 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from ..database.setwise import among, insert_from_select
+from ..drafts.scrubbing import stored_text
 from ..lifecycle import deadlines, provider_files
 from ..models import Event, Item, Job, ProductStatus, Submission, SubmissionItem, lease_end
 from ..money import budgets
@@ -287,7 +288,7 @@ def send_submission(submission_id: int, *, provider=None, held: str = "") -> str
             # No credit or a spend limit: nothing was made there, and retrying cannot help until
             # someone pays; the job is paused, its items neither failed nor retried.
             budgets.pause_for_billing(submission.job_id, str(exc))
-            Submission.objects.filter(pk=submission_id).update(error=str(exc)[:2000], sent_at=None)
+            Submission.objects.filter(pk=submission_id).update(error=stored_text(str(exc)), sent_at=None)
             Submission.objects.release(submission_id)
             return "paused"
         if exc.transient:
@@ -295,13 +296,15 @@ def send_submission(submission_id: int, *, provider=None, held: str = "") -> str
             # look for. After a 5xx a unit may exist all the same, so the next attempt looks first.
             nothing_there = isinstance(exc, NotSent) or exc.status in (408, 429)
             Submission.objects.filter(pk=submission_id).update(
-                error=str(exc)[:2000],
+                error=stored_text(str(exc)),
                 sent_at=None if nothing_there else submission.sent_at,
                 claimed_until=timezone.now() + backoff(submission.send_attempts, exc.retry_after),
             )
             return "retry later"
         with transaction.atomic():
-            set_submission_state(submission, SubmissionState.FAILED, reason=str(exc), error=str(exc)[:2000])
+            set_submission_state(
+                submission, SubmissionState.FAILED, reason=str(exc), error=stored_text(str(exc))
+            )
             move_items(item_ids, from_state=ItemState.PREPARED, to=ItemState.SUBMITTED)
             move_items(
                 item_ids,
@@ -433,7 +436,7 @@ def reconcile_uncertain(submission_id: int, *, provider=None, held: str = "") ->
             watching = watch_candidates(submission, refs, provider=provider)
     except ProviderError as exc:
         # Not an answer either way: let the next round (or an operator) ask again at once.
-        Submission.objects.filter(pk=submission_id).update(error=str(exc)[:2000], claimed_until=None)
+        Submission.objects.filter(pk=submission_id).update(error=stored_text(str(exc)), claimed_until=None)
         raise
     if finding == Finding.BY_KEY and refs:
         adopt(submission, refs, provider=provider, from_state=ItemState.SUBMISSION_UNCERTAIN)

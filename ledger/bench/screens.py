@@ -275,39 +275,46 @@ def serve_figures() -> None:
                 f"/admin/ledger/item/?p={admin_page}",
             ),
         ]
-    for where, token in {"first page": "1", "middle page": middle_waiting, "last page": "last"}.items():
-        admin_page = waiting_admin[where]
-        checks.append(
-            (
-                f"screen /review/?mode=list, {where}",
-                f"/review/?mode=list&page={quote(token)}",
-                {},
-                f"admin items waiting, p{admin_page}",
-                f"/admin/ledger/item/?state__exact=awaiting_review&p={admin_page}",
+    # Each paged screen beside the admin's page of the same rows: (screen, its address before the
+    # page token, its middle page's token, the admin's page numbers, the admin's list and address).
+    paged = [
+        (
+            "screen /review/?mode=list",
+            "/review/?mode=list&page=",
+            middle_waiting,
+            waiting_admin,
+            "admin items waiting",
+            "/admin/ledger/item/?state__exact=awaiting_review&p=",
+        ),
+        (
+            "screen /catalogue/",
+            "/catalogue/?page=",
+            middle_product,
+            product_admin,
+            "admin products",
+            "/admin/ledger/product/?p=",
+        ),
+        (
+            "screen /audit/",
+            "/audit/?page=",
+            middle_approval,
+            approval_admin,
+            "admin approvals",
+            "/admin/ledger/approval/?p=",
+        ),
+    ]
+    for screen, address, middle, admin_pages, admin_list, admin_address in paged:
+        for where, token in {"first page": "1", "middle page": middle, "last page": "last"}.items():
+            admin_page = admin_pages[where]
+            checks.append(
+                (
+                    f"{screen}, {where}",
+                    address + quote(token),
+                    {},
+                    f"{admin_list}, p{admin_page}",
+                    f"{admin_address}{admin_page}",
+                )
             )
-        )
-    for where, token in {"first page": "1", "middle page": middle_product, "last page": "last"}.items():
-        admin_page = product_admin[where]
-        checks.append(
-            (
-                f"screen /catalogue/, {where}",
-                f"/catalogue/?page={quote(token)}",
-                {},
-                f"admin products, p{admin_page}",
-                f"/admin/ledger/product/?p={admin_page}",
-            )
-        )
-    for where, token in {"first page": "1", "middle page": middle_approval, "last page": "last"}.items():
-        admin_page = approval_admin[where]
-        checks.append(
-            (
-                f"screen /audit/, {where}",
-                f"/audit/?page={quote(token)}",
-                {},
-                f"admin approvals, p{admin_page}",
-                f"/admin/ledger/approval/?p={admin_page}",
-            )
-        )
     rows = []
     for name, url, headers, baseline, admin_url in checks:
         rows.append(

@@ -21,13 +21,6 @@ class DestinationResult:
         object.__setattr__(self, "message", scrub_credentials(self.message))
 
 
-# Why an approved draft was not published, by the currency problem found just before (SPEC §3 rule 5).
-NOT_PUBLISHED = {
-    "withdrawn": "Not published: the product was withdrawn",
-    "obsolete": "Not published: the product changed since approval",
-}
-
-
 class Destination:
     name: str = ""
 
@@ -38,4 +31,4 @@ class Destination:
         raise NotImplementedError
 
 
-__all__ = ["NOT_PUBLISHED", "AttemptOutcome", "Destination", "DestinationResult"]
+__all__ = ["AttemptOutcome", "Destination", "DestinationResult"]

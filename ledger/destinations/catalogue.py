@@ -4,7 +4,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..models import AttemptOutcome, Product, ProductStatus, Publication
-from .base import NOT_PUBLISHED, Destination, DestinationResult
+from ..states import STOPS, ItemState
+from .base import Destination, DestinationResult
 
 
 class CatalogueDestination(Destination):
@@ -19,9 +20,13 @@ class CatalogueDestination(Destination):
                 return DestinationResult(AttemptOutcome.APPLIED, "Already published by an earlier attempt")
             # The same guards again, under the product's row lock, for a change made a moment ago.
             if product.status != ProductStatus.ACTIVE:
-                return DestinationResult(AttemptOutcome.REFUSED_BY_GUARD, NOT_PUBLISHED["withdrawn"])
+                return DestinationResult(
+                    AttemptOutcome.REFUSED_BY_GUARD, STOPS[ItemState.WITHDRAWN].not_published
+                )
             if product.current_revision_id != item.source_revision_id:
-                return DestinationResult(AttemptOutcome.REFUSED_BY_GUARD, NOT_PUBLISHED["obsolete"])
+                return DestinationResult(
+                    AttemptOutcome.REFUSED_BY_GUARD, STOPS[ItemState.OBSOLETE].not_published
+                )
             product.published_content = approval.final_content
             product.published_version = version
             product.published_revision = item.source_revision.number

@@ -83,6 +83,18 @@ def fit_to_keep(text: str) -> str:
     return text.replace("\x00", "\ufffd").encode("utf-8", "replace").decode()
 
 
+# How much of what others say (an exception, a provider's or a destination's words) a stored text
+# keeps: enough to tell what went wrong, bounded so a page of HTML does not fill the ledger.
+STORED_TEXT_CHARS = 2000
+# A destination's answer is kept longer: its words are what an operator reads to fix the draft.
+ATTEMPT_RESPONSE_CHARS = 4000
+
+
+def stored_text(text: str, *, limit: int = STORED_TEXT_CHARS) -> str:
+    """The start of `text` that the ledger keeps: its first `limit` characters."""
+    return text[:limit]
+
+
 def configured_secrets() -> list[str]:
     """Every key and token this deployment sends to a provider or a destination, read from the
     environment variables the settings name (SPEC §4): any of them may come back in any answer."""

@@ -19,6 +19,7 @@ from django.db.models import Case, DecimalField, F, Sum, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from ..drafts.scrubbing import stored_text
 from ..models import Event, GeneratedVersion, Job, PauseReason, Submission, SubmissionItem, UnitCharge
 from ..notices.notifications import BUDGET_REACHED, announce, job_state_changed
 from ..states import JobState
@@ -158,10 +159,17 @@ def reserve(submission: Submission, requests) -> None:
 def pause(job: Job, reason: str, detail: str) -> None:
     """Nothing new of the job is sent until someone acts (SPEC §2); within the caller's transaction."""
     Job.objects.filter(pk=job.pk).update(
-        state=JobState.PAUSED, pause_reason=reason, pause_detail=detail[:2000], updated_at=timezone.now()
+        state=JobState.PAUSED,
+        pause_reason=reason,
+        pause_detail=stored_text(detail),
+        updated_at=timezone.now(),
     )
     Event.objects.create(
-        job=job, from_state=job.state, to_state=JobState.PAUSED, reason=detail[:2000], data={"pause": reason}
+        job=job,
+        from_state=job.state,
+        to_state=JobState.PAUSED,
+        reason=stored_text(detail),
+        data={"pause": reason},
     )
     job_state_changed(job, JobState.PAUSED)
     if reason == PauseReason.BUDGET_REACHED:

@@ -9,13 +9,12 @@ file's for the same date. A cost keeps the provider's amount, the rate, its date
 in the provider's currency and says so.
 """
 
-import json
 import logging
 import re
 import time
 from dataclasses import dataclass, field
 from datetime import date
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from django.conf import settings
 from django.core import checks
@@ -23,7 +22,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
 from ..models import ExchangeRate
-from ..setting_files import WatchedFile, read_setting_file
+from ..setting_files import WatchedFile, file_number, read_setting_file, setting_refused
 
 log = logging.getLogger(__name__)
 
@@ -88,12 +87,7 @@ def parse_rate_file(data) -> list[Rate]:
 
 
 def _rate_value(value, where: str) -> Decimal:
-    if isinstance(value, bool) or not isinstance(value, int | str | Decimal):
-        raise RateFileError(f"{where}: must be a number, not {json.dumps(value, default=str)}")
-    try:
-        amount = Decimal(value)
-    except InvalidOperation:
-        raise RateFileError(f"{where}: must be a number, not {value!r}") from None
+    amount = file_number(value, where, what="a number", error=RateFileError)
     if not amount.is_finite() or amount <= 0 or amount >= 1_000_000:
         raise RateFileError(f"{where}: must be a number above 0 and below 1,000,000, not {value}")
     return amount
@@ -123,14 +117,13 @@ def check_rate_file(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
                 f"BATCHDESK_CURRENCY {currency!r} is not a currency code such as GBP", id="batchdesk.E002"
             )
         ]
-    path = getattr(settings, "BATCHDESK_FX_FILE", "")
-    if not path:
-        return []
-    try:
-        read_rate_file(path)
-    except RateFileError as exc:
-        return [checks.Error(str(exc), hint="Fix the file, or unset BATCHDESK_FX_FILE.", id="batchdesk.E003")]
-    return []
+    return setting_refused(
+        "BATCHDESK_FX_FILE",
+        read_rate_file,
+        RateFileError,
+        hint="Fix the file, or unset BATCHDESK_FX_FILE.",
+        id="batchdesk.E003",
+    )
 
 
 # --- the rate in force ---------------------------------------------------------------------

@@ -11,12 +11,11 @@ pending, all) in one aggregate query and priced afterwards, since one job has on
 one model. Amounts are USD, as `Decimal`.
 """
 
-import json
 import logging
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from django.conf import settings
 from django.core import checks
@@ -24,7 +23,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Max, Min, Sum
 
 from ..models import GeneratedVersion, ItemTally, Job, UnitCharge
-from ..setting_files import WatchedFile, read_setting_file
+from ..setting_files import WatchedFile, file_number, read_setting_file, setting_refused
 from ..states import ItemState
 from .currency import PROVIDER_CURRENCY, SAME_CURRENCY, Rate, business_currency, convert, rate_now
 
@@ -153,12 +152,7 @@ class PriceFileError(ImproperlyConfigured):
 
 
 def _amount(value, where: str) -> Decimal:
-    if isinstance(value, bool) or not isinstance(value, int | str | Decimal):
-        raise PriceFileError(f"{where}: must be a number of USD, not {json.dumps(value, default=str)}")
-    try:
-        amount = Decimal(value)
-    except InvalidOperation:
-        raise PriceFileError(f"{where}: must be a number of USD, not {value!r}") from None
+    amount = file_number(value, where, what="a number of USD", error=PriceFileError)
     if not amount.is_finite() or amount < 0:
         raise PriceFileError(f"{where}: must be a number of USD of 0 or more, not {value}")
     return amount
@@ -237,16 +231,13 @@ def price_table() -> dict[str, ProviderPrices]:
 
 def check_price_file(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     """System check: a bad price file stops the web server and the workers at startup."""
-    path = getattr(settings, "BATCHDESK_PRICE_FILE", "")
-    if not path:
-        return []
-    try:
-        read_price_file(path)
-    except PriceFileError as exc:
-        return [
-            checks.Error(str(exc), hint="Fix the file, or unset BATCHDESK_PRICE_FILE.", id="batchdesk.E001")
-        ]
-    return []
+    return setting_refused(
+        "BATCHDESK_PRICE_FILE",
+        read_price_file,
+        PriceFileError,
+        hint="Fix the file, or unset BATCHDESK_PRICE_FILE.",
+        id="batchdesk.E001",
+    )
 
 
 # --- looking prices up ---------------------------------------------------------------------

@@ -37,9 +37,10 @@ from django.db.models import Count, F, Q
 from django.utils import timezone
 from django_q.tasks import async_task
 
-from ..drafts.scrubbing import scrub_credentials
+from ..drafts.scrubbing import scrub_credentials, stored_text
 from ..models import ItemTally, Job, JobNotification, NotificationAttempt, NotificationChannel, Pilot
 from ..pilots.report import Report
+from ..setting_files import setting_refused
 from ..states import JobState
 from .signed_webhooks import signed_headers, signer
 
@@ -57,6 +58,8 @@ MAX_URL_LENGTH = 2000
 # What is kept of a receiver's answer: the start of it, scrubbed.
 ANSWER_EXCERPT = 200
 ANSWER_BYTES_READ = 2048
+# What a try's columns hold (`NotificationAttempt.error` and `.answer`).
+NOTICE_TEXT_CHARS = 300
 MOST_PER_PASS = 1000
 SEND_TASK = "ledger.tasks.send_notification"
 
@@ -176,20 +179,14 @@ def target_of(url: str) -> Target:
 
 def check_notify_secret(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
     """System check: a notify secret that is set but cannot sign stops every process at startup."""
-    secret = getattr(settings, "BATCHDESK_NOTIFY_SECRET", "")
-    if not secret:
-        return []
-    try:
-        signer(secret)
-    except ValueError as exc:
-        return [
-            checks.Error(
-                f"BATCHDESK_NOTIFY_SECRET: {exc}",
-                hint="Set it to whsec_ and base64 (e.g. whsec_ and `openssl rand -base64 32`), or unset it.",
-                id="batchdesk.E005",
-            )
-        ]
-    return []
+    return setting_refused(
+        "BATCHDESK_NOTIFY_SECRET",
+        signer,
+        ValueError,
+        hint="Set it to whsec_ and base64 (e.g. whsec_ and `openssl rand -base64 32`), or unset it.",
+        id="batchdesk.E005",
+        named=True,
+    )
 
 
 # --- the outbox ----------------------------------------------------------------------------
@@ -332,8 +329,8 @@ def record(notification: JobNotification, outcome: Outcome, held_until: datetime
             at=now,
             delivered=outcome.delivered,
             status=outcome.status,
-            error=outcome.error[:300],
-            answer=outcome.answer[:300],
+            error=stored_text(outcome.error, limit=NOTICE_TEXT_CHARS),
+            answer=stored_text(outcome.answer, limit=NOTICE_TEXT_CHARS),
         )
         JobNotification.objects.filter(pk=notification.pk, next_attempt_at=held_until).update(
             attempts=F("attempts") + 1, **after

@@ -21,7 +21,7 @@ first attempt applied under an operation key.
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import Count, Exists, Min, OuterRef, Q
+from django.db.models import Count, Exists, Min, OuterRef, Q, QuerySet
 
 from ..models import (
     AttemptOutcome,
@@ -168,22 +168,19 @@ def publications(job: Job) -> list[Published]:
             Event.objects.filter(item_id__in=items, to_state=ItemState.WITHDRAWN, at__lte=OuterRef(at))
         )
 
-    catalogue = (
-        Publication.objects.filter(version__item__job=job)
-        .annotate(
-            later=later_revision("product_id", "version__item__source_revision__number", "published_at"),
-            withdrawn=withdrawn_before("product_id", "published_at"),
-        )
-        .values_list(
-            "pk",
-            "product_id",
-            "product__sku",
-            "version__item__source_revision__number",
-            "published_at",
-            "operation_key",
-            "later",
-            "withdrawn",
-        )
+    def as_published(rows: QuerySet, *, product: str, revision: str, at: str) -> QuerySet:
+        """`rows` as `Published`'s fields: whether a later revision or a withdrawal of the product
+        was recorded by the time `at`."""
+        sku = product.removesuffix("_id") + "__sku"
+        return rows.annotate(
+            later=later_revision(product, revision, at), withdrawn=withdrawn_before(product, at)
+        ).values_list("pk", product, sku, revision, at, "operation_key", "later", "withdrawn")
+
+    catalogue = as_published(
+        Publication.objects.filter(version__item__job=job),
+        product="product_id",
+        revision="version__item__source_revision__number",
+        at="published_at",
     )
     found = [Published("publication", *row) for row in catalogue]
     # At a webhook: the first attempt applied under each operation key (a retry under the same key
@@ -195,22 +192,11 @@ def publications(job: Job) -> list[Published]:
         .annotate(first=Min("pk"))
         .values("first")
     )
-    attempts = (
-        DestinationAttempt.objects.filter(pk__in=first_applied)
-        .annotate(
-            later=later_revision("item__product_id", "item__source_revision__number", "finished_at"),
-            withdrawn=withdrawn_before("item__product_id", "finished_at"),
-        )
-        .values_list(
-            "pk",
-            "item__product_id",
-            "item__product__sku",
-            "item__source_revision__number",
-            "finished_at",
-            "operation_key",
-            "later",
-            "withdrawn",
-        )
+    attempts = as_published(
+        DestinationAttempt.objects.filter(pk__in=first_applied),
+        product="item__product_id",
+        revision="item__source_revision__number",
+        at="finished_at",
     )
     found += [Published("attempt", *row) for row in attempts]
     return sorted(found, key=lambda published: (published.at, published.id))

@@ -29,7 +29,7 @@ from ..models import (
     Submission,
 )
 from ..money.pricing import Price
-from ..states import OUTSTANDING_STATES, ItemState, ReasonCode, SubmissionState
+from ..states import DECIDABLE_STATES, OUTSTANDING_STATES, ItemState, ReasonCode, SubmissionState
 
 # An item in one of these waits for the model or for a reviewer: its next draft may need a decision.
 WAITING_STATES = frozenset({*OUTSTANDING_STATES, ItemState.AWAITING_REVIEW})
@@ -183,23 +183,18 @@ def _observe_events(
     for item_id, from_state, to_state, at, data, actor in (
         Event.objects.filter(
             item__job_id=job_id,
-            to_state__in=[
-                ItemState.AWAITING_REVIEW,
-                ItemState.VALIDATION_FAILED,
-                ItemState.APPROVED,
-                ItemState.REJECTED,
-            ],
+            to_state__in=[*DECIDABLE_STATES, ItemState.APPROVED, ItemState.REJECTED],
         )
         .order_by("at", "id")
         .values_list("item_id", "from_state", "to_state", "at", "data", "actor_id")
     ):
         seen = by_stratum[stratum_of[item_id]]
-        if to_state in (ItemState.AWAITING_REVIEW, ItemState.VALIDATION_FAILED):
+        if to_state in DECIDABLE_STATES:
             shown_at[item_id] = at
         if to_state == ItemState.VALIDATION_FAILED:
             codes = (data or {}).get("codes") or [failure_code.get(item_id) or UNCLASSIFIED]
             seen.failures_by_reason.update(set(codes))
-        elif item_id in shown_at and from_state in (ItemState.AWAITING_REVIEW, ItemState.VALIDATION_FAILED):
+        elif item_id in shown_at and from_state in DECIDABLE_STATES:
             seen.rejections += to_state == ItemState.REJECTED
             started = shown_at.pop(item_id)
             if actor is not None and actor in decided_at:

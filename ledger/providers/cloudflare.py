@@ -49,7 +49,7 @@ from urllib.parse import quote
 import httpx
 
 from ..drafts.schema_dialects import Dialect, sent_schema
-from ..drafts.scrubbing import scrub_credentials
+from ..drafts.scrubbing import scrub_credentials, stored_text
 from ..states import ReasonCode
 from .base import (
     AnswerLost,
@@ -316,7 +316,9 @@ class CloudflareBatchProvider(HttpBatchProvider):
                 provider_status=word,
                 ended=True,
                 refused=True,
-                problem=scrub_credentials(problem or f"the queued request is {word}", self.secrets)[:2000],
+                problem=stored_text(
+                    scrub_credentials(problem or f"the queued request is {word}", self.secrets)
+                ),
             )
         # `queued`, `running`, or a word nobody documented: keep polling, show the word.
         return UnitStatus(provider_status=word[:32] or "unknown", ended=False)

@@ -32,7 +32,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 import httpx
 
 from ..drafts.schema_dialects import Dialect, sent_schema
-from ..drafts.scrubbing import scrub_credentials
+from ..drafts.scrubbing import scrub_credentials, stored_text
 from ..retrying import retry_after_seconds
 from ..states import ReasonCode
 from .base import (
@@ -294,7 +294,7 @@ def _parse_answer(
             succeeded=False,
             http_status=http_status,
             error_code=code,
-            error_message=scrub_credentials(str(error.get("message") or ""), secrets)[:2000],
+            error_message=stored_text(scrub_credentials(str(error.get("message") or ""), secrets)),
             reason=reason,
             transient=transient,
         )
@@ -573,7 +573,7 @@ class GeminiBatchProvider(HttpBatchProvider):
             )
             if isinstance(stats, dict)
             else None,
-            problem=scrub_credentials(problem, self.secrets)[:2000],
+            problem=stored_text(scrub_credentials(problem, self.secrets)),
             # An expired batch has no results at all; its requests are retried (transient).
             unanswered_reason=ReasonCode.BATCH_EXPIRED if suffix == "EXPIRED" else "",
             ended_at=parse_time(metadata.get("endTime")) if ended else None,

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 
 from ..drafts.schema_dialects import Dialect, sent_schema
-from ..drafts.scrubbing import scrub_credentials
+from ..drafts.scrubbing import scrub_credentials, stored_text
 from ..models import compact_json
 from ..states import ReasonCode
 from .base import (
@@ -288,9 +288,11 @@ class OpenAIBatchProvider(HttpBatchProvider):
             )
             if isinstance(counts, dict)
             else None,
-            problem=scrub_credentials(
-                "; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors), self.secrets
-            )[:2000],
+            problem=stored_text(
+                scrub_credentials(
+                    "; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors), self.secrets
+                )
+            ),
             ended_at=unix_time(batch.get(ENDED_STAMPS[word])) if word in ENDED_STAMPS else None,
         )
 

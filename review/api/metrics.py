@@ -9,7 +9,7 @@ from django.db.models import Count, Min
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 
-from ledger.health import collector_stalled, last_poll_at, units_failing_to_record
+from ledger.health import attention_by_provider, collector_stalled, last_poll_at, units_failing_to_record
 from ledger.lifecycle.deadlines import collection_at_risk
 from ledger.models import AttemptOutcome, DestinationAttempt, Event, ItemTally, Submission
 from ledger.money.budgets import settled_spend_by_currency
@@ -18,7 +18,6 @@ from ledger.notices.notifications import undelivered
 from ledger.providers import configured_provider_names
 from ledger.states import ItemState, SubmissionState
 
-from ..operations import attention_by_provider
 from ..permissions import VIEWERS
 from .doors import BEARER_TOKEN, door
 

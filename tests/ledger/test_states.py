@@ -3,8 +3,17 @@ from django.db import DatabaseError, IntegrityError, connection, transaction
 
 from ledger.actions import NotAllowed, change_state, move_items
 from ledger.models import Event, Item
-from ledger.states import ALLOWED_TRANSITIONS, ItemState
-from tests.factories import ItemFactory
+from ledger.states import (
+    ALLOWED_TRANSITIONS,
+    DECIDABLE_STATES,
+    NEEDS_ATTENTION_STATES,
+    STOPS,
+    ItemState,
+    JobState,
+    ReasonCode,
+    sources_for,
+)
+from tests.factories import ItemFactory, JobFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -110,3 +119,28 @@ def test_events_cannot_be_updated_or_deleted_even_with_raw_sql():
                 cursor.execute(statement, [event.pk])
 
     assert Event.objects.get(pk=event.pk).reason == ""
+
+
+# --- one rule in one place -------------------------------------------------------------------
+
+
+def test_a_reviewer_may_decide_exactly_where_an_approval_may_start():
+    assert DECIDABLE_STATES == sources_for(ItemState.APPROVED)
+
+
+def test_each_stop_has_its_words_and_its_code():
+    assert set(STOPS) == {ItemState.WITHDRAWN, ItemState.OBSOLETE}
+    assert STOPS[ItemState.WITHDRAWN].code == ReasonCode.PRODUCT_WITHDRAWN
+    assert STOPS[ItemState.OBSOLETE].code == ReasonCode.PRODUCT_CHANGED
+    for stop in STOPS.values():
+        words = [stop.event, stop.refusal, stop.not_published, stop.note]
+        assert all(words) and len(set(words)) == len(words)
+
+
+def test_needs_attention_lists_waiting_items_of_live_jobs_only():
+    waiting = {state: ItemFactory(state=state) for state in NEEDS_ATTENTION_STATES}
+    ItemFactory(state=ItemState.OBSOLETE)
+    ItemFactory(state=ItemState.AWAITING_REVIEW)
+    ItemFactory(state=ItemState.DEAD_LETTER, job=JobFactory(state=JobState.CANCELLED))
+
+    assert set(Item.objects.needs_attention()) == set(waiting.values())

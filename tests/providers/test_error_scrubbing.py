@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from ledger import actions
-from ledger.drafts.scrubbing import scrub_credentials
+from ledger.drafts.scrubbing import STORED_TEXT_CHARS, scrub_credentials, stored_text
 from ledger.models import Event, Item, Submission
 from ledger.providers.base import ProviderError
 from ledger.providers.openai import OpenAIBatchProvider, parse_result_line
@@ -184,3 +184,10 @@ def test_log_lines_leave_the_process_scrubbed_and_the_record_untouched(monkeypat
     line = formatter.format(record)
     assert PLAIN_KEY not in line and "RuntimeError" in line and "Traceback" in line
     assert record.exc_info is not None
+
+
+def test_stored_text_keeps_the_start_up_to_its_limit():
+    long = "x" * (STORED_TEXT_CHARS + 5)
+    assert stored_text(long) == "x" * STORED_TEXT_CHARS
+    assert stored_text(long, limit=3) == "xxx"
+    assert stored_text("short") == "short"
