@@ -11,14 +11,10 @@ from .applying import (  # noqa: F401
     stop_application,
 )
 from .collecting import (  # noqa: F401
-    MAX_INFERENCE_ATTEMPTS,
     collect_again,
     collect_submission,
     observe_submission,
     poll_submission,
-    record_failure,
-    record_result,
-    record_version,
     retry_inference,
 )
 from .core import (  # noqa: F401
@@ -70,6 +66,7 @@ from .prompts import (  # noqa: F401
     prompt_rules_problems,
     prompt_template_problems,
 )
+from .recording import MAX_INFERENCE_ATTEMPTS  # noqa: F401
 from .reviewing import (  # noqa: F401
     APPROVAL_REFUSALS,
     approve_version,
