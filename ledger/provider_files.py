@@ -30,8 +30,9 @@ RETRY_AFTER = timedelta(minutes=10)
 MOST_PER_PASS = 200
 
 
-def on_entering(submission: Submission, to: str) -> dict:
-    """What a submission entering state `to` records: once collected, whether its files are to go."""
+def on_entering(submission: Submission, to: str, fields: dict) -> dict:
+    """What a submission entering state `to` (with these `fields`) records: once collected, whether
+    its files are to go."""
     if to != SubmissionState.COLLECTED or settings.BATCHDESK_KEEP_PROVIDER_FILES:
         return {}
     return {"files_to_delete": True} if capabilities(submission.provider).deletes_files else {}

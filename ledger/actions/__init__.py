@@ -24,9 +24,9 @@ from .core import (  # noqa: F401
     change_state,
     enqueue,
     move_items,
-    refresh_job_state,
 )
 from .drilling import collect_interrupted, deliver_again  # noqa: F401
+from .job_states import refresh_job_state  # noqa: F401
 from .jobs import (  # noqa: F401
     CURRENCY_STOPS,
     Arm,

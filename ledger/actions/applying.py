@@ -11,7 +11,8 @@ from ..destinations.base import NOT_PUBLISHED, DestinationResult
 from ..models import Approval, AttemptOutcome, DestinationAttempt, GeneratedVersion, Item
 from ..pilots.drill import LOST_ANSWER, answer_lost
 from ..states import ItemState, ReasonCode
-from .core import NotAllowed, backoff, change_state, refresh_job_state
+from .core import NotAllowed, backoff, change_state
+from .job_states import refresh_job_state
 from .jobs import CURRENCY_STOPS, currency_problem, judge_currency, queue_current_revision
 
 log = logging.getLogger(__name__)

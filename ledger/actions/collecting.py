@@ -25,7 +25,8 @@ from ..states import ItemState, ReasonCode, SubmissionState
 from ..stopping import stop_asked
 from ..thread_switching import quicker_thread_switches
 from ..validation import DraftChecker
-from .core import backoff, change_state, enqueue, refresh_job_state
+from .core import backoff, change_state, enqueue
+from .job_states import refresh_job_state
 from .jobs import judge_currency
 from .recording import CheckedDraft, checked_draft, record_chunk
 from .submitting import build_requests, set_submission_state

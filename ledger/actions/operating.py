@@ -5,10 +5,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..models import Event, Item, Job, Submission
-from ..notifications import job_state_changed
 from ..states import ItemState, JobState, ReasonCode, SubmissionState, sources_for
 from .collecting import retry_inference
-from .core import NotAllowed, actor_name, change_state, enqueue, move_items, refresh_job_state
+from .core import NotAllowed, actor_name, change_state, enqueue, move_items
+from .job_states import change_job_state, refresh_job_state
 from .jobs import currency_problem
 
 
@@ -93,23 +93,20 @@ def cancel_job(*, job_id: int, actor=None) -> dict:
                     actor=actor,
                     next_attempt_at=None,
                 )
-        Job.objects.filter(pk=job.pk).update(state=JobState.CANCELLED, updated_at=timezone.now())
         running = list(job.submissions.filter(state=SubmissionState.OPEN).values_list("pk", flat=True))
-        Event.objects.create(
-            job=job,
-            from_state=job.state,
-            to_state=JobState.CANCELLED,
+        from_state = job.state
+        change_job_state(
+            job,
+            to=JobState.CANCELLED,
             actor=actor,
-            actor_name=actor_name(actor),
             reason=reason,
             data={"items_cancelled": len(cancelled), "batches_to_stop": len(running)},
         )
-        job_state_changed(job, JobState.CANCELLED)
         for submission_id in running:
             enqueue("ledger.tasks.cancel_at_provider", submission_id)
     return {
         "job": job.pk,
-        "from_state": job.state,
+        "from_state": from_state,
         "state": JobState.CANCELLED.value,
         "items_cancelled": len(cancelled),
         "batches_to_stop": len(running),

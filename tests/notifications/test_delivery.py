@@ -13,7 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ledger import actions, tasks
-from ledger.budgets import pause
+from ledger.actions.budgeting import pause
 from ledger.models import JobNotification, NotificationAttempt, NotificationChannel, PauseReason
 from ledger.notifications import BUDGET_REACHED
 from ledger.states import ItemState, JobState
