@@ -34,23 +34,26 @@ def change_job_state(
         raise NotAllowed(
             f"Job {job.pk} is {JobState(from_state).label.lower()} ({from_state}); it cannot become {to}"
         )
+    # No savepoint: the caller's transaction holds the job's row; a refusal is raised outside it.
     with transaction.atomic(savepoint=False):
         now = timezone.now()
-        if not Job.objects.filter(pk=job.pk, state=from_state).update(state=to, updated_at=now, **fields):
-            raise NotAllowed(f"Job {job.pk} is no longer {from_state}")
-        Event.objects.create(
-            job=job,
-            from_state=from_state,
-            to_state=to,
-            actor=actor,
-            actor_name=actor_name(actor),
-            reason=reason,
-            data=data or {},
-        )
-        job.state, job.updated_at = to, now
-        for name, value in fields.items():
-            setattr(job, name, value)
-        react(ON_JOB_STATE, job, to)
+        moved = Job.objects.filter(pk=job.pk, state=from_state).update(state=to, updated_at=now, **fields)
+        if moved:
+            Event.objects.create(
+                job=job,
+                from_state=from_state,
+                to_state=to,
+                actor=actor,
+                actor_name=actor_name(actor),
+                reason=reason,
+                data=data or {},
+            )
+            job.state, job.updated_at = to, now
+            for name, value in fields.items():
+                setattr(job, name, value)
+            react(ON_JOB_STATE, job, to)
+    if not moved:
+        raise NotAllowed(f"Job {job.pk} is no longer {from_state}")
     return job
 
 
