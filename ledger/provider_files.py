@@ -89,11 +89,8 @@ def delete_provider_files(submission_id: int, *, held: str = "", provider=None) 
             files_to_delete=False, files_deleted_at=now, claimed_until=None
         )
         if done:
-            Event.objects.create(
-                submission=submission,
-                job_id=submission.job_id,
-                from_state=submission.state,
-                to_state=submission.state,
+            Event.objects.note_on_unit(
+                submission,
                 reason=f"Its files were deleted at the provider: {', '.join(gone) or 'none were left'}",
                 data={"provider_files_deleted": gone},
             )

@@ -33,6 +33,22 @@ def actor_name(actor) -> str:
     return actor.get_username() if actor is not None else "system"
 
 
+def write_event(
+    *, from_state: str, to: str, actor=None, reason: str = "", data: dict | None = None, **subject
+) -> Event:
+    """The event of one change of state (rule 9), in the caller's transaction. `subject` names what
+    changed: an `item` (and its `job_id`), or a `job`."""
+    return Event.objects.create(
+        **subject,
+        from_state=from_state,
+        to_state=to,
+        actor=actor,
+        actor_name=actor_name(actor),
+        reason=reason,
+        data=data or {},
+    )
+
+
 def change_state(
     item_id: int,
     *,
@@ -64,15 +80,8 @@ def change_state(
         Item.objects.filter(pk=item.pk, state=from_state).update(
             state=to, reason=reason, reason_code=code, updated_at=now, **fields
         )
-        Event.objects.create(
-            item=item,
-            job_id=item.job_id,
-            from_state=from_state,
-            to_state=to,
-            actor=actor,
-            actor_name=actor_name(actor),
-            reason=reason,
-            data=data or {},
+        write_event(
+            item=item, job_id=item.job_id, from_state=from_state, to=to, actor=actor, reason=reason, data=data
         )
         item.refresh_from_db()
     return item

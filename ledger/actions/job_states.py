@@ -6,9 +6,9 @@ from collections.abc import Iterable
 from django.db import transaction
 from django.utils import timezone
 
-from ..models import Event, ItemTally, Job
+from ..models import ItemTally, Job
 from ..states import JOB_TRANSITIONS, OPERATOR_STATES, OUTSTANDING_STATES, REVIEW_STATES, ItemState, JobState
-from .core import NotAllowed, actor_name
+from .core import NotAllowed, write_event
 from .reactions import ON_JOB_DERIVED, ON_JOB_STATE, react
 
 
@@ -39,15 +39,7 @@ def change_job_state(
         now = timezone.now()
         moved = Job.objects.filter(pk=job.pk, state=from_state).update(state=to, updated_at=now, **fields)
         if moved:
-            Event.objects.create(
-                job=job,
-                from_state=from_state,
-                to_state=to,
-                actor=actor,
-                actor_name=actor_name(actor),
-                reason=reason,
-                data=data or {},
-            )
+            write_event(job=job, from_state=from_state, to=to, actor=actor, reason=reason, data=data)
             job.state, job.updated_at = to, now
             for name, value in fields.items():
                 setattr(job, name, value)

@@ -137,14 +137,7 @@ def cancel_at_provider(submission_id: int, *, provider=None) -> str:
             **({"last_observed_status": answer, "last_observed_at": timezone.now()} if answer else {}),
         )
         if recorded:
-            Event.objects.create(
-                submission=submission,
-                job_id=submission.job_id,
-                from_state=submission.state,
-                to_state=submission.state,
-                reason=said[:2000],
-                data={"provider_answer": answer},
-            )
+            Event.objects.note_on_unit(submission, reason=said[:2000], data={"provider_answer": answer})
     return said
 
 
