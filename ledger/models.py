@@ -809,6 +809,13 @@ class EventQuerySet(models.QuerySet):
         `data.version` names the draft, its actor the reviewer and its reason is theirs."""
         return self.filter(to_state=ItemState.REJECTED, item__isnull=False)
 
+    def note_on_unit(self, unit: "Submission", *, reason: str, data: dict) -> "Event":
+        """An event of a unit that records what happened to it without changing its state."""
+        state = unit.state  # noted, not changed
+        return self.create(
+            submission=unit, job_id=unit.job_id, from_state=state, to_state=state, reason=reason, data=data
+        )
+
 
 class Event(models.Model):
     """Append-only: one row per state change, written in the same transaction as the change."""

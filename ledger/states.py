@@ -156,7 +156,8 @@ class DraftNote(models.TextChoices):
 
 
 class JobState(models.TextChoices):
-    """A job's state, derived from its items' (`actions.refresh_job_state`), SPEC §2."""
+    """A job's state, derived from its items' (`actions.refresh_job_state`), SPEC §2; changed only by
+    `actions.change_job_state`, through `JOB_TRANSITIONS`."""
 
     PREPARING = "preparing", "Preparing"
     RUNNING = "running", "Running: results still outstanding"
@@ -169,6 +170,24 @@ class JobState(models.TextChoices):
     )
     COMPLETED = "completed", "Completed: every item at rest, none waiting for an operator"
     CANCELLED = "cancelled", "Cancelled"
+
+
+J = JobState
+
+# A job's transition table, enforced by `actions.change_job_state`, the one writer of a job's state.
+# The states derived from the items' (`actions.refresh_job_state`) may follow one another in any order
+# (an item retried, a product revised, a draft rejected sends a job back); a budget or a billing refusal
+# pauses a job in any of them; a paused job is resumed (running) or, nothing of it waiting to be sent,
+# derived again; any job but a cancelled one may be cancelled, and a cancelled job never moves again.
+JOB_TRANSITIONS: dict[str, frozenset[str]] = {
+    J.PREPARING: frozenset({J.RUNNING, J.IN_REVIEW, J.NEEDS_ATTENTION, J.COMPLETED, J.PAUSED, J.CANCELLED}),
+    J.RUNNING: frozenset({J.PREPARING, J.IN_REVIEW, J.NEEDS_ATTENTION, J.COMPLETED, J.PAUSED, J.CANCELLED}),
+    J.PAUSED: frozenset({J.PREPARING, J.RUNNING, J.IN_REVIEW, J.NEEDS_ATTENTION, J.COMPLETED, J.CANCELLED}),
+    J.IN_REVIEW: frozenset({J.PREPARING, J.RUNNING, J.NEEDS_ATTENTION, J.COMPLETED, J.PAUSED, J.CANCELLED}),
+    J.NEEDS_ATTENTION: frozenset({J.PREPARING, J.RUNNING, J.IN_REVIEW, J.COMPLETED, J.PAUSED, J.CANCELLED}),
+    J.COMPLETED: frozenset({J.PREPARING, J.RUNNING, J.IN_REVIEW, J.NEEDS_ATTENTION, J.PAUSED, J.CANCELLED}),
+    J.CANCELLED: frozenset(),
+}
 
 
 class SubmissionState(models.TextChoices):

@@ -11,14 +11,10 @@ from .applying import (  # noqa: F401
     stop_application,
 )
 from .collecting import (  # noqa: F401
-    MAX_INFERENCE_ATTEMPTS,
     collect_again,
     collect_submission,
     observe_submission,
     poll_submission,
-    record_failure,
-    record_result,
-    record_version,
     retry_inference,
 )
 from .core import (  # noqa: F401
@@ -28,9 +24,9 @@ from .core import (  # noqa: F401
     change_state,
     enqueue,
     move_items,
-    refresh_job_state,
 )
 from .drilling import collect_interrupted, deliver_again  # noqa: F401
+from .job_states import refresh_job_state  # noqa: F401
 from .jobs import (  # noqa: F401
     Arm,
     create_job,
@@ -68,6 +64,7 @@ from .prompts import (  # noqa: F401
     prompt_rules_problems,
     prompt_template_problems,
 )
+from .recording import MAX_INFERENCE_ATTEMPTS  # noqa: F401
 from .reviewing import (  # noqa: F401
     approve_version,
     reject_version,

@@ -7,12 +7,13 @@ import logging
 from django.db import transaction
 from django.utils import timezone
 
+from ..destinations import destination_for
 from ..destinations.base import DestinationResult
 from ..drafts.scrubbing import ATTEMPT_RESPONSE_CHARS, stored_text
 from ..models import Approval, AttemptOutcome, DestinationAttempt, GeneratedVersion, Item
-from ..pilots.drill import LOST_ANSWER, answer_lost
 from ..states import STOPS, ItemState, ReasonCode
-from .core import NotAllowed, backoff, change_state, refresh_job_state
+from .core import NotAllowed, backoff, change_state
+from .job_states import refresh_job_state
 from .jobs import currency_problem, judge_currency, queue_current_revision
 
 log = logging.getLogger(__name__)
@@ -28,8 +29,6 @@ def operation_key(version: GeneratedVersion, destination: str) -> str:
 def apply_item(item_id: int) -> str:
     """Apply an approved version through the job's destination. Safe to run twice: a worker
     claims the item with a lease, and every attempt carries the same operation key."""
-    from ..destinations import get_destination
-
     item = Item.objects.select_related("job__pilot").get(pk=item_id)
     if item.state == ItemState.APPROVED:
         refused = judge_currency(item)
@@ -56,7 +55,7 @@ def apply_item(item_id: int) -> str:
         item=item, version=version, destination=destination_name, operation_key=key
     )
     try:
-        destination = get_destination(destination_name)
+        destination = destination_for(item.job)
     except KeyError as exc:
         result = DestinationResult(
             AttemptOutcome.REJECTED,
@@ -69,9 +68,6 @@ def apply_item(item_id: int) -> str:
         except Exception as exc:  # a bug or an outage must count towards dead_letter, not loop for ever
             log.exception("applying item %s through %s failed", item.pk, destination_name)
             result = DestinationResult(AttemptOutcome.RETRYABLE, f"Unexpected error: {type(exc).__name__}")
-    if result.outcome == AttemptOutcome.APPLIED and answer_lost(item, attempt):
-        # A pilot's acceptance drill: the destination acted, and its answer is lost on the way back.
-        result = DestinationResult(AttemptOutcome.RETRYABLE, LOST_ANSWER)
     outcome = record_attempt(item, attempt, result)
     refresh_job_state(item.job_id)
     return outcome

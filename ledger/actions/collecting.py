@@ -12,23 +12,24 @@ from datetime import timedelta
 import psycopg
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
-from django.db.models import F, Max
+from django.db.models import F
 from django.utils import timezone
 
 from ..drafts.answers import storable
 from ..drafts.scrubbing import SHORTEST_SECRET_ANYWHERE, configured_secrets, scrub_credentials, stored_text
 from ..drafts.validation import DraftChecker
 from ..lifecycle import deadlines
-from ..models import GeneratedVersion, Item, Submission, SubmissionItem, content_hash
+from ..models import Item, Submission, SubmissionItem
 from ..retrying import PERMANENT_REFUSAL_PATIENCE
 from ..states import ItemState, ReasonCode, SubmissionState
 from ..workers.cycles import fewer_cycle_collections
 from ..workers.stopping import stop_asked
 from ..workers.thread_switching import quicker_thread_switches
-from .core import backoff, change_state, enqueue, refresh_job_state
+from .core import backoff, change_state, enqueue
+from .job_states import refresh_job_state
 from .jobs import judge_currency
-from .recording import MAX_INFERENCE_ATTEMPTS, CheckedDraft, checked_draft, kept_answer, record_chunk
-from .submitting import build_requests, note_anomaly, set_submission_state
+from .recording import CheckedDraft, checked_draft, record_chunk
+from .submitting import build_requests, set_submission_state
 
 # A worker reading a long unit renews its lease this often.
 LEASE_RENEWAL = timedelta(seconds=30)
@@ -541,113 +542,6 @@ class Chunk:
 
 def close_connection() -> None:
     connection.close()  # the calling thread's own
-
-
-def record_result(submission: Submission, line, *, seen: set[str] | None = None) -> str:
-    """Match one result line by custom_id and record it. A repeated line makes no second version.
-    One line at a time: `collect_submission` records lines a chunk at a time (`record_chunk`),
-    with the same outcome as this, which stays as the reference it is tested against."""
-    seen = seen if seen is not None else set()
-    if line.custom_id in seen:
-        note_anomaly(submission, "repeated_line", custom_id=line.custom_id)
-        return "repeated"
-    seen.add(line.custom_id)
-    with transaction.atomic():
-        entry = (
-            SubmissionItem.objects.select_for_update()
-            .filter(submission=submission, custom_id=line.custom_id)
-            .select_related("item")
-            .first()
-        )
-        if entry is None:
-            note_anomaly(submission, "unknown_custom_id", custom_id=line.custom_id[:100])
-            return "unknown"
-        if entry.outcome:
-            return "already recorded"
-        item = entry.item
-        if line.succeeded:
-            entry.outcome = "returned"
-            entry.save(update_fields=["outcome"])
-            return record_version(item, submission, line)
-        entry.outcome = "failed"
-        entry.save(update_fields=["outcome"])
-        return record_failure(item, line)
-
-
-def record_version(item: Item, submission: Submission, line) -> str:
-    from ..drafts.validation import check_draft
-
-    # An item stopped while its request was out (its product changed, its job was cancelled) still
-    # had its answer paid for: the draft is kept as evidence, and its cost counts as wasted.
-    stopped = item.state in (ItemState.OBSOLETE, ItemState.WITHDRAWN, ItemState.CANCELLED)
-    if item.state != ItemState.SUBMITTED and not stopped:
-        return f"item is {item.state}"
-    number = (item.versions.aggregate(n=Max("number"))["n"] or 0) + 1
-    prompt = item.job.prompt_version
-    text, reasons, _, notes = check_draft(
-        prompt=prompt, revision=item.source_revision, output=line.content, truncated=line.truncated
-    )
-    # The entry row is locked and had no outcome, so this custom_id has no version yet; a unique
-    # violation here would be a bug, and rolls the whole line back rather than hide it.
-    version = GeneratedVersion.objects.create(
-        item=item,
-        number=number,
-        custom_id=line.custom_id,
-        submission=submission,
-        content=text,
-        raw_output=kept_answer(line.content, text),
-        content_hash=content_hash(text),
-        input_tokens=line.input_tokens,
-        output_tokens=line.output_tokens,
-        usage={**line.usage, "apportioned": True} if line.apportioned else line.usage,
-        valid=not reasons,
-        validation_reasons=reasons,
-        validation_notes=notes,
-    )
-    if stopped:
-        return f"kept as evidence: item is {item.state}"
-    change_state(item.pk, to=ItemState.RETURNED, data={"version": version.pk})
-    if judge_currency(item):
-        return "not current"
-    if reasons:
-        reason, codes = "; ".join(reasons), {"codes": [r.code for r in reasons]}
-        change_state(item.pk, to=ItemState.VALIDATION_FAILED, reason=reason, code=reasons[0].code, data=codes)
-        return ItemState.VALIDATION_FAILED
-    change_state(item.pk, to=ItemState.AWAITING_REVIEW, data={"version": version.pk})
-    return ItemState.AWAITING_REVIEW
-
-
-def record_failure(item: Item, line) -> str:
-    if item.state != ItemState.SUBMITTED:
-        return f"item is {item.state}"
-    # The adapter translated the provider's words into the ledger's: a reason code and whether
-    # the failure is transient (SPEC rule 8).
-    transient = line.transient
-    reason = f"{line.error_code}: {line.error_message}".strip(": ")
-    code = line.reason or ReasonCode.MODEL_FAILED
-    failures = item.inference_failures + 1
-    change_state(
-        item.pk,
-        to=ItemState.INFERENCE_FAILED,
-        reason=reason,
-        code=code,
-        data={"custom_id": line.custom_id, "transient": transient},
-        inference_failures=failures,
-    )
-    if not transient:
-        return "failed permanently"
-    if failures >= MAX_INFERENCE_ATTEMPTS:
-        change_state(
-            item.pk,
-            to=ItemState.DEAD_LETTER,
-            reason=f"Gave up after {failures} attempts: {reason}",
-            code=code,
-        )
-        return ItemState.DEAD_LETTER
-    retry_inference(
-        item.pk, reason=f"Automatic retry after {reason}", delay=backoff(failures, line.retry_after)
-    )
-    return "retrying"
 
 
 def retry_inference(

@@ -1,5 +1,5 @@
 """How an item's state changes: one row at a time or many, always through the transition table,
-with an event in the same transaction; and the job's state, derived from its items'."""
+with an event in the same transaction."""
 
 from collections.abc import Iterable
 from datetime import timedelta
@@ -9,15 +9,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from ..database.setwise import among, ids_query, insert_from_select
-from ..models import Event, Item, ItemTally, Job
-from ..notices.notifications import job_state_changed, pilot_report_checked
+from ..models import Event, Item
 from ..states import (
     ALLOWED_TRANSITIONS,
-    OPERATOR_STATES,
-    OUTSTANDING_STATES,
-    REVIEW_STATES,
     ItemState,
-    JobState,
 )
 
 
@@ -36,6 +31,22 @@ def enqueue(func: str, *args) -> None:
 
 def actor_name(actor) -> str:
     return actor.get_username() if actor is not None else "system"
+
+
+def write_event(
+    *, from_state: str, to: str, actor=None, reason: str = "", data: dict | None = None, **subject
+) -> Event:
+    """The event of one change of state (rule 9), in the caller's transaction. `subject` names what
+    changed: an `item` (and its `job_id`), or a `job`."""
+    return Event.objects.create(
+        **subject,
+        from_state=from_state,
+        to_state=to,
+        actor=actor,
+        actor_name=actor_name(actor),
+        reason=reason,
+        data=data or {},
+    )
 
 
 def change_state(
@@ -69,15 +80,8 @@ def change_state(
         Item.objects.filter(pk=item.pk, state=from_state).update(
             state=to, reason=reason, reason_code=code, updated_at=now, **fields
         )
-        Event.objects.create(
-            item=item,
-            job_id=item.job_id,
-            from_state=from_state,
-            to_state=to,
-            actor=actor,
-            actor_name=actor_name(actor),
-            reason=reason,
-            data=data or {},
+        write_event(
+            item=item, job_id=item.job_id, from_state=from_state, to=to, actor=actor, reason=reason, data=data
         )
         item.refresh_from_db()
     return item
@@ -127,42 +131,6 @@ def move_items(
             params=moved.params,
         )
     return ids
-
-
-# A job's tally rows are folded into one per state once there are more than this (each change of
-# item states appends a few): reading them stays a sum over a few dozen rows.
-COMPACT_AFTER_ROWS = 100
-
-
-def refresh_job_state(job_id: int) -> str:
-    """Derive the job's state from its items' states (SPEC §2): results outstanding, running (preparing
-    before its first unit); else drafts with a reviewer or on their way to the destination, in review;
-    else items waiting for an operator, needs attention; else completed. A cancelled job stays so."""
-    with transaction.atomic():
-        job = Job.objects.select_for_update().get(pk=job_id)
-        if job.state == JobState.CANCELLED:
-            return job.state
-        tallies = ItemTally.objects.filter(job=job)
-        if tallies.count() > COMPACT_AFTER_ROWS:
-            ItemTally.objects.compact(job.pk)
-        states = set(tallies.counts_by_state())
-        if job.state == JobState.PAUSED and ItemState.PREPARED in states:
-            return job.state  # nothing new is sent until someone acts (a budget, a billing refusal)
-        if states & OUTSTANDING_STATES:
-            new = JobState.PREPARING if not job.submissions.exists() else JobState.RUNNING
-        elif states & REVIEW_STATES:
-            new = JobState.IN_REVIEW
-        elif states & set(OPERATOR_STATES):
-            # Nothing in flight, nothing for a reviewer: what is left waits for an operator.
-            new = JobState.NEEDS_ATTENTION
-        else:
-            new = JobState.COMPLETED
-        if new != job.state:
-            Job.objects.filter(pk=job.pk).update(state=new, updated_at=timezone.now())
-            Event.objects.create(job=job, from_state=job.state, to_state=new, reason="item states changed")
-            job_state_changed(job, new)
-        pilot_report_checked(job, new)
-    return new
 
 
 def backoff(failures: int, retry_after: float | None = None) -> timedelta:

@@ -26,12 +26,13 @@ from ..models import (
 )
 from ..money.budgets import budget_problem, committed
 from ..money.currency import business_currency
-from ..notices.notifications import job_state_changed
 from ..pilots.drill import plan_drill
 from ..pilots.sample import PilotPlan, SampleRefused, record_sample, sampled_products_sql, unknown_fields
 from ..providers.model_names import model_name_problem
 from ..states import STOPS, ItemState, JobState, SubmissionState
-from .core import NotAllowed, actor_name, change_state, enqueue, refresh_job_state
+from .core import NotAllowed, actor_name, change_state, enqueue
+from .job_states import change_job_state, refresh_job_state
+from .reactions import ON_JOB_STATE, react
 
 
 def create_job(
@@ -150,7 +151,7 @@ def create_job(
         if not written:
             raise NotAllowed("No active products to work on")
         Event.objects.create(job=job, to_state=JobState.PREPARING, actor=owner, actor_name=actor_name(owner))
-        job_state_changed(job, JobState.PREPARING)
+        react(ON_JOB_STATE, job, JobState.PREPARING)
         enqueue("ledger.tasks.submit_job", job.pk)
     analyse_after_bulk_change({Item: written, Event: written})
     return job
@@ -289,18 +290,9 @@ def resume_job(job_id: int, *, actor) -> str:
         job = Job.objects.select_for_update().get(pk=job_id)
         if job.state != JobState.PAUSED:
             raise NotAllowed(f"The job is {job.state}, not paused")
-        Job.objects.filter(pk=job.pk).update(
-            state=JobState.RUNNING, pause_reason="", pause_detail="", updated_at=timezone.now()
+        change_job_state(
+            job, to=JobState.RUNNING, actor=actor, reason="Resumed", pause_reason="", pause_detail=""
         )
-        Event.objects.create(
-            job=job,
-            from_state=JobState.PAUSED,
-            to_state=JobState.RUNNING,
-            actor=actor,
-            actor_name=actor_name(actor),
-            reason="Resumed",
-        )
-        job_state_changed(job, JobState.RUNNING)
         # Sent by the next pass rather than waiting out a claim taken before the pause.
         Submission.objects.filter(job=job, state=SubmissionState.INTENT).filter(
             Q(claimed_until__isnull=False)

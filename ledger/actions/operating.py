@@ -6,10 +6,10 @@ from django.utils import timezone
 
 from ..drafts.scrubbing import stored_text
 from ..models import Event, Item, Job, Submission
-from ..notices.notifications import job_state_changed
 from ..states import STOPS, ItemState, JobState, ReasonCode, SubmissionState, sources_for
 from .collecting import retry_inference
-from .core import NotAllowed, actor_name, change_state, enqueue, move_items, refresh_job_state
+from .core import NotAllowed, actor_name, change_state, enqueue, move_items
+from .job_states import change_job_state, refresh_job_state
 from .jobs import currency_problem
 
 
@@ -90,23 +90,20 @@ def cancel_job(*, job_id: int, actor=None) -> dict:
                     actor=actor,
                     next_attempt_at=None,
                 )
-        Job.objects.filter(pk=job.pk).update(state=JobState.CANCELLED, updated_at=timezone.now())
         running = list(job.submissions.filter(state=SubmissionState.OPEN).values_list("pk", flat=True))
-        Event.objects.create(
-            job=job,
-            from_state=job.state,
-            to_state=JobState.CANCELLED,
+        from_state = job.state
+        change_job_state(
+            job,
+            to=JobState.CANCELLED,
             actor=actor,
-            actor_name=actor_name(actor),
             reason=reason,
             data={"items_cancelled": len(cancelled), "batches_to_stop": len(running)},
         )
-        job_state_changed(job, JobState.CANCELLED)
         for submission_id in running:
             enqueue("ledger.tasks.cancel_at_provider", submission_id)
     return {
         "job": job.pk,
-        "from_state": job.state,
+        "from_state": from_state,
         "state": JobState.CANCELLED.value,
         "items_cancelled": len(cancelled),
         "batches_to_stop": len(running),
@@ -137,14 +134,7 @@ def cancel_at_provider(submission_id: int, *, provider=None) -> str:
             **({"last_observed_status": answer, "last_observed_at": timezone.now()} if answer else {}),
         )
         if recorded:
-            Event.objects.create(
-                submission=submission,
-                job_id=submission.job_id,
-                from_state=submission.state,
-                to_state=submission.state,
-                reason=stored_text(said),
-                data={"provider_answer": answer},
-            )
+            Event.objects.note_on_unit(submission, reason=stored_text(said), data={"provider_answer": answer})
     return said
 
 

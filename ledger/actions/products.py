@@ -7,7 +7,8 @@ from django.db import transaction
 
 from ..models import AttemptOutcome, Item, Product, ProductStatus, SourceRevision
 from ..states import ItemState, sources_for
-from .core import NotAllowed, enqueue, refresh_job_state
+from .core import NotAllowed, enqueue
+from .job_states import refresh_job_state
 from .jobs import judge_currency
 
 

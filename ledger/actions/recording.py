@@ -1,6 +1,7 @@
 """Recording result lines set-wise: a chunk of lines in one transaction, each kind of change written
 by one statement for the whole chunk, with exactly the versions, events, states and anomalies
-`record_result` writes one line at a time (tests/ledger/test_recording.py holds them side by side).
+the row-at-a-time reference recorder writes one line at a time (tests/ledger/row_recorder.py;
+tests/ledger/test_recording.py holds them side by side).
 A chunk either commits whole or leaves nothing behind, so a killed worker repeats no line."""
 
 from collections import defaultdict
@@ -140,7 +141,7 @@ def record_chunk(
         stale = record_drafts(submission, drafts, events, checker=checker, checks=checks or {})
         stale += record_failures(submission, failures, events)
         insert_events(submission, events)
-        # Judged one by one, like record_result: a product that changed meanwhile is rare.
+        # Judged one by one, as the row-at-a-time recorder does: a product that changed meanwhile is rare.
         for item in Item.objects.filter(pk__in=stale).order_by("pk"):
             judge_currency(item)
         note_anomalies(submission, anomalies)

@@ -7,7 +7,8 @@ from django.db import IntegrityError, transaction
 from ..drafts.validation import DraftChecker, Reason, read_draft, shortened, source_text
 from ..models import Approval, GeneratedVersion, Item, Job, PromptVersion, SourceRevision
 from ..states import DECIDABLE_STATES, STOPS, ItemState, JobState, ReasonCode
-from .core import NotAllowed, change_state, enqueue, refresh_job_state
+from .core import NotAllowed, change_state, enqueue
+from .job_states import refresh_job_state
 from .jobs import create_job, currency_problem, judge_currency
 
 

@@ -13,12 +13,13 @@ from django.utils import timezone
 
 from ..database.setwise import among, insert_from_select
 from ..drafts.scrubbing import stored_text
-from ..lifecycle import deadlines, provider_files
 from ..models import Event, Item, Job, ProductStatus, Submission, SubmissionItem, lease_end
-from ..money import budgets
 from ..states import SUBMISSION_TRANSITIONS, ItemState, JobState, ReasonCode, SubmissionState
-from .core import NotAllowed, backoff, enqueue, move_items, refresh_job_state
+from .budgeting import BudgetReached, pause_for_billing, reserve
+from .core import NotAllowed, backoff, enqueue, move_items
+from .job_states import refresh_job_state
 from .jobs import judge_currency
+from .reactions import ON_SUBMISSION_STATE, fields_on_entering, react
 
 # An item's custom_id (`Item.custom_id`), as SQL over its row.
 CUSTOM_ID_SQL = "'bd-' || id || '-' || inference_attempt"
@@ -121,15 +122,11 @@ class LostClaim(Exception):
 
 
 def set_submission_state(submission: Submission, to: str, *, reason: str = "", **fields) -> None:
-    """Compare-and-set from the state this worker read; raises LostClaim if it moved meanwhile."""
+    """Compare-and-set from the state this worker read; raises LostClaim if it moved meanwhile. What
+    the unit records as it enters `to`, and what follows the change, are `reactions`'."""
     if to not in SUBMISSION_TRANSITIONS[submission.state]:
         raise NotAllowed(f"Submission {submission.pk} is {submission.state}; it cannot become {to}")
-    # Its collect-by deadline, and whether its provider files are to be deleted once collected.
-    fields = {
-        **deadlines.on_entering(submission, to, fields),
-        **provider_files.on_entering(submission, to),
-        **fields,
-    }
+    fields = fields_on_entering(submission, to, fields)
     moved = Submission.objects.filter(pk=submission.pk, state=submission.state).update(
         state=to, updated_at=timezone.now(), **fields
     )
@@ -143,10 +140,7 @@ def set_submission_state(submission: Submission, to: str, *, reason: str = "", *
         reason=reason,
     )
     submission.state = to
-    if to in (SubmissionState.COLLECTED, SubmissionState.FAILED):
-        budgets.settle(submission)  # what the unit held becomes what it cost
-    if fields.get("files_to_delete"):
-        enqueue("ledger.tasks.delete_provider_files", submission.pk)
+    react(ON_SUBMISSION_STATE, submission, fields)
 
 
 def build_requests(submission: Submission, state: str = ItemState.PREPARED):
@@ -267,8 +261,8 @@ def send_submission(submission_id: int, *, provider=None, held: str = "") -> str
         if not renewed:
             return "claim lost"
         try:
-            budgets.reserve(submission, requests)  # rule 18: held before anything can be spent
-        except budgets.BudgetReached:
+            reserve(submission, requests)  # rule 18: held before anything can be spent
+        except BudgetReached:
             Submission.objects.release(submission_id)  # sent by a pass once the job goes on
             return "paused"
         sent_at = timezone.now()
@@ -287,7 +281,7 @@ def send_submission(submission_id: int, *, provider=None, held: str = "") -> str
         if exc.billing:
             # No credit or a spend limit: nothing was made there, and retrying cannot help until
             # someone pays; the job is paused, its items neither failed nor retried.
-            budgets.pause_for_billing(submission.job_id, str(exc))
+            pause_for_billing(submission.job_id, str(exc))
             Submission.objects.filter(pk=submission_id).update(error=stored_text(str(exc)), sent_at=None)
             Submission.objects.release(submission_id)
             return "paused"

@@ -1,8 +1,11 @@
-"""Destinations by name: the built-in `catalogue`, and a webhook for every BATCHDESK_WEBHOOK_<NAME>."""
+"""Destinations by name: the built-in `catalogue`, and a webhook for every BATCHDESK_WEBHOOK_<NAME>;
+and the destination a job's approved drafts go through (`destination_for`)."""
 
 import os
 
+from ..models import Job
 from .base import Destination
+from .drilling import DrillingDestination
 
 WEBHOOK_PREFIX = "BATCHDESK_WEBHOOK_"
 NOT_A_WEBHOOK = {"TIMEOUT"}
@@ -34,3 +37,13 @@ def get_destination(name: str) -> Destination:
         raise KeyError(f"unknown destination {name!r}")
     token = os.environ.get(f"{WEBHOOK_PREFIX}{name.upper()}_TOKEN", "")
     return WebhookDestination(name=name, url=url, token=token)
+
+
+def destination_for(job: Job) -> Destination:
+    """The destination `job` applies its approved drafts through: its own, inside the acceptance drill
+    when the job is a pilot that drills (load the job with its `pilot`: no query). KeyError when the
+    job's destination is not configured."""
+    destination = get_destination(job.destination)
+    if hasattr(job, "pilot") and job.pilot.drill:
+        return DrillingDestination(destination)
+    return destination

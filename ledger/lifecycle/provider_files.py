@@ -30,8 +30,9 @@ RETRY_AFTER = timedelta(minutes=10)
 MOST_PER_PASS = 200
 
 
-def on_entering(submission: Submission, to: str) -> dict:
-    """What a submission entering state `to` records: once collected, whether its files are to go."""
+def on_entering(submission: Submission, to: str, fields: dict) -> dict:
+    """What a submission entering state `to` (with these `fields`) records: once collected, whether
+    its files are to go."""
     if to != SubmissionState.COLLECTED or settings.BATCHDESK_KEEP_PROVIDER_FILES:
         return {}
     return {"files_to_delete": True} if capabilities(submission.provider).deletes_files else {}
@@ -88,11 +89,8 @@ def delete_provider_files(submission_id: int, *, held: str = "", provider=None) 
             files_to_delete=False, files_deleted_at=now, claimed_until=None
         )
         if done:
-            Event.objects.create(
-                submission=submission,
-                job_id=submission.job_id,
-                from_state=submission.state,
-                to_state=submission.state,
+            Event.objects.note_on_unit(
+                submission,
                 reason=f"Its files were deleted at the provider: {', '.join(gone) or 'none were left'}",
                 data={"provider_files_deleted": gone},
             )

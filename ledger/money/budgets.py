@@ -4,7 +4,8 @@ Before a unit is sent, its worst case is reserved: every request's input at most
 byte of what is sent (no tokenizer makes more tokens than bytes), plus its `max_tokens` of output,
 at the batch price, in the business currency at today's rate (`UnitCharge`). A unit that would take
 a job's spend and holds past its budget is not sent: the job is paused (`budget_reached`) with what
-it would take to go on. The job's row is locked while it is checked and reserved, so two clusters
+it would take to go on (`actions.budgeting.reserve`). The job's row is locked while it is checked and
+reserved, so two clusters
 sending units of one job at once never pass the budget together. When the unit's results are
 recorded (or it ends without running) the usage its drafts carry settles the reservation, priced
 and converted then, and kept with the rate, its date and its source.
@@ -14,15 +15,12 @@ import json
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import Case, DecimalField, F, Sum, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from ..drafts.scrubbing import stored_text
-from ..models import Event, GeneratedVersion, Job, PauseReason, Submission, SubmissionItem, UnitCharge
-from ..notices.notifications import BUDGET_REACHED, announce, job_state_changed
-from ..states import JobState
+from ..models import GeneratedVersion, Job, Submission, SubmissionItem, UnitCharge
 from .currency import PROVIDER_CURRENCY, business_currency, convert, rate_now, rate_on
 from .pricing import PLACES, price_for, unknown_price
 
@@ -69,10 +67,6 @@ def budget_problem(budget: Decimal, provider: str, model: str) -> str | None:
     return None
 
 
-class BudgetReached(Exception):
-    """The unit was not sent: the job is paused. The message says why, for the person."""
-
-
 # What a unit counts for against its job's budget: its cost once settled, its reservation before.
 SPENT_OR_HELD = Sum(
     Case(
@@ -103,93 +97,64 @@ def committed_by_job(job_ids: list[int]) -> dict[int, Decimal]:
     return {job_id: Decimal(0) for job_id in job_ids} | {job_id: total for job_id, total in rows}
 
 
-def reserve(submission: Submission, requests) -> None:
-    """Hold the unit's worst case against its job's budget before it is sent; BudgetReached (the job
-    paused) when it does not fit. A unit sent again after a lost answer keeps its one reservation."""
-    paused = ""
-    with transaction.atomic():
-        job = Job.objects.select_for_update().get(pk=submission.job_id)
-        if job.state == JobState.PAUSED:
-            raise BudgetReached(job.pause_detail or "The job is paused")
-        price = price_for(job.provider, job.model)
-        rate = rate_now()
-        tokens = worst_case(requests)
-        worst_usd = price.cost(tokens.input_tokens, tokens.output_tokens).quantize(PLACES) if price else None
-        worst = convert(worst_usd, rate) if worst_usd is not None else None
-        if job.budget is not None:
-            problem = None
-            if worst_usd is None:
-                problem = f"No unit can be held to the budget: {unknown_price(job.provider, job.model)}"
-            elif job.budget_currency != business_currency():
-                problem = (
-                    f"The budget is in {job.budget_currency} and costs are now kept in "
-                    f"{business_currency()}: set the budget again"
-                )
-            elif worst is None:
-                problem = f"No unit can be held to the budget: no rate from USD to {business_currency()} is in force"
-            else:
-                held = committed(job.pk, excluding_submission=submission.pk)
-                if held + worst > job.budget:
-                    short = (held + worst - job.budget).quantize(CENT, rounding=ROUND_CEILING)
-                    problem = (
-                        f"The next unit ({len(requests):,} requests) could cost up to "
-                        f"{worst.quantize(CENT, rounding=ROUND_CEILING)} {job.budget_currency}; "
-                        f"{held.quantize(CENT, rounding=ROUND_CEILING)} is spent or held of the "
-                        f"{job.budget} budget. Raise it by at least {short} {job.budget_currency} to go on"
-                    )
-            if problem:
-                pause(job, PauseReason.BUDGET_REACHED, problem)
-                paused = problem
-        if not paused:
-            UnitCharge.objects.update_or_create(
-                submission=submission,
-                defaults={
-                    "job": job,
-                    "requests": len(requests),
-                    "currency": business_currency(),
-                    "reserved_usd": worst_usd if worst_usd is not None else Decimal(0),
-                    "reserved": worst,
-                    "reserved_at": timezone.now(),
-                },
+@dataclass(frozen=True)
+class UnitHold:
+    """What holding a unit against its job's budget takes: its worst case in USD at the batch price,
+    and in the business currency at today's rate (None without a price or a rate), and why it does
+    not fit the job's budget (None when it fits, or the job has none)."""
+
+    worst_usd: Decimal | None
+    worst: Decimal | None
+    problem: str | None
+
+
+def unit_hold(job: Job, submission: Submission, requests) -> UnitHold:
+    """The hold `requests`, the unit `submission` of `job`, would take. Read with the job's row locked:
+    what its other units spent or hold is part of the answer."""
+    price = price_for(job.provider, job.model)
+    rate = rate_now()
+    tokens = worst_case(requests)
+    worst_usd = price.cost(tokens.input_tokens, tokens.output_tokens).quantize(PLACES) if price else None
+    worst = convert(worst_usd, rate) if worst_usd is not None else None
+    problem = None
+    if job.budget is not None:
+        if worst_usd is None:
+            problem = f"No unit can be held to the budget: {unknown_price(job.provider, job.model)}"
+        elif job.budget_currency != business_currency():
+            problem = (
+                f"The budget is in {job.budget_currency} and costs are now kept in "
+                f"{business_currency()}: set the budget again"
             )
-    if paused:  # raised once the pause is committed
-        raise BudgetReached(paused)
+        elif worst is None:
+            problem = (
+                f"No unit can be held to the budget: no rate from USD to {business_currency()} is in force"
+            )
+        else:
+            held = committed(job.pk, excluding_submission=submission.pk)
+            if held + worst > job.budget:
+                short = (held + worst - job.budget).quantize(CENT, rounding=ROUND_CEILING)
+                problem = (
+                    f"The next unit ({len(requests):,} requests) could cost up to "
+                    f"{worst.quantize(CENT, rounding=ROUND_CEILING)} {job.budget_currency}; "
+                    f"{held.quantize(CENT, rounding=ROUND_CEILING)} is spent or held of the "
+                    f"{job.budget} budget. Raise it by at least {short} {job.budget_currency} to go on"
+                )
+    return UnitHold(worst_usd, worst, problem)
 
 
-def pause(job: Job, reason: str, detail: str) -> None:
-    """Nothing new of the job is sent until someone acts (SPEC §2); within the caller's transaction."""
-    Job.objects.filter(pk=job.pk).update(
-        state=JobState.PAUSED,
-        pause_reason=reason,
-        pause_detail=stored_text(detail),
-        updated_at=timezone.now(),
+def hold(submission: Submission, job: Job, requests: int, unit: UnitHold) -> None:
+    """Keep the unit's hold (`unit_hold`) as its charge; a unit sent again keeps its one charge."""
+    UnitCharge.objects.update_or_create(
+        submission=submission,
+        defaults={
+            "job": job,
+            "requests": requests,
+            "currency": business_currency(),
+            "reserved_usd": unit.worst_usd if unit.worst_usd is not None else Decimal(0),
+            "reserved": unit.worst,
+            "reserved_at": timezone.now(),
+        },
     )
-    Event.objects.create(
-        job=job,
-        from_state=job.state,
-        to_state=JobState.PAUSED,
-        reason=stored_text(detail),
-        data={"pause": reason},
-    )
-    job_state_changed(job, JobState.PAUSED)
-    if reason == PauseReason.BUDGET_REACHED:
-        announce(job, BUDGET_REACHED, state=JobState.PAUSED)
-    job.state, job.pause_reason, job.pause_detail = JobState.PAUSED, reason, detail
-
-
-def pause_for_billing(job_id: int, provider_said: str) -> None:
-    """A provider's billing refusal (no credit, a spend limit) pauses the job: its items are neither
-    failed nor retried; someone tops up the account and resumes it."""
-    with transaction.atomic():
-        job = Job.objects.select_for_update().get(pk=job_id)
-        if job.state in (JobState.PAUSED, JobState.CANCELLED):
-            return
-        pause(
-            job,
-            PauseReason.BILLING_REFUSED,
-            f"The provider refused to bill the account: {provider_said[:500]}. Add credit or raise "
-            "the spend limit at the provider, then resume the job",
-        )
 
 
 def settle(submission: Submission) -> None:

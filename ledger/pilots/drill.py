@@ -193,12 +193,11 @@ def note_repeated_delivery(submission_id: int, *, before: dict, after: dict, lin
 # --- destination timeout -------------------------------------------------------------------------
 
 
-def answer_lost(item: Item, attempt: DestinationAttempt) -> bool:
-    """Whether the drill loses the answer to this attempt, which the destination has just applied: the
-    first attempt of the first item of a drilling pilot's job to reach its destination (taken now).
-    Any other job is told from the item's job alone (load it with `job__pilot`): no query."""
-    if not hasattr(item.job, "pilot") or not item.job.pilot.drill:
-        return False
+def answer_lost(item: Item, operation_key: str) -> bool:
+    """Whether the drill loses the answer to the attempt under `operation_key`, which the destination
+    has just applied: the first attempt of the first item of a drilling pilot's job to reach its
+    destination (taken now). Asked by `destinations.drilling.DrillingDestination` alone, which wraps
+    a drilling pilot's destination."""
     step_id = (
         DrillStep.objects.filter(
             kind=DrillKind.DESTINATION_TIMEOUT, item__isnull=True, pilot__job_id=item.job_id
@@ -206,15 +205,19 @@ def answer_lost(item: Item, attempt: DestinationAttempt) -> bool:
         .values_list("pk", flat=True)
         .first()
     )
-    if step_id is None or DestinationAttempt.objects.filter(item=item).exclude(pk=attempt.pk).exists():
+    if step_id is None:
         return False
+    attempts = list(DestinationAttempt.objects.filter(item=item).values_list("pk", "destination")[:2])
+    if len(attempts) != 1:  # the item's first attempt only
+        return False
+    [(attempt_id, destination)] = attempts
     now = timezone.now()
     evidence = {
-        "attempt": attempt.pk,
-        "operation_key": attempt.operation_key,
-        "destination": attempt.destination,
+        "attempt": attempt_id,
+        "operation_key": operation_key,
+        "destination": destination,
         "publications": list(
-            Publication.objects.filter(operation_key=attempt.operation_key).values_list("pk", flat=True)
+            Publication.objects.filter(operation_key=operation_key).values_list("pk", flat=True)
         ),
     }
     won = DrillStep.objects.filter(pk=step_id, item__isnull=True).update(

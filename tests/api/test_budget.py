@@ -9,8 +9,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from ledger.actions.budgeting import pause
 from ledger.models import Item, Job, PauseReason, UnitCharge
-from ledger.money import budgets
 from ledger.states import JobState
 from tests.api.conftest import assert_error
 from tests.factories import JobFactory, ProductFactory, add_version
@@ -35,7 +35,7 @@ def paused_job(owner, *, budget="1.00", reason=PauseReason.BUDGET_REACHED) -> Jo
     job = JobFactory(owner=owner, budget=Decimal(budget), budget_currency="GBP")
     product = ProductFactory()
     Item.objects.create(job=job, product=product, source_revision=product.current_revision)
-    budgets.pause(job, reason, "The next unit could cost up to 2.00 GBP")
+    pause(job, reason, "The next unit could cost up to 2.00 GBP")
     return job
 
 

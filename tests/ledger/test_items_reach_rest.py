@@ -16,6 +16,7 @@ from ledger.models import (
 from ledger.states import ItemState, JobState, SubmissionState
 from tests.collector import poll_everything
 from tests.factories import ItemFactory, JobFactory, ProductFactory, UserFactory, add_version
+from tests.ledger import row_recorder
 from tests.ledger.test_provider_faults import emulator  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.django_db
@@ -230,7 +231,7 @@ def test_a_result_for_an_item_stopped_while_at_the_provider_is_kept_as_evidence(
         custom_id=item.custom_id, succeeded=True, content=draft, input_tokens=100, output_tokens=50
     )
 
-    assert actions.record_result(submission, line).startswith("kept as evidence")
+    assert row_recorder.record_result(submission, line).startswith("kept as evidence")
 
     item.refresh_from_db()
     assert item.state == S.CANCELLED

@@ -14,6 +14,7 @@ from ledger.states import ItemState, JobState, ReasonCode
 from review.operations import attention_groups
 from tests.api.conftest import token_for
 from tests.factories import ItemFactory, JobFactory, UserFactory, add_version
+from tests.ledger import row_recorder
 
 pytestmark = pytest.mark.django_db
 
@@ -37,7 +38,7 @@ def failing_line(
 def test_a_failed_result_is_recorded_with_its_code_and_a_dead_letter_keeps_it(settings):
     settings.BATCHDESK_RETRY_BASE_SECONDS = 0
     item = ItemFactory(submitted=True, inference_failures=actions.MAX_INFERENCE_ATTEMPTS - 1)
-    actions.record_failure(
+    row_recorder.record_failure(
         item, failing_line(item, "server_error", ReasonCode.MODEL_SERVER_ERROR, transient=True)
     )
     item.refresh_from_db()
@@ -56,7 +57,7 @@ def test_a_failed_result_is_recorded_with_its_code_and_a_dead_letter_keeps_it(se
 )
 def test_permanent_failures_carry_their_code(code, reason, expected):
     item = ItemFactory(submitted=True)
-    actions.record_failure(item, failing_line(item, code, reason))
+    row_recorder.record_failure(item, failing_line(item, code, reason))
     item.refresh_from_db()
     assert (item.state, item.reason_code) == (S.INFERENCE_FAILED, expected)
     assert item.reason == f"{code}: went wrong"

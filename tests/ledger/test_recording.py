@@ -28,6 +28,7 @@ from ledger.providers.base import ResultLine, UnreadableLine
 from ledger.states import DraftNote, ItemState, ReasonCode, SubmissionState
 from ledger.workers.thread_switching import SWITCH_INTERVAL
 from tests.factories import JobFactory, ProductFactory
+from tests.ledger import row_recorder
 
 pytestmark = pytest.mark.django_db
 
@@ -148,7 +149,7 @@ def collect_line_by_line(submission: Submission, lines: list) -> None:
     counted = {"succeeded": 0, "failed": 0}
     for line in lines:
         if isinstance(line, ResultLine):
-            if actions.record_result(submission, line, seen=seen) != "repeated":
+            if row_recorder.record_result(submission, line, seen=seen) != "repeated":
                 counted["succeeded" if line.succeeded else "failed"] += 1
         else:
             note_anomaly(
@@ -164,7 +165,7 @@ def collect_line_by_line(submission: Submission, lines: list) -> None:
             reason=ReasonCode.MISSING_RESULT,
             transient=True,
         )
-        actions.record_result(submission, missing, seen=seen)
+        row_recorder.record_result(submission, missing, seen=seen)
     counts = submission.request_counts
     if (counts["succeeded"], counts["failed"]) != (counted["succeeded"], counted["failed"]):
         note_anomaly(submission, "counts_disagree", provider_counts=counts, lines_in_results=counted)
@@ -263,7 +264,7 @@ def collect_in_chunks_and_line_by_line(settings, chunk: int, *, anomalies_in_ord
     for job in (by_line, in_chunks):
         # Recorded by an earlier collection that died: the same line both ways.
         entry = SubmissionItem.objects.filter(item__job=job).order_by("item__product__sku")[13]
-        actions.record_result(
+        row_recorder.record_result(
             Submission.objects.get(job=job),
             ResultLine(custom_id=entry.custom_id, succeeded=True, content=draft()),
         )

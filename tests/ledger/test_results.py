@@ -19,6 +19,7 @@ from ledger.models import (
 from ledger.providers.base import ResultLine
 from ledger.states import ItemState, ReasonCode, SubmissionState
 from tests.factories import ItemFactory, UserFactory, add_version
+from tests.ledger import row_recorder
 
 pytestmark = pytest.mark.django_db
 
@@ -57,7 +58,7 @@ def test_a_valid_draft_waits_for_review_with_its_usage():
     item = ItemFactory()
     submission = submitted(item)
 
-    assert actions.record_result(submission, success(item)) == ItemState.AWAITING_REVIEW
+    assert row_recorder.record_result(submission, success(item)) == ItemState.AWAITING_REVIEW
 
     version = GeneratedVersion.objects.get(item=item)
     assert (version.number, version.valid, version.input_tokens, version.output_tokens) == (1, True, 100, 40)
@@ -68,9 +69,9 @@ def test_a_valid_draft_waits_for_review_with_its_usage():
 def test_a_repeated_line_makes_no_second_version_even_in_a_later_collection():
     item = ItemFactory()
     submission = submitted(item)
-    actions.record_result(submission, success(item))
+    row_recorder.record_result(submission, success(item))
 
-    again = actions.record_result(submission, success(item, GOOD_DRAFT.replace("oak", "ash")))
+    again = row_recorder.record_result(submission, success(item, GOOD_DRAFT.replace("oak", "ash")))
 
     assert again == "already recorded"
     assert GeneratedVersion.objects.filter(item=item).count() == 1
@@ -80,8 +81,8 @@ def test_a_line_repeated_within_one_file_is_recorded_as_an_anomaly():
     item = ItemFactory()
     submission = submitted(item)
     seen: set[str] = set()
-    actions.record_result(submission, success(item), seen=seen)
-    actions.record_result(submission, success(item), seen=seen)
+    row_recorder.record_result(submission, success(item), seen=seen)
+    row_recorder.record_result(submission, success(item), seen=seen)
 
     submission.refresh_from_db()
     assert {"kind": "repeated_line", "custom_id": item.custom_id} in submission.anomalies
@@ -92,7 +93,7 @@ def test_an_unknown_custom_id_is_recorded_and_changes_no_item():
     item = ItemFactory()
     submission = submitted(item)
 
-    result = actions.record_result(
+    result = row_recorder.record_result(
         submission, ResultLine(custom_id="bd-999999-1", succeeded=True, content="x")
     )
 
@@ -109,7 +110,7 @@ def test_a_claim_the_source_does_not_make_fails_validation():
         {"headline": "Board", "description": "A waterproof oak chopping board, 40 x 25 cm, for daily use."}
     )
 
-    assert actions.record_result(submission, success(item, draft)) == ItemState.VALIDATION_FAILED
+    assert row_recorder.record_result(submission, success(item, draft)) == ItemState.VALIDATION_FAILED
 
     item.refresh_from_db()
     assert "waterproof" in item.reason
@@ -120,7 +121,7 @@ def test_output_that_breaks_the_schema_fails_validation():
     item = ItemFactory()
     submission = submitted(item)
 
-    actions.record_result(submission, success(item, json.dumps({"headline": "Only a headline"})))
+    row_recorder.record_result(submission, success(item, json.dumps({"headline": "Only a headline"})))
 
     item.refresh_from_db()
     assert item.state == ItemState.VALIDATION_FAILED
@@ -132,7 +133,7 @@ def test_a_transient_failure_retries_that_item_alone_with_a_new_custom_id():
     submission = submitted(item)
     old_custom_id = item.custom_id
 
-    outcome = actions.record_result(
+    outcome = row_recorder.record_result(
         submission,
         ResultLine(
             custom_id=old_custom_id,
@@ -155,7 +156,7 @@ def test_transient_failures_end_in_dead_letter_after_the_allowed_attempts():
     for _ in range(actions.MAX_INFERENCE_ATTEMPTS):
         item.refresh_from_db()
         submission = submitted(item)
-        actions.record_result(
+        row_recorder.record_result(
             submission,
             ResultLine(
                 custom_id=item.custom_id,
@@ -175,7 +176,7 @@ def test_a_permanent_failure_is_not_retried():
     item = ItemFactory()
     submission = submitted(item)
 
-    actions.record_result(
+    row_recorder.record_result(
         submission,
         ResultLine(
             custom_id=item.custom_id,
@@ -195,7 +196,7 @@ def test_a_draft_for_a_withdrawn_product_is_kept_as_evidence_only():
     submission = submitted(item)
     Product.objects.filter(pk=item.product_id).update(status=ProductStatus.WITHDRAWN)
 
-    actions.record_result(submission, success(item))
+    row_recorder.record_result(submission, success(item))
 
     assert Item.objects.get(pk=item.pk).state == ItemState.WITHDRAWN
     assert GeneratedVersion.objects.filter(item=item).exists()
@@ -206,7 +207,7 @@ def test_a_draft_for_an_old_revision_is_obsolete_and_the_current_revision_is_que
     submission = submitted(item)
     revise(item.product, "Oak chopping board, large")
 
-    actions.record_result(submission, success(item))
+    row_recorder.record_result(submission, success(item))
 
     assert Item.objects.get(pk=item.pk).state == ItemState.OBSOLETE
     replacement = Item.objects.get(job=item.job, source_revision__number=2)

@@ -6,6 +6,7 @@ from ledger import actions
 from ledger.models import Event, GeneratedVersion, Item, Submission
 from ledger.states import ItemState, SubmissionState
 from tests.factories import JobFactory, ProductFactory
+from tests.ledger import row_recorder
 
 pytestmark = pytest.mark.django_db
 
@@ -76,7 +77,7 @@ def test_a_collection_that_died_half_way_is_finished_by_the_next_worker(clock, e
         clock.advance(ms=50)
     # The first worker recorded two lines and died, holding a lease that has since run out.
     for line in list(provider.results(submission.provider_ref))[:2]:
-        actions.record_result(submission, line)
+        row_recorder.record_result(submission, line)
     Submission.objects.filter(pk=submission_id).update(state=SubmissionState.ENDED)
 
     assert actions.collect_submission(submission_id, provider=provider) == "collected"

@@ -6,6 +6,7 @@ from ledger import actions
 from ledger.models import Item, Product, ProductStatus, Submission, SubmissionItem
 from ledger.states import ItemState, SubmissionState
 from tests.factories import ItemFactory, JobFactory, ProductFactory, UserFactory, add_version
+from tests.ledger import row_recorder
 
 pytestmark = pytest.mark.django_db
 
@@ -125,7 +126,7 @@ def test_a_paid_line_that_cannot_be_read_fails_that_request_permanently():
     )
     SubmissionItem.objects.create(submission=submission, item=item, custom_id="bd-1-1")
 
-    actions.record_result(submission, line)
+    row_recorder.record_result(submission, line)
 
     item.refresh_from_db()
     assert (item.state, item.inference_attempt) == (ItemState.INFERENCE_FAILED, 1)

@@ -7,8 +7,8 @@ from decimal import Decimal
 import pytest
 from django.urls import reverse
 
+from ledger.actions.budgeting import pause
 from ledger.models import Item, Job, PauseReason, UnitCharge
-from ledger.money import budgets
 from ledger.states import JobState
 from tests.factories import JobFactory, ProductFactory, UserFactory
 from tests.review.test_jobs_screens import start
@@ -33,9 +33,7 @@ def paused(owner, reason=PauseReason.BUDGET_REACHED, budget="1.00") -> Job:
     UnitCharge.objects.create(
         job=job, submission=submission, currency="GBP", reserved_usd=Decimal("0.5"), reserved=Decimal("0.40")
     )
-    budgets.pause(
-        job, reason, "The next unit (1 requests) could cost up to 0.90 GBP; raise it by at least 0.30 GBP"
-    )
+    pause(job, reason, "The next unit (1 requests) could cost up to 0.90 GBP; raise it by at least 0.30 GBP")
     return job
 
 

@@ -8,9 +8,9 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
+from ledger.actions.budgeting import pause
 from ledger.catalogue import store_upload
 from ledger.models import Approval, CatalogueImport, ImportState, Item, Job, PauseReason
-from ledger.money import budgets
 from ledger.states import ItemState
 from ledger.tasks import import_catalogue_file
 from review.models import Preferences
@@ -66,7 +66,7 @@ def screens(job) -> dict[str, list[str]]:
     # A job paused by its budget: the pause's words, the budget's figures and its form.
     paused = JobFactory(owner=job.owner, budget=Decimal("25.00"), budget_currency="GBP")
     ItemFactory(job=paused)
-    budgets.pause(
+    pause(
         paused,
         PauseReason.BUDGET_REACHED,
         "The next unit (5,000 requests) could cost up to 12.34 GBP; 20.00 is spent or held of the 25.00 "

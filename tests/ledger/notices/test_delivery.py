@@ -13,8 +13,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from ledger import actions, tasks
+from ledger.actions.budgeting import pause
 from ledger.models import JobNotification, NotificationAttempt, NotificationChannel, PauseReason
-from ledger.money.budgets import pause
 from ledger.notices.notifications import BUDGET_REACHED
 from ledger.states import ItemState, JobState
 from tests import collector
