@@ -17,7 +17,6 @@ then `ended` with every request not yet run `canceled`.
 """
 
 import json
-import random
 import re
 import uuid
 from collections import Counter
@@ -27,9 +26,10 @@ from datetime import UTC, datetime
 from werkzeug.routing import Rule
 from werkzeug.wrappers import Request
 
-from ledger.emulators import textgen
-
-from .server import ApiError, Download, EmulatorServer, FaultKnobs, LoseAnswer, duration, knob
+from ledger.emulators import spoiling, textgen
+from ledger.emulators.knobs import AnthropicKnobs
+from ledger.emulators.server import ApiError, Download, EmulatorServer, Fault, LoseAnswer
+from ledger.emulators.units import Attempts, jsonl
 
 DAY = 86400
 # A batch's results are available for 29 days after its creation (reference §8.3).
@@ -48,7 +48,7 @@ ERROR_TYPES = {
 }
 SERVER_ERROR_MESSAGE = "Internal server error"
 RESULT_TYPES = ("succeeded", "errored", "canceled", "expired")
-UNASKED = {"role": "user", "content": "Title: A product nobody asked about"}
+UNASKED = {"role": "user", "content": spoiling.UNASKED_TITLE}
 
 
 def _new_id(prefix: str) -> str:
@@ -63,11 +63,6 @@ def rfc3339(at: float | None) -> str | None:
 
 def envelope(error_type: str, message: str) -> dict:
     return {"type": "error", "error": {"type": error_type, "message": message}, "request_id": _new_id("req_")}
-
-
-@dataclass
-class AnthropicKnobs(FaultKnobs):
-    cancel_ms: float = knob(50, duration)  # how long `canceling` lasts before the batch ends
 
 
 @dataclass
@@ -132,7 +127,7 @@ class AnthropicEmulator(EmulatorServer):
     def __init__(self, **kwargs) -> None:
         self._batches: dict[str, _Batch] = {}  # in creation order
         self._inferences: Counter = Counter()
-        self._attempts: Counter = Counter()
+        self._attempts = Attempts()
         super().__init__(**kwargs)
 
     def rules(self) -> list[Rule]:
@@ -145,18 +140,9 @@ class AnthropicEmulator(EmulatorServer):
             Rule(self.results_path, endpoint="batch_results", methods=["GET"]),
         ]
 
-    def error(
-        self,
-        status: int,
-        message: str,
-        *,
-        kind: str = "invalid_request",
-        code: str | None = None,
-        param: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> ApiError:
-        body = envelope(ERROR_TYPES.get(kind, "api_error"), message)
-        return ApiError(status, body, {"request-id": body["request_id"], **(headers or {})})
+    def envelope(self, fault: Fault) -> ApiError:
+        body = envelope(ERROR_TYPES.get(fault.kind, "api_error"), fault.message)
+        return ApiError(fault.status, body, {"request-id": body["request_id"], **fault.headers})
 
     def billing_refusal(self) -> ApiError:
         return self.error(
@@ -209,8 +195,7 @@ class AnthropicEmulator(EmulatorServer):
             now = self.clock.now()
             batch = _Batch(id=_new_id("msgbatch_"), created=now, requests=[], clock=now)
             for custom_id, params in requests:
-                batch.requests.append(_Request(custom_id, params, self._attempts[custom_id]))
-                self._attempts[custom_id] += 1
+                batch.requests.append(_Request(custom_id, params, self._attempts.next(custom_id)))
             self._batches[batch.id] = batch
             answer = batch.as_json(self._results_url(request, batch))
         if self.take_lost_create():
@@ -371,9 +356,9 @@ class AnthropicEmulator(EmulatorServer):
         params = request.params
         if not isinstance(params.get("messages"), list) or not params["messages"]:
             request.result = self._errored("invalid_request_error", "messages: Field required")
-        elif self.dice("expire", request.custom_id, request.attempt) < self.knobs.expire_rate:
+        elif self.chance(self.knobs.expire_rate, "expire", request.custom_id, request.attempt):
             request.result = {"type": "expired"}
-        elif self.dice("fail", request.custom_id, request.attempt) < self.knobs.fail_rate:
+        elif self.chance(self.knobs.fail_rate, "fail", request.custom_id, request.attempt):
             request.result = self._errored("api_error", SERVER_ERROR_MESSAGE)
         else:
             shape = self.answer_shape(request.custom_id, request.attempt)
@@ -448,27 +433,25 @@ class AnthropicEmulator(EmulatorServer):
     def _results_file(self, batch: _Batch) -> bytes:
         """The JSONL results, shuffled and spoiled as the knobs say; seeded by the batch's
         requests, not its random id, so a rerun writes the same file."""
-        key = ",".join(f"{r.custom_id}#{r.attempt}" for r in batch.requests)
-        rng = random.Random(f"{self.seed}:{key}")
+        rng = spoiling.seeded(
+            self.seed, spoiling.requests_key((r.custom_id, r.attempt) for r in batch.requests)
+        )
         requests = list(batch.requests)
         rng.shuffle(requests)  # order is never promised
         texts = [json.dumps({"custom_id": r.custom_id, "result": r.result}) for r in requests]
         knobs = self.knobs
-        extra = [
-            text
-            for request, text in zip(requests, texts, strict=True)
-            if request.result["type"] == "succeeded"
-            and self.dice("duplicate", request.custom_id, request.attempt) < knobs.duplicate_lines
-        ]
+        succeeded = (
+            (text, r.custom_id, r.attempt)
+            for r, text in zip(requests, texts, strict=True)
+            if r.result["type"] == "succeeded"
+        )
+        extra = spoiling.repeated(self.seed, knobs.duplicate_lines, succeeded)
         # Made-up lines read like their neighbours; they are not inferences anyone asked for.
         prompt = {"model": "claude-emulator", "max_tokens": 200, "messages": [UNASKED]}
-        for n in range(1, knobs.unknown_lines + 1):
-            made_up = {"type": "succeeded", "message": self._message(prompt)}
-            extra.append(json.dumps({"custom_id": f"unknown-{n}", "result": made_up}))
-        for n in range(1, knobs.malformed_lines + 1):
-            made_up = {"type": "succeeded", "message": self._message(prompt)}
-            whole = json.dumps({"custom_id": f"malformed-{n}", "result": made_up})
-            extra.append(whole[: len(whole) // 2])  # a JSON object's first half never parses
-        for text in extra:
-            texts.insert(rng.randint(0, len(texts)), text)
-        return "".join(text + "\n" for text in texts).encode()
+
+        def made_up(custom_id: str) -> str:
+            result = {"type": "succeeded", "message": self._message(prompt)}
+            return json.dumps({"custom_id": custom_id, "result": result})
+
+        extra += spoiling.made_up_lines(knobs, made_up)
+        return jsonl(spoiling.scattered(texts, extra, rng))

@@ -46,7 +46,6 @@ import base64
 import hashlib
 import json
 import math
-import random
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -56,8 +55,10 @@ from typing import Any
 from werkzeug.routing import Rule
 from werkzeug.wrappers import Request, Response
 
-from . import textgen
-from .server import ApiError, Download, EmulatorServer, FaultKnobs, LoseAnswer, flag, knob
+from ledger.emulators import spoiling, textgen
+from ledger.emulators.knobs import GeminiKnobs
+from ledger.emulators.server import ApiError, Download, EmulatorServer, Fault, LoseAnswer
+from ledger.emulators.units import Attempts, forget_expired, jsonl_lines
 
 MAX_INLINE_BYTES = 20 * 1024 * 1024  # inline requests in one create call [GEM-GUIDE]
 MAX_FILE_BYTES = 2_000_000_000  # an input file, "2 GB" read as the smaller figure [GEM-GUIDE]
@@ -152,12 +153,6 @@ def chat_body(model: str, request: dict) -> dict:
 
 
 @dataclass
-class GeminiKnobs(FaultKnobs):
-    # Every response comes without its request's key (inline: no `metadata`; file: no `key`).
-    keyless_responses: bool = knob(False, flag)
-
-
-@dataclass
 class _Request:
     key: Any  # metadata.key as sent (a string from any well-behaved client)
     request: dict
@@ -203,6 +198,12 @@ class _File:
     def name(self) -> str:
         return f"files/{self.id}"
 
+    @property
+    def expires_at(self) -> float:
+        """The Files API keeps a file FILE_LIFETIME: an uploaded input file from its upload, a
+        responses file from its batch's end."""
+        return self.created + FILE_LIFETIME
+
 
 @dataclass
 class _Upload:
@@ -224,7 +225,7 @@ class GeminiEmulator(EmulatorServer):
         seed and any of the `FaultKnobs`."""
         self.pending_ms = pending_ms
         self._batches: dict[str, _Batch] = {}
-        self._attempts: Counter = Counter()
+        self._attempts = Attempts()
         self._inferences: Counter = Counter()
         self._intents: Counter = Counter()  # batches created per display name, deleted ones too
         self._files: dict[str, _File] = {}
@@ -248,25 +249,17 @@ class GeminiEmulator(EmulatorServer):
             Rule("/download/v1beta/files/<file_id>:download", endpoint="download_file", methods=["GET"]),
         ]
 
-    def error(
-        self,
-        status: int,
-        message: str,
-        *,
-        kind: str = "invalid_request",
-        code: str | None = None,
-        param: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> ApiError:
-        name = code or STATUS_NAMES.get(status) or ("INTERNAL" if status >= 500 else "INVALID_ARGUMENT")
-        body: dict = {"error": {"code": status, "message": message, "status": name}}
-        retry_after = (headers or {}).get("retry-after")
+    def envelope(self, fault: Fault) -> ApiError:
+        status = fault.status
+        name = fault.code or STATUS_NAMES.get(status) or ("INTERNAL" if status >= 500 else "INVALID_ARGUMENT")
+        body: dict = {"error": {"code": status, "message": fault.message, "status": name}}
+        retry_after = fault.headers.get("retry-after")
         if status == 429 and retry_after:
             # Google says when to come back in a RetryInfo detail; the header is kept as well.
             body["error"]["details"] = [
                 {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{retry_after}s"}
             ]
-        return ApiError(status, body, headers)
+        return ApiError(status, body, fault.headers)
 
     def billing_refusal(self) -> ApiError:
         return self.error(
@@ -338,8 +331,7 @@ class GeminiEmulator(EmulatorServer):
             requests = []
             for entry in entries:
                 key = (_get(entry, "metadata") or {}).get("key")
-                requests.append(_Request(key, _get(entry, "request"), attempt=self._attempts[key]))
-                self._attempts[key] += 1
+                requests.append(_Request(key, _get(entry, "request"), attempt=self._attempts.next(key)))
             batch = _Batch(
                 id=uuid.uuid4().hex + uuid.uuid4().hex[:8],
                 model=model if model.startswith("models/") else f"models/{model}",
@@ -546,12 +538,8 @@ class GeminiEmulator(EmulatorServer):
         return stored
 
     def _forget_expired(self) -> None:
-        """Files older than FILE_LIFETIME are deleted, as the Files API deletes them (callers hold the
-        lock): an uploaded input file 48 hours after its upload, a responses file 48 hours after its
-        batch ended."""
-        now = self.clock.now()
-        for file_id in [key for key, stored in self._files.items() if stored.created + FILE_LIFETIME <= now]:
-            del self._files[file_id]
+        """Files past their lifetime are deleted, as the Files API deletes them (callers hold the lock)."""
+        forget_expired(self._files, self.clock.now())
 
     def _store(
         self, display_name: str, mime_type: str, content: bytes, *, source: str, file_id: str = ""
@@ -599,10 +587,7 @@ class GeminiEmulator(EmulatorServer):
             )
         entries: list[dict] = []
         problems: list[str] = []
-        # Lines end at newlines only: str.splitlines() would also end one at a U+2028 in a title.
-        for number, text in enumerate(stored.content.decode("utf-8", "replace").split("\n"), start=1):
-            if not text.strip(" \t\r"):  # JSON's whitespace only
-                continue
+        for number, text in jsonl_lines(stored.content):
             try:
                 line = json.loads(text)
             except ValueError:
@@ -686,8 +671,8 @@ class GeminiEmulator(EmulatorServer):
                 self._end(batch, "BATCH_STATE_FAILED", start)
                 return
             batch.state, batch.updated, batch.clock = "BATCH_STATE_RUNNING", start, start
-            key = ",".join(f"{r.key}#{r.attempt}" for r in batch.requests)
-            batch.expiring = self.dice("expire", key) < knobs.expire_rate
+            key = spoiling.requests_key((r.key, r.attempt) for r in batch.requests)
+            batch.expiring = self.chance(knobs.expire_rate, "expire", key)
         if batch.state == "BATCH_STATE_RUNNING" and not batch.expiring:
             while batch.ran < len(batch.requests) and batch.clock + step <= min(now, deadline):
                 batch.clock += step
@@ -707,7 +692,7 @@ class GeminiEmulator(EmulatorServer):
         """Decide how one request turns out (its answer is written when the batch ends)."""
         if not any(_texts(content).strip() for content in _get(request.request, "contents") or []):
             request.outcome = "invalid"
-        elif self.dice("fail", request.key, request.attempt) < self.knobs.fail_rate:
+        elif self.chance(self.knobs.fail_rate, "fail", request.key, request.attempt):
             request.outcome = "failed"
         else:
             request.outcome = "ok"
@@ -750,7 +735,7 @@ class GeminiEmulator(EmulatorServer):
             "create_time": _timestamp(at),
             "data": {"name": batch.name, "state": state},
         }
-        self.announce(kind, batch.name, event)
+        self.webhooks.announce(self.knobs, kind, batch.name, event)
 
     def _written_answer(self, batch: _Batch, request: _Request, at: float) -> dict:
         answer: dict
@@ -795,29 +780,22 @@ class GeminiEmulator(EmulatorServer):
         """The inlined responses with the repeated, unknown and malformed entries the knobs ask
         for, at places drawn from the seed and the batch's requests."""
         knobs = self.knobs
-        key = ",".join(f"{r.key}#{r.attempt}" for r in batch.requests)
-        rng = random.Random(f"{self.seed}:{hashlib.sha256(key.encode()).hexdigest()}")
-        answered = [request.answer for request in ran]
-        extra = [
-            request.answer
-            for request in ran
-            if request.outcome == "ok"
-            and self.dice("duplicate", request.key, request.attempt) < knobs.duplicate_lines
-        ]
+        rng = spoiling.hashed_order(self.seed, ((r.key, r.attempt) for r in batch.requests))
+        succeeded = ((r.answer, r.key, r.attempt) for r in ran if r.outcome == "ok")
+        extra = spoiling.repeated(self.seed, knobs.duplicate_lines, succeeded)
         # Made-up answers read like their neighbours; they are not inferences anyone asked for.
-        prompt = {"contents": [{"role": "user", "parts": [{"text": "Title: A product nobody asked about"}]}]}
-        for n in range(1, knobs.unknown_lines + 1):
-            extra.append({"response": self._response(batch, prompt, at), "metadata": {"key": f"unknown-{n}"}})
-        for n in range(1, knobs.malformed_lines + 1):
+        prompt = {"contents": [{"role": "user", "parts": [{"text": spoiling.UNASKED_TITLE}]}]}
+
+        def malformed(n: int) -> dict:
             # No usable key: an answer whose metadata went missing, or a key that is not a string.
-            if n % 2:
-                extra.append({"response": self._response(batch, prompt, at)})
-            else:
-                extra.append({"metadata": {"key": n}})
-        spoiled = list(answered)
-        for answer in extra:
-            spoiled.insert(rng.randint(0, len(spoiled)), answer)
-        return spoiled
+            return {"response": self._response(batch, prompt, at)} if n % 2 else {"metadata": {"key": n}}
+
+        extra += spoiling.made_up(
+            knobs,
+            lambda n: {"response": self._response(batch, prompt, at), "metadata": {"key": f"unknown-{n}"}},
+            malformed,
+        )
+        return spoiling.scattered([request.answer for request in ran], extra, rng)
 
 
 def _file_line(answer: dict) -> bytes:

@@ -19,7 +19,6 @@ A request whose `response_format` is a strict json_schema outside OpenAI's subse
 `strict_schemas` knob (`OpenAIKnobs`) is turned off.
 """
 
-import hashlib
 import json
 import logging
 import math
@@ -31,8 +30,10 @@ from typing import Any
 from werkzeug.routing import Rule
 from werkzeug.wrappers import Request
 
-from ledger.emulators import strict_schema, textgen
-from ledger.emulators.server import ApiError, Download, EmulatorServer, FaultKnobs, LoseAnswer, flag, knob
+from ledger.emulators import spoiling, strict_schema, textgen
+from ledger.emulators.knobs import OpenAIKnobs
+from ledger.emulators.server import ApiError, Download, EmulatorServer, Fault, LoseAnswer
+from ledger.emulators.units import Attempts, forget_expired, jsonl, jsonl_lines
 from ledger.models import compact_json
 from ledger.providers.openai import INTENT_METADATA_KEY
 from ledger.validation import read_json
@@ -57,6 +58,8 @@ ERROR_TYPES = {
     "server_error": "server_error",
     "overloaded": "server_error",
 }
+# The `code` OpenAI gives the errors of these kinds when the caller names none.
+DEFAULT_CODES = {"rate_limit": "rate_limit_exceeded", "authentication": "invalid_api_key"}
 
 
 # How a chat completion says the model stopped (reference/providers.md §5, §8.1); a refusal
@@ -93,12 +96,6 @@ def _new_id(prefix: str) -> str:
     """24 random hex digits, as OpenAI's ids have: from Python's generator, not the system's (three
     a result line; a uuid4 each cost a tenth of the emulator's time per request)."""
     return f"{prefix}{random.getrandbits(96):024x}"
-
-
-@dataclass
-class OpenAIKnobs(FaultKnobs):
-    # Refuse a strict json_schema outside OpenAI's subset, as the real API does (providers.md §8.1).
-    strict_schemas: bool = knob(True, flag)
 
 
 @dataclass
@@ -191,6 +188,17 @@ def _int_or_none(value: float | None) -> int | None:
     return None if value is None else int(value)
 
 
+def _list_page(page: list[dict], *, has_more: bool) -> dict:
+    """One page of a list call, as OpenAI answers it."""
+    return {
+        "object": "list",
+        "data": page,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+        "has_more": has_more,
+    }
+
+
 def _error_line(custom_id: str, status: int, message: str, type: str, param: str | None = None) -> dict:
     body = openai_error(status, message, type=type, param=param).body
     response = {"status_code": status, "request_id": _new_id("req_"), "body": body}
@@ -217,7 +225,7 @@ class Emulator(EmulatorServer):
         self._files: dict[str, _File] = {}
         self._batches: dict[str, _Batch] = {}  # in creation order
         self._inferences: Counter = Counter()
-        self._attempts: Counter = Counter()
+        self._attempts = Attempts()
         super().__init__(**kwargs)
 
     def rules(self) -> list[Rule]:
@@ -233,21 +241,12 @@ class Emulator(EmulatorServer):
             Rule("/v1/batches/<batch_id>/cancel", endpoint="cancel", methods=["POST"]),
         ]
 
-    def error(
-        self,
-        status: int,
-        message: str,
-        *,
-        kind: str = "invalid_request",
-        code: str | None = None,
-        param: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> ApiError:
-        if kind == "rate_limit":
-            code = code or "rate_limit_exceeded"
-        if kind == "authentication":
-            code = code or "invalid_api_key"
-        return openai_error(status, message, type=ERROR_TYPES[kind], param=param, code=code, headers=headers)
+    def envelope(self, fault: Fault) -> ApiError:
+        code = fault.code or DEFAULT_CODES.get(fault.kind, fault.code)
+        error_type = ERROR_TYPES[fault.kind]
+        return openai_error(
+            fault.status, fault.message, type=error_type, param=fault.param, code=code, headers=fault.headers
+        )
 
     def billing_refusal(self) -> ApiError:
         # reference/providers.md §1.9: quota exhaustion is a 429 that must not be retried.
@@ -365,11 +364,7 @@ class Emulator(EmulatorServer):
     def _forget_expired(self) -> None:
         """Files past their `expires_at` are deleted, as OpenAI deletes them (reference §8.3): an
         output file 30 days after its batch ended, unless `output_expires_after` said otherwise."""
-        now = self.clock.now()
-        for file_id in [
-            key for key, file in self._files.items() if file.expires_at and file.expires_at <= now
-        ]:
-            del self._files[file_id]
+        forget_expired(self._files, self.clock.now())
 
     def get_file(self, file_id: str) -> dict:
         with self.lock:
@@ -396,13 +391,7 @@ class Emulator(EmulatorServer):
                     raise openai_error(400, f"No such File object: {after}", param="after")
                 files = files[ids.index(after) + 1 :]
             page = [file.as_json() for file in files[:limit]]
-        return {
-            "object": "list",
-            "data": page,
-            "first_id": page[0]["id"] if page else None,
-            "last_id": page[-1]["id"] if page else None,
-            "has_more": len(files) > limit,
-        }
+        return _list_page(page, has_more=len(files) > limit)
 
     def delete_file(self, file_id: str) -> dict:
         """The file is gone; a batch made from it keeps what it read."""
@@ -489,13 +478,7 @@ class Emulator(EmulatorServer):
                     raise openai_error(400, f"No batch found with id '{after}'.", param="after")
                 ids = ids[ids.index(after) + 1 :]
             page = [self._batch(batch_id).as_json() for batch_id in ids[:limit]]
-        return {
-            "object": "list",
-            "data": page,
-            "first_id": page[0]["id"] if page else None,
-            "last_id": page[-1]["id"] if page else None,
-            "has_more": len(ids) > limit,
-        }
+        return _list_page(page, has_more=len(ids) > limit)
 
     def cancel_batch(self, batch_id: str) -> dict:
         with self.lock:
@@ -553,8 +536,7 @@ class Emulator(EmulatorServer):
         batch.stamps[status] = at
         if status in TERMINAL:
             # Seeded by the batch's requests, not its random id, so a rerun writes the same files.
-            key = ",".join(f"{r.custom_id}#{r.attempt}" for r in batch.requests)
-            rng = random.Random(f"{self.seed}:{hashlib.sha256(key.encode()).hexdigest()}")
+            rng = spoiling.hashed_order(self.seed, ((r.custom_id, r.attempt) for r in batch.requests))
             finished = [r for r in batch.requests if r.result is not None]
             rng.shuffle(finished)  # order is never promised
             succeeded = [r for r in finished if r.succeeded]
@@ -573,37 +555,34 @@ class Emulator(EmulatorServer):
                 "type": f"batch.{status}",
                 "data": {"id": batch.id},
             }
-            self.announce(event["type"], batch.id, event)
+            self.webhooks.announce(self.knobs, event["type"], batch.id, event)
 
     def _spoil(
         self, batch: _Batch, succeeded: list[_Request], output: list[str], rng: random.Random, at: float
     ) -> list[str]:
         """`output` with the repeated, unknown and malformed lines the knobs ask for, placed by `rng`."""
         knobs = self.knobs
-        extra = [
-            text
-            for request, text in zip(succeeded, output, strict=True)
-            if self._chance("duplicate", request, knobs.duplicate_lines)
-        ]
+        pairs = zip(succeeded, output, strict=True)
+        extra = spoiling.repeated(
+            self.seed, knobs.duplicate_lines, ((t, r.custom_id, r.attempt) for r, t in pairs)
+        )
         # Made-up lines read like their neighbours; they are not inferences anyone asked for.
-        prompt = {"role": "user", "content": "Title: A product nobody asked about"}
+        prompt = {"role": "user", "content": spoiling.UNASKED_TITLE}
         bodies = [r.body for r in succeeded] or [{"model": batch.model or "emulator", "messages": [prompt]}]
-        for n in range(1, knobs.unknown_lines + 1):
-            extra.append(json.dumps(self._completion_line(f"unknown-{n}", rng.choice(bodies), at)[0]))
-        for n in range(1, knobs.malformed_lines + 1):
-            whole = json.dumps(self._completion_line(f"malformed-{n}", rng.choice(bodies), at)[0])
-            extra.append(whole[: len(whole) // 2])  # a JSON object's first half never parses
-        spoiled = list(output)
-        for text in extra:
-            spoiled.insert(rng.randint(0, len(spoiled)), text)
-        return spoiled
+
+        def made_up(custom_id: str) -> str:
+            return json.dumps(self._completion_line(custom_id, rng.choice(bodies), at)[0])
+
+        extra += spoiling.made_up_lines(knobs, made_up)
+        return spoiling.scattered(output, extra, rng)
 
     def _result_file(self, batch: _Batch, kind: str, lines: list[str], at: float) -> str | None:
         if not lines:
             return None
-        content = "".join(text + "\n" for text in lines).encode()
         name = f"{batch.id}_{kind}.jsonl"
-        file = _File(_new_id("file-"), name, "batch_output", content, int(at), int(at) + batch.output_ttl)
+        file = _File(
+            _new_id("file-"), name, "batch_output", jsonl(lines), int(at), int(at) + batch.output_ttl
+        )
         self._files[file.id] = file
         return file.id
 
@@ -615,11 +594,7 @@ class Emulator(EmulatorServer):
             errors.append({"code": code, "message": message, "param": param, "line": line})
 
         requests, models, seen = [], set(), set()
-        # Lines end at newlines only: str.splitlines() would also end one at a U+2028 in a title.
-        lines = batch.input_file.content.decode("utf-8", errors="replace").split("\n")
-        for number, raw in enumerate(lines, start=1):
-            if not raw.strip(" \t\r"):  # JSON's whitespace only
-                continue
+        for number, raw in jsonl_lines(batch.input_file.content):
             try:
                 line = read_json(raw)
             except ValueError:
@@ -658,17 +633,12 @@ class Emulator(EmulatorServer):
             self._enter(batch, "failed", at)
             return
         for request in requests:
-            request.attempt = self._attempts[request.custom_id]
-            self._attempts[request.custom_id] += 1
+            request.attempt = self._attempts.next(request.custom_id)
         batch.requests, batch.model, batch.clock = requests, next(iter(models), None), at
         self._enter(batch, "in_progress", at)
 
-    def _dice(self, knob: str, request: _Request) -> float:
-        return self.dice(knob, request.custom_id, request.attempt)
-
     def _chance(self, knob: str, request: _Request, rate: float) -> bool:
-        """Whether `request` draws the fault `knob` at `rate`; a fault that is off costs no draw."""
-        return rate > 0 and self._dice(knob, request) < rate
+        return self.chance(rate, knob, request.custom_id, request.attempt)
 
     def _run(self, batch: _Batch, request: _Request, at: float) -> None:
         """Answer one request at simulated time `at`."""

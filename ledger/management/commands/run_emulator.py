@@ -5,7 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ledger.emulators import PROTOCOLS, emulator_class
-from ledger.emulators.openai_compatible import WINDOW_HINTS
+from ledger.emulators.knobs import WINDOW_HINTS
 from ledger.emulators.server import ApiError
 
 
@@ -20,6 +20,13 @@ def call_numbers(text: str) -> list[int]:
     return numbers
 
 
+# The answer knobs, each a share of the requests that succeed: (flag, what that share gets).
+ANSWER_RATES = (
+    ("--truncate-rate", "share cut off at the token limit"),
+    ("--refuse-rate", "share the model refuses"),
+    ("--fence-rate", "share with the JSON in a code fence"),
+    ("--prose-rate", "share in prose where JSON was asked"),
+)
 # Knobs only the openai_compatible emulator has (`CompatibleKnobs`): passed only when given, so
 # another protocol given one refuses it by name.
 SERVER_KNOBS = ("api_key", "requests_per_window", "window_ms", "window_hint")
@@ -166,18 +173,8 @@ class Command(BaseCommand):
         )
 
         answers = parser.add_argument_group("answers, in the protocol's own words")
-        answers.add_argument(
-            "--truncate-rate", type=float, default=0.0, metavar="F", help="share cut off at the token limit"
-        )
-        answers.add_argument(
-            "--refuse-rate", type=float, default=0.0, metavar="F", help="share the model refuses"
-        )
-        answers.add_argument(
-            "--fence-rate", type=float, default=0.0, metavar="F", help="share with the JSON in a code fence"
-        )
-        answers.add_argument(
-            "--prose-rate", type=float, default=0.0, metavar="F", help="share in prose where JSON was asked"
-        )
+        for flag, help in ANSWER_RATES:
+            answers.add_argument(flag, type=float, default=0.0, metavar="F", help=help)
 
         files = parser.add_argument_group("output file anomalies")
         files.add_argument(
