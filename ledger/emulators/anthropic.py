@@ -6,7 +6,7 @@ model. A batch is brought up to date from timestamps whenever it is read, under 
 requests run one after another, `per_request_ms` of simulated time each, and every count
 stays in `processing` until the whole batch has ended, as Anthropic's do.
 
-Knobs (server.FaultKnobs) shape the results: `fail_rate` (errored `api_error`), `expire_rate`
+Knobs (knobs.FaultKnobs) shape the results: `fail_rate` (errored `api_error`), `expire_rate`
 and `expire_after_ms` (expired), `duplicate_lines` / `unknown_lines` / `malformed_lines` in
 the results file, `count_mismatch` in `request_counts`, `cut_downloads` of the results;
 `lose_create_responses`, 429 storms (with `retry-after`) and 5xx storms (529 answers
@@ -23,13 +23,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from werkzeug.routing import Rule
 from werkzeug.wrappers import Request
 
 from ledger.emulators import spoiling, textgen
 from ledger.emulators.knobs import AnthropicKnobs
 from ledger.emulators.server import ApiError, Download, EmulatorServer, Fault, LoseAnswer
-from ledger.emulators.units import Attempts, jsonl
+from ledger.emulators.units import Attempts, SentRequest, jsonl
 
 DAY = 86400
 # A batch's results are available for 29 days after its creation (reference §8.3).
@@ -66,20 +65,10 @@ def envelope(error_type: str, message: str) -> dict:
 
 
 @dataclass
-class _Request:
-    """One request of a batch and, once it has run (or will never run), its result."""
-
-    custom_id: str
-    params: dict
-    attempt: int  # how many earlier batches carried this custom_id
-    result: dict | None = None
-
-
-@dataclass
 class _Batch:
     id: str
     created: float
-    requests: list[_Request]
+    requests: list[SentRequest]
     processing_status: str = "in_progress"
     ran: int = 0  # requests[:ran] have run
     clock: float = 0.0  # the simulated time up to which requests have run
@@ -119,7 +108,6 @@ class AnthropicEmulator(EmulatorServer):
     knobs_class = AnthropicKnobs
     protocol = "anthropic"
     base_path = ""  # the SDK's base URL has no /v1: paths carry it
-    api_prefix = "/v1/"
     create_rule = ("POST", r"/v1/messages/batches/?")
     # Where results are served; clients must read it from `results_url`, never build it.
     results_path = "/v1/messages/batches/<batch_id>/results"
@@ -130,15 +118,17 @@ class AnthropicEmulator(EmulatorServer):
         self._attempts = Attempts()
         super().__init__(**kwargs)
 
-    def rules(self) -> list[Rule]:
-        return [
-            Rule("/v1/messages/batches", endpoint="create_batch", methods=["POST"]),
-            Rule("/v1/messages/batches", endpoint="list_batches", methods=["GET"]),
-            Rule("/v1/messages/batches/<batch_id>", endpoint="get_batch", methods=["GET"]),
-            Rule("/v1/messages/batches/<batch_id>", endpoint="delete_batch", methods=["DELETE"]),
-            Rule("/v1/messages/batches/<batch_id>/cancel", endpoint="cancel_batch", methods=["POST"]),
-            Rule(self.results_path, endpoint="batch_results", methods=["GET"]),
-        ]
+    @property
+    def routes(self) -> tuple[str, ...]:
+        """A property, not a table: the results are served wherever `results_path` says."""
+        return (
+            "POST /v1/messages/batches create_batch",
+            "GET /v1/messages/batches list_batches",
+            "GET /v1/messages/batches/<batch_id> get_batch",
+            "DELETE /v1/messages/batches/<batch_id> delete_batch",
+            "POST /v1/messages/batches/<batch_id>/cancel cancel_batch",
+            f"GET {self.results_path} batch_results",
+        )
 
     def envelope(self, fault: Fault) -> ApiError:
         body = envelope(ERROR_TYPES.get(fault.kind, "api_error"), fault.message)
@@ -195,7 +185,7 @@ class AnthropicEmulator(EmulatorServer):
             now = self.clock.now()
             batch = _Batch(id=_new_id("msgbatch_"), created=now, requests=[], clock=now)
             for custom_id, params in requests:
-                batch.requests.append(_Request(custom_id, params, self._attempts.next(custom_id)))
+                batch.requests.append(SentRequest(custom_id, params, self._attempts.next(custom_id)))
             self._batches[batch.id] = batch
             answer = batch.as_json(self._results_url(request, batch))
         if self.take_lost_create():
@@ -351,9 +341,9 @@ class AnthropicEmulator(EmulatorServer):
                 pending.result = {"type": "canceled"}
             self._end(batch, batch.cancel_initiated + self.knobs.cancel_ms / 1000)
 
-    def _run(self, request: _Request, at: float) -> None:
+    def _run(self, request: SentRequest, at: float) -> None:
         """Answer one request at simulated time `at`."""
-        params = request.params
+        params = request.body
         if not isinstance(params.get("messages"), list) or not params["messages"]:
             request.result = self._errored("invalid_request_error", "messages: Field required")
         elif self.chance(self.knobs.expire_rate, "expire", request.custom_id, request.attempt):

@@ -36,7 +36,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from werkzeug.routing import Rule
 from werkzeug.wrappers import Request
 
 from ledger.emulators import spoiling, textgen
@@ -130,10 +129,7 @@ class CloudflareEmulator(EmulatorServer):
         self._attempts = Attempts()
         super().__init__(**kwargs)
 
-    def rules(self) -> list[Rule]:
-        return [
-            Rule("/client/v4/accounts/<account_id>/ai/run/<path:model>", endpoint="run", methods=["POST"])
-        ]
+    routes = ("POST /client/v4/accounts/<account_id>/ai/run/<path:model> run",)
 
     def envelope(self, fault: Fault) -> ApiError:
         number = fault.code if fault.code is not None else ERROR_CODES.get(fault.kind, 3003)

@@ -3,10 +3,10 @@
 It speaks the real wire protocol, so the OpenAI adapter and the official SDK talk to it
 unchanged, and it answers with `textgen` instead of a model. Batches move through the real
 statuses as time passes: nothing runs in the background; a batch is brought up to date
-whenever it is read, from timestamps, under one lock. With a `webhook_url` (`server.FaultKnobs`)
+whenever it is read, from timestamps, under one lock. With a `webhook_url` (`knobs.FaultKnobs`)
 a thread also brings them up to date and posts OpenAI's signed `batch.<status>` event when one ends.
 
-Fault knobs (`server.FaultKnobs`) make it misbehave the ways a real provider does: requests that fail or
+Fault knobs (`knobs.FaultKnobs`) make it misbehave the ways a real provider does: requests that fail or
 expire, batches that expire part-way, calls answered 429 or 500, a create call whose answer
 is lost, downloads cut short, output files with repeated, unknown or malformed lines, and answers
 cut off (`finish_reason: length`), refused (`message.refusal`), fenced or in prose.
@@ -27,13 +27,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from werkzeug.routing import Rule
 from werkzeug.wrappers import Request
 
 from ledger.emulators import spoiling, strict_schema, textgen
 from ledger.emulators.knobs import OpenAIKnobs
-from ledger.emulators.server import ApiError, Download, EmulatorServer, Fault, LoseAnswer
-from ledger.emulators.units import Attempts, forget_expired, jsonl, jsonl_lines
+from ledger.emulators.openai_files import DAY, FILE_TTL, FilesApi, StoredFile, list_page, new_id, openai_error
+from ledger.emulators.server import ApiError, Fault, LoseAnswer
+from ledger.emulators.units import Attempts, SentRequest, jsonl, jsonl_lines
 from ledger.models import compact_json
 from ledger.providers.openai import INTENT_METADATA_KEY
 from ledger.validation import read_json
@@ -41,10 +41,7 @@ from ledger.validation import read_json
 log = logging.getLogger(__name__)
 
 ENDPOINT = "/v1/chat/completions"  # the only endpoint the emulator can answer
-DAY = 86400
-FILE_TTL = 30 * DAY
 MAX_REQUESTS = 50_000
-MAX_FILES_PAGE = 10_000  # `GET /files`: its largest and default `limit` [OAI-SDK]
 COMPLETION_WINDOW = "24h"  # the only one OpenAI takes
 TERMINAL = {"failed", "completed", "expired", "cancelled"}
 STAMPS = ["in_progress", "finalizing", "completed", "failed", "expired", "cancelling", "cancelled"]
@@ -78,64 +75,17 @@ def completion_message(content: str, stopped: str) -> dict:
     }
 
 
-def openai_error(
-    status: int,
-    message: str,
-    *,
-    type: str = "invalid_request_error",
-    param: str | None = None,
-    code: str | None = None,
-    headers: dict[str, str] | None = None,
-) -> ApiError:
-    """OpenAI's `{"error": {message, type, param, code}}` envelope."""
-    body = {"error": {"message": message, "type": type, "param": param, "code": code}}
-    return ApiError(status, body, headers)
-
-
-def _new_id(prefix: str) -> str:
-    """24 random hex digits, as OpenAI's ids have: from Python's generator, not the system's (three
-    a result line; a uuid4 each cost a tenth of the emulator's time per request)."""
-    return f"{prefix}{random.getrandbits(96):024x}"
-
-
 @dataclass
-class _File:
-    id: str
-    filename: str
-    purpose: str
-    content: bytes
-    created_at: int
-    expires_at: int | None
-
-    def as_json(self) -> dict:
-        return {
-            "id": self.id,
-            "object": "file",
-            "bytes": len(self.content),
-            "created_at": self.created_at,
-            "expires_at": self.expires_at,
-            "filename": self.filename,
-            "purpose": self.purpose,
-            "status": "processed",
-            "status_details": None,
-        }
-
-
-@dataclass
-class _Request:
+class _Request(SentRequest):
     """One input line of a batch and, once it has run, its output or error line."""
 
-    custom_id: str
-    body: dict
-    attempt: int  # how many earlier batches carried this custom_id
-    result: dict | None = None
     succeeded: bool = False
 
 
 @dataclass
 class _Batch:
     id: str
-    input_file: _File
+    input_file: StoredFile
     endpoint: str
     completion_window: str
     metadata: dict | None
@@ -188,58 +138,38 @@ def _int_or_none(value: float | None) -> int | None:
     return None if value is None else int(value)
 
 
-def _list_page(page: list[dict], *, has_more: bool) -> dict:
-    """One page of a list call, as OpenAI answers it."""
-    return {
-        "object": "list",
-        "data": page,
-        "first_id": page[0]["id"] if page else None,
-        "last_id": page[-1]["id"] if page else None,
-        "has_more": has_more,
-    }
-
-
 def _error_line(custom_id: str, status: int, message: str, type: str, param: str | None = None) -> dict:
     body = openai_error(status, message, type=type, param=param).body
-    response = {"status_code": status, "request_id": _new_id("req_"), "body": body}
-    return {"id": _new_id("batch_req_"), "custom_id": custom_id, "response": response, "error": None}
+    response = {"status_code": status, "request_id": new_id("req_"), "body": body}
+    return {"id": new_id("batch_req_"), "custom_id": custom_id, "response": response, "error": None}
 
 
 def _failure_line(custom_id: str, code: str, message: str) -> dict:
     error = {"code": code, "message": message}
-    return {"id": _new_id("batch_req_"), "custom_id": custom_id, "response": None, "error": error}
+    return {"id": new_id("batch_req_"), "custom_id": custom_id, "response": None, "error": error}
 
 
-class Emulator(EmulatorServer):
+class Emulator(FilesApi):
     """The emulated OpenAI Files + Batch API: its files, its batches and their clock."""
 
     protocol = "openai"
-    base_path = "/v1"
-    api_prefix = "/v1/"
     create_rule = ("POST", r"/v1/batches")
     knobs_class = OpenAIKnobs
 
     def __init__(self, *, validating_ms: float = 200, finalizing_ms: float = 50, **kwargs: Any) -> None:
         """`kwargs`: host, port, seed and any of the `FaultKnobs`."""
         self.validating_ms, self.finalizing_ms = validating_ms, finalizing_ms
-        self._files: dict[str, _File] = {}
         self._batches: dict[str, _Batch] = {}  # in creation order
         self._inferences: Counter = Counter()
         self._attempts = Attempts()
         super().__init__(**kwargs)
 
-    def rules(self) -> list[Rule]:
-        return [
-            Rule("/v1/files", endpoint="upload", methods=["POST"]),
-            Rule("/v1/files", endpoint="file_listing", methods=["GET"]),
-            Rule("/v1/files/<file_id>", endpoint="file", methods=["GET"]),
-            Rule("/v1/files/<file_id>", endpoint="file_deletion", methods=["DELETE"]),
-            Rule("/v1/files/<file_id>/content", endpoint="content", methods=["GET"]),
-            Rule("/v1/batches", endpoint="create", methods=["POST"]),
-            Rule("/v1/batches", endpoint="listing", methods=["GET"]),
-            Rule("/v1/batches/<batch_id>", endpoint="batch", methods=["GET"]),
-            Rule("/v1/batches/<batch_id>/cancel", endpoint="cancel", methods=["POST"]),
-        ]
+    routes = FilesApi.routes + (
+        "POST /v1/batches create",
+        "GET /v1/batches listing",
+        "GET /v1/batches/<batch_id> batch",
+        "POST /v1/batches/<batch_id>/cancel cancel",
+    )
 
     def envelope(self, fault: Fault) -> ApiError:
         code = fault.code or DEFAULT_CODES.get(fault.kind, fault.code)
@@ -264,7 +194,7 @@ class Emulator(EmulatorServer):
             )
 
     def answer_headers(self) -> dict[str, str]:
-        return {"x-request-id": _new_id("req_")}
+        return {"x-request-id": new_id("req_")}
 
     def evidence(self) -> dict:
         """`inferences`: how often each custom_id was generated (= paid for); `batches_by_intent`:
@@ -286,47 +216,6 @@ class Emulator(EmulatorServer):
 
     # --- the routes --------------------------------------------------------------------------
 
-    def upload(self, request: Request) -> dict:
-        upload = request.files.get("file")
-        if upload is None or "purpose" not in request.form:
-            raise openai_error(
-                400, "Missing required parameter: 'file' and 'purpose' are required.", param="file"
-            )
-        seconds = request.form.get("expires_after[seconds]") or None
-        if seconds is not None and not (seconds.isdigit() and 3600 <= int(seconds) <= 30 * DAY):
-            raise openai_error(400, "expires_after[seconds] must be 3600-2592000.", param="expires_after")
-        return self.create_file(
-            filename=upload.filename or "upload.jsonl",
-            purpose=request.form["purpose"],
-            content=upload.read(),
-            ttl=int(seconds) if seconds else None,
-        )
-
-    def file_listing(self, request: Request) -> dict:
-        limit = request.args.get("limit", str(MAX_FILES_PAGE))
-        if not limit.isdigit() or not 1 <= int(limit) <= MAX_FILES_PAGE:
-            raise openai_error(400, f"limit must be from 1 to {MAX_FILES_PAGE}.", param="limit")
-        order = request.args.get("order", "desc")
-        if order not in ("asc", "desc"):
-            raise openai_error(
-                400, f"Invalid value: '{order}'. Supported values are: 'asc' and 'desc'.", param="order"
-            )
-        return self.list_files(
-            after=request.args.get("after"),
-            limit=int(limit),
-            order=order,
-            purpose=request.args.get("purpose"),
-        )
-
-    def file(self, request: Request, file_id: str) -> dict:
-        return self.get_file(file_id)
-
-    def file_deletion(self, request: Request, file_id: str) -> dict:
-        return self.delete_file(file_id)
-
-    def content(self, request: Request, file_id: str) -> Download:
-        return self.download_file(file_id)
-
     def create(self, request: Request) -> dict:
         return self.create_batch(self.json_body(request))
 
@@ -343,67 +232,6 @@ class Emulator(EmulatorServer):
         return self.cancel_batch(batch_id)
 
     # --- the API -------------------------------------------------------------------------
-
-    def create_file(self, *, filename: str, purpose: str, content: bytes, ttl: int | None = None) -> dict:
-        if purpose != "batch":
-            raise openai_error(
-                400, f"Invalid purpose {purpose!r}: the emulator accepts 'batch'.", param="purpose"
-            )
-        now = int(self.clock.now())
-        file = _File(_new_id("file-"), filename, purpose, content, now, now + (ttl or FILE_TTL))
-        with self.lock:
-            self._files[file.id] = file
-        return file.as_json()
-
-    def _file(self, file_id: str) -> _File:
-        self._forget_expired()
-        if file_id not in self._files:
-            raise openai_error(404, f"No such File object: {file_id}", param="id")
-        return self._files[file_id]
-
-    def _forget_expired(self) -> None:
-        """Files past their `expires_at` are deleted, as OpenAI deletes them (reference §8.3): an
-        output file 30 days after its batch ended, unless `output_expires_after` said otherwise."""
-        forget_expired(self._files, self.clock.now())
-
-    def get_file(self, file_id: str) -> dict:
-        with self.lock:
-            return self._file(file_id).as_json()
-
-    def list_files(
-        self,
-        *,
-        after: str | None = None,
-        limit: int = MAX_FILES_PAGE,
-        order: str = "desc",
-        purpose: str | None = None,
-    ) -> dict:
-        """Newest first unless `order` is "asc"; `after` is the id of the last file of the previous page."""
-        with self.lock:
-            self._advance_all()  # result files written by now are listed
-            self._forget_expired()
-            files = [file for file in self._files.values() if purpose is None or file.purpose == purpose]
-            if order == "desc":
-                files.reverse()
-            if after is not None:
-                ids = [file.id for file in files]
-                if after not in ids:
-                    raise openai_error(400, f"No such File object: {after}", param="after")
-                files = files[ids.index(after) + 1 :]
-            page = [file.as_json() for file in files[:limit]]
-        return _list_page(page, has_more=len(files) > limit)
-
-    def delete_file(self, file_id: str) -> dict:
-        """The file is gone; a batch made from it keeps what it read."""
-        with self.lock:
-            self._file(file_id)
-            del self._files[file_id]
-        return {"id": file_id, "object": "file", "deleted": True}
-
-    def download_file(self, file_id: str) -> Download:
-        """A file's content, counted; cut short while `cut_downloads` says so."""
-        with self.lock:
-            return self.download(file_id, self._file(file_id).content)
 
     def create_batch(self, body: Any) -> dict:
         """Create a batch; raises `LoseAnswer` after creating it when `lose_create_responses` says so."""
@@ -442,7 +270,7 @@ class Emulator(EmulatorServer):
             if input_file.purpose != "batch":
                 raise openai_error(400, "The input file must have purpose 'batch'.", param="input_file_id")
             batch = _Batch(
-                id=_new_id("batch_"),
+                id=new_id("batch_"),
                 input_file=input_file,
                 endpoint=body["endpoint"],
                 completion_window=body["completion_window"],
@@ -478,7 +306,7 @@ class Emulator(EmulatorServer):
                     raise openai_error(400, f"No batch found with id '{after}'.", param="after")
                 ids = ids[ids.index(after) + 1 :]
             page = [self._batch(batch_id).as_json() for batch_id in ids[:limit]]
-        return _list_page(page, has_more=len(ids) > limit)
+        return list_page(page, has_more=len(ids) > limit)
 
     def cancel_batch(self, batch_id: str) -> dict:
         with self.lock:
@@ -549,7 +377,7 @@ class Emulator(EmulatorServer):
             batch.error_file_id = self._result_file(batch, "error", failures, at)
             # OpenAI's thin event (reference/providers.md §8.4): the batch is fetched again.
             event = {
-                "id": _new_id("evt_"),
+                "id": new_id("evt_"),
                 "object": "event",
                 "created_at": int(at),
                 "type": f"batch.{status}",
@@ -580,8 +408,8 @@ class Emulator(EmulatorServer):
         if not lines:
             return None
         name = f"{batch.id}_{kind}.jsonl"
-        file = _File(
-            _new_id("file-"), name, "batch_output", jsonl(lines), int(at), int(at) + batch.output_ttl
+        file = StoredFile(
+            new_id("file-"), name, "batch_output", jsonl(lines), int(at), int(at) + batch.output_ttl
         )
         self._files[file.id] = file
         return file.id
@@ -670,7 +498,7 @@ class Emulator(EmulatorServer):
         content, usage, stopped = textgen.answer(body, shape)
         message = completion_message(content, stopped)
         completion = {
-            "id": _new_id("chatcmpl-"),
+            "id": new_id("chatcmpl-"),
             "object": "chat.completion",
             "created": int(at),
             "model": body["model"],
@@ -685,6 +513,6 @@ class Emulator(EmulatorServer):
             "service_tier": "default",
             "system_fingerprint": None,
         }
-        response = {"status_code": 200, "request_id": _new_id("req_"), "body": completion}
-        line = {"id": _new_id("batch_req_"), "custom_id": custom_id, "response": response, "error": None}
+        response = {"status_code": 200, "request_id": new_id("req_"), "body": completion}
+        line = {"id": new_id("batch_req_"), "custom_id": custom_id, "response": response, "error": None}
         return line, usage

@@ -26,7 +26,6 @@ import uuid
 from collections import Counter, deque
 from email.utils import formatdate
 
-from werkzeug.routing import Rule
 from werkzeug.wrappers import Request, Response
 
 from ledger.emulators import textgen
@@ -49,8 +48,6 @@ ERROR_TYPES = {
 
 class CompatibleServerEmulator(EmulatorServer):
     protocol = "openai_compatible"
-    base_path = "/v1"
-    api_prefix = "/v1/"
     create_rule = ("POST", r"/v1/chat/completions")
     knobs_class = CompatibleKnobs
 
@@ -69,11 +66,10 @@ class CompatibleServerEmulator(EmulatorServer):
         self._completion_calls: list[dict] = []
         self._refused_keys = 0
 
-    def rules(self) -> list[Rule]:
-        return [
-            Rule("/v1/chat/completions", endpoint="chat_completions", methods=["POST"]),
-            Rule("/v1/models", endpoint="list_models", methods=["GET"]),
-        ]
+    routes = (
+        "POST /v1/chat/completions chat_completions",
+        "GET /v1/models list_models",
+    )
 
     def envelope(self, fault: Fault) -> ApiError:
         error_type = ERROR_TYPES.get(fault.kind, "invalid_request_error")

@@ -73,6 +73,20 @@ def seconds_text(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
+# The control endpoints every emulator serves beside its protocol (never refused: they turn faults off).
+CONTROL_ROUTES = (
+    "GET /_emulator/stats _control_stats",
+    "GET /_emulator/config _control_show_config",
+    "POST /_emulator/config _control_configure",
+)
+
+
+def _rule(route: str) -> Rule:
+    """A route written "METHOD /path endpoint" as Werkzeug's rule."""
+    method, path, endpoint = route.split()
+    return Rule(path, endpoint=endpoint, methods=[method])
+
+
 class _QuietHandler(WSGIRequestHandler):
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         log.info('"%s" %s %s', self.requestline, code, size)
@@ -86,6 +100,8 @@ class EmulatorServer:
     api_prefix: ClassVar[str] = "/v1/"  # calls under it are authenticated and subject to faults
     create_rule: ClassVar[tuple[str, str] | None] = None  # (method, path regex) of a unit's creation
     knobs_class: ClassVar[type[FaultKnobs]] = FaultKnobs
+    # The protocol's calls, each "METHOD /path endpoint": the method of this class that answers it.
+    routes: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -110,13 +126,10 @@ class EmulatorServer:
         self.webhooks = Announcer(
             name=f"emulator-{self.protocol}-webhooks", lock=self.lock, advance=self.advance
         )
-        self._url_map = Map(self.rules() + self._control_rules(), strict_slashes=False)
+        self._url_map = Map([_rule(route) for route in self.routes + CONTROL_ROUTES], strict_slashes=False)
         self.configure(**knobs)  # a bad knob raises ApiError: nothing serves
 
     # --- what a protocol supplies ------------------------------------------------------------
-
-    def rules(self) -> list[Rule]:
-        raise NotImplementedError
 
     def billing_refusal(self) -> "ApiError":
         """How the provider refuses to run work it cannot bill; each protocol says it its own way."""
@@ -310,13 +323,6 @@ class EmulatorServer:
             raise self.error(400, "The request body is not valid JSON.") from None
 
     # --- one call ----------------------------------------------------------------------------
-
-    def _control_rules(self) -> list[Rule]:
-        return [
-            Rule("/_emulator/stats", endpoint="_control_stats", methods=["GET"]),
-            Rule("/_emulator/config", endpoint="_control_show_config", methods=["GET"]),
-            Rule("/_emulator/config", endpoint="_control_configure", methods=["POST"]),
-        ]
 
     def _control_stats(self, request: Request) -> dict:
         return self.stats()

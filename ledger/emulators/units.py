@@ -4,6 +4,7 @@ providers read and write it."""
 
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 
@@ -19,6 +20,17 @@ class Attempts:
         attempt = self._sent[key]
         self._sent[key] += 1
         return attempt
+
+
+@dataclass
+class SentRequest:
+    """One request of a unit as it was sent (its body: chat-completions or Messages parameters),
+    which attempt it is (`Attempts`), and its result once it has run (or will never run)."""
+
+    custom_id: str
+    body: dict
+    attempt: int
+    result: dict | None = None
 
 
 class Expiring(Protocol):
