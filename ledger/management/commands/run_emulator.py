@@ -43,7 +43,7 @@ SERVER_KNOBS = ("api_key", "requests_per_window", "window_ms", "window_hint")
 
 
 def emulator_kwargs(options: dict[str, Any]) -> dict[str, Any]:
-    """The emulator's keyword arguments the command's options ask for (see `server.FaultKnobs`)."""
+    """The emulator's keyword arguments the command's options ask for (see `knobs.FaultKnobs`)."""
     server = {name: options[name] for name in SERVER_KNOBS if options.get(name) is not None}
     return {
         **server,
