@@ -6,7 +6,7 @@ model. A batch is brought up to date from timestamps whenever it is read, under 
 requests run one after another, `per_request_ms` of simulated time each, and every count
 stays in `processing` until the whole batch has ended, as Anthropic's do.
 
-Knobs (server.FaultKnobs) shape the results: `fail_rate` (errored `api_error`), `expire_rate`
+Knobs (knobs.FaultKnobs) shape the results: `fail_rate` (errored `api_error`), `expire_rate`
 and `expire_after_ms` (expired), `duplicate_lines` / `unknown_lines` / `malformed_lines` in
 the results file, `count_mismatch` in `request_counts`, `cut_downloads` of the results;
 `lose_create_responses`, 429 storms (with `retry-after`) and 5xx storms (529 answers
@@ -17,19 +17,18 @@ then `ended` with every request not yet run `canceled`.
 """
 
 import json
-import random
 import re
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from werkzeug.routing import Rule
 from werkzeug.wrappers import Request
 
-from ledger.emulators import textgen
-
-from .server import ApiError, Download, EmulatorServer, FaultKnobs, LoseAnswer, duration, knob
+from ledger.emulators import spoiling, textgen
+from ledger.emulators.knobs import AnthropicKnobs
+from ledger.emulators.server import ApiError, Download, EmulatorServer, Fault, LoseAnswer
+from ledger.emulators.units import Attempts, SentRequest, jsonl
 
 DAY = 86400
 # A batch's results are available for 29 days after its creation (reference §8.3).
@@ -48,7 +47,7 @@ ERROR_TYPES = {
 }
 SERVER_ERROR_MESSAGE = "Internal server error"
 RESULT_TYPES = ("succeeded", "errored", "canceled", "expired")
-UNASKED = {"role": "user", "content": "Title: A product nobody asked about"}
+UNASKED = {"role": "user", "content": spoiling.UNASKED_TITLE}
 
 
 def _new_id(prefix: str) -> str:
@@ -66,25 +65,10 @@ def envelope(error_type: str, message: str) -> dict:
 
 
 @dataclass
-class AnthropicKnobs(FaultKnobs):
-    cancel_ms: float = knob(50, duration)  # how long `canceling` lasts before the batch ends
-
-
-@dataclass
-class _Request:
-    """One request of a batch and, once it has run (or will never run), its result."""
-
-    custom_id: str
-    params: dict
-    attempt: int  # how many earlier batches carried this custom_id
-    result: dict | None = None
-
-
-@dataclass
 class _Batch:
     id: str
     created: float
-    requests: list[_Request]
+    requests: list[SentRequest]
     processing_status: str = "in_progress"
     ran: int = 0  # requests[:ran] have run
     clock: float = 0.0  # the simulated time up to which requests have run
@@ -124,7 +108,6 @@ class AnthropicEmulator(EmulatorServer):
     knobs_class = AnthropicKnobs
     protocol = "anthropic"
     base_path = ""  # the SDK's base URL has no /v1: paths carry it
-    api_prefix = "/v1/"
     create_rule = ("POST", r"/v1/messages/batches/?")
     # Where results are served; clients must read it from `results_url`, never build it.
     results_path = "/v1/messages/batches/<batch_id>/results"
@@ -132,31 +115,24 @@ class AnthropicEmulator(EmulatorServer):
     def __init__(self, **kwargs) -> None:
         self._batches: dict[str, _Batch] = {}  # in creation order
         self._inferences: Counter = Counter()
-        self._attempts: Counter = Counter()
+        self._attempts = Attempts()
         super().__init__(**kwargs)
 
-    def rules(self) -> list[Rule]:
-        return [
-            Rule("/v1/messages/batches", endpoint="create_batch", methods=["POST"]),
-            Rule("/v1/messages/batches", endpoint="list_batches", methods=["GET"]),
-            Rule("/v1/messages/batches/<batch_id>", endpoint="get_batch", methods=["GET"]),
-            Rule("/v1/messages/batches/<batch_id>", endpoint="delete_batch", methods=["DELETE"]),
-            Rule("/v1/messages/batches/<batch_id>/cancel", endpoint="cancel_batch", methods=["POST"]),
-            Rule(self.results_path, endpoint="batch_results", methods=["GET"]),
-        ]
+    @property
+    def routes(self) -> tuple[str, ...]:
+        """A property, not a table: the results are served wherever `results_path` says."""
+        return (
+            "POST /v1/messages/batches create_batch",
+            "GET /v1/messages/batches list_batches",
+            "GET /v1/messages/batches/<batch_id> get_batch",
+            "DELETE /v1/messages/batches/<batch_id> delete_batch",
+            "POST /v1/messages/batches/<batch_id>/cancel cancel_batch",
+            f"GET {self.results_path} batch_results",
+        )
 
-    def error(
-        self,
-        status: int,
-        message: str,
-        *,
-        kind: str = "invalid_request",
-        code: str | None = None,
-        param: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> ApiError:
-        body = envelope(ERROR_TYPES.get(kind, "api_error"), message)
-        return ApiError(status, body, {"request-id": body["request_id"], **(headers or {})})
+    def envelope(self, fault: Fault) -> ApiError:
+        body = envelope(ERROR_TYPES.get(fault.kind, "api_error"), fault.message)
+        return ApiError(fault.status, body, {"request-id": body["request_id"], **fault.headers})
 
     def billing_refusal(self) -> ApiError:
         return self.error(
@@ -209,8 +185,7 @@ class AnthropicEmulator(EmulatorServer):
             now = self.clock.now()
             batch = _Batch(id=_new_id("msgbatch_"), created=now, requests=[], clock=now)
             for custom_id, params in requests:
-                batch.requests.append(_Request(custom_id, params, self._attempts[custom_id]))
-                self._attempts[custom_id] += 1
+                batch.requests.append(SentRequest(custom_id, params, self._attempts.next(custom_id)))
             self._batches[batch.id] = batch
             answer = batch.as_json(self._results_url(request, batch))
         if self.take_lost_create():
@@ -366,14 +341,14 @@ class AnthropicEmulator(EmulatorServer):
                 pending.result = {"type": "canceled"}
             self._end(batch, batch.cancel_initiated + self.knobs.cancel_ms / 1000)
 
-    def _run(self, request: _Request, at: float) -> None:
+    def _run(self, request: SentRequest, at: float) -> None:
         """Answer one request at simulated time `at`."""
-        params = request.params
+        params = request.body
         if not isinstance(params.get("messages"), list) or not params["messages"]:
             request.result = self._errored("invalid_request_error", "messages: Field required")
-        elif self.dice("expire", request.custom_id, request.attempt) < self.knobs.expire_rate:
+        elif self.chance(self.knobs.expire_rate, "expire", request.custom_id, request.attempt):
             request.result = {"type": "expired"}
-        elif self.dice("fail", request.custom_id, request.attempt) < self.knobs.fail_rate:
+        elif self.chance(self.knobs.fail_rate, "fail", request.custom_id, request.attempt):
             request.result = self._errored("api_error", SERVER_ERROR_MESSAGE)
         else:
             shape = self.answer_shape(request.custom_id, request.attempt)
@@ -448,27 +423,25 @@ class AnthropicEmulator(EmulatorServer):
     def _results_file(self, batch: _Batch) -> bytes:
         """The JSONL results, shuffled and spoiled as the knobs say; seeded by the batch's
         requests, not its random id, so a rerun writes the same file."""
-        key = ",".join(f"{r.custom_id}#{r.attempt}" for r in batch.requests)
-        rng = random.Random(f"{self.seed}:{key}")
+        rng = spoiling.seeded(
+            self.seed, spoiling.requests_key((r.custom_id, r.attempt) for r in batch.requests)
+        )
         requests = list(batch.requests)
         rng.shuffle(requests)  # order is never promised
         texts = [json.dumps({"custom_id": r.custom_id, "result": r.result}) for r in requests]
         knobs = self.knobs
-        extra = [
-            text
-            for request, text in zip(requests, texts, strict=True)
-            if request.result["type"] == "succeeded"
-            and self.dice("duplicate", request.custom_id, request.attempt) < knobs.duplicate_lines
-        ]
+        succeeded = (
+            (text, r.custom_id, r.attempt)
+            for r, text in zip(requests, texts, strict=True)
+            if r.result["type"] == "succeeded"
+        )
+        extra = spoiling.repeated(self.seed, knobs.duplicate_lines, succeeded)
         # Made-up lines read like their neighbours; they are not inferences anyone asked for.
         prompt = {"model": "claude-emulator", "max_tokens": 200, "messages": [UNASKED]}
-        for n in range(1, knobs.unknown_lines + 1):
-            made_up = {"type": "succeeded", "message": self._message(prompt)}
-            extra.append(json.dumps({"custom_id": f"unknown-{n}", "result": made_up}))
-        for n in range(1, knobs.malformed_lines + 1):
-            made_up = {"type": "succeeded", "message": self._message(prompt)}
-            whole = json.dumps({"custom_id": f"malformed-{n}", "result": made_up})
-            extra.append(whole[: len(whole) // 2])  # a JSON object's first half never parses
-        for text in extra:
-            texts.insert(rng.randint(0, len(texts)), text)
-        return "".join(text + "\n" for text in texts).encode()
+
+        def made_up(custom_id: str) -> str:
+            result = {"type": "succeeded", "message": self._message(prompt)}
+            return json.dumps({"custom_id": custom_id, "result": result})
+
+        extra += spoiling.made_up_lines(knobs, made_up)
+        return jsonl(spoiling.scattered(texts, extra, rng))

@@ -31,17 +31,17 @@ counted), and the fault knobs' path prefixes match polls as well as creates. A b
 """
 
 import json
-import random
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from werkzeug.routing import Rule
 from werkzeug.wrappers import Request
 
-from ledger.emulators import textgen
-from ledger.emulators.server import ApiError, EmulatorServer, FaultKnobs, LoseAnswer, duration, knob
+from ledger.emulators import spoiling, textgen
+from ledger.emulators.knobs import CloudflareKnobs
+from ledger.emulators.server import ApiError, EmulatorServer, Fault, LoseAnswer
+from ledger.emulators.units import Attempts
 
 PAYLOAD_LIMIT = 10_000_000
 DEFAULT_MAX_TOKENS = 256  # Workers AI's default for text generation
@@ -57,11 +57,6 @@ ERROR_CODES = {
     "overloaded": 3040,
 }
 OUT_OF_CAPACITY = {"code": 3040, "message": "No more data centers to forward the request to"}
-
-
-@dataclass
-class CloudflareKnobs(FaultKnobs):
-    queued_ms: float = knob(100, duration)  # how long a unit waits in the queue before it runs
 
 
 @dataclass
@@ -131,23 +126,20 @@ class CloudflareEmulator(EmulatorServer):
     def __init__(self, **kwargs: Any) -> None:
         self._units: dict[str, _Unit] = {}
         self._inferences: Counter[str] = Counter()
-        self._attempts: Counter[str] = Counter()
+        self._attempts = Attempts()
         super().__init__(**kwargs)
 
-    def rules(self) -> list[Rule]:
-        return [
-            Rule("/client/v4/accounts/<account_id>/ai/run/<path:model>", endpoint="run", methods=["POST"])
-        ]
+    routes = ("POST /client/v4/accounts/<account_id>/ai/run/<path:model> run",)
 
-    def error(self, status, message, *, kind="invalid_request", code=None, param=None, headers=None):
-        number = code if code is not None else ERROR_CODES.get(kind, 3003)
+    def envelope(self, fault: Fault) -> ApiError:
+        number = fault.code if fault.code is not None else ERROR_CODES.get(fault.kind, 3003)
         body = {
             "result": None,
             "success": False,
-            "errors": [{"code": number, "message": message}],
+            "errors": [{"code": number, "message": fault.message}],
             "messages": [],
         }
-        return ApiError(status, body, headers)
+        return ApiError(fault.status, body, fault.headers)
 
     def authenticate(self, request: Request) -> None:
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
@@ -203,8 +195,7 @@ class CloudflareEmulator(EmulatorServer):
             requests = []
             for index, entry in enumerate(entries):
                 key = entry.get("external_reference") or ""
-                requests.append(_Request(index, entry, attempt=self._attempts[key]))
-                self._attempts[key] += 1
+                requests.append(_Request(index, entry, attempt=self._attempts.next(key)))
             unit = _Unit(str(uuid.uuid4()), account_id, model, self.clock.now(), requests)
             self._units[unit.request_id] = unit
         if self.take_lost_create():
@@ -254,9 +245,8 @@ class CloudflareEmulator(EmulatorServer):
             message = "Invalid data: a text-generation input needs messages or prompt"
             request.response = {**failed, "errors": [{"code": 5004, "message": message}]}
             return
-        if (
-            self.dice("fail", reference or f"{unit.request_id}#{request.index}", request.attempt)
-            < self.knobs.fail_rate
+        if self.chance(
+            self.knobs.fail_rate, "fail", reference or f"{unit.request_id}#{request.index}", request.attempt
         ):
             request.response = {**failed, "errors": [OUT_OF_CAPACITY]}
             return
@@ -283,25 +273,25 @@ class CloudflareEmulator(EmulatorServer):
         """Every response, with the repeated, unknown and unreadable ones the knobs ask for, in an
         order shuffled by the seed and the unit."""
         knobs = self.knobs
-        rng = random.Random(f"{self.seed}:{unit.request_id}")
+        rng = spoiling.seeded(self.seed, unit.request_id)
         responses = [request.response for request in unit.requests if request.response]
         successes = [r for r in responses if r["success"]]
-        extra = [
-            dict(request.response)
-            for request in unit.requests
-            if request.response
-            and request.response["success"]
-            and self.dice("duplicate", request.reference, request.attempt) < knobs.duplicate_lines
-        ]
+        succeeded = [r for r in unit.requests if r.response and r.response["success"]]
+        extra = spoiling.repeated(
+            self.seed, knobs.duplicate_lines, ((dict(r.response), r.reference, r.attempt) for r in succeeded)
+        )
         # Made-up responses read like their neighbours; nobody asked for them and they add no usage.
         model_answer = successes[0]["result"] if successes else {"response": "A product nobody asked about."}
-        for n in range(1, knobs.unknown_lines + 1):
-            index = rng.randrange(len(unit.requests))
-            extra.append(
-                {"id": index, "result": model_answer, "success": True, "external_reference": f"unknown-{n}"}
-            )
-        for _ in range(knobs.malformed_lines):
-            extra.append({"id": rng.randrange(len(unit.requests)), "result": model_answer, "success": True})
+        extra += spoiling.made_up(
+            knobs,
+            lambda n: {
+                "id": rng.randrange(len(unit.requests)),
+                "result": model_answer,
+                "success": True,
+                "external_reference": f"unknown-{n}",
+            },
+            lambda n: {"id": rng.randrange(len(unit.requests)), "result": model_answer, "success": True},
+        )
         everything = responses + extra
         rng.shuffle(everything)
         return everything

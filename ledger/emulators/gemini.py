@@ -15,13 +15,6 @@ JSON also accepts snake_case on input, so both are read).
   `GET /v1beta/files?pageSize&pageToken` `{"files": [...], "nextPageToken"}` likewise. A `pageSize`
   of 0 or none is the default, one above the maximum the maximum, a negative one a 400 (AIP-158).
 - `POST /v1beta/batches/{id}:cancel` `{}`; `DELETE /v1beta/batches/{id}` `{}`.
-- The Files API as the SDK and the REST guide use it: a resumable upload started with
-  `POST /upload/v1beta/files` (`X-Goog-Upload-Protocol: resumable`, `X-Goog-Upload-Command:
-  start`, `X-Goog-Upload-Header-Content-Length`, body `{"file": {"displayName"}}`), answered with
-  an `X-Goog-Upload-URL`; the bytes are posted there (`X-Goog-Upload-Command: upload[, finalize]`,
-  `X-Goog-Upload-Offset`), the last answer `X-Goog-Upload-Status: final` and `{"file": File}`.
-  `GET /v1beta/files/{id}`; a generated file's bytes at `GET /download/v1beta/files/{id}:download?alt=media`
-  (the REST guide) or `GET /v1beta/files/{id}:download?alt=media` (the SDK).
 - Errors in Google's envelope `{"error": {"code", "message", "status"}}`.
 - An inline request without `metadata` is answered like any other, in its place in the
   `inlinedResponses`, without `metadata`; a file line without `key` likewise, without `key`.
@@ -46,27 +39,22 @@ import base64
 import hashlib
 import json
 import math
-import random
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
-from werkzeug.routing import Rule
-from werkzeug.wrappers import Request, Response
+from werkzeug.wrappers import Request
 
-from . import textgen
-from .server import ApiError, Download, EmulatorServer, FaultKnobs, LoseAnswer, flag, knob
+from ledger.emulators import spoiling, textgen
+from ledger.emulators.gemini_files import FilesApi, proto_get, timestamp
+from ledger.emulators.knobs import GeminiKnobs
+from ledger.emulators.server import ApiError, Fault, LoseAnswer
+from ledger.emulators.units import Attempts, jsonl_lines
 
 MAX_INLINE_BYTES = 20 * 1024 * 1024  # inline requests in one create call [GEM-GUIDE]
-MAX_FILE_BYTES = 2_000_000_000  # an input file, "2 GB" read as the smaller figure [GEM-GUIDE]
-FILE_LIFETIME = 48 * 3600  # the Files API keeps a file 48 hours (unconfirmed for batch output)
-UPLOAD_GRANULARITY = 8 * 1024 * 1024  # X-Goog-Upload-Chunk-Granularity, as the SDK's chunks
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 1000
-DEFAULT_FILES_PAGE_SIZE = 10  # files.list [Gemini API reference]
-MAX_FILES_PAGE_SIZE = 100
 ENDED = {"BATCH_STATE_SUCCEEDED", "BATCH_STATE_FAILED", "BATCH_STATE_CANCELLED", "BATCH_STATE_EXPIRED"}
 BATCH_TYPE = "type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatch"
 OUTPUT_TYPE = "type.googleapis.com/google.ai.generativelanguage.v1main.GenerateContentBatchOutput"
@@ -97,20 +85,8 @@ UNREGISTERED_CALLER = (
 WITHHELD_RATING = {"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "probability": "HIGH", "blocked": True}
 
 
-def _get(mapping: Any, camel: str) -> Any:
-    """A field of a proto JSON object, spelled camelCase or snake_case."""
-    if not isinstance(mapping, dict):
-        return None
-    snake = "".join(f"_{c.lower()}" if c.isupper() else c for c in camel)
-    return mapping.get(camel, mapping.get(snake))
-
-
-def _timestamp(at: float) -> str:
-    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
 def _texts(content: Any) -> str:
-    parts = _get(content, "parts")
+    parts = proto_get(content, "parts")
     if not isinstance(parts, list):
         return ""
     return "".join(
@@ -133,28 +109,22 @@ def _lower_types(schema: Any) -> Any:
 def chat_body(model: str, request: dict) -> dict:
     """A GenerateContentRequest as the chat-completions body `textgen` answers."""
     messages = []
-    system = _texts(_get(request, "systemInstruction"))
+    system = _texts(proto_get(request, "systemInstruction"))
     if system:
         messages.append({"role": "system", "content": system})
-    for content in _get(request, "contents") or []:
-        role = "assistant" if _get(content, "role") == "model" else "user"
+    for content in proto_get(request, "contents") or []:
+        role = "assistant" if proto_get(content, "role") == "model" else "user"
         messages.append({"role": role, "content": _texts(content)})
     body: dict = {"model": model, "messages": messages}
-    config = _get(request, "generationConfig") or {}
-    if isinstance(_get(config, "maxOutputTokens"), int):
-        body["max_completion_tokens"] = _get(config, "maxOutputTokens")
-    schema = _get(config, "responseJsonSchema")
-    if schema is None and _get(config, "responseSchema") is not None:
-        schema = _lower_types(_get(config, "responseSchema"))
-    if isinstance(schema, dict) and _get(config, "responseMimeType") == "application/json":
+    config = proto_get(request, "generationConfig") or {}
+    if isinstance(proto_get(config, "maxOutputTokens"), int):
+        body["max_completion_tokens"] = proto_get(config, "maxOutputTokens")
+    schema = proto_get(config, "responseJsonSchema")
+    if schema is None and proto_get(config, "responseSchema") is not None:
+        schema = _lower_types(proto_get(config, "responseSchema"))
+    if isinstance(schema, dict) and proto_get(config, "responseMimeType") == "application/json":
         body["response_format"] = {"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}
     return body
-
-
-@dataclass
-class GeminiKnobs(FaultKnobs):
-    # Every response comes without its request's key (inline: no `metadata`; file: no `key`).
-    keyless_responses: bool = knob(False, flag)
 
 
 @dataclass
@@ -190,29 +160,7 @@ class _Batch:
         return f"batches/{self.id}"
 
 
-@dataclass
-class _File:
-    id: str
-    display_name: str
-    mime_type: str
-    content: bytes
-    created: float
-    source: str  # UPLOADED (by a client) or GENERATED (a batch's responses)
-
-    @property
-    def name(self) -> str:
-        return f"files/{self.id}"
-
-
-@dataclass
-class _Upload:
-    display_name: str
-    mime_type: str
-    declared: int | None  # X-Goog-Upload-Header-Content-Length, when the start said it
-    data: bytearray = field(default_factory=bytearray)
-
-
-class GeminiEmulator(EmulatorServer):
+class GeminiEmulator(FilesApi):
     protocol = "gemini"
     base_path = "/v1beta"
     api_prefix = "/v1beta/"
@@ -224,49 +172,32 @@ class GeminiEmulator(EmulatorServer):
         seed and any of the `FaultKnobs`."""
         self.pending_ms = pending_ms
         self._batches: dict[str, _Batch] = {}
-        self._attempts: Counter = Counter()
+        self._attempts = Attempts()
         self._inferences: Counter = Counter()
         self._intents: Counter = Counter()  # batches created per display name, deleted ones too
-        self._files: dict[str, _File] = {}
-        self._uploads: dict[str, _Upload] = {}
         super().__init__(**kwargs)
 
     # --- the protocol's plumbing ------------------------------------------------------------
 
-    def rules(self) -> list[Rule]:
-        return [
-            Rule("/v1beta/models/<model>:batchGenerateContent", endpoint="create_batch", methods=["POST"]),
-            Rule("/v1beta/batches", endpoint="list_batches", methods=["GET"]),
-            Rule("/v1beta/batches/<batch_id>", endpoint="get_batch", methods=["GET"]),
-            Rule("/v1beta/batches/<batch_id>", endpoint="delete_batch", methods=["DELETE"]),
-            Rule("/v1beta/batches/<batch_id>:cancel", endpoint="cancel_batch", methods=["POST"]),
-            Rule("/upload/v1beta/files", endpoint="upload_file", methods=["POST"]),
-            Rule("/v1beta/files", endpoint="list_files", methods=["GET"]),
-            Rule("/v1beta/files/<file_id>", endpoint="get_file", methods=["GET"]),
-            Rule("/v1beta/files/<file_id>", endpoint="delete_file", methods=["DELETE"]),
-            Rule("/v1beta/files/<file_id>:download", endpoint="download_file", methods=["GET"]),
-            Rule("/download/v1beta/files/<file_id>:download", endpoint="download_file", methods=["GET"]),
-        ]
+    routes = (
+        "POST /v1beta/models/<model>:batchGenerateContent create_batch",
+        "GET /v1beta/batches list_batches",
+        "GET /v1beta/batches/<batch_id> get_batch",
+        "DELETE /v1beta/batches/<batch_id> delete_batch",
+        "POST /v1beta/batches/<batch_id>:cancel cancel_batch",
+    ) + FilesApi.routes
 
-    def error(
-        self,
-        status: int,
-        message: str,
-        *,
-        kind: str = "invalid_request",
-        code: str | None = None,
-        param: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> ApiError:
-        name = code or STATUS_NAMES.get(status) or ("INTERNAL" if status >= 500 else "INVALID_ARGUMENT")
-        body: dict = {"error": {"code": status, "message": message, "status": name}}
-        retry_after = (headers or {}).get("retry-after")
+    def envelope(self, fault: Fault) -> ApiError:
+        status = fault.status
+        name = fault.code or STATUS_NAMES.get(status) or ("INTERNAL" if status >= 500 else "INVALID_ARGUMENT")
+        body: dict = {"error": {"code": status, "message": fault.message, "status": name}}
+        retry_after = fault.headers.get("retry-after")
         if status == 429 and retry_after:
             # Google says when to come back in a RetryInfo detail; the header is kept as well.
             body["error"]["details"] = [
                 {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{retry_after}s"}
             ]
-        return ApiError(status, body, headers)
+        return ApiError(status, body, fault.headers)
 
     def billing_refusal(self) -> ApiError:
         return self.error(
@@ -300,35 +231,35 @@ class GeminiEmulator(EmulatorServer):
         if request.content_length and request.content_length > MAX_INLINE_BYTES:
             raise self.error(400, f"Request payload size exceeds the limit: {MAX_INLINE_BYTES} bytes.")
         body = self.json_body(request)
-        batch_body = _get(body, "batch")
+        batch_body = proto_get(body, "batch")
         if not isinstance(batch_body, dict):
             raise self.error(400, "Invalid JSON payload: 'batch' must be an object.")
-        display_name = _get(batch_body, "displayName")
+        display_name = proto_get(batch_body, "displayName")
         if not isinstance(display_name, str) or not display_name:
             raise self.error(
                 400, "* BatchGenerateContentRequest.batch.display_name: display_name is required"
             )
-        input_config = _get(batch_body, "inputConfig")
-        file_name = _get(input_config, "fileName")
+        input_config = proto_get(batch_body, "inputConfig")
+        file_name = proto_get(input_config, "fileName")
         unreadable = ""
         if file_name is not None:
             # The lines are read when the batch is created; one that cannot be read fails the
             # whole batch when it would start, as repeated keys do.
             entries, unreadable = self._file_entries(file_name)
         else:
-            entries = _get(_get(input_config, "requests"), "requests")
+            entries = proto_get(proto_get(input_config, "requests"), "requests")
             if not isinstance(entries, list) or not entries:
                 raise self.error(
                     400, "* BatchGenerateContentRequest.batch.input_config: requests are required"
                 )
             for number, entry in enumerate(entries):
-                if not isinstance(_get(entry, "request"), dict):
+                if not isinstance(proto_get(entry, "request"), dict):
                     raise self.error(
                         400, f"* requests[{number}].request: a GenerateContentRequest is required"
                     )
-                if not isinstance(_get(entry, "metadata") or {}, dict):
+                if not isinstance(proto_get(entry, "metadata") or {}, dict):
                     raise self.error(400, f"* requests[{number}].metadata: must be a map of strings")
-        keys = Counter((_get(entry, "metadata") or {}).get("key") for entry in entries)
+        keys = Counter((proto_get(entry, "metadata") or {}).get("key") for entry in entries)
         repeated = sorted(str(key) for key, times in keys.items() if key is not None and times > 1)
         refusal = unreadable or (
             f"Duplicate request keys in the batch: {', '.join(repeated)[:500]}" if repeated else ""
@@ -337,9 +268,8 @@ class GeminiEmulator(EmulatorServer):
             now = self.clock.now()
             requests = []
             for entry in entries:
-                key = (_get(entry, "metadata") or {}).get("key")
-                requests.append(_Request(key, _get(entry, "request"), attempt=self._attempts[key]))
-                self._attempts[key] += 1
+                key = (proto_get(entry, "metadata") or {}).get("key")
+                requests.append(_Request(key, proto_get(entry, "request"), attempt=self._attempts.next(key)))
             batch = _Batch(
                 id=uuid.uuid4().hex + uuid.uuid4().hex[:8],
                 model=model if model.startswith("models/") else f"models/{model}",
@@ -373,30 +303,6 @@ class GeminiEmulator(EmulatorServer):
             answer: dict = {"operations": [self._operation(batch) for batch in page]}
         return self._paged(answer, start + size, len(newest_first))
 
-    def _page(self, request: Request, default: int, maximum: int) -> tuple[int, int]:
-        """Where a list call's page starts and how long it is: a `pageSize` of 0 or none is the
-        default, one above the maximum the maximum, a negative one refused (AIP-158)."""
-        try:
-            size = int(request.args.get("pageSize") or 0)
-        except ValueError:
-            raise self.error(400, "Invalid value at 'page_size' (TYPE_INT32)") from None
-        if size < 0:
-            raise self.error(400, "page_size must not be negative.")
-        start = 0
-        token = request.args.get("pageToken")
-        if token:
-            try:
-                start = int(base64.urlsafe_b64decode(token.encode()).decode())
-            except ValueError:
-                raise self.error(400, "Invalid page token.") from None
-        return start, min(size or default, maximum)
-
-    @staticmethod
-    def _paged(answer: dict, end: int, total: int) -> dict:
-        if end < total:
-            answer["nextPageToken"] = base64.urlsafe_b64encode(str(end).encode()).decode()
-        return answer
-
     def cancel_batch(self, request: Request, batch_id: str) -> dict:
         with self.lock:
             batch = self._batch(batch_id)
@@ -413,180 +319,6 @@ class GeminiEmulator(EmulatorServer):
             del self._batches[batch_id]
             return {}
 
-    # --- the Files API ------------------------------------------------------------------------
-
-    def _outside_api(self, request: Request) -> None:
-        """Calls under `/upload/` and `/download/` are not under `/v1beta/`: checked and admitted
-        (fault knobs) here as the shared plumbing does for the rest."""
-        if not request.path.startswith(self.api_prefix):
-            self.authenticate(request)
-            self.admit(request.method, request.path)
-
-    def upload_file(self, request: Request) -> Response:
-        """The resumable upload: a start (no `upload_id`), then the bytes to the upload URL."""
-        upload_id = request.args.get("upload_id")
-        if upload_id is None:
-            return self._start_upload(request)
-        # The upload URL is its own credential (the SDK sends no key there); faults still apply.
-        self.admit(request.method, request.path)
-        command = {part.strip() for part in request.headers.get("X-Goog-Upload-Command", "").split(",")}
-        with self.lock:
-            upload = self._uploads.get(upload_id)
-            if upload is None:
-                raise self.error(404, "No upload session with this id (finished, or never started).")
-            if "query" in command:
-                return self._upload_answer("active", received=len(upload.data))
-            if "upload" not in command:
-                raise self.error(400, "X-Goog-Upload-Command must be upload, finalize or query.")
-            try:
-                offset = int(request.headers.get("X-Goog-Upload-Offset", ""))
-            except ValueError:
-                raise self.error(400, "X-Goog-Upload-Offset is required.") from None
-            if offset != len(upload.data):
-                raise self.error(400, f"Offset {offset} does not continue the upload at {len(upload.data)}.")
-            upload.data += request.get_data()
-            if len(upload.data) > MAX_FILE_BYTES:
-                del self._uploads[upload_id]
-                raise self.error(400, f"The file is larger than {MAX_FILE_BYTES} bytes.")
-            if "finalize" not in command:
-                return self._upload_answer("active", received=len(upload.data))
-            if upload.declared is not None and upload.declared != len(upload.data):
-                del self._uploads[upload_id]
-                raise self.error(400, f"Received {len(upload.data)} bytes, {upload.declared} were announced.")
-            del self._uploads[upload_id]
-            stored = self._store(upload.display_name, upload.mime_type, bytes(upload.data), source="UPLOADED")
-            body = {"file": self._file_resource(stored, request)}
-        return self._upload_answer("final", body=body)
-
-    def _start_upload(self, request: Request) -> Response:
-        self._outside_api(request)
-        if request.headers.get("X-Goog-Upload-Protocol", "").lower() != "resumable":
-            raise self.error(400, "Only the resumable upload protocol is served (X-Goog-Upload-Protocol).")
-        if request.headers.get("X-Goog-Upload-Command", "").strip().lower() != "start":
-            raise self.error(400, "A resumable upload starts with X-Goog-Upload-Command: start.")
-        declared_text = request.headers.get("X-Goog-Upload-Header-Content-Length")
-        try:
-            declared = None if declared_text is None else int(declared_text)
-        except ValueError:
-            raise self.error(400, "X-Goog-Upload-Header-Content-Length must be a number.") from None
-        if declared is not None and declared > MAX_FILE_BYTES:
-            raise self.error(400, f"The file is larger than {MAX_FILE_BYTES} bytes.")
-        body = self.json_body(request) if request.get_data() else {}
-        file_body = _get(body, "file") or {}
-        display_name = _get(file_body, "displayName")
-        upload = _Upload(
-            display_name=display_name if isinstance(display_name, str) else "",
-            mime_type=request.headers.get("X-Goog-Upload-Header-Content-Type")
-            or str(_get(file_body, "mimeType") or "application/octet-stream"),
-            declared=declared,
-        )
-        upload_id = uuid.uuid4().hex + uuid.uuid4().hex
-        with self.lock:
-            self._uploads[upload_id] = upload
-        url = f"{request.host_url.rstrip('/')}/upload/v1beta/files?upload_id={upload_id}&upload_protocol=resumable"
-        response = self._upload_answer("active")
-        response.headers["X-Goog-Upload-URL"] = url
-        response.headers["X-Goog-Upload-Chunk-Granularity"] = str(UPLOAD_GRANULARITY)
-        return response
-
-    @staticmethod
-    def _upload_answer(status: str, *, body: dict | None = None, received: int | None = None) -> Response:
-        response = Response(
-            json.dumps(body) if body is not None else b"",
-            mimetype="application/json" if body is not None else "text/plain",
-        )
-        response.headers["X-Goog-Upload-Status"] = status
-        if received is not None:
-            response.headers["X-Goog-Upload-Size-Received"] = str(received)
-        return response
-
-    def get_file(self, request: Request, file_id: str) -> dict:
-        with self.lock:
-            return self._file_resource(self._file(file_id), request)
-
-    def list_files(self, request: Request) -> dict:
-        """Uploaded and generated files, newest first."""
-        start, size = self._page(request, DEFAULT_FILES_PAGE_SIZE, MAX_FILES_PAGE_SIZE)
-        with self.lock:
-            self.advance()  # responses files written by now are listed
-            self._forget_expired()
-            newest_first = list(reversed(self._files.values()))  # kept in the order they came
-            page = [self._file_resource(stored, request) for stored in newest_first[start : start + size]]
-        # Proto3 JSON leaves an empty list out, as Google's answer for no files is `{}`.
-        return self._paged({"files": page} if page else {}, start + size, len(newest_first))
-
-    def delete_file(self, request: Request, file_id: str) -> dict:
-        with self.lock:
-            self._file(file_id)
-            del self._files[file_id]
-            return {}
-
-    def download_file(self, request: Request, file_id: str) -> Download:
-        self._outside_api(request)
-        if request.args.get("alt") != "media":
-            raise self.error(400, "Downloading a file's bytes takes alt=media.")
-        with self.lock:
-            stored = self._file(file_id)
-            if stored.source != "GENERATED":
-                # As the SDK says: only generated files can be downloaded.
-                raise self.error(
-                    400, f"File {stored.name} was uploaded; only generated files can be downloaded."
-                )
-        return self.download(stored.name, stored.content, "application/jsonl")
-
-    def _file(self, file_id: str) -> _File:
-        self._forget_expired()
-        stored = self._files.get(file_id)
-        if stored is None:
-            raise self.error(
-                403,
-                f"You do not have permission to access the File {file_id} or it may not exist.",
-                code="PERMISSION_DENIED",
-            )
-        return stored
-
-    def _forget_expired(self) -> None:
-        """Files older than FILE_LIFETIME are deleted, as the Files API deletes them (callers hold the
-        lock): an uploaded input file 48 hours after its upload, a responses file 48 hours after its
-        batch ended."""
-        now = self.clock.now()
-        for file_id in [key for key, stored in self._files.items() if stored.created + FILE_LIFETIME <= now]:
-            del self._files[file_id]
-
-    def _store(
-        self, display_name: str, mime_type: str, content: bytes, *, source: str, file_id: str = ""
-    ) -> _File:
-        """Keep a file (callers hold the lock)."""
-        stored = _File(
-            id=file_id or uuid.uuid4().hex[:12],
-            display_name=display_name,
-            mime_type=mime_type,
-            content=content,
-            created=self.clock.now(),
-            source=source,
-        )
-        self._files[stored.id] = stored
-        return stored
-
-    def _file_resource(self, stored: _File, request: Request) -> dict:
-        root = request.host_url.rstrip("/")
-        resource = {
-            "name": stored.name,
-            "displayName": stored.display_name,
-            "mimeType": stored.mime_type,
-            "sizeBytes": str(len(stored.content)),
-            "createTime": _timestamp(stored.created),
-            "updateTime": _timestamp(stored.created),
-            "expirationTime": _timestamp(stored.created + FILE_LIFETIME),
-            "sha256Hash": base64.b64encode(hashlib.sha256(stored.content).hexdigest().encode()).decode(),
-            "uri": f"{root}/v1beta/{stored.name}",
-            "state": "ACTIVE",
-            "source": stored.source,
-        }
-        if stored.source == "GENERATED":
-            resource["downloadUri"] = f"{root}/download/v1beta/{stored.name}:download?alt=media"
-        return {key: value for key, value in resource.items() if value != ""}
-
     def _file_entries(self, file_name: Any) -> tuple[list[dict], str]:
         """The requests of an uploaded JSONL file as inline entries, and why the batch will fail
         when one of its lines cannot be read ("" when all can)."""
@@ -599,19 +331,16 @@ class GeminiEmulator(EmulatorServer):
             )
         entries: list[dict] = []
         problems: list[str] = []
-        # Lines end at newlines only: str.splitlines() would also end one at a U+2028 in a title.
-        for number, text in enumerate(stored.content.decode("utf-8", "replace").split("\n"), start=1):
-            if not text.strip(" \t\r"):  # JSON's whitespace only
-                continue
+        for number, text in jsonl_lines(stored.content):
             try:
                 line = json.loads(text)
             except ValueError:
                 problems.append(f"line {number}: not JSON")
                 continue
-            if not isinstance(line, dict) or not isinstance(_get(line, "request"), dict):
+            if not isinstance(line, dict) or not isinstance(proto_get(line, "request"), dict):
                 problems.append(f"line {number}: no GenerateContentRequest in 'request'")
                 continue
-            entry: dict = {"request": _get(line, "request")}
+            entry: dict = {"request": proto_get(line, "request")}
             if line.get("key") is not None:
                 entry["metadata"] = {"key": line["key"]}
             entries.append(entry)
@@ -637,8 +366,8 @@ class GeminiEmulator(EmulatorServer):
             "@type": BATCH_TYPE,
             "model": batch.model,
             "displayName": batch.display_name,
-            "createTime": _timestamp(batch.created),
-            "updateTime": _timestamp(batch.updated),
+            "createTime": timestamp(batch.created),
+            "updateTime": timestamp(batch.updated),
             "batchStats": self._batch_stats(batch),
             "state": batch.state,
             "name": batch.name,
@@ -647,7 +376,7 @@ class GeminiEmulator(EmulatorServer):
             metadata["inputConfig"] = {"fileName": batch.input_file}
         operation: dict = {"name": batch.name, "metadata": metadata}
         if batch.ended is not None:
-            metadata["endTime"] = _timestamp(batch.ended)
+            metadata["endTime"] = timestamp(batch.ended)
             operation["done"] = True
             if batch.state == "BATCH_STATE_FAILED":
                 operation["error"] = {"code": INVALID_ARGUMENT, "message": batch.refusal}
@@ -686,8 +415,8 @@ class GeminiEmulator(EmulatorServer):
                 self._end(batch, "BATCH_STATE_FAILED", start)
                 return
             batch.state, batch.updated, batch.clock = "BATCH_STATE_RUNNING", start, start
-            key = ",".join(f"{r.key}#{r.attempt}" for r in batch.requests)
-            batch.expiring = self.dice("expire", key) < knobs.expire_rate
+            key = spoiling.requests_key((r.key, r.attempt) for r in batch.requests)
+            batch.expiring = self.chance(knobs.expire_rate, "expire", key)
         if batch.state == "BATCH_STATE_RUNNING" and not batch.expiring:
             while batch.ran < len(batch.requests) and batch.clock + step <= min(now, deadline):
                 batch.clock += step
@@ -705,9 +434,9 @@ class GeminiEmulator(EmulatorServer):
 
     def _run(self, request: _Request) -> None:
         """Decide how one request turns out (its answer is written when the batch ends)."""
-        if not any(_texts(content).strip() for content in _get(request.request, "contents") or []):
+        if not any(_texts(content).strip() for content in proto_get(request.request, "contents") or []):
             request.outcome = "invalid"
-        elif self.dice("fail", request.key, request.attempt) < self.knobs.fail_rate:
+        elif self.chance(self.knobs.fail_rate, "fail", request.key, request.attempt):
             request.outcome = "failed"
         else:
             request.outcome = "ok"
@@ -747,10 +476,10 @@ class GeminiEmulator(EmulatorServer):
         event = {
             "id": f"evt_{uuid.uuid4().hex}",
             "type": kind,
-            "create_time": _timestamp(at),
+            "create_time": timestamp(at),
             "data": {"name": batch.name, "state": state},
         }
-        self.announce(kind, batch.name, event)
+        self.webhooks.announce(self.knobs, kind, batch.name, event)
 
     def _written_answer(self, batch: _Batch, request: _Request, at: float) -> dict:
         answer: dict
@@ -795,29 +524,22 @@ class GeminiEmulator(EmulatorServer):
         """The inlined responses with the repeated, unknown and malformed entries the knobs ask
         for, at places drawn from the seed and the batch's requests."""
         knobs = self.knobs
-        key = ",".join(f"{r.key}#{r.attempt}" for r in batch.requests)
-        rng = random.Random(f"{self.seed}:{hashlib.sha256(key.encode()).hexdigest()}")
-        answered = [request.answer for request in ran]
-        extra = [
-            request.answer
-            for request in ran
-            if request.outcome == "ok"
-            and self.dice("duplicate", request.key, request.attempt) < knobs.duplicate_lines
-        ]
+        rng = spoiling.hashed_order(self.seed, ((r.key, r.attempt) for r in batch.requests))
+        succeeded = ((r.answer, r.key, r.attempt) for r in ran if r.outcome == "ok")
+        extra = spoiling.repeated(self.seed, knobs.duplicate_lines, succeeded)
         # Made-up answers read like their neighbours; they are not inferences anyone asked for.
-        prompt = {"contents": [{"role": "user", "parts": [{"text": "Title: A product nobody asked about"}]}]}
-        for n in range(1, knobs.unknown_lines + 1):
-            extra.append({"response": self._response(batch, prompt, at), "metadata": {"key": f"unknown-{n}"}})
-        for n in range(1, knobs.malformed_lines + 1):
+        prompt = {"contents": [{"role": "user", "parts": [{"text": spoiling.UNASKED_TITLE}]}]}
+
+        def malformed(n: int) -> dict:
             # No usable key: an answer whose metadata went missing, or a key that is not a string.
-            if n % 2:
-                extra.append({"response": self._response(batch, prompt, at)})
-            else:
-                extra.append({"metadata": {"key": n}})
-        spoiled = list(answered)
-        for answer in extra:
-            spoiled.insert(rng.randint(0, len(spoiled)), answer)
-        return spoiled
+            return {"response": self._response(batch, prompt, at)} if n % 2 else {"metadata": {"key": n}}
+
+        extra += spoiling.made_up(
+            knobs,
+            lambda n: {"response": self._response(batch, prompt, at), "metadata": {"key": f"unknown-{n}"}},
+            malformed,
+        )
+        return spoiling.scattered([request.answer for request in ran], extra, rng)
 
 
 def _file_line(answer: dict) -> bytes:

@@ -3,10 +3,10 @@
 It speaks the real wire protocol, so the OpenAI adapter and the official SDK talk to it
 unchanged, and it answers with `textgen` instead of a model. Batches move through the real
 statuses as time passes: nothing runs in the background; a batch is brought up to date
-whenever it is read, from timestamps, under one lock. With a `webhook_url` (`server.FaultKnobs`)
+whenever it is read, from timestamps, under one lock. With a `webhook_url` (`knobs.FaultKnobs`)
 a thread also brings them up to date and posts OpenAI's signed `batch.<status>` event when one ends.
 
-Fault knobs (`server.FaultKnobs`) make it misbehave the ways a real provider does: requests that fail or
+Fault knobs (`knobs.FaultKnobs`) make it misbehave the ways a real provider does: requests that fail or
 expire, batches that expire part-way, calls answered 429 or 500, a create call whose answer
 is lost, downloads cut short, output files with repeated, unknown or malformed lines, and answers
 cut off (`finish_reason: length`), refused (`message.refusal`), fenced or in prose.
@@ -19,7 +19,6 @@ A request whose `response_format` is a strict json_schema outside OpenAI's subse
 `strict_schemas` knob (`OpenAIKnobs`) is turned off.
 """
 
-import hashlib
 import json
 import logging
 import math
@@ -28,22 +27,25 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from werkzeug.routing import Rule
 from werkzeug.wrappers import Request
 
 from ledger.drafts.validation import read_json
-from ledger.emulators import strict_schema, textgen
-from ledger.emulators.server import ApiError, Download, EmulatorServer, FaultKnobs, LoseAnswer, flag, knob
+from ledger.emulators import spoiling, strict_schema, textgen
+from ledger.emulators.knobs import OpenAIKnobs
+from ledger.emulators.openai_files import DAY, FILE_TTL, FilesApi, StoredFile, list_page, new_id, openai_error
+from ledger.emulators.server import (
+    ApiError,
+    Fault,
+    LoseAnswer,
+)
+from ledger.emulators.units import Attempts, SentRequest, jsonl, jsonl_lines
 from ledger.models import compact_json
 from ledger.providers.openai import INTENT_METADATA_KEY
 
 log = logging.getLogger(__name__)
 
 ENDPOINT = "/v1/chat/completions"  # the only endpoint the emulator can answer
-DAY = 86400
-FILE_TTL = 30 * DAY
 MAX_REQUESTS = 50_000
-MAX_FILES_PAGE = 10_000  # `GET /files`: its largest and default `limit` [OAI-SDK]
 COMPLETION_WINDOW = "24h"  # the only one OpenAI takes
 TERMINAL = {"failed", "completed", "expired", "cancelled"}
 STAMPS = ["in_progress", "finalizing", "completed", "failed", "expired", "cancelling", "cancelled"]
@@ -57,6 +59,8 @@ ERROR_TYPES = {
     "server_error": "server_error",
     "overloaded": "server_error",
 }
+# The `code` OpenAI gives the errors of these kinds when the caller names none.
+DEFAULT_CODES = {"rate_limit": "rate_limit_exceeded", "authentication": "invalid_api_key"}
 
 
 # How a chat completion says the model stopped (reference/providers.md §5, §8.1); a refusal
@@ -75,70 +79,17 @@ def completion_message(content: str, stopped: str) -> dict:
     }
 
 
-def openai_error(
-    status: int,
-    message: str,
-    *,
-    type: str = "invalid_request_error",
-    param: str | None = None,
-    code: str | None = None,
-    headers: dict[str, str] | None = None,
-) -> ApiError:
-    """OpenAI's `{"error": {message, type, param, code}}` envelope."""
-    body = {"error": {"message": message, "type": type, "param": param, "code": code}}
-    return ApiError(status, body, headers)
-
-
-def _new_id(prefix: str) -> str:
-    """24 random hex digits, as OpenAI's ids have: from Python's generator, not the system's (three
-    a result line; a uuid4 each cost a tenth of the emulator's time per request)."""
-    return f"{prefix}{random.getrandbits(96):024x}"
-
-
 @dataclass
-class OpenAIKnobs(FaultKnobs):
-    # Refuse a strict json_schema outside OpenAI's subset, as the real API does (providers.md §8.1).
-    strict_schemas: bool = knob(True, flag)
-
-
-@dataclass
-class _File:
-    id: str
-    filename: str
-    purpose: str
-    content: bytes
-    created_at: int
-    expires_at: int | None
-
-    def as_json(self) -> dict:
-        return {
-            "id": self.id,
-            "object": "file",
-            "bytes": len(self.content),
-            "created_at": self.created_at,
-            "expires_at": self.expires_at,
-            "filename": self.filename,
-            "purpose": self.purpose,
-            "status": "processed",
-            "status_details": None,
-        }
-
-
-@dataclass
-class _Request:
+class _Request(SentRequest):
     """One input line of a batch and, once it has run, its output or error line."""
 
-    custom_id: str
-    body: dict
-    attempt: int  # how many earlier batches carried this custom_id
-    result: dict | None = None
     succeeded: bool = False
 
 
 @dataclass
 class _Batch:
     id: str
-    input_file: _File
+    input_file: StoredFile
     endpoint: str
     completion_window: str
     metadata: dict | None
@@ -193,61 +144,43 @@ def _int_or_none(value: float | None) -> int | None:
 
 def _error_line(custom_id: str, status: int, message: str, type: str, param: str | None = None) -> dict:
     body = openai_error(status, message, type=type, param=param).body
-    response = {"status_code": status, "request_id": _new_id("req_"), "body": body}
-    return {"id": _new_id("batch_req_"), "custom_id": custom_id, "response": response, "error": None}
+    response = {"status_code": status, "request_id": new_id("req_"), "body": body}
+    return {"id": new_id("batch_req_"), "custom_id": custom_id, "response": response, "error": None}
 
 
 def _failure_line(custom_id: str, code: str, message: str) -> dict:
     error = {"code": code, "message": message}
-    return {"id": _new_id("batch_req_"), "custom_id": custom_id, "response": None, "error": error}
+    return {"id": new_id("batch_req_"), "custom_id": custom_id, "response": None, "error": error}
 
 
-class Emulator(EmulatorServer):
+class Emulator(FilesApi):
     """The emulated OpenAI Files + Batch API: its files, its batches and their clock."""
 
     protocol = "openai"
-    base_path = "/v1"
-    api_prefix = "/v1/"
     create_rule = ("POST", r"/v1/batches")
     knobs_class = OpenAIKnobs
 
     def __init__(self, *, validating_ms: float = 200, finalizing_ms: float = 50, **kwargs: Any) -> None:
         """`kwargs`: host, port, seed and any of the `FaultKnobs`."""
         self.validating_ms, self.finalizing_ms = validating_ms, finalizing_ms
-        self._files: dict[str, _File] = {}
         self._batches: dict[str, _Batch] = {}  # in creation order
         self._inferences: Counter = Counter()
-        self._attempts: Counter = Counter()
+        self._attempts = Attempts()
         super().__init__(**kwargs)
 
-    def rules(self) -> list[Rule]:
-        return [
-            Rule("/v1/files", endpoint="upload", methods=["POST"]),
-            Rule("/v1/files", endpoint="file_listing", methods=["GET"]),
-            Rule("/v1/files/<file_id>", endpoint="file", methods=["GET"]),
-            Rule("/v1/files/<file_id>", endpoint="file_deletion", methods=["DELETE"]),
-            Rule("/v1/files/<file_id>/content", endpoint="content", methods=["GET"]),
-            Rule("/v1/batches", endpoint="create", methods=["POST"]),
-            Rule("/v1/batches", endpoint="listing", methods=["GET"]),
-            Rule("/v1/batches/<batch_id>", endpoint="batch", methods=["GET"]),
-            Rule("/v1/batches/<batch_id>/cancel", endpoint="cancel", methods=["POST"]),
-        ]
+    routes = FilesApi.routes + (
+        "POST /v1/batches create",
+        "GET /v1/batches listing",
+        "GET /v1/batches/<batch_id> batch",
+        "POST /v1/batches/<batch_id>/cancel cancel",
+    )
 
-    def error(
-        self,
-        status: int,
-        message: str,
-        *,
-        kind: str = "invalid_request",
-        code: str | None = None,
-        param: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> ApiError:
-        if kind == "rate_limit":
-            code = code or "rate_limit_exceeded"
-        if kind == "authentication":
-            code = code or "invalid_api_key"
-        return openai_error(status, message, type=ERROR_TYPES[kind], param=param, code=code, headers=headers)
+    def envelope(self, fault: Fault) -> ApiError:
+        code = fault.code or DEFAULT_CODES.get(fault.kind, fault.code)
+        error_type = ERROR_TYPES[fault.kind]
+        return openai_error(
+            fault.status, fault.message, type=error_type, param=fault.param, code=code, headers=fault.headers
+        )
 
     def billing_refusal(self) -> ApiError:
         # reference/providers.md §1.9: quota exhaustion is a 429 that must not be retried.
@@ -265,7 +198,7 @@ class Emulator(EmulatorServer):
             )
 
     def answer_headers(self) -> dict[str, str]:
-        return {"x-request-id": _new_id("req_")}
+        return {"x-request-id": new_id("req_")}
 
     def evidence(self) -> dict:
         """`inferences`: how often each custom_id was generated (= paid for); `batches_by_intent`:
@@ -287,47 +220,6 @@ class Emulator(EmulatorServer):
 
     # --- the routes --------------------------------------------------------------------------
 
-    def upload(self, request: Request) -> dict:
-        upload = request.files.get("file")
-        if upload is None or "purpose" not in request.form:
-            raise openai_error(
-                400, "Missing required parameter: 'file' and 'purpose' are required.", param="file"
-            )
-        seconds = request.form.get("expires_after[seconds]") or None
-        if seconds is not None and not (seconds.isdigit() and 3600 <= int(seconds) <= 30 * DAY):
-            raise openai_error(400, "expires_after[seconds] must be 3600-2592000.", param="expires_after")
-        return self.create_file(
-            filename=upload.filename or "upload.jsonl",
-            purpose=request.form["purpose"],
-            content=upload.read(),
-            ttl=int(seconds) if seconds else None,
-        )
-
-    def file_listing(self, request: Request) -> dict:
-        limit = request.args.get("limit", str(MAX_FILES_PAGE))
-        if not limit.isdigit() or not 1 <= int(limit) <= MAX_FILES_PAGE:
-            raise openai_error(400, f"limit must be from 1 to {MAX_FILES_PAGE}.", param="limit")
-        order = request.args.get("order", "desc")
-        if order not in ("asc", "desc"):
-            raise openai_error(
-                400, f"Invalid value: '{order}'. Supported values are: 'asc' and 'desc'.", param="order"
-            )
-        return self.list_files(
-            after=request.args.get("after"),
-            limit=int(limit),
-            order=order,
-            purpose=request.args.get("purpose"),
-        )
-
-    def file(self, request: Request, file_id: str) -> dict:
-        return self.get_file(file_id)
-
-    def file_deletion(self, request: Request, file_id: str) -> dict:
-        return self.delete_file(file_id)
-
-    def content(self, request: Request, file_id: str) -> Download:
-        return self.download_file(file_id)
-
     def create(self, request: Request) -> dict:
         return self.create_batch(self.json_body(request))
 
@@ -344,77 +236,6 @@ class Emulator(EmulatorServer):
         return self.cancel_batch(batch_id)
 
     # --- the API -------------------------------------------------------------------------
-
-    def create_file(self, *, filename: str, purpose: str, content: bytes, ttl: int | None = None) -> dict:
-        if purpose != "batch":
-            raise openai_error(
-                400, f"Invalid purpose {purpose!r}: the emulator accepts 'batch'.", param="purpose"
-            )
-        now = int(self.clock.now())
-        file = _File(_new_id("file-"), filename, purpose, content, now, now + (ttl or FILE_TTL))
-        with self.lock:
-            self._files[file.id] = file
-        return file.as_json()
-
-    def _file(self, file_id: str) -> _File:
-        self._forget_expired()
-        if file_id not in self._files:
-            raise openai_error(404, f"No such File object: {file_id}", param="id")
-        return self._files[file_id]
-
-    def _forget_expired(self) -> None:
-        """Files past their `expires_at` are deleted, as OpenAI deletes them (reference §8.3): an
-        output file 30 days after its batch ended, unless `output_expires_after` said otherwise."""
-        now = self.clock.now()
-        for file_id in [
-            key for key, file in self._files.items() if file.expires_at and file.expires_at <= now
-        ]:
-            del self._files[file_id]
-
-    def get_file(self, file_id: str) -> dict:
-        with self.lock:
-            return self._file(file_id).as_json()
-
-    def list_files(
-        self,
-        *,
-        after: str | None = None,
-        limit: int = MAX_FILES_PAGE,
-        order: str = "desc",
-        purpose: str | None = None,
-    ) -> dict:
-        """Newest first unless `order` is "asc"; `after` is the id of the last file of the previous page."""
-        with self.lock:
-            self._advance_all()  # result files written by now are listed
-            self._forget_expired()
-            files = [file for file in self._files.values() if purpose is None or file.purpose == purpose]
-            if order == "desc":
-                files.reverse()
-            if after is not None:
-                ids = [file.id for file in files]
-                if after not in ids:
-                    raise openai_error(400, f"No such File object: {after}", param="after")
-                files = files[ids.index(after) + 1 :]
-            page = [file.as_json() for file in files[:limit]]
-        return {
-            "object": "list",
-            "data": page,
-            "first_id": page[0]["id"] if page else None,
-            "last_id": page[-1]["id"] if page else None,
-            "has_more": len(files) > limit,
-        }
-
-    def delete_file(self, file_id: str) -> dict:
-        """The file is gone; a batch made from it keeps what it read."""
-        with self.lock:
-            self._file(file_id)
-            del self._files[file_id]
-        return {"id": file_id, "object": "file", "deleted": True}
-
-    def download_file(self, file_id: str) -> Download:
-        """A file's content, counted; cut short while `cut_downloads` says so."""
-        with self.lock:
-            return self.download(file_id, self._file(file_id).content)
 
     def create_batch(self, body: Any) -> dict:
         """Create a batch; raises `LoseAnswer` after creating it when `lose_create_responses` says so."""
@@ -453,7 +274,7 @@ class Emulator(EmulatorServer):
             if input_file.purpose != "batch":
                 raise openai_error(400, "The input file must have purpose 'batch'.", param="input_file_id")
             batch = _Batch(
-                id=_new_id("batch_"),
+                id=new_id("batch_"),
                 input_file=input_file,
                 endpoint=body["endpoint"],
                 completion_window=body["completion_window"],
@@ -489,13 +310,7 @@ class Emulator(EmulatorServer):
                     raise openai_error(400, f"No batch found with id '{after}'.", param="after")
                 ids = ids[ids.index(after) + 1 :]
             page = [self._batch(batch_id).as_json() for batch_id in ids[:limit]]
-        return {
-            "object": "list",
-            "data": page,
-            "first_id": page[0]["id"] if page else None,
-            "last_id": page[-1]["id"] if page else None,
-            "has_more": len(ids) > limit,
-        }
+        return list_page(page, has_more=len(ids) > limit)
 
     def cancel_batch(self, batch_id: str) -> dict:
         with self.lock:
@@ -553,8 +368,7 @@ class Emulator(EmulatorServer):
         batch.stamps[status] = at
         if status in TERMINAL:
             # Seeded by the batch's requests, not its random id, so a rerun writes the same files.
-            key = ",".join(f"{r.custom_id}#{r.attempt}" for r in batch.requests)
-            rng = random.Random(f"{self.seed}:{hashlib.sha256(key.encode()).hexdigest()}")
+            rng = spoiling.hashed_order(self.seed, ((r.custom_id, r.attempt) for r in batch.requests))
             finished = [r for r in batch.requests if r.result is not None]
             rng.shuffle(finished)  # order is never promised
             succeeded = [r for r in finished if r.succeeded]
@@ -567,43 +381,40 @@ class Emulator(EmulatorServer):
             batch.error_file_id = self._result_file(batch, "error", failures, at)
             # OpenAI's thin event (reference/providers.md §8.4): the batch is fetched again.
             event = {
-                "id": _new_id("evt_"),
+                "id": new_id("evt_"),
                 "object": "event",
                 "created_at": int(at),
                 "type": f"batch.{status}",
                 "data": {"id": batch.id},
             }
-            self.announce(event["type"], batch.id, event)
+            self.webhooks.announce(self.knobs, event["type"], batch.id, event)
 
     def _spoil(
         self, batch: _Batch, succeeded: list[_Request], output: list[str], rng: random.Random, at: float
     ) -> list[str]:
         """`output` with the repeated, unknown and malformed lines the knobs ask for, placed by `rng`."""
         knobs = self.knobs
-        extra = [
-            text
-            for request, text in zip(succeeded, output, strict=True)
-            if self._chance("duplicate", request, knobs.duplicate_lines)
-        ]
+        pairs = zip(succeeded, output, strict=True)
+        extra = spoiling.repeated(
+            self.seed, knobs.duplicate_lines, ((t, r.custom_id, r.attempt) for r, t in pairs)
+        )
         # Made-up lines read like their neighbours; they are not inferences anyone asked for.
-        prompt = {"role": "user", "content": "Title: A product nobody asked about"}
+        prompt = {"role": "user", "content": spoiling.UNASKED_TITLE}
         bodies = [r.body for r in succeeded] or [{"model": batch.model or "emulator", "messages": [prompt]}]
-        for n in range(1, knobs.unknown_lines + 1):
-            extra.append(json.dumps(self._completion_line(f"unknown-{n}", rng.choice(bodies), at)[0]))
-        for n in range(1, knobs.malformed_lines + 1):
-            whole = json.dumps(self._completion_line(f"malformed-{n}", rng.choice(bodies), at)[0])
-            extra.append(whole[: len(whole) // 2])  # a JSON object's first half never parses
-        spoiled = list(output)
-        for text in extra:
-            spoiled.insert(rng.randint(0, len(spoiled)), text)
-        return spoiled
+
+        def made_up(custom_id: str) -> str:
+            return json.dumps(self._completion_line(custom_id, rng.choice(bodies), at)[0])
+
+        extra += spoiling.made_up_lines(knobs, made_up)
+        return spoiling.scattered(output, extra, rng)
 
     def _result_file(self, batch: _Batch, kind: str, lines: list[str], at: float) -> str | None:
         if not lines:
             return None
-        content = "".join(text + "\n" for text in lines).encode()
         name = f"{batch.id}_{kind}.jsonl"
-        file = _File(_new_id("file-"), name, "batch_output", content, int(at), int(at) + batch.output_ttl)
+        file = StoredFile(
+            new_id("file-"), name, "batch_output", jsonl(lines), int(at), int(at) + batch.output_ttl
+        )
         self._files[file.id] = file
         return file.id
 
@@ -615,11 +426,7 @@ class Emulator(EmulatorServer):
             errors.append({"code": code, "message": message, "param": param, "line": line})
 
         requests, models, seen = [], set(), set()
-        # Lines end at newlines only: str.splitlines() would also end one at a U+2028 in a title.
-        lines = batch.input_file.content.decode("utf-8", errors="replace").split("\n")
-        for number, raw in enumerate(lines, start=1):
-            if not raw.strip(" \t\r"):  # JSON's whitespace only
-                continue
+        for number, raw in jsonl_lines(batch.input_file.content):
             try:
                 line = read_json(raw)
             except ValueError:
@@ -658,17 +465,12 @@ class Emulator(EmulatorServer):
             self._enter(batch, "failed", at)
             return
         for request in requests:
-            request.attempt = self._attempts[request.custom_id]
-            self._attempts[request.custom_id] += 1
+            request.attempt = self._attempts.next(request.custom_id)
         batch.requests, batch.model, batch.clock = requests, next(iter(models), None), at
         self._enter(batch, "in_progress", at)
 
-    def _dice(self, knob: str, request: _Request) -> float:
-        return self.dice(knob, request.custom_id, request.attempt)
-
     def _chance(self, knob: str, request: _Request, rate: float) -> bool:
-        """Whether `request` draws the fault `knob` at `rate`; a fault that is off costs no draw."""
-        return rate > 0 and self._dice(knob, request) < rate
+        return self.chance(rate, knob, request.custom_id, request.attempt)
 
     def _run(self, batch: _Batch, request: _Request, at: float) -> None:
         """Answer one request at simulated time `at`."""
@@ -700,7 +502,7 @@ class Emulator(EmulatorServer):
         content, usage, stopped = textgen.answer(body, shape)
         message = completion_message(content, stopped)
         completion = {
-            "id": _new_id("chatcmpl-"),
+            "id": new_id("chatcmpl-"),
             "object": "chat.completion",
             "created": int(at),
             "model": body["model"],
@@ -715,6 +517,6 @@ class Emulator(EmulatorServer):
             "service_tier": "default",
             "system_fingerprint": None,
         }
-        response = {"status_code": 200, "request_id": _new_id("req_"), "body": completion}
-        line = {"id": _new_id("batch_req_"), "custom_id": custom_id, "response": response, "error": None}
+        response = {"status_code": 200, "request_id": new_id("req_"), "body": completion}
+        line = {"id": new_id("batch_req_"), "custom_id": custom_id, "response": response, "error": None}
         return line, usage

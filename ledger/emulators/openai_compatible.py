@@ -24,16 +24,14 @@ import math
 import time
 import uuid
 from collections import Counter, deque
-from dataclasses import dataclass
 from email.utils import formatdate
-from typing import Any
 
-from werkzeug.routing import Rule
 from werkzeug.wrappers import Request, Response
 
 from ledger.emulators import textgen
+from ledger.emulators.knobs import CompatibleKnobs
 from ledger.emulators.openai import FINISH_REASONS, completion_message
-from ledger.emulators.server import ApiError, EmulatorServer, FaultKnobs, KnobError, LoseAnswer, count, knob
+from ledger.emulators.server import ApiError, EmulatorServer, Fault, LoseAnswer
 
 REQUEST_ID_HEADER = "X-Request-Id"
 SERVED_MODEL = "emulated-model"
@@ -48,46 +46,8 @@ ERROR_TYPES = {
 }
 
 
-def optional_text(name: str, value: Any) -> str | None:
-    if value is not None and not (isinstance(value, str) and value.strip()):
-        raise KnobError(name, f"{name} must be a non-empty text or null")
-    return value
-
-
-# How a 429 of the rate limit says when to come back: not at all, `Retry-After` in whole seconds
-# (rounded up), `retry-after-ms`, or `Retry-After` as an HTTP date (whole seconds, rounded up).
-WINDOW_HINTS = ("none", "retry-after", "retry-after-ms", "http-date")
-
-
-def window_length(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
-        raise KnobError(name, f"{name} must be a number of milliseconds above 0")
-    return value
-
-
-def window_hint(name: str, value: Any) -> str:
-    if value not in WINDOW_HINTS:
-        raise KnobError(name, f"{name} must be one of {', '.join(WINDOW_HINTS)}")
-    return value
-
-
-@dataclass
-class CompatibleKnobs(FaultKnobs):
-    no_choices: int = knob(0, count)  # this many answers are JSON without `choices`
-    # Like `vllm serve --api-key KEY`: every API call needs `Authorization: Bearer KEY`. None: no
-    # key at all, as most self-hosted servers run.
-    api_key: str | None = knob(None, optional_text)
-    # A rate limit like a proxy's requests per minute: at most this many completion calls in any
-    # `window_ms` (0: no limit); one more is answered 429 before any work.
-    requests_per_window: int = knob(0, count)
-    window_ms: float = knob(60_000, window_length)
-    window_hint: str = knob("retry-after", window_hint)
-
-
 class CompatibleServerEmulator(EmulatorServer):
     protocol = "openai_compatible"
-    base_path = "/v1"
-    api_prefix = "/v1/"
     create_rule = ("POST", r"/v1/chat/completions")
     knobs_class = CompatibleKnobs
 
@@ -106,16 +66,17 @@ class CompatibleServerEmulator(EmulatorServer):
         self._completion_calls: list[dict] = []
         self._refused_keys = 0
 
-    def rules(self) -> list[Rule]:
-        return [
-            Rule("/v1/chat/completions", endpoint="chat_completions", methods=["POST"]),
-            Rule("/v1/models", endpoint="list_models", methods=["GET"]),
-        ]
+    routes = (
+        "POST /v1/chat/completions chat_completions",
+        "GET /v1/models list_models",
+    )
 
-    def error(self, status, message, *, kind="invalid_request", code=None, param=None, headers=None):
-        error_type = ERROR_TYPES.get(kind, "invalid_request_error")
-        body = {"error": {"message": message, "type": error_type, "param": param, "code": code}}
-        return ApiError(status, body, headers)
+    def envelope(self, fault: Fault) -> ApiError:
+        error_type = ERROR_TYPES.get(fault.kind, "invalid_request_error")
+        body = {
+            "error": {"message": fault.message, "type": error_type, "param": fault.param, "code": fault.code}
+        }
+        return ApiError(fault.status, body, fault.headers)
 
     def authenticate(self, request: Request) -> None:
         with self.lock:
@@ -218,7 +179,7 @@ class CompatibleServerEmulator(EmulatorServer):
             per_request_ms, fail_rate = self.knobs.per_request_ms, self.knobs.fail_rate
         try:
             time.sleep(per_request_ms / 1000)  # the model thinking, in real time
-            if self.dice("fail", custom_id, attempt) < fail_rate:
+            if self.chance(fail_rate, "fail", custom_id, attempt):
                 raise self.error(
                     500,
                     "The server had an error while processing your request. Sorry about that!",

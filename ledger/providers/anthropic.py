@@ -8,8 +8,7 @@ whose input is the draft: its JSON is the content the ledger validates.
 """
 
 import json
-import os
-from collections.abc import Container, Iterable, Iterator
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
 import httpx
@@ -26,16 +25,16 @@ from .base import (
     InferenceRequest,
     ProviderError,
     ResultLine,
+    Results,
     ResultsKept,
     UnitCounts,
     UnitStatus,
     UnreadableLine,
     parse_time,
     refused_by_model,
-    tls_context,
     token_count,
 )
-from .http import HttpBatchProvider, read_jsonl_result
+from .http import HttpBatchProvider, configured_key, provider_client, read_jsonl_result, unreadable_result
 
 API_VERSION = "2023-06-01"
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -51,6 +50,13 @@ CLOCK_SKEW = timedelta(seconds=60)
 CREATE_WINDOW = timedelta(minutes=15)
 # The error type inside an `errored` result, in the ledger's words: (reason, transient, HTTP
 # status the same error has as an answer to a call). Unknown types are permanent model failures.
+# The results of requests that never ran, by type: (what the ledger keeps, reason, transient). A
+# `canceled` one comes only from our own cancel (a cancelled job, a duplicate unit): sending it again
+# by itself would undo that decision, so it waits for a person, as OpenAI's `batch_cancelled`.
+NEVER_RAN = {
+    "expired": ("The batch reached its 24 hours before this request ran.", ReasonCode.BATCH_EXPIRED, True),
+    "canceled": ("The batch was canceled before this request ran.", ReasonCode.MODEL_FAILED, False),
+}
 ERROR_TYPES = {
     "invalid_request_error": (ReasonCode.REQUEST_INVALID, False, 400),
     "authentication_error": (ReasonCode.REQUEST_INVALID, False, 401),
@@ -116,12 +122,8 @@ def _parse_line(line_number: int, line: dict, *, secrets: Iterable[str]) -> Resu
         content = message_content(message)
         if content is None:
             # Paid for but unusable: a permanent failure of that request, never an automatic re-send.
-            return ResultLine(
-                custom_id=custom_id,
-                succeeded=False,
-                error_code="unreadable_result",
-                error_message=f"line {line_number}: a succeeded result without message.content",
-                reason=ReasonCode.UNREADABLE_RESULT,
+            return unreadable_result(
+                custom_id, f"line {line_number}: a succeeded result without message.content"
             )
         usage = message.get("usage") if isinstance(message.get("usage"), dict) else {}
         counted = {
@@ -157,24 +159,15 @@ def _parse_line(line_number: int, line: dict, *, secrets: Iterable[str]) -> Resu
             reason=reason,
             transient=transient,
         )
-    if kind == "expired":
+    if isinstance(kind, str) and kind in NEVER_RAN:
+        message, reason, transient = NEVER_RAN[kind]
         return ResultLine(
             custom_id=custom_id,
             succeeded=False,
-            error_code="expired",
-            error_message="The batch reached its 24 hours before this request ran.",
-            reason=ReasonCode.BATCH_EXPIRED,
-            transient=True,
-        )
-    if kind == "canceled":
-        # Only our own cancel does this (a cancelled job, a duplicate unit): sending it again by
-        # itself would undo that decision, so it waits for a person, as OpenAI's `batch_cancelled`.
-        return ResultLine(
-            custom_id=custom_id,
-            succeeded=False,
-            error_code="canceled",
-            error_message="The batch was canceled before this request ran.",
-            reason=ReasonCode.MODEL_FAILED,
+            error_code=kind,
+            error_message=message,
+            reason=reason,
+            transient=transient,
         )
     # A result type nobody promised: we cannot tell whether it was paid for, so no re-send.
     return ResultLine(
@@ -228,13 +221,8 @@ class AnthropicBatchProvider(HttpBatchProvider):
     @classmethod
     def from_settings(cls, config: dict) -> "AnthropicBatchProvider":
         # Without a key Anthropic answers 401, shown as such.
-        api_key = os.environ.get(config["api_key_env"]) or ""
-        client = httpx.Client(
-            base_url=config["base_url"],
-            verify=tls_context(),
-            headers={"x-api-key": api_key, "anthropic-version": API_VERSION},
-            timeout=httpx.Timeout(60.0, connect=10.0),
-        )
+        headers = {"x-api-key": configured_key(config), "anthropic-version": API_VERSION}
+        client = provider_client(config, headers=headers)
         return cls(client=client, results_hosts=config.get("results_hosts", ()))
 
     def request_bytes(self, request: InferenceRequest) -> int:
@@ -299,13 +287,7 @@ class AnthropicBatchProvider(HttpBatchProvider):
             ended_at=parse_time(batch.get("ended_at")),
         )
 
-    def results(
-        self,
-        provider_ref: str,
-        *,
-        skip: Container[str] = (),
-        requests: Iterable[InferenceRequest] = (),
-    ) -> Iterator[ResultLine | UnreadableLine]:
+    def ended_results(self, provider_ref: str) -> Results:
         batch = self._json(self._call("GET", f"{BATCHES}/{provider_ref}"))
         # Read from the batch, never built: the address is Anthropic's to change (and absolute).
         results_url = batch.get("results_url")

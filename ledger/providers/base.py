@@ -265,6 +265,10 @@ class AnswerLost(ProviderError):
     """The request left us but its answer did not arrive: the provider may or may not have it."""
 
 
+# What `results` yields: each result as it is read, or a line that could not be read.
+Results = Iterator[ResultLine | UnreadableLine]
+
+
 class BatchProvider:
     name: str = ""
     capabilities: Capabilities
@@ -294,12 +298,8 @@ class BatchProvider:
         raise NotImplementedError
 
     def results(
-        self,
-        provider_ref: str,
-        *,
-        skip: Container[str] = (),
-        requests: Iterable[InferenceRequest] = (),
-    ) -> Iterator[ResultLine | UnreadableLine]:
+        self, provider_ref: str, *, skip: Container[str] = (), requests: Iterable[InferenceRequest] = ()
+    ) -> Results:
         """Every result of an ended unit, streamed, in the provider's order (or, per request, in
         the order answers arrive). `skip` holds the custom_ids already recorded. A synchronous
         server (`Delivery.PER_REQUEST`) is asked here, for each of `requests` not in `skip`, so

@@ -42,7 +42,7 @@ exact bill is never lost, and each line is marked `apportioned`.
 
 import json
 import os
-from collections.abc import Container, Iterable, Iterator
+from collections.abc import Iterable
 from datetime import datetime
 from urllib.parse import quote
 
@@ -60,13 +60,13 @@ from .base import (
     NotSent,
     ProviderError,
     ResultLine,
+    Results,
     UnitCounts,
     UnitStatus,
     UnreadableLine,
-    tls_context,
     token_count,
 )
-from .http import PARSE_ERRORS, HttpBatchProvider, parse_failure
+from .http import PARSE_ERRORS, HttpBatchProvider, configured_key, parse_failure, provider_client
 from .model_names import check_model_name
 
 REF_SEPARATOR = "|"
@@ -212,13 +212,7 @@ class CloudflareBatchProvider(HttpBatchProvider):
     @classmethod
     def from_settings(cls, config: dict) -> "CloudflareBatchProvider":
         # Without a token Cloudflare refuses every call, shown as such.
-        token = os.environ.get(config["api_key_env"]) or ""
-        client = httpx.Client(
-            base_url=config["base_url"],
-            verify=tls_context(),
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=httpx.Timeout(60.0, connect=10.0),
-        )
+        client = provider_client(config, headers={"Authorization": f"Bearer {configured_key(config)}"})
         return cls(client=client, account_id=os.environ.get(config["account_id_env"]) or "")
 
     def request_bytes(self, request: InferenceRequest) -> int:
@@ -323,13 +317,7 @@ class CloudflareBatchProvider(HttpBatchProvider):
         # `queued`, `running`, or a word nobody documented: keep polling, show the word.
         return UnitStatus(provider_status=word[:32] or "unknown", ended=False)
 
-    def results(
-        self,
-        provider_ref: str,
-        *,
-        skip: Container[str] = (),
-        requests: Iterable[InferenceRequest] = (),
-    ) -> Iterator[ResultLine | UnreadableLine]:
+    def ended_results(self, provider_ref: str) -> Results:
         result = self._finished.get(provider_ref) or self._poll(provider_ref)
         responses = result.get("responses")
         if not isinstance(responses, list):
@@ -339,7 +327,7 @@ class CloudflareBatchProvider(HttpBatchProvider):
         # gives the same numbers, and the ledger ignores lines it has recorded.
         yield from self.read_responses(responses, usage)
 
-    def read_responses(self, responses: list, usage: dict) -> Iterator[ResultLine | UnreadableLine]:
+    def read_responses(self, responses: list, usage: dict) -> Results:
         """Each response as a line, with its share of `usage` (the module's rule)."""
         readable: dict[str, tuple[dict, str | None]] = {}  # custom_id: (response, its text)
         for response in responses:

@@ -1,10 +1,11 @@
-"""What every adapter that speaks HTTP shares: one httpx client, its credentials kept out of every
-message it stores, and one call that tells a request that never left this machine from one whose
+"""What every adapter that speaks HTTP shares: one httpx client (`provider_client`), its credentials
+kept out of every message it stores, and one call that tells a request that never left this machine from one whose
 answer was lost on the way back (SPEC rule 3)."""
 
 import json
 import math
-from collections.abc import Iterable, Iterator
+import os
+from collections.abc import Container, Iterable, Iterator
 
 import httpx
 import jiter
@@ -15,13 +16,18 @@ from ..states import ReasonCode
 from .base import (
     AnswerLost,
     BatchProvider,
+    InferenceRequest,
     NotSent,
     ProviderError,
     ResultLine,
+    Results,
     UnreadableLine,
     is_billing_refusal,
+    tls_context,
 )
 
+# How long a call may take to connect; how long it may wait for an answer is the adapter's.
+CONNECT_TIMEOUT = 10.0
 # Failures that prove the request never left this machine.
 NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
 # What reading a result of an unexpected shape can raise: caught around every parser, so a result
@@ -142,11 +148,43 @@ def read_jsonl_result(line_number: int, text: str, parse, *, secrets=()) -> Resu
         return parse_failure(line_number, text, line["custom_id"], exc, secrets=secrets)
 
 
+def configured_key(config: dict) -> str:
+    """The key held by the environment variable `settings.PROVIDERS[name]` names ("" when unset):
+    read when the client is built, never stored in the settings."""
+    return os.environ.get(config["api_key_env"]) or ""
+
+
+def provider_client(
+    config: dict, *, headers: dict[str, str], read_timeout: float = 60.0, limits: httpx.Limits | None = None
+) -> httpx.Client:
+    """The one way an adapter's HTTP client is set up: the configured base URL, the provider's
+    credential headers, certificates checked with the shared TLS context, CONNECT_TIMEOUT to
+    connect and `read_timeout` for the rest, and httpx's connection limits unless `limits`."""
+    return httpx.Client(
+        base_url=config["base_url"],
+        verify=tls_context(),
+        headers=headers,
+        timeout=httpx.Timeout(read_timeout, connect=CONNECT_TIMEOUT),
+        **({"limits": limits} if limits is not None else {}),
+    )
+
+
 class HttpBatchProvider(BatchProvider):
     def __init__(self, *, client: httpx.Client):
         self.client = client
         # What a provider echoes of these in an error is never kept.
         self.secrets = header_credentials(client.headers)
+
+    def results(
+        self, provider_ref: str, *, skip: Container[str] = (), requests: Iterable[InferenceRequest] = ()
+    ) -> Results:
+        """A batch provider's results are what it wrote when the unit ended (`ended_results`):
+        `skip` and `requests` concern only a synchronous server, which asks per request."""
+        return self.ended_results(provider_ref)
+
+    def ended_results(self, provider_ref: str) -> Results:
+        """Every result of an ended unit, streamed, in the provider's order."""
+        raise NotImplementedError
 
     def _call(self, method: str, path: str, *, answer_may_be_lost: bool = False, **kwargs) -> httpx.Response:
         """One call. With `answer_may_be_lost`, a failure after the request may have reached the
@@ -188,9 +226,7 @@ class HttpBatchProvider(BatchProvider):
         problem = f"{request.method} {request.url.path} answered what is not a JSON object: {said}"
         raise (AnswerLost if answer_may_be_lost else ProviderError)(problem, secrets=self.secrets)
 
-    def _stream_results(
-        self, url: str, *, what: str, parse, headers: dict | None = None
-    ) -> Iterator[ResultLine | UnreadableLine]:
+    def _stream_results(self, url: str, *, what: str, parse, headers: dict | None = None) -> Results:
         """A JSONL results download, parsed line by line as it streams in. A download cut short
         (or unreadable) is a ProviderError after the lines already read: they are recorded, the
         rest comes with the next try."""

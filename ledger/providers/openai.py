@@ -2,11 +2,8 @@
 (provider `emulator`) speaks the same protocol."""
 
 import io
-import os
-from collections.abc import Container, Iterable, Iterator
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
-
-import httpx
 
 from ..drafts.schema_dialects import Dialect, sent_schema
 from ..drafts.scrubbing import scrub_credentials, stored_text
@@ -21,16 +18,16 @@ from .base import (
     InferenceRequest,
     ProviderError,
     ResultLine,
+    Results,
     ResultsKept,
     UnitCounts,
     UnitStatus,
     UnreadableLine,
     classify_http_status,
     refused_by_model,
-    tls_context,
     token_count,
 )
-from .http import HttpBatchProvider, read_jsonl_result, unreadable_result
+from .http import HttpBatchProvider, configured_key, provider_client, read_jsonl_result, unreadable_result
 
 ENDPOINT = "/v1/chat/completions"
 # What an output schema is sent as: strict Structured Outputs take only OpenAI's subset (rule 17).
@@ -53,17 +50,24 @@ LINE_ERRORS = {
 }
 
 
-def request_line(request: InferenceRequest) -> dict:
+def chat_body(request: InferenceRequest, *, max_tokens_key: str, dialect: str) -> dict:
+    """`request` as a chat-completions body: its system and user messages, its output-token limit
+    under `max_tokens_key`, and its output schema, if any, as a `response_format` in `dialect`."""
     body = {
         "model": request.model,
         "messages": [
             {"role": "system", "content": request.system_message},
             {"role": "user", "content": request.user_message},
         ],
-        "max_completion_tokens": request.max_output_tokens,
+        max_tokens_key: request.max_output_tokens,
     }
     if request.output_schema:
-        body["response_format"] = response_format(request.output_schema, SCHEMA_DIALECT)
+        body["response_format"] = response_format(request.output_schema, dialect)
+    return body
+
+
+def request_line(request: InferenceRequest) -> dict:
+    body = chat_body(request, max_tokens_key="max_completion_tokens", dialect=SCHEMA_DIALECT)
     return {"custom_id": request.custom_id, "method": "POST", "url": ENDPOINT, "body": body}
 
 
@@ -199,15 +203,8 @@ class OpenAIBatchProvider(HttpBatchProvider):
     @classmethod
     def from_settings(cls, config: dict) -> "OpenAIBatchProvider":
         # The emulator takes any key; a real provider without one answers 401, shown as such.
-        api_key = os.environ.get(config["api_key_env"]) or (
-            "emulator-key" if not config["required_env"] else ""
-        )
-        client = httpx.Client(
-            base_url=config["base_url"],
-            verify=tls_context(),
-            headers={"Authorization": f"Bearer {api_key}"},
-            timeout=httpx.Timeout(60.0, connect=10.0),
-        )
+        api_key = configured_key(config) or ("emulator-key" if not config["required_env"] else "")
+        client = provider_client(config, headers={"Authorization": f"Bearer {api_key}"})
         return cls(client=client)
 
     def request_bytes(self, request: InferenceRequest) -> int:
@@ -296,19 +293,13 @@ class OpenAIBatchProvider(HttpBatchProvider):
             ended_at=unix_time(batch.get(ENDED_STAMPS[word])) if word in ENDED_STAMPS else None,
         )
 
-    def results(
-        self,
-        provider_ref: str,
-        *,
-        skip: Container[str] = (),
-        requests: Iterable[InferenceRequest] = (),
-    ) -> Iterator[ResultLine | UnreadableLine]:
+    def ended_results(self, provider_ref: str) -> Results:
         batch = self._json(self._call("GET", f"/batches/{provider_ref}"))
         for file_ref in (batch.get("output_file_id"), batch.get("error_file_id")):
             if file_ref and isinstance(file_ref, str):
                 yield from self._stream_file(file_ref)
 
-    def _stream_file(self, file_ref: str) -> Iterator[ResultLine | UnreadableLine]:
+    def _stream_file(self, file_ref: str) -> Results:
         path = f"/files/{file_ref}/content"
         return self._stream_results(path, what=path, parse=parse_result_line)
 

@@ -19,11 +19,10 @@ ProviderError, so the ledger pauses the unit as it pauses a batch the provider r
 """
 
 import json
-import os
 import threading
 import time
 from collections import deque
-from collections.abc import Container, Iterable, Iterator
+from collections.abc import Container, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import datetime
 
@@ -40,13 +39,20 @@ from .base import (
     InferenceRequest,
     ProviderError,
     ResultLine,
+    Results,
     UnitStatus,
-    UnreadableLine,
     classify_http_status,
-    tls_context,
 )
-from .http import NEVER_SENT, PARSE_ERRORS, HttpBatchProvider, loads, unreadable_result
-from .openai import read_completion, response_format
+from .http import (
+    NEVER_SENT,
+    PARSE_ERRORS,
+    HttpBatchProvider,
+    configured_key,
+    loads,
+    provider_client,
+    unreadable_result,
+)
+from .openai import chat_body, read_completion
 
 PATH = "/chat/completions"
 REF_PREFIX = "local-"
@@ -71,18 +77,8 @@ KEY_REFUSED = (401, 403)
 
 
 def request_body(request: InferenceRequest, schema_dialect: str = Dialect.OPENAI_STRICT) -> dict:
-    body = {
-        "model": request.model,
-        "messages": [
-            {"role": "system", "content": request.system_message},
-            {"role": "user", "content": request.user_message},
-        ],
-        # `max_tokens`, not `max_completion_tokens`: every compatible server reads it.
-        "max_tokens": request.max_output_tokens,
-    }
-    if request.output_schema:
-        body["response_format"] = response_format(request.output_schema, schema_dialect)
-    return body
+    # `max_tokens`, not `max_completion_tokens`: every compatible server reads it.
+    return chat_body(request, max_tokens_key="max_tokens", dialect=schema_dialect)
 
 
 class SlowDown(ProviderError):
@@ -197,16 +193,11 @@ class CompatibleServerProvider(HttpBatchProvider):
     @classmethod
     def from_settings(cls, config: dict) -> "CompatibleServerProvider":
         concurrency = int(config.get("concurrency") or DEFAULT_CONCURRENCY)
-        api_key = os.environ.get(config["api_key_env"], "")
+        api_key = configured_key(config)
         # Most self-hosted servers take no key; one is sent only when configured.
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        client = httpx.Client(
-            base_url=config["base_url"],
-            verify=tls_context(),
-            headers=headers,
-            timeout=httpx.Timeout(READ_TIMEOUT, connect=10.0),
-            limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
-        )
+        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+        client = provider_client(config, headers=headers, read_timeout=READ_TIMEOUT, limits=limits)
         return cls(client=client, concurrency=concurrency, schema_dialect=config["schema_dialect"])
 
     def request_bytes(self, request: InferenceRequest) -> int:
@@ -229,12 +220,8 @@ class CompatibleServerProvider(HttpBatchProvider):
         return "ready"
 
     def results(
-        self,
-        provider_ref: str,
-        *,
-        skip: Container[str] = (),
-        requests: Iterable[InferenceRequest] = (),
-    ) -> Iterator[ResultLine | UnreadableLine]:
+        self, provider_ref: str, *, skip: Container[str] = (), requests: Iterable[InferenceRequest] = ()
+    ) -> Results:
         """Ask the server for each request not in `skip`, as fast as the round's `Pace` allows and
         never more than `concurrency` at a time, and yield each answer as it arrives. What arrived
         is yielded before a round that ends early raises: a transient ProviderError if the server

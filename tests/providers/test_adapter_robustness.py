@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from ledger.emulators.clock import TestClock
-from ledger.providers import anthropic, cloudflare, gemini, openai
+from ledger.providers import anthropic, cloudflare, gemini, gemini_results, openai
 from ledger.providers.base import (
     AnswerLost,
     InferenceRequest,
@@ -115,10 +115,10 @@ def test_a_parser_that_fails_on_a_line_with_a_custom_id_records_it_as_unreadable
     monkeypatch.setattr(anthropic, "_parse_line", broken)
     line = anthropic.parse_result_line(4, '{"custom_id": "bd-1-1", "result": {}}')
     assert (line.custom_id, line.reason) == ("bd-1-1", ReasonCode.UNREADABLE_RESULT)
-    monkeypatch.setattr(gemini, "_parse_inlined", broken)
-    line = gemini.parse_inlined(4, {"metadata": {"key": "bd-1-1"}})
+    monkeypatch.setattr(gemini_results, "_parse_inlined", broken)
+    line = gemini_results.parse_inlined(4, {"metadata": {"key": "bd-1-1"}})
     assert (line.custom_id, line.reason) == ("bd-1-1", ReasonCode.UNREADABLE_RESULT)
-    assert isinstance(gemini.parse_inlined(5, {"metadata": {}}), UnreadableLine)
+    assert isinstance(gemini_results.parse_inlined(5, {"metadata": {}}), UnreadableLine)
 
 
 def anthropic_line(**usage) -> str:
@@ -151,7 +151,7 @@ def test_a_gemini_response_with_odd_token_counts_is_a_success_with_zero_tokens(v
             "usageMetadata": {"promptTokenCount": value, "candidatesTokenCount": "3"},
         },
     }
-    line = gemini.parse_inlined(1, entry)
+    line = gemini_results.parse_inlined(1, entry)
     assert isinstance(line, ResultLine) and line.succeeded
     assert (line.input_tokens, line.output_tokens) == (0, 3)
 

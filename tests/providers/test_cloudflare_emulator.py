@@ -9,7 +9,7 @@ import pytest
 
 from ledger.emulators import emulator_class, textgen
 from ledger.emulators.cloudflare import PAYLOAD_LIMIT, CloudflareEmulator, chat_body
-from ledger.emulators.server import FaultKnobs
+from ledger.emulators.knobs import FaultKnobs
 
 ACCOUNT = "smoke0123"
 MODEL = "@cf/meta/llama-3.3-70b-instruct-fp8-fast"

@@ -11,7 +11,8 @@ from django.core.management import CommandError, call_command
 from openai import OpenAI
 
 from ledger.emulators.clock import TestClock
-from ledger.emulators.openai import Emulator, OpenAIKnobs
+from ledger.emulators.knobs import OpenAIKnobs
+from ledger.emulators.openai import Emulator
 from ledger.emulators.server import ApiError
 from ledger.management.commands.run_emulator import Command as RunEmulator
 from ledger.management.commands.run_emulator import emulator_kwargs

@@ -25,9 +25,8 @@ from ledger.providers.gemini import (
     GeminiBatchProvider,
     file_line,
     inline_request,
-    parse_file_line,
-    parse_inlined,
 )
+from ledger.providers.gemini_results import parse_file_line, parse_inlined
 from ledger.states import ReasonCode
 
 KEY = "AIzaSyTESTKEY-0123456789abcdefghijklmnop"

@@ -8,7 +8,8 @@ import pytest
 
 from ledger.emulators.clock import TestClock
 from ledger.emulators.gemini import GeminiEmulator
-from ledger.emulators.server import ApiError, FaultKnobs
+from ledger.emulators.knobs import FaultKnobs
+from ledger.emulators.server import ApiError
 
 HEADERS = {"x-goog-api-key": "test-key"}
 

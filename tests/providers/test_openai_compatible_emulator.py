@@ -11,8 +11,9 @@ import httpx
 import pytest
 
 from ledger.emulators import emulator_class
+from ledger.emulators.knobs import FaultKnobs
 from ledger.emulators.openai_compatible import CompatibleServerEmulator
-from ledger.emulators.server import ApiError, FaultKnobs
+from ledger.emulators.server import ApiError
 from ledger.management.commands.run_emulator import SERVER_KNOBS, emulator_kwargs
 from ledger.management.commands.run_emulator import Command as RunEmulator
 

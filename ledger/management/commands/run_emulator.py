@@ -5,7 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ledger.emulators import PROTOCOLS, emulator_class
-from ledger.emulators.openai_compatible import WINDOW_HINTS
+from ledger.emulators.knobs import WINDOW_HINTS
 from ledger.emulators.server import ApiError
 
 
@@ -20,13 +20,30 @@ def call_numbers(text: str) -> list[int]:
     return numbers
 
 
+def add_count(group: argparse._ArgumentGroup, flag: str, help: str, metavar: str = "K") -> None:
+    """A flag taking a whole number of calls, units or lines: 0 (none) unless given."""
+    group.add_argument(flag, type=int, default=0, metavar=metavar, help=help)
+
+
+def add_share(group: argparse._ArgumentGroup, flag: str, help: str) -> None:
+    """A flag taking a share (0 to 1) of the requests or lines: 0 unless given."""
+    group.add_argument(flag, type=float, default=0.0, metavar="F", help=help)
+
+
+# The answer knobs, each a share of the requests that succeed: (flag, what that share gets).
+ANSWER_RATES = (
+    ("--truncate-rate", "share cut off at the token limit"),
+    ("--refuse-rate", "share the model refuses"),
+    ("--fence-rate", "share with the JSON in a code fence"),
+    ("--prose-rate", "share in prose where JSON was asked"),
+)
 # Knobs only the openai_compatible emulator has (`CompatibleKnobs`): passed only when given, so
 # another protocol given one refuses it by name.
 SERVER_KNOBS = ("api_key", "requests_per_window", "window_ms", "window_hint")
 
 
 def emulator_kwargs(options: dict[str, Any]) -> dict[str, Any]:
-    """The emulator's keyword arguments the command's options ask for (see `server.FaultKnobs`)."""
+    """The emulator's keyword arguments the command's options ask for (see `knobs.FaultKnobs`)."""
     server = {name: options[name] for name in SERVER_KNOBS if options.get(name) is not None}
     return {
         **server,
@@ -98,18 +115,14 @@ class Command(BaseCommand):
             metavar="N[,N...]",
             help="the N-th batch created (refused calls do not count) gets no answer: the connection drops",
         )
-        calls.add_argument(
-            "--rate-limit", type=int, default=0, metavar="K", help="answer the first K API calls 429"
-        )
+        add_count(calls, "--rate-limit", "answer the first K API calls 429")
         calls.add_argument(
             "--rate-limit-path", metavar="PREFIX", help="only calls under this path, e.g. /v1/batches"
         )
         calls.add_argument(
             "--retry-after", type=float, default=1, metavar="S", help="retry-after of a 429, seconds"
         )
-        calls.add_argument(
-            "--server-errors", type=int, default=0, metavar="K", help="answer the first K API calls 500"
-        )
+        add_count(calls, "--server-errors", "answer the first K API calls 500")
         calls.add_argument(
             "--server-error-path",
             metavar="PREFIX",
@@ -122,13 +135,7 @@ class Command(BaseCommand):
             metavar="CODE",
             help="the status of those errors, e.g. 529 (Anthropic overloaded) or 503",
         )
-        calls.add_argument(
-            "--refusals",
-            type=int,
-            default=0,
-            metavar="K",
-            help="answer the first K API calls 404 (a permanent error)",
-        )
+        add_count(calls, "--refusals", "answer the first K API calls 404 (a permanent error)")
         calls.add_argument("--refusal-path", metavar="PREFIX", help="only calls under this path")
         calls.add_argument(
             "--refusal-status",
@@ -137,16 +144,12 @@ class Command(BaseCommand):
             metavar="CODE",
             help="the status of those refusals, e.g. 403",
         )
-        calls.add_argument(
+        add_count(
+            calls,
             "--billing-refusals",
-            type=int,
-            default=0,
-            metavar="K",
-            help="refuse the first K units created as an account the provider will not bill",
+            "refuse the first K units created as an account the provider will not bill",
         )
-        calls.add_argument(
-            "--cut-downloads", type=int, default=0, metavar="K", help="cut the first K downloads of each file"
-        )
+        add_count(calls, "--cut-downloads", "cut the first K downloads of each file")
 
         server = parser.add_argument_group("a self-hosted server (--protocol openai_compatible)")
         server.add_argument("--api-key", metavar="KEY", help="answer 401 to calls without this bearer key")
@@ -166,29 +169,13 @@ class Command(BaseCommand):
         )
 
         answers = parser.add_argument_group("answers, in the protocol's own words")
-        answers.add_argument(
-            "--truncate-rate", type=float, default=0.0, metavar="F", help="share cut off at the token limit"
-        )
-        answers.add_argument(
-            "--refuse-rate", type=float, default=0.0, metavar="F", help="share the model refuses"
-        )
-        answers.add_argument(
-            "--fence-rate", type=float, default=0.0, metavar="F", help="share with the JSON in a code fence"
-        )
-        answers.add_argument(
-            "--prose-rate", type=float, default=0.0, metavar="F", help="share in prose where JSON was asked"
-        )
+        for flag, help in ANSWER_RATES:
+            add_share(answers, flag, help)
 
         files = parser.add_argument_group("output file anomalies")
-        files.add_argument(
-            "--duplicate-rate", type=float, default=0.0, metavar="F", help="share of lines written twice"
-        )
-        files.add_argument(
-            "--unknown-lines", type=int, default=0, metavar="N", help="lines for custom_ids never sent"
-        )
-        files.add_argument(
-            "--malformed-lines", type=int, default=0, metavar="N", help="lines that are not JSON"
-        )
+        add_share(files, "--duplicate-rate", "share of lines written twice")
+        add_count(files, "--unknown-lines", "lines for custom_ids never sent", metavar="N")
+        add_count(files, "--malformed-lines", "lines that are not JSON", metavar="N")
         files.add_argument(
             "--count-mismatch",
             action="store_true",
