@@ -11,13 +11,37 @@ is recorded as usual. Whatever of the provider's words is kept is scrubbed of cr
 import dataclasses
 import math
 import reprlib
+from dataclasses import dataclass, field
 
 import orjson
 from django.conf import settings
 
-from ..providers.base import ResultLine
 from ..states import ReasonCode
 from .scrubbing import REDACTED, fit_to_keep, fits_text, scrub_credentials, secrets_pattern
+
+
+@dataclass(frozen=True)
+class ResultLine:
+    """One result as a provider's adapter reads it, matched to a request by `custom_id` only. A
+    failure carries the ledger's `reason` (a `ReasonCode` value) and whether it is `transient`,
+    decided by the adapter; the provider's own `error_code` and `error_message` are kept to be shown."""
+
+    custom_id: str
+    succeeded: bool
+    content: str = ""
+    usage: dict = field(default_factory=dict)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    apportioned: bool = False  # tokens are this request's share of a unit-wide total
+    http_status: int | None = None
+    error_code: str = ""
+    error_message: str = ""
+    reason: str = ""
+    transient: bool = False
+    retry_after: float | None = None
+    # The provider says the model stopped at its output-token limit: the draft is cut off.
+    truncated: bool = False
+
 
 # A version's token columns are PositiveIntegerFields.
 MOST_TOKENS = 2**31 - 1

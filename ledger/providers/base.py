@@ -12,12 +12,13 @@ import math
 import re
 import ssl
 from collections.abc import Container, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 import httpx
 
+from ..drafts.answers import ResultLine
 from ..drafts.scrubbing import scrub_credentials
 from ..retrying import is_transient_status
 from ..states import ReasonCode
@@ -113,29 +114,6 @@ class UnitStatus:
         object.__setattr__(self, "provider_status", scrub_credentials(str(self.provider_status)))
         if self.problem:
             object.__setattr__(self, "problem", scrub_credentials(str(self.problem)))
-
-
-@dataclass(frozen=True)
-class ResultLine:
-    """One result, matched to a request by `custom_id` only. A failure carries the ledger's
-    `reason` (a `ReasonCode` value) and whether it is `transient`, decided by the adapter; the
-    provider's own `error_code` and `error_message` are kept to be shown."""
-
-    custom_id: str
-    succeeded: bool
-    content: str = ""
-    usage: dict = field(default_factory=dict)
-    input_tokens: int = 0
-    output_tokens: int = 0
-    apportioned: bool = False  # tokens are this request's share of a unit-wide total
-    http_status: int | None = None
-    error_code: str = ""
-    error_message: str = ""
-    reason: str = ""
-    transient: bool = False
-    retry_after: float | None = None
-    # The provider says the model stopped at its output-token limit: the draft is cut off.
-    truncated: bool = False
 
 
 # Characters of a model's refusal kept as its item's reason: evidence, not a second copy of an answer.
