@@ -45,7 +45,7 @@ _READ_AHEAD = 2
 
 # The key of PostgreSQL's advisory lock that lets one import write at a time, and how often an
 # import waiting for it asks again.
-_IMPORT_LOCK = 7_420_001
+IMPORT_LOCK = 7_420_001
 
 
 _LOCK_WAIT_SECONDS = 0.5
@@ -152,7 +152,7 @@ def _one_import_at_a_time(waiting: Callable[[], None] | None = None) -> None:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             while True:
-                cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [_IMPORT_LOCK])
+                cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [IMPORT_LOCK])
                 if cursor.fetchone()[0]:
                     return
                 if waiting:

@@ -7,12 +7,12 @@ import multiprocessing
 
 # One byte of memory shared with the processes forked after this module is imported: written by
 # the cluster's main process, read by its workers, without a lock (a stop must never wait for one).
-_asked = multiprocessing.RawValue("b", 0)
+STOP_FLAG = multiprocessing.RawValue("b", 0)
 
 
 def ask_to_stop() -> None:
-    _asked.value = 1
+    STOP_FLAG.value = 1
 
 
 def stop_asked() -> bool:
-    return bool(_asked.value)
+    return bool(STOP_FLAG.value)

@@ -171,7 +171,7 @@ def test_an_import_whose_worker_died_is_queued_again_and_imports_once(owner):
 @pytest.mark.django_db
 def test_an_import_whose_cluster_is_stopping_is_rolled_back_and_queued_again(owner, monkeypatch):
     stored = upload(owner)
-    monkeypatch.setattr(stopping._asked, "value", 1)  # SIGTERM reached this worker's cluster
+    monkeypatch.setattr(stopping.STOP_FLAG, "value", 1)  # SIGTERM reached this worker's cluster
 
     assert tasks.import_catalogue_file(stored.pk) == ImportState.QUEUED
 
@@ -193,7 +193,7 @@ def test_a_screen_upload_during_another_import_is_answered_at_once_and_its_task_
     # a minute idle, so that without this change (the screen importing in the request, waiting for
     # the lock) the test fails there rather than hangs.
     other = other_connection(idle_in_transaction_session_timeout="60s")
-    other.execute("SELECT pg_advisory_xact_lock(%s)", [importing._IMPORT_LOCK])
+    other.execute("SELECT pg_advisory_xact_lock(%s)", [importing.IMPORT_LOCK])
     client.force_login(owner)
 
     response = client.post(reverse("catalogue_import"), {"file": SimpleUploadedFile("c.csv", CSV)})
