@@ -4,7 +4,9 @@ happened to that draft and the next one to decide on; without JavaScript, the pa
 The same approve and reject answer the item page's forms. `review/?mode=list` is the list
 (`review_list.py`)."""
 
+from collections.abc import Callable
 from dataclasses import replace
+from functools import wraps
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -245,46 +247,51 @@ def decided(request: HtmxHttpRequest, item: Item, outcome: str) -> HttpResponse:
     return redirect(next_url(request))
 
 
-@require_POST
-@login_required
-@role_required(*APPROVERS)
-def approve(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
-    item = get_object_or_404(Item.objects.select_related("product"), pk=item_id)
-    form = ApproveForm(request.POST)
-    if not form.is_valid():
-        return refused(request, item, form_errors(form), status=400)
+def decision(form_class: type[ApproveForm] | type[RejectForm]) -> Callable:
+    """A reviewer's decision on one item, posted from the desk or the item page: the view gets the item
+    and its form's cleaned data. A form that does not validate is refused (400), and so is a decision
+    the ledger does not allow in the item's state (409); nothing is changed then."""
+
+    def decorator(decide: Callable[[HtmxHttpRequest, Item, dict], HttpResponse]) -> Callable:
+        @require_POST
+        @login_required
+        @role_required(*APPROVERS)
+        @wraps(decide)
+        def view(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
+            item = get_object_or_404(Item.objects.select_related("product"), pk=item_id)
+            form = form_class(request.POST)
+            if not form.is_valid():
+                return refused(request, item, form_errors(form), status=400)
+            try:
+                return decide(request, item, form.cleaned_data)
+            except NotAllowed as exc:
+                return refused(request, item, str(exc), status=409)
+
+        return view
+
+    return decorator
+
+
+@decision(ApproveForm)
+def approve(request: HtmxHttpRequest, item: Item, data: dict) -> HttpResponse:
     try:
         approval = approve_version(
             item_id=item.pk,
-            version_id=form.cleaned_data["version_id"],
-            version_hash=form.cleaned_data["version_hash"],
+            version_id=data["version_id"],
+            version_hash=data["version_hash"],
             approver=request.user,
-            content=form.cleaned_data["content"],
-            note=form.cleaned_data["note"],
+            content=data["content"],
+            note=data["note"],
         )
     except EditRefused as exc:
-        return refused(request, item, str(exc), status=400, edited_text=form.cleaned_data["content"])
-    except NotAllowed as exc:
-        return refused(request, item, str(exc), status=409)
+        return refused(request, item, str(exc), status=400, edited_text=data["content"])
     outcome = "Approved with your edits — being applied" if approval.edited else "Approved — being applied"
     return decided(request, item, outcome)
 
 
-@require_POST
-@login_required
-@role_required(*APPROVERS)
-def reject(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
-    item = get_object_or_404(Item.objects.select_related("product"), pk=item_id)
-    form = RejectForm(request.POST)
-    if not form.is_valid():
-        return refused(request, item, form_errors(form), status=400)
-    try:
-        reject_version(
-            item_id=item.pk,
-            version_id=form.cleaned_data["version_id"],
-            reviewer=request.user,
-            reason=form.cleaned_data["reason"],
-        )
-    except NotAllowed as exc:
-        return refused(request, item, str(exc), status=409)
+@decision(RejectForm)
+def reject(request: HtmxHttpRequest, item: Item, data: dict) -> HttpResponse:
+    reject_version(
+        item_id=item.pk, version_id=data["version_id"], reviewer=request.user, reason=data["reason"]
+    )
     return decided(request, item, "Rejected")

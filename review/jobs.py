@@ -29,7 +29,7 @@ from ledger.models import Event, GeneratedVersion, Item, ItemTally, Job, Submiss
 from ledger.money.budgets import committed
 from ledger.money.currency import business_currency, in_business_currency
 from ledger.money.estimates import request_estimate
-from ledger.money.pricing import PLACES, DraftSpend, Price, job_cost, price_for, unknown_price
+from ledger.money.pricing import PLACES, DraftSpend, Price, job_cost, price_for, priced_spend, unknown_price
 from ledger.providers import answers_at_once, capabilities
 from ledger.states import ItemState, JobState, SubmissionState, needs_attention
 
@@ -89,23 +89,15 @@ def start_of_today() -> datetime:
 
 
 def spend_since(moment: datetime) -> DraftSpend:
-    """What the drafts received since `moment` cost, priced as `pricing.draft_spend` prices every draft:
-    by their job's provider and model (drafts found by the day through their BRIN index)."""
-    rows = (
+    """What the drafts received since `moment` cost, priced by the rule `pricing.draft_spend` prices every
+    draft by (`priced_spend`): by their job's provider and model (drafts found by the day through their
+    BRIN index)."""
+    return priced_spend(
         GeneratedVersion.objects.filter(created_at__gte=moment)
         .order_by()
-        .values("item__job__provider", "item__job__model")
+        .values_list("item__job__provider", "item__job__model")
         .annotate(input_tokens=Sum("input_tokens"), output_tokens=Sum("output_tokens"))
     )
-    total, unpriced = Decimal(0), {}
-    for row in rows:
-        provider, model = row["item__job__provider"], row["item__job__model"]
-        price = price_for(provider, model)
-        if price is None:
-            unpriced[(provider, model)] = row["input_tokens"] + row["output_tokens"]
-        else:
-            total += price.cost(row["input_tokens"], row["output_tokens"])
-    return DraftSpend(total.quantize(PLACES), unpriced)
 
 
 def waiting_for(user) -> Waiting:

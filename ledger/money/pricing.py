@@ -457,22 +457,26 @@ class DraftSpend:
     unpriced_tokens: dict[tuple[str, str], int]
 
 
-def draft_spend() -> DraftSpend:
-    """One query grouped by provider and model."""
-    rows = (
-        ItemTally.objects.order_by()
-        .values("job__provider", "job__model")
-        .annotate(all_input=Sum("all_input"), all_output=Sum("all_output"))
-    )
+def priced_spend(rows: Iterable[tuple[str, str, int, int]]) -> DraftSpend:
+    """The draft spend of `(provider, model, input tokens, output tokens)` rows, each provider and model
+    at most once: every draft, for `/metrics`, and the day's drafts, for the dashboard, are priced alike."""
     total, unpriced = Decimal(0), {}
-    for row in rows:
-        provider, model = row["job__provider"], row["job__model"]
+    for provider, model, input_tokens, output_tokens in rows:
         price = price_for(provider, model)
         if price is None:
-            unpriced[(provider, model)] = row["all_input"] + row["all_output"]
+            unpriced[(provider, model)] = input_tokens + output_tokens
         else:
-            total += price.cost(row["all_input"], row["all_output"])
+            total += price.cost(input_tokens, output_tokens)
     return DraftSpend(total.quantize(PLACES), unpriced)
+
+
+def draft_spend() -> DraftSpend:
+    """One query grouped by provider and model."""
+    return priced_spend(
+        ItemTally.objects.order_by()
+        .values_list("job__provider", "job__model")
+        .annotate(all_input=Sum("all_input"), all_output=Sum("all_output"))
+    )
 
 
 def total_draft_spend() -> Decimal:

@@ -6,6 +6,7 @@ a fault of ours, whose traceback is logged and never sent. Django's handler400 a
 in this shape under /api/, and any address under /api/ that names nothing is a JSON 404.
 """
 
+from django.db.models import Model, QuerySet
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults
 from django.views.decorators.csrf import csrf_exempt
@@ -39,8 +40,20 @@ def invalid(fields: dict[str, str]) -> ApiError:
     return ApiError(400, "invalid", "Some fields are not valid: " + ", ".join(fields), fields)
 
 
+def not_found_error(request: HttpRequest, what: str = "Nothing") -> ApiError:
+    return ApiError(404, "not_found", f"{what} found at {request.path}")
+
+
 def not_found(request: HttpRequest, what: str = "Nothing") -> JsonResponse:
-    return ApiError(404, "not_found", f"{what} found at {request.path}").response()
+    return not_found_error(request, what).response()
+
+
+def found_or_404[M: Model](request: HttpRequest, rows: QuerySet[M], what: str) -> M:
+    """The first of `rows` (the one the address names), or else the 404 of `not_found`, raised."""
+    found = rows.first()
+    if found is None:
+        raise not_found_error(request, what)
+    return found
 
 
 def server_error_response() -> JsonResponse:

@@ -8,14 +8,14 @@ from ledger.models import Job
 from ..job_export import BAD_FORMAT, export_response, requested_format
 from ..permissions import VIEWERS
 from .doors import BEARER_TOKEN, door
-from .errors import ApiError, not_found
+from .errors import ApiError, found_or_404
 
 
 @door(BEARER_TOKEN, GET=VIEWERS)
 def job_export(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = Job.objects.filter(pk=job_id).only("pk", "reference", "provider", "model").first()
-    if job is None:
-        return not_found(request, "No job")
+    job = found_or_404(
+        request, Job.objects.filter(pk=job_id).only("pk", "reference", "provider", "model"), "No job"
+    )
     format = requested_format(request)
     if format is None:
         raise ApiError(400, "invalid", BAD_FORMAT, {"format": BAD_FORMAT})

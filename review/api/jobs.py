@@ -17,7 +17,7 @@ from ..job_forms import UNREADABLE, ApiJobForm
 from ..permissions import APPROVERS, OPERATOR, VIEWERS, may_cancel, may_spend
 from ..pilot_forms import same_pilot
 from .doors import BEARER_TOKEN, door
-from .errors import ApiError, invalid, not_found
+from .errors import ApiError, found_or_404, invalid, not_found
 from .inputs import BudgetBody, read_json
 from .shapes import item_json, items, job_created_json, jobs_json, page_of, submission_json
 
@@ -138,18 +138,16 @@ def start_job(request: HttpRequest) -> HttpResponse:
 
 @door(BEARER_TOKEN, GET=VIEWERS)
 def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
-    found = Job.objects.select_related("owner", "prompt_version").filter(pk=job_id).first()
-    if found is None:
-        return not_found(request, "No job")
+    found = found_or_404(
+        request, Job.objects.select_related("owner", "prompt_version").filter(pk=job_id), "No job"
+    )
     return JsonResponse(jobs_json(request, [found])[0])
 
 
 @door(BEARER_TOKEN, POST=(OPERATOR, *APPROVERS))
 def cancel(request: HttpRequest, job_id: int) -> HttpResponse:
     read_json(request, allowed=())
-    found = Job.objects.filter(pk=job_id).first()
-    if found is None:
-        return not_found(request, "No job")
+    found = found_or_404(request, Job.objects.filter(pk=job_id), "No job")
     if not may_cancel(request.user, found):
         raise ApiError(403, "forbidden", "Only operators, or the person who started the job, may cancel it")
     outcome = cancel_job(job_id=found.pk, actor=request.user)
@@ -168,9 +166,7 @@ def budget(request: HttpRequest, job_id: int) -> HttpResponse:
     """`{budget}` in the business currency: sets or raises the job's budget; a job paused by its
     budget goes on."""
     body = BudgetBody.read(request)
-    found = Job.objects.filter(pk=job_id).first()
-    if found is None:
-        return not_found(request, "No job")
+    found = found_or_404(request, Job.objects.filter(pk=job_id), "No job")
     if not may_spend(request.user, found):
         raise ApiError(
             403, "forbidden", "Only the person who started the job, or an admin, may change its budget"
@@ -188,9 +184,7 @@ def budget(request: HttpRequest, job_id: int) -> HttpResponse:
 def resume(request: HttpRequest, job_id: int) -> HttpResponse:
     """A paused job goes on (after a billing refusal, once the account can pay again)."""
     read_json(request, allowed=())
-    found = Job.objects.filter(pk=job_id).first()
-    if found is None:
-        return not_found(request, "No job")
+    found = found_or_404(request, Job.objects.filter(pk=job_id), "No job")
     if not may_spend(request.user, found):
         raise ApiError(403, "forbidden", "Only the person who started the job, or an admin, may resume it")
     try:

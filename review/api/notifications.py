@@ -9,7 +9,7 @@ from ledger.models import Job, JobNotification, NotificationAttempt
 from ..permissions import VIEWERS
 from ..recipients import shown_recipient
 from .doors import BEARER_TOKEN, door
-from .errors import not_found
+from .errors import found_or_404
 from .shapes import notification_json, page_of
 
 NOTIFICATIONS_PER_PAGE = 50
@@ -17,9 +17,7 @@ NOTIFICATIONS_PER_PAGE = 50
 
 @door(BEARER_TOKEN, GET=VIEWERS)
 def notifications(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = Job.objects.filter(pk=job_id).first()
-    if job is None:
-        return not_found(request, "No job")
+    job = found_or_404(request, Job.objects.filter(pk=job_id), "No job")
     rows = (
         JobNotification.objects.filter(job_id=job_id)
         .defer("body")

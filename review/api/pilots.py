@@ -7,14 +7,12 @@ from ledger.pilots.report import MIN_DECISIONS, Report, pilot_of
 
 from ..permissions import VIEWERS
 from .doors import BEARER_TOKEN, door
-from .errors import ApiError, not_found
+from .errors import ApiError, found_or_404
 
 
 @door(BEARER_TOKEN, GET=VIEWERS)
 def pilot_report(request: HttpRequest, job_id: int) -> HttpResponse:
-    job = Job.objects.filter(pk=job_id).first()
-    if job is None:
-        return not_found(request, "No job")
+    job = found_or_404(request, Job.objects.filter(pk=job_id), "No job")
     pilot = pilot_of(job)
     if pilot is None:
         raise ApiError(404, "not_a_pilot", f"Job {job.pk} is not a pilot: it was started without `pilot`")

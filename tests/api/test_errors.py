@@ -1,5 +1,6 @@
 """Faults of ours under /api/: JSON in the SPEC's error shape, the traceback in the log and not in the answer."""
 
+import json
 import logging
 
 import pytest
@@ -75,3 +76,22 @@ def test_a_fault_on_a_screen_is_still_djangos_html_page(rf):
 @pytest.mark.parametrize("path", ["/api/nothing/here", "/api/jobs/", "/api/jobs/1/items/", "/api/", "/api"])
 def test_an_unknown_address_under_api_is_a_json_404(as_owner, path):
     assert_error(as_owner.get(path, follow=True), 404, "not_found")
+
+
+@pytest.mark.parametrize(
+    "method, path",
+    [
+        ("GET", "/api/jobs/999999"),
+        ("POST", "/api/jobs/999999/cancel"),
+        ("POST", "/api/jobs/999999/budget"),
+        ("POST", "/api/jobs/999999/resume"),
+        ("GET", "/api/jobs/999999/pilot"),
+        ("GET", "/api/jobs/999999/notifications"),
+        ("GET", "/api/jobs/999999/export"),
+    ],
+)
+def test_a_job_that_is_not_there_is_named_in_the_404(api_as, admin_person, method, path):
+    body = json.dumps({"budget": "10"} if path.endswith("/budget") else {}) if method == "POST" else ""
+    response = api_as(admin_person).generic(method, path, body, content_type="application/json")
+    error = assert_error(response, 404, "not_found")
+    assert error["message"] == f"No job found at {path}"

@@ -324,6 +324,22 @@ def test_deciding_on_an_item_no_longer_in_review_says_so(client, item, draft, ow
     assert not Approval.objects.exists()
 
 
+def test_rejecting_an_item_no_longer_in_review_is_refused_in_the_card(client, item, draft, owner):
+    Item.objects.filter(pk=item.pk).update(state=ItemState.WITHDRAWN)
+    client.force_login(owner)
+    before = snapshot(item)
+    response = client.post(
+        reverse("reject_item", args=[item.pk]),
+        {"version_id": draft.pk, "reason": "Mentions a warranty"},
+        headers={"HX-Request": "true"},
+    )
+    assert response.status_code == 409
+    html = response.content.decode()
+    assert "Nothing was changed:" in html
+    assert f'id="review-card-{item.pk}"' in html
+    assert snapshot(item) == before
+
+
 # --- untrusted model output ----------------------------------------------------------------
 
 
