@@ -33,7 +33,7 @@ from .lifecycle import provider_files, retention
 from .models import CollectorHeartbeat, Item, Job, ProviderHint, Submission, lease_end
 from .notices import notifications, provider_hooks
 from .pilots.drill import repeated_deliveries_due, unit_to_interrupt
-from .providers import capabilities
+from .providers import capabilities, get_provider
 from .providers.base import Delivery
 from .states import ItemState, JobState, SubmissionState
 from .workers.stopping import stop_asked
@@ -122,8 +122,6 @@ def poll_submission(submission_id: int, claim: str = "", stop: bool = False) -> 
     meanwhile; a poll queued then took the ended unit's claim first, and its collection waited
     for that poll to come round in the queue. It is handed over once the answer is recorded, for
     the collection to take its own."""
-    from .providers import get_provider
-
     provider = get_provider(Submission.objects.values_list("provider", flat=True).get(pk=submission_id))
     status = actions.observe_submission(submission_id, provider=provider)
     if stop:
