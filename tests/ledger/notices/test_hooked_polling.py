@@ -12,7 +12,7 @@ from ledger import tasks
 from ledger.health import collector_stalled
 from ledger.models import CollectorHeartbeat, HintOutcome, Job, ProviderHint, Submission
 from ledger.states import JobState
-from tests.review.test_provider_hooks import gemini_unit, hooked, openai_unit  # noqa: F401 - fixtures
+from tests.api.test_provider_hooks import gemini_unit, hooked, openai_unit  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.django_db
 
