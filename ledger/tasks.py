@@ -27,13 +27,14 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 from django_q.tasks import async_task
 
-from . import actions, catalogue
+from . import catalogue
+from .actions import applying, collecting, drilling, operating, submitting
 from .database import table_statistics
 from .lifecycle import provider_files, retention
 from .models import CollectorHeartbeat, Item, Job, ProviderHint, Submission, lease_end
 from .notices import notifications, provider_hooks
 from .pilots.drill import repeated_deliveries_due, unit_to_interrupt
-from .providers import capabilities
+from .providers import capabilities, get_provider
 from .providers.base import Delivery
 from .states import ItemState, JobState, SubmissionState
 from .workers.stopping import stop_asked
@@ -78,7 +79,7 @@ def units_planned_ahead() -> int:
 
 
 def submit_job(job_id: int) -> list[int]:
-    return actions.plan_submissions(
+    return submitting.plan_submissions(
         job_id, until=time.monotonic() + TASK_SECONDS, claim=True, ahead=units_planned_ahead()
     )
 
@@ -86,9 +87,9 @@ def submit_job(job_id: int) -> list[int]:
 def plan_ahead(job_id: int) -> list[int]:
     """A unit of the job left its intents waiting (sent, or given up): plan the next here, at once,
     if items are left and no other planner holds the job (its task would plan it anyway)."""
-    if not actions.claim_planning(job_id):
+    if not submitting.claim_planning(job_id):
         return []
-    return actions.plan_submissions(
+    return submitting.plan_submissions(
         job_id, until=time.monotonic() + TASK_SECONDS, claim=True, ahead=units_planned_ahead()
     )
 
@@ -97,7 +98,7 @@ def send_submission(submission_id: int, claim: str = "") -> str:
     """Send one intent, then plan the job's next unit. A server answering request by request has
     nothing to wait for: its unit has ended once sent, so this task goes on to collect it rather
     than queue two more."""
-    sent = actions.send_submission(submission_id, held=claim)
+    sent = submitting.send_submission(submission_id, held=claim)
     job_id = Submission.objects.values_list("job_id", flat=True).get(pk=submission_id)
     attempt(plan_ahead, job_id)
     if sent == "sent" and answers_at_once(submission_id):
@@ -122,12 +123,10 @@ def poll_submission(submission_id: int, claim: str = "", stop: bool = False) -> 
     meanwhile; a poll queued then took the ended unit's claim first, and its collection waited
     for that poll to come round in the queue. It is handed over once the answer is recorded, for
     the collection to take its own."""
-    from .providers import get_provider
-
     provider = get_provider(Submission.objects.values_list("provider", flat=True).get(pk=submission_id))
-    status = actions.observe_submission(submission_id, provider=provider)
+    status = collecting.observe_submission(submission_id, provider=provider)
     if stop:
-        actions.cancel_at_provider(submission_id)
+        operating.cancel_at_provider(submission_id)
     hand_over(submission_id, claim)
     if status == "ended" and not stop_asked():
         return collect(submission_id, provider=provider)
@@ -135,7 +134,7 @@ def poll_submission(submission_id: int, claim: str = "", stop: bool = False) -> 
 
 
 def reconcile_uncertain(submission_id: int, claim: str = "") -> str:
-    return actions.reconcile_uncertain(submission_id, held=claim)
+    return submitting.reconcile_uncertain(submission_id, held=claim)
 
 
 def collect_submission(submission_id: int, claim: str = "") -> str:
@@ -152,8 +151,8 @@ def collect(submission_id: int, *, provider=None) -> str:
     """An ended unit's collection; the unit a pilot's acceptance drill takes is first collected by the
     drill's collection, killed mid-chunk (`ledger.pilots.drill`)."""
     if unit_to_interrupt(submission_id):
-        return actions.collect_interrupted(submission_id, provider=provider)
-    return actions.collect_submission(submission_id, provider=provider)
+        return drilling.collect_interrupted(submission_id, provider=provider)
+    return collecting.collect_submission(submission_id, provider=provider)
 
 
 def deliver_again(submission_id: int, claim: str = "") -> str:
@@ -161,11 +160,11 @@ def deliver_again(submission_id: int, claim: str = "") -> str:
     if stop_asked():
         hand_over(submission_id, claim)
         return "left for a worker that is not stopping"
-    return actions.deliver_again(submission_id, held=claim)
+    return drilling.deliver_again(submission_id, held=claim)
 
 
 def cancel_at_provider(submission_id: int) -> str:
-    return actions.cancel_at_provider(submission_id)
+    return operating.cancel_at_provider(submission_id)
 
 
 def delete_provider_files(submission_id: int, claim: str = "") -> str:
@@ -181,7 +180,7 @@ def hand_over(submission_id: int, claim: str) -> None:
 
 
 def apply_item(item_id: int) -> str:
-    return actions.apply_item(item_id)
+    return applying.apply_item(item_id)
 
 
 def apply_items(item_ids: list[int], mark: datetime) -> int:
@@ -197,7 +196,7 @@ def apply_items(item_ids: list[int], mark: datetime) -> int:
         Item.objects.filter(pk=item_id, state=ItemState.APPLYING, next_attempt_at=mark).update(
             next_attempt_at=None
         )
-        attempt(actions.apply_item, item_id)
+        attempt(applying.apply_item, item_id)
     return len(item_ids)
 
 
@@ -302,7 +301,7 @@ def poll_everything(start: Start = async_task) -> int:
         .values_list("pk", flat=True)
     )
     for job_id in due_jobs:
-        if actions.claim_planning(job_id):
+        if submitting.claim_planning(job_id):
             started += attempt(start, "ledger.tasks.submit_job", job_id)
     mark, items = claim_due_applications(now)
     for first in range(0, len(items), ITEMS_PER_APPLY_TASK):

@@ -8,8 +8,10 @@ from decimal import Decimal
 
 import pytest
 
-from ledger import actions
-from ledger.actions import apply_item, approve_version, reject_version
+from ledger.actions.applying import apply_item
+from ledger.actions.collecting import poll_submission
+from ledger.actions.reviewing import approve_version, reject_version
+from ledger.actions.submitting import plan_submissions, send_submission
 from ledger.models import Item, Submission
 from ledger.states import ItemState, SubmissionState
 from tests.factories import JobFactory, ProductFactory
@@ -31,7 +33,7 @@ def pounds(settings, tmp_path):
 
 def collect(clock, submission_id, provider):
     for _ in range(200):
-        actions.poll_submission(submission_id, provider=provider)
+        poll_submission(submission_id, provider=provider)
         if Submission.objects.get(pk=submission_id).state == SubmissionState.COLLECTED:
             return
         clock.advance(ms=50)
@@ -48,8 +50,8 @@ def worked_job(pounds, clock, emulator, provider, owner):
     for _ in range(6):
         product = ProductFactory()
         Item.objects.create(job=job, product=product, source_revision=product.current_revision)
-    first, _second = actions.plan_submissions(job.pk)
-    actions.send_submission(first, provider=provider)
+    first, _second = plan_submissions(job.pk)
+    send_submission(first, provider=provider)
     collect(clock, first, provider)
     items = list(Item.objects.filter(job=job).order_by("pk"))
     assert [i.state for i in items[:4]] == [ItemState.AWAITING_REVIEW] * 4

@@ -24,7 +24,9 @@ from datetime import UTC, datetime, timedelta
 
 from django.utils import timezone
 
-from ledger.actions import approve_version, change_state, create_job, reject_version
+from ledger.actions.core import change_state
+from ledger.actions.jobs import create_job
+from ledger.actions.reviewing import approve_version, reject_version
 from ledger.catalogue import revise_product
 from ledger.models import Event, GeneratedVersion, Item, Job, Submission
 from ledger.pilots.sample import PilotPlan

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 from django.db import connection
 
-from ledger import actions
+from ledger.actions.products import record_product
 from tests.provider_emulators import BY_NAME, ProviderUnderTest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,7 +111,7 @@ def make_catalogue(n: int, prefix: str = "KIT") -> list[str]:
     skus = []
     for i in range(n):
         sku = f"{prefix}-{i:05d}"
-        actions.record_product(
+        record_product(
             sku=sku,
             title=f"{materials[i % 5].title()} serving board no. {i}",
             fields={"material": materials[i % 5], "dimensions": f"{30 + i} x 20 cm", "care": "hand wash"},

@@ -10,8 +10,8 @@ from decimal import Decimal
 import pytest
 from django.db import connection
 
-from ledger import actions
-from ledger.actions.submitting import build_requests
+from ledger.actions.jobs import create_job, set_budget
+from ledger.actions.submitting import build_requests, plan_submissions
 from ledger.models import Job, PauseReason, Submission, UnitCharge
 from ledger.money import budgets
 from ledger.money.pricing import price_for
@@ -49,7 +49,7 @@ def test_two_clusters_never_pass_the_budget_and_a_raised_budget_lets_the_job_fin
     redis_env = {"REDIS_URL": f"redis://127.0.0.1:6379/{redis_db}"}
     owner = UserFactory(roles=["catalogue_owner"])
     make_catalogue(n_products)
-    job = actions.create_job(
+    job = create_job(
         reference="budgeted",
         owner=owner,
         task="product_description",
@@ -59,7 +59,7 @@ def test_two_clusters_never_pass_the_budget_and_a_raised_budget_lets_the_job_fin
         budget=Decimal("1000000"),
     )
     # The units as the workers would plan them, to know what one could cost at worst.
-    units = actions.plan_submissions(job.pk)
+    units = plan_submissions(job.pk)
     worst = max(worst_case_pounds(Submission.objects.get(pk=pk)) for pk in units)
     budget = (worst * Decimal("1.05")).quantize(Decimal("0.01"))
     Job.objects.filter(pk=job.pk).update(budget=budget)
@@ -88,7 +88,7 @@ def test_two_clusters_never_pass_the_budget_and_a_raised_budget_lets_the_job_fin
     assert budgets.committed(job.pk) <= budget
     assert job.items.filter(state=ItemState.PREPARED).exists()
 
-    actions.set_budget(job.pk, worst * len(units), actor=owner)
+    set_budget(job.pk, worst * len(units), actor=owner)
     new_budget = Job.objects.get(pk=job.pk).budget
 
     def finished() -> bool:

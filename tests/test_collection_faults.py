@@ -13,7 +13,7 @@ import pytest
 from django.db import connection
 from django_q.tasks import async_task
 
-from ledger import actions
+from ledger.actions.jobs import create_job
 from ledger.models import Event, GeneratedVersion, Item, Submission, SubmissionItem
 from ledger.states import ItemState, SubmissionState
 from tests.factories import UserFactory
@@ -82,7 +82,7 @@ WHOLE_CHUNKS_AROUND_THE_THIRD = ({*range(5)}, {*range(10)}, {*range(10), *range(
 def test_a_worker_killed_while_collecting_loses_and_repeats_nothing(processes, where):
     emulator_url = processes.emulator("--per-request-ms", "50", "--seed", "1")
     make_catalogue(PRODUCTS)
-    job = actions.create_job(
+    job = create_job(
         reference="collect-faults",
         owner=UserFactory(roles=["catalogue_owner"]),
         task="product_description",

@@ -9,7 +9,8 @@ import pytest
 from django.urls import reverse
 from django_q.tasks import async_task
 
-from ledger import actions
+from ledger.actions.products import record_product
+from ledger.actions.reviewing import approve_version
 from ledger.models import DestinationAttempt, DrillKind, DrillStep, GeneratedVersion, Item, Job, Publication
 from ledger.states import ItemState, SubmissionState
 from tests.api.conftest import ApiClient, token_for
@@ -26,7 +27,7 @@ def test_a_drilled_pilot_runs_its_drill_in_the_workers_and_every_check_holds(pro
     owner = UserFactory(roles=["catalogue_owner"])
     for n in range(12):
         category = ("kitchen", "garden", "bath")[n % 3]
-        actions.record_product(
+        record_product(
             sku=f"DRL-{n:03d}",
             title=f"Oak {category} board no. {n}",
             fields={"category": category, "material": "oak", "dimensions": f"{30 + n} x 20 cm"},
@@ -59,7 +60,7 @@ def test_a_drilled_pilot_runs_its_drill_in_the_workers_and_every_check_holds(pro
     wait_until(reviewable, timeout=60, what="the drafts, the drilled unit resumed and delivered again")
     for item in Item.objects.filter(job=job, state=ItemState.AWAITING_REVIEW):
         version = item.versions.get()
-        actions.approve_version(
+        approve_version(
             item_id=item.pk, version_id=version.pk, version_hash=version.content_hash, approver=owner
         )
     wait_until(

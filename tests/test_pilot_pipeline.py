@@ -7,7 +7,8 @@ from decimal import Decimal
 import pytest
 from django_q.tasks import async_task
 
-from ledger import actions
+from ledger.actions.products import record_product
+from ledger.actions.reviewing import approve_version, reject_version
 from ledger.models import Item, Job, PilotProduct, Product
 from ledger.states import ItemState
 from tests.api.conftest import ApiClient, token_for
@@ -29,7 +30,7 @@ def test_a_pilot_runs_through_the_pipeline_to_published_text_and_its_report(proc
     owner = UserFactory(roles=["catalogue_owner"])
     for n in range(30):
         category = ("kitchen", "garden", "bath")[n % 3]
-        actions.record_product(
+        record_product(
             sku=f"PIL-{n:03d}",
             title=f"Oak {category} board no. {n}",
             fields={"category": category, "material": "oak", "dimensions": f"{30 + n} x 20 cm"},
@@ -63,12 +64,10 @@ def test_a_pilot_runs_through_the_pipeline_to_published_text_and_its_report(proc
     assert refused.status_code == 409 and refused.json()["decisions"]["needed"] == waiting.count()
 
     first, *others = waiting.order_by("id")
-    actions.reject_version(
-        item_id=first.pk, version_id=first.versions.get().pk, reviewer=owner, reason="Too plain"
-    )
+    reject_version(item_id=first.pk, version_id=first.versions.get().pk, reviewer=owner, reason="Too plain")
     for item in others:
         version = item.versions.get()
-        actions.approve_version(
+        approve_version(
             item_id=item.pk, version_id=version.pk, version_hash=version.content_hash, approver=owner
         )
     wait_until(

@@ -4,7 +4,9 @@ a django-q2 worker cluster, and PostgreSQL. Nothing is mocked."""
 import pytest
 from django_q.tasks import async_task
 
-from ledger import actions
+from ledger.actions.core import NotAllowed
+from ledger.actions.jobs import create_job
+from ledger.actions.reviewing import approve_version
 from ledger.models import Approval, Event, GeneratedVersion, Item, Product, Submission, SubmissionItem
 from ledger.states import FINAL_STATES, OPERATOR_STATES, ItemState, JobState
 from tests.factories import UserFactory
@@ -29,7 +31,7 @@ def test_catalogue_to_published_text_through_real_processes(processes):
     skus = make_catalogue(40)
 
     processes.start("qcluster")
-    job = actions.create_job(
+    job = create_job(
         reference="pipeline",
         owner=owner,
         task="product_description",
@@ -73,10 +75,10 @@ def test_catalogue_to_published_text_through_real_processes(processes):
     for item in Item.objects.filter(job=job, state=ItemState.AWAITING_REVIEW):
         version = item.versions.get()
         try:
-            actions.approve_version(
+            approve_version(
                 item_id=item.pk, version_id=version.pk, version_hash=version.content_hash, approver=owner
             )
-        except actions.NotAllowed:
+        except NotAllowed:
             assert item.product.sku == withdrawn_sku
 
     wait_until(

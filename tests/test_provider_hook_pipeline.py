@@ -7,7 +7,7 @@ webhook arrived; each webhook, delivered twice, is acted on once."""
 import pytest
 from django_q.tasks import async_task
 
-from ledger import actions
+from ledger.actions.jobs import create_job
 from ledger.models import HintOutcome, ProviderHint, Submission
 from ledger.states import ItemState, SubmissionState
 from tests.factories import UserFactory
@@ -36,7 +36,7 @@ def test_a_unit_is_collected_before_its_next_poll_because_its_webhook_arrived(
     processes.start(
         "qcluster", OPENAI_WEBHOOK_SECRET=SECRET, BATCHDESK_HOOKED_POLL_SECONDS=str(HOOKED_POLL_SECONDS)
     )
-    job = actions.create_job(
+    job = create_job(
         reference="hooked",
         owner=owner,
         task="product_description",

@@ -10,7 +10,8 @@ some where the protocol has expiry."""
 import pytest
 from django_q.tasks import async_task
 
-from ledger import actions
+from ledger.actions.jobs import create_job
+from ledger.actions.reviewing import approve_version
 from ledger.models import Approval, Event, GeneratedVersion, Item, Product, Submission, SubmissionItem
 from ledger.providers.base import Delivery
 from ledger.states import FINAL_STATES, OPERATOR_STATES, ItemState, JobState
@@ -50,7 +51,7 @@ def test_catalogue_to_published_text_for_every_provider(processes, provider):
     owner = UserFactory(roles=["catalogue_owner"])
     skus = make_catalogue(N_PRODUCTS)
     processes.start("qcluster")
-    job = actions.create_job(
+    job = create_job(
         reference=f"pipeline-{provider.name}",
         owner=owner,
         task="product_description",
@@ -104,7 +105,7 @@ def test_catalogue_to_published_text_for_every_provider(processes, provider):
     # A reviewer approves every valid draft; the worker applies them to the catalogue.
     for item in Item.objects.filter(job=job, state=ItemState.AWAITING_REVIEW):
         version = item.versions.get()
-        actions.approve_version(
+        approve_version(
             item_id=item.pk, version_id=version.pk, version_hash=version.content_hash, approver=owner
         )
     wait_until(

@@ -6,7 +6,8 @@ import pytest
 from django_q.models import OrmQ, Success
 from django_q.tasks import async_task
 
-from ledger import actions, tasks
+from ledger import tasks
+from ledger.actions.submitting import plan_submissions
 from ledger.models import Event, Item, Submission
 from ledger.states import ItemState, SubmissionState
 from tests.processes import emulator_stats, wait_until
@@ -32,7 +33,7 @@ def all_awaiting_review(job, n: int) -> None:
 def test_a_pass_queues_one_claimed_task_per_unit_of_work_and_does_none_of_it(processes):
     emulator_url = processes.emulator("--per-request-ms", "5")
     _, job = start_job(12, unit_size=4)
-    intents = actions.plan_submissions(job.pk)
+    intents = plan_submissions(job.pk)
     OrmQ.objects.all().delete()  # what create_job and planning queued: only the pass's own tasks count
 
     assert tasks.poll_everything() == 3
@@ -63,7 +64,7 @@ def test_a_task_the_queue_lost_is_queued_again_once_its_claim_runs_out(processes
     settings.BATCHDESK_LEASE_SECONDS = float(processes.env["BATCHDESK_LEASE_SECONDS"])
     emulator_url = processes.emulator("--per-request-ms", "5")
     _, job = start_job(8, unit_size=4)
-    intents = actions.plan_submissions(job.pk)
+    intents = plan_submissions(job.pk)
     assert tasks.poll_everything() == 2
     claimed_until = dict(Submission.objects.filter(job=job).values_list("pk", "claimed_until"))
     OrmQ.objects.all().delete()  # the queue lost every task

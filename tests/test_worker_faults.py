@@ -17,8 +17,9 @@ from django.db.models import F
 from django.utils import timezone
 from django_q.tasks import async_task
 
-from ledger import actions
-from ledger.actions.submitting import build_requests
+from ledger.actions.jobs import create_job
+from ledger.actions.reviewing import approve_version
+from ledger.actions.submitting import build_requests, plan_submissions
 from ledger.models import (
     DestinationAttempt,
     Event,
@@ -44,7 +45,7 @@ UNDISTURBED_STORY = ["prepared", "submitted", "returned", "awaiting_review"]
 def start_job(n_products: int, unit_size: int, provider=BY_NAME["emulator"]):
     owner = UserFactory(roles=["catalogue_owner"])
     make_catalogue(n_products)
-    job = actions.create_job(
+    job = create_job(
         reference="faults",
         owner=owner,
         task="product_description",
@@ -232,7 +233,7 @@ def test_killing_the_cluster_while_applying_publishes_each_draft_once(processes)
     )
     for item in Item.objects.filter(job=job):
         version = item.versions.get()
-        actions.approve_version(
+        approve_version(
             item_id=item.pk, version_id=version.pk, version_hash=version.content_hash, approver=owner
         )
 
@@ -284,7 +285,7 @@ def test_two_clusters_on_redis_send_collect_and_apply_each_thing_once(processes)
     # finds the approved items and queues their application.
     for item in Item.objects.filter(job=job):
         version = item.versions.get()
-        actions.approve_version(
+        approve_version(
             item_id=item.pk, version_id=version.pk, version_hash=version.content_hash, approver=owner
         )
     wait_until(
@@ -384,7 +385,7 @@ def test_a_worker_that_died_after_its_create_call_left_is_reconciled_as_the_prov
     _, job = start_job(n_products, unit_size=4, provider=provider)
     operator = UserFactory(roles=["operator"])
     # The intents, as a worker plans them; then the first one's worker dies mid-send.
-    first, _ = actions.plan_submissions(job.pk)
+    first, _ = plan_submissions(job.pk)
     dead = Submission.objects.get(pk=first)
     requests = build_requests(dead)
     Submission.objects.filter(pk=dead.pk).update(

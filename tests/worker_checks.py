@@ -3,7 +3,8 @@ from the emulator's own evidence (`/_emulator/stats`), each provider by its capa
 
 from django.utils import timezone
 
-from ledger import actions
+from ledger.actions.core import NotAllowed
+from ledger.actions.submitting import resend_uncertain
 from ledger.models import CollectorHeartbeat, Item, Submission
 from ledger.providers.base import Delivery, Finding
 from ledger.states import ItemState, SubmissionState
@@ -52,8 +53,8 @@ def settle(job, processes, *, done, provider, operator, timeout: float, what: st
             for submission in Submission.objects.filter(job=job, state=SubmissionState.UNCERTAIN):
                 if waited_for_an_operator(submission, grace):
                     try:
-                        actions.resend_uncertain(submission.pk, actor=operator)
-                    except actions.NotAllowed:
+                        resend_uncertain(submission.pk, actor=operator)
+                    except NotAllowed:
                         continue  # a worker is looking at it this very moment: next time
                     resent.append(submission.pk)
         return False

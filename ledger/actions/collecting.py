@@ -20,6 +20,8 @@ from ..drafts.scrubbing import SHORTEST_SECRET_ANYWHERE, configured_secrets, scr
 from ..drafts.validation import DraftChecker
 from ..lifecycle import deadlines
 from ..models import Item, Submission, SubmissionItem
+from ..providers import capabilities, get_provider
+from ..providers.base import Delivery, ProviderError, ResultLine
 from ..retrying import PERMANENT_REFUSAL_PATIENCE
 from ..states import ItemState, ReasonCode, SubmissionState
 from ..workers.cycles import fewer_cycle_collections
@@ -63,9 +65,6 @@ class RecordedRequests:
 
 def poll_submission(submission_id: int, *, provider=None) -> str:
     """Ask the provider how an open submission is doing; collect it when it has ended."""
-    from ..providers import get_provider
-    from ..providers.base import Delivery
-
     provider = provider or get_provider(Submission.objects.get(pk=submission_id).provider)
     said = observe_submission(submission_id, provider=provider)
     if said != "ended":
@@ -81,8 +80,6 @@ def poll_submission(submission_id: int, *, provider=None) -> str:
 def observe_submission(submission_id: int, *, provider) -> str:
     """Record what the provider says about an open submission; "ended" once it has ended (the
     submission is then `ended`, waiting to be collected), else the provider's word."""
-    from ..providers.base import ProviderError
-
     submission = Submission.objects.get(pk=submission_id)
     if submission.state != SubmissionState.OPEN:
         return submission.state
@@ -244,9 +241,6 @@ def collect_claimed(
     chunk: "Callable[..., Chunk] | None" = None,
 ) -> str:
     """`collect_submission`'s (or `collect_again`'s) work once the submission is claimed."""
-    from ..providers import capabilities, get_provider
-    from ..providers.base import Delivery
-
     deadline = time.monotonic() + (settings.BATCHDESK_COLLECT_SECONDS if seconds is None else seconds)
     submission = Submission.objects.select_related("job__prompt_version").get(pk=submission_id)
     provider = provider or get_provider(submission.provider)
@@ -294,8 +288,6 @@ def collect_lines(
 ) -> str:
     """`collect_submission`'s work once the submission is claimed: every line of the results,
     then the requests the results did not answer, recorded through `chunk`."""
-    from ..providers.base import ProviderError, ResultLine
-
     submission_id = submission.pk
     per_request = isinstance(recorded, RecordedRequests)
     seen: set[str] = set()

@@ -7,6 +7,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
+from django_q.tasks import async_task
 
 from ..database.setwise import among, ids_query, insert_from_select
 from ..models import Event, Item
@@ -24,8 +25,6 @@ def enqueue(func: str, *args) -> None:
     """Queue background work once the current transaction has committed. The queue is a wake-up
     call: a broker that cannot take the task (Redis down) is logged, and what was committed stands
     (an API call still answers 202); the collector's pass finds the work in the ledger."""
-    from django_q.tasks import async_task
-
     transaction.on_commit(lambda: async_task(func, *args), robust=True)
 
 

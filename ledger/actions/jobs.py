@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from ..database.setwise import among, insert_from_select, insert_select_sql
 from ..database.table_statistics import analyse_after_bulk_change
+from ..destinations import destination_names
 from ..models import (
     DEFAULT_DESTINATION,
     MAX_NAMED_SKUS,
@@ -28,6 +29,7 @@ from ..money.budgets import budget_problem, committed
 from ..money.currency import business_currency
 from ..pilots.drill import plan_drill
 from ..pilots.sample import PilotPlan, SampleRefused, record_sample, sampled_products_sql, unknown_fields
+from ..providers import capabilities, default_model, default_unit_size, provider_names
 from ..providers.model_names import model_name_problem
 from ..states import STOPS, ItemState, JobState, SubmissionState
 from .core import NotAllowed, actor_name, change_state, enqueue
@@ -55,9 +57,6 @@ def create_job(
     version: the task's current one. A `pilot`: the items are a stratified sample of those products
     (`ledger.pilots.sample`), recorded with the job. A `notify_url` is told of the job's events
     (`ledger.notices.notifications`; the forms check the address)."""
-    from ..destinations import destination_names
-    from ..providers import capabilities, default_model, default_unit_size, provider_names
-
     if provider not in provider_names():
         raise NotAllowed(f"Unknown provider {provider!r}; known: {', '.join(provider_names())}")
     if destination not in destination_names():

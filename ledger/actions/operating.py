@@ -6,6 +6,8 @@ from django.utils import timezone
 
 from ..drafts.scrubbing import stored_text
 from ..models import Event, Item, Job, Submission
+from ..providers import get_provider
+from ..providers.base import ProviderError
 from ..states import STOPS, ItemState, JobState, ReasonCode, SubmissionState, sources_for
 from .collecting import retry_inference
 from .core import NotAllowed, actor_name, change_state, enqueue, move_items
@@ -114,8 +116,6 @@ def cancel_at_provider(submission_id: int, *, provider=None) -> str:
     """Ask the provider to stop a batch of a cancelled job, once, and record what it said. The batch
     stays `open`: its end, and whatever it produced before stopping, is still polled and collected.
     A provider that cannot be reached is asked again by the next collector round."""
-    from ..providers import get_provider
-
     submission = Submission.objects.select_related("job").get(pk=submission_id)
     if (
         submission.state != SubmissionState.OPEN
@@ -140,8 +140,6 @@ def cancel_at_provider(submission_id: int, *, provider=None) -> str:
 
 def ask_to_cancel(provider, provider_ref: str) -> tuple[str | None, str]:
     """The provider's answer (None: it could not be reached, ask again later) and what to record."""
-    from ..providers.base import ProviderError
-
     if not provider.capabilities.can_cancel:
         return (
             "",

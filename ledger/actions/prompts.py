@@ -1,9 +1,14 @@
 """Prompt versions: checked, then added as the next version of their task; never edited. A new
 version is not current: someone makes it so, and that choice is recorded (`make_prompt_current`)."""
 
+import re
+import string
+
+import jsonschema
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
+from ..drafts.json_values import json_value_problem, text_problem
 from ..drafts.schema_refs import reference_problems
 from ..models import CurrentPromptChoice, PromptVersion
 from .core import NotAllowed, actor_name
@@ -29,11 +34,6 @@ def prompt_template_problems(template: str) -> list[str]:
     {title} and {facts}, and nothing else. A format spec, conversion, index or attribute is refused:
     `{title:>999999999}` would pad every request to a gigabyte, `{title.upper}` reaches into Python
     objects, and none of them says anything a plain placeholder cannot."""
-    import re
-    import string
-
-    from ..drafts.json_values import text_problem
-
     if problem := text_problem(template):
         return [f"The template {problem}"]
     try:
@@ -75,10 +75,6 @@ def prompt_template_problems(template: str) -> list[str]:
 
 def output_schema_problems(schema: object) -> list[str]:
     """The output schema must be a JSON Schema for an object: providers return structured output as one."""
-    import jsonschema
-
-    from ..drafts.json_values import json_value_problem
-
     if not isinstance(schema, dict):
         return ["The output schema must be a JSON object"]
     # Stored as jsonb and sent as JSON: no NUL, no NaN, and nesting that a schema walker survives.
@@ -95,8 +91,6 @@ def output_schema_problems(schema: object) -> list[str]:
 
 def prompt_rules_problems(rules: object, schema: object) -> list[str]:
     """The validation rules `validation.check_draft` reads, and nothing it would silently ignore."""
-    from ..drafts.json_values import json_value_problem
-
     if not isinstance(rules, dict):
         return ["The rules must be a JSON object"]
     if problem := json_value_problem(rules, "The rules", max_depth=MAX_PROMPT_JSON_DEPTH):
@@ -139,10 +133,6 @@ def create_prompt_version(
     """Add the next version of a task's prompt. Versions are never edited: a change is a new one.
     The new version is not current (not even a task's first): jobs go on using the current one until
     someone makes this one current."""
-    import re
-
-    from ..drafts.json_values import text_problem
-
     problems = []
     if not re.fullmatch(PROMPT_TASK_PATTERN, task):
         problems.append("The task name must be lower-case letters, digits and _, starting with a letter")

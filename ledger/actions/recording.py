@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
 
+import psycopg
 from django.db import connection, models, transaction
 from django.db.models import Exists, F, OuterRef, Subquery
 from django.utils import timezone
@@ -29,6 +30,7 @@ from ..models import (
     compact_json,
     content_hash,
 )
+from ..providers.base import ResultLine
 from ..states import ItemState, ReasonCode
 from .core import backoff, enqueue
 from .jobs import judge_currency
@@ -64,8 +66,6 @@ def record_chunk(
     (custom_ids not repeated within the collection) and anomalies already known (dicts: an
     unreadable or repeated line). One transaction. `checks`: the `checked_draft` of drafts
     checked already, by custom_id (a collection checks each as it reads it)."""
-    from ..providers.base import ResultLine
-
     lines = [line for line in stream if isinstance(line, ResultLine)]
     # Read beside the lock, not locked: a product is never held by a collection.
     current = Product.objects.filter(
@@ -434,8 +434,6 @@ def escaped(text: str) -> str:
 def copy_text(model: type[models.Model], names: list[str], text: str) -> None:
     """COPY's text format (a row a line, values tab-separated, escaped) into these fields of the
     model's table, on the transaction's own connection."""
-    import psycopg
-
     columns = ", ".join(connection.ops.quote_name(model._meta.get_field(name).column) for name in names)
     connection.ensure_connection()
     with (

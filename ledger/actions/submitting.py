@@ -13,7 +13,18 @@ from django.utils import timezone
 
 from ..database.setwise import among, insert_from_select
 from ..drafts.scrubbing import stored_text
+from ..drafts.validation import read_json, render_prompt
 from ..models import Event, Item, Job, ProductStatus, Submission, SubmissionItem, lease_end
+from ..providers import capabilities, get_provider
+from ..providers.base import (
+    AnswerLost,
+    Delivery,
+    Finding,
+    InferenceRequest,
+    NotSent,
+    ProviderError,
+    ResultLine,
+)
 from ..states import SUBMISSION_TRANSITIONS, ItemState, JobState, ReasonCode, SubmissionState
 from .budgeting import BudgetReached, pause_for_billing, reserve
 from .core import NotAllowed, backoff, enqueue, move_items
@@ -146,9 +157,6 @@ def set_submission_state(submission: Submission, to: str, *, reason: str = "", *
 def build_requests(submission: Submission, state: str = ItemState.PREPARED):
     """The unit's requests for its items still in `state`: when sending, only items still waiting
     to be sent (one withdrawn, revised or cancelled since planning is not paid for)."""
-    from ..drafts.validation import read_json, render_prompt
-    from ..providers.base import InferenceRequest
-
     prompt = submission.job.prompt_version
     # Read as values: a unit's thousands of entries, items and revisions made no model objects. The
     # fields are read as their JSON text, by read_json (Django's JSONField reads each by the json
@@ -201,9 +209,6 @@ def send_submission(submission_id: int, *, provider=None, held: str = "") -> str
     and an intent an earlier worker may have sent before dying is looked for first (or, where the
     provider cannot be searched by its key, reconciled as uncertain: rule 13). `held`: the claim
     the task was queued with."""
-    from ..providers import get_provider
-    from ..providers.base import AnswerLost, Delivery, Finding, NotSent, ProviderError
-
     claim = Submission.objects.claim(submission_id, states=[SubmissionState.INTENT], held=held)
     if not claim:
         return "not claimable"
@@ -409,9 +414,6 @@ def reconcile_uncertain(submission_id: int, *, provider=None, held: str = "") ->
     and 13): found by its intent key; or candidates from the listing, watched until their results
     confirm or rule them out; or, with no way to look, left to an operator. Only once nothing
     that may be ours exists, after the grace period, are its items made safe to send again."""
-    from ..providers import get_provider
-    from ..providers.base import Finding, ProviderError
-
     if not Submission.objects.claim(submission_id, states=[SubmissionState.UNCERTAIN], held=held):
         return "not claimable"
     submission = Submission.objects.get(pk=submission_id)
@@ -455,8 +457,6 @@ def watch_candidates(submission: Submission, refs: list[str], *, provider) -> in
     """Rule 13 for a provider found only by listing: each candidate (same window, same request
     count) is watched until it ends, then owned if its results carry our custom_ids, or ruled
     out. Returns "adopted", or how many candidates are still being watched."""
-    from ..providers.base import ResultLine
-
     ours = set(submission.entries.values_list("custom_id", flat=True))
     candidates = {
         **submission.candidates,
@@ -519,9 +519,6 @@ RESEND_RISK = (
 def operator_must_decide(submission: Submission) -> str:
     """Why only an operator can settle this uncertain submission (rule 13), or "" when the
     collector settles it by itself."""
-    from ..providers import capabilities
-    from ..providers.base import Finding
-
     if submission.state != SubmissionState.UNCERTAIN:
         return ""
     if capabilities(submission.provider).finding == Finding.NOT_AT_ALL:

@@ -15,8 +15,8 @@ import httpx
 import psycopg
 from django.db import transaction
 
-from ledger.actions import send_submission
 from ledger.actions.collecting import observe_submission
+from ledger.actions.submitting import send_submission
 from ledger.models import Item, Job, Submission, SubmissionItem
 from ledger.providers import get_provider
 from ledger.states import ItemState

@@ -11,7 +11,7 @@ import psycopg
 from django.db import connection
 from django.utils import timezone
 
-from ..actions import record_product
+from ..actions.products import record_product
 from ..database.setwise import (
     PackedArray,
     insert_from_select,

@@ -1,7 +1,7 @@
 """One product's content changed by a person (the API today), checked by the importer's rules
 (`check_product_record`) before it is recorded: what a person sends is judged like a file's line."""
 
-from ..actions import ProductChange, record_product
+from ..actions.products import ProductChange, record_product
 from .checks import check_product_record
 
 

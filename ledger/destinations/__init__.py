@@ -5,7 +5,9 @@ import os
 
 from ..models import Job
 from .base import Destination
+from .catalogue import CatalogueDestination
 from .drilling import DrillingDestination
+from .webhook import WebhookDestination
 
 WEBHOOK_PREFIX = "BATCHDESK_WEBHOOK_"
 NOT_A_WEBHOOK = {"TIMEOUT"}
@@ -27,9 +29,6 @@ def destination_names() -> list[str]:
 
 
 def get_destination(name: str) -> Destination:
-    from .catalogue import CatalogueDestination
-    from .webhook import WebhookDestination
-
     if name == "catalogue":
         return CatalogueDestination()
     url = webhook_urls().get(name)

@@ -23,6 +23,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Max, Min, Sum
 
 from ..models import GeneratedVersion, ItemTally, Job, UnitCharge
+from ..providers import provider_names
 from ..setting_files import WatchedFile, file_number, read_setting_file, setting_refused
 from ..states import ItemState
 from .currency import PROVIDER_CURRENCY, SAME_CURRENCY, Rate, business_currency, convert, rate_now
@@ -171,8 +172,6 @@ def _object(value, where: str, allowed: Iterable[str] | None = None) -> dict:
 def merge_price_file(data, base: dict[str, ProviderPrices]) -> dict[str, ProviderPrices]:
     """`base` with what a price file's JSON says laid over it, provider by provider, model by model.
     A model set to null has no known price any more."""
-    from ..providers import provider_names  # the registry imports adapters; only needed here
-
     table = dict(base)
     known = [name for name in provider_names() if name not in PRICED_LIKE]
     for provider, entry in _object(data, "the file").items():

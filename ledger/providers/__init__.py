@@ -6,6 +6,7 @@ import os
 from django.conf import settings
 from django.utils.module_loading import import_string
 
+from ..models import DEFAULT_UNIT_SIZE
 from .base import BatchProvider, Capabilities, Delivery
 
 ADAPTERS = {
@@ -55,8 +56,6 @@ def default_model(name: str) -> str:
 
 def default_unit_size(name: str) -> int:
     """Requests per unit when a job does not say: the usual size, within the provider's limit."""
-    from ..models import DEFAULT_UNIT_SIZE
-
     return min(DEFAULT_UNIT_SIZE, capabilities(name).max_requests)
 
 

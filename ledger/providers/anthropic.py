@@ -16,24 +16,7 @@ import httpx
 from ..drafts.schema_dialects import Dialect, sent_schema
 from ..drafts.scrubbing import scrub_credentials
 from ..states import ReasonCode
-from .base import (
-    AnswerLost,
-    Capabilities,
-    CountedFrom,
-    Delivery,
-    Finding,
-    InferenceRequest,
-    ProviderError,
-    ResultLine,
-    Results,
-    ResultsKept,
-    UnitCounts,
-    UnitStatus,
-    UnreadableLine,
-    parse_time,
-    refused_by_model,
-    token_count,
-)
+from . import base
 from .http import HttpBatchProvider, configured_key, provider_client, read_jsonl_result, unreadable_result
 
 API_VERSION = "2023-06-01"
@@ -71,7 +54,7 @@ ERROR_TYPES = {
 }
 
 
-def batch_request(request: InferenceRequest) -> dict:
+def batch_request(request: base.InferenceRequest) -> dict:
     """One entry of a batch's `requests`: our custom_id and Messages API parameters."""
     params = {
         "model": request.model,
@@ -107,13 +90,13 @@ def message_content(message: dict) -> str | None:
 
 def parse_result_line(
     line_number: int, text: str, *, secrets: Iterable[str] = ()
-) -> ResultLine | UnreadableLine:
+) -> base.ResultLine | base.UnreadableLine:
     """One line of a results file. What is kept of a failure (its error, or the text of an
     unreadable line) is scrubbed of credentials; a draft is the model's text and kept whole."""
     return read_jsonl_result(line_number, text, _parse_line, secrets=secrets)
 
 
-def _parse_line(line_number: int, line: dict, *, secrets: Iterable[str]) -> ResultLine:
+def _parse_line(line_number: int, line: dict, *, secrets: Iterable[str]) -> base.ResultLine:
     custom_id = line["custom_id"]
     result = line.get("result") if isinstance(line.get("result"), dict) else {}
     kind = result.get("type")
@@ -128,16 +111,16 @@ def _parse_line(line_number: int, line: dict, *, secrets: Iterable[str]) -> Resu
         usage = message.get("usage") if isinstance(message.get("usage"), dict) else {}
         counted = {
             "usage": usage,
-            "input_tokens": token_count(usage.get("input_tokens")),
-            "output_tokens": token_count(usage.get("output_tokens")),
+            "input_tokens": base.token_count(usage.get("input_tokens")),
+            "output_tokens": base.token_count(usage.get("output_tokens")),
             "http_status": 200,
         }
         # How the model stopped (reference/providers.md §8.2): `refusal` declined to answer, whatever
         # text came before it; `max_tokens` cut the draft off.
         stop_reason = message.get("stop_reason")
         if stop_reason == "refusal":
-            return refused_by_model(custom_id, said="refusal", words=content, secrets=secrets, **counted)
-        return ResultLine(
+            return base.refused_by_model(custom_id, said="refusal", words=content, secrets=secrets, **counted)
+        return base.ResultLine(
             custom_id=custom_id,
             succeeded=True,
             content=content,
@@ -150,7 +133,7 @@ def _parse_line(line_number: int, line: dict, *, secrets: Iterable[str]) -> Resu
         inner = envelope.get("error") if isinstance(envelope.get("error"), dict) else envelope
         code = str(inner.get("type") or "error")
         reason, transient, status = ERROR_TYPES.get(code, (ReasonCode.MODEL_FAILED, False, None))
-        return ResultLine(
+        return base.ResultLine(
             custom_id=custom_id,
             succeeded=False,
             http_status=status,
@@ -161,7 +144,7 @@ def _parse_line(line_number: int, line: dict, *, secrets: Iterable[str]) -> Resu
         )
     if isinstance(kind, str) and kind in NEVER_RAN:
         message, reason, transient = NEVER_RAN[kind]
-        return ResultLine(
+        return base.ResultLine(
             custom_id=custom_id,
             succeeded=False,
             error_code=kind,
@@ -170,7 +153,7 @@ def _parse_line(line_number: int, line: dict, *, secrets: Iterable[str]) -> Resu
             transient=transient,
         )
     # A result type nobody promised: we cannot tell whether it was paid for, so no re-send.
-    return ResultLine(
+    return base.ResultLine(
         custom_id=custom_id,
         succeeded=False,
         error_code="unreadable_result",
@@ -179,7 +162,7 @@ def _parse_line(line_number: int, line: dict, *, secrets: Iterable[str]) -> Resu
     )
 
 
-class RefusedAddress(ProviderError):
+class RefusedAddress(base.ProviderError):
     """An address the adapter will not call: asking again gives the same answer."""
 
     @property
@@ -196,20 +179,20 @@ def request_total(batch: dict) -> int:
     counts = batch.get("request_counts")
     if not isinstance(counts, dict):
         return 0
-    return sum(token_count(value) for value in counts.values() if isinstance(value, int | float))
+    return sum(base.token_count(value) for value in counts.values() if isinstance(value, int | float))
 
 
 class AnthropicBatchProvider(HttpBatchProvider):
     name = "anthropic"
     schema_dialect = SCHEMA_DIALECT
-    capabilities = Capabilities(
-        finding=Finding.BY_LISTING,  # a batch carries no metadata of ours
+    capabilities = base.Capabilities(
+        finding=base.Finding.BY_LISTING,  # a batch carries no metadata of ours
         can_cancel=True,
         max_requests=100_000,
         max_bytes=256 * 1024 * 1024,
-        delivery=Delivery.FILE,
+        delivery=base.Delivery.FILE,
         # Results are available for 29 days after the batch's creation (§8.3); no file to delete.
-        results_kept=ResultsKept(timedelta(days=29), CountedFrom.CREATION),
+        results_kept=base.ResultsKept(timedelta(days=29), base.CountedFrom.CREATION),
     )
 
     def __init__(self, *, client: httpx.Client, results_hosts: Iterable[str] = ()):
@@ -225,18 +208,18 @@ class AnthropicBatchProvider(HttpBatchProvider):
         client = provider_client(config, headers=headers)
         return cls(client=client, results_hosts=config.get("results_hosts", ()))
 
-    def request_bytes(self, request: InferenceRequest) -> int:
+    def request_bytes(self, request: base.InferenceRequest) -> int:
         # Its JSON inside the `requests` array, and the comma after it.
         return len(json.dumps(batch_request(request), ensure_ascii=False).encode("utf-8")) + 1
 
-    def submit(self, *, requests: list[InferenceRequest], intent_key: str, metadata: dict) -> str:
+    def submit(self, *, requests: list[base.InferenceRequest], intent_key: str, metadata: dict) -> str:
         # Anthropic keeps no metadata on a batch: the intent key stays with us (find_units).
         body = {"requests": [batch_request(request) for request in requests]}
         response = self._call("POST", BATCHES, json=body, answer_may_be_lost=True)
         batch_id = self._json(response, answer_may_be_lost=True).get("id")
         if not isinstance(batch_id, str) or not batch_id:
             # Created or not, we cannot tell which batch: reconcile as if the answer were lost.
-            raise AnswerLost(f"POST {BATCHES} answered without a batch id", secrets=self.secrets)
+            raise base.AnswerLost(f"POST {BATCHES} answered without a batch id", secrets=self.secrets)
         return batch_id
 
     def find_units(self, *, intent_key: str, sent_at: datetime, request_count: int) -> list[str]:
@@ -252,47 +235,47 @@ class AnthropicBatchProvider(HttpBatchProvider):
             data = page.get("data") if isinstance(page.get("data"), list) else []
             batches = [batch for batch in data if isinstance(batch, dict)]
             for batch in batches:
-                created = parse_time(batch.get("created_at"))
+                created = base.parse_time(batch.get("created_at"))
                 if created is not None and earliest <= created <= latest and isinstance(batch.get("id"), str):
                     if request_total(batch) == request_count:
                         found.append(batch["id"])
             # Newest first: once a page reaches before the window, the rest is older still.
-            oldest = parse_time(batches[-1].get("created_at")) if batches else None
+            oldest = base.parse_time(batches[-1].get("created_at")) if batches else None
             if not page.get("has_more") or not batches or (oldest is not None and oldest < earliest):
                 return list(reversed(found))
             after_id = page.get("last_id") or batches[-1].get("id")
             if not isinstance(after_id, str) or not after_id:
-                raise ProviderError(f"GET {BATCHES} says it has more but gives no id to go on from")
+                raise base.ProviderError(f"GET {BATCHES} says it has more but gives no id to go on from")
 
-    def status(self, provider_ref: str) -> UnitStatus:
+    def status(self, provider_ref: str) -> base.UnitStatus:
         batch = self._json(self._call("GET", f"{BATCHES}/{provider_ref}"))
         counts = batch.get("request_counts")
         word = batch.get("processing_status") if isinstance(batch.get("processing_status"), str) else ""
         problem = ""
         if batch.get("archived_at"):
             problem = f"results archived at {batch['archived_at']}: no longer available"
-        return UnitStatus(
+        return base.UnitStatus(
             provider_status=word,
             ended=word == "ended",
             # A batch Anthropic refuses is refused at create (400); once it exists it runs.
             refused=False,
-            counts=UnitCounts(
+            counts=base.UnitCounts(
                 total=request_total(batch),
-                succeeded=token_count(counts.get("succeeded")),
-                failed=sum(token_count(counts.get(name)) for name in ("errored", "canceled", "expired")),
+                succeeded=base.token_count(counts.get("succeeded")),
+                failed=sum(base.token_count(counts.get(name)) for name in ("errored", "canceled", "expired")),
             )
             if isinstance(counts, dict)
             else None,
             problem=problem,
-            ended_at=parse_time(batch.get("ended_at")),
+            ended_at=base.parse_time(batch.get("ended_at")),
         )
 
-    def ended_results(self, provider_ref: str) -> Results:
+    def ended_results(self, provider_ref: str) -> base.Results:
         batch = self._json(self._call("GET", f"{BATCHES}/{provider_ref}"))
         # Read from the batch, never built: the address is Anthropic's to change (and absolute).
         results_url = batch.get("results_url")
         if not results_url or not isinstance(results_url, str):
-            raise ProviderError(
+            raise base.ProviderError(
                 f"batch {provider_ref} has no results_url yet ({batch.get('processing_status')})"
             )
         self._check_same_origin(provider_ref, results_url)

@@ -51,21 +51,7 @@ import httpx
 from ..drafts.schema_dialects import Dialect, sent_schema
 from ..drafts.scrubbing import scrub_credentials, stored_text
 from ..states import ReasonCode
-from .base import (
-    AnswerLost,
-    Capabilities,
-    Delivery,
-    Finding,
-    InferenceRequest,
-    NotSent,
-    ProviderError,
-    ResultLine,
-    Results,
-    UnitCounts,
-    UnitStatus,
-    UnreadableLine,
-    token_count,
-)
+from . import base
 from .http import PARSE_ERRORS, HttpBatchProvider, configured_key, parse_failure, provider_client
 from .model_names import check_model_name
 
@@ -108,7 +94,7 @@ RESPONSE_ERRORS = {
 }
 
 
-def queued_request(request: InferenceRequest) -> dict:
+def queued_request(request: base.InferenceRequest) -> dict:
     """One entry of a unit's `requests`: Workers AI's text-generation input and our custom_id."""
     entry = {
         "messages": [
@@ -160,7 +146,7 @@ def apportion(total: int, weights: dict[str, int]) -> dict[str, int]:
 
 
 def tokens(usage: dict, name: str) -> int:
-    return token_count(usage.get(name))
+    return base.token_count(usage.get(name))
 
 
 def response_text(result: object) -> str | None:
@@ -191,15 +177,15 @@ def response_failure(
 class CloudflareBatchProvider(HttpBatchProvider):
     name = "cloudflare"
     schema_dialect = SCHEMA_DIALECT
-    capabilities = Capabilities(
-        finding=Finding.NOT_AT_ALL,  # nothing lists queued requests
+    capabilities = base.Capabilities(
+        finding=base.Finding.NOT_AT_ALL,  # nothing lists queued requests
         can_cancel=False,
         # Cloudflare states no count, only the payload limit. 1,000 keeps one poll answer (all the
         # responses at once, inline) a few megabytes, and bounds what an operator must weigh
         # when a create answer is lost and the unit cannot be looked for.
         max_requests=1_000,
         max_bytes=PAYLOAD_LIMIT - len(ENVELOPE),
-        delivery=Delivery.INLINE,
+        delivery=base.Delivery.INLINE,
         usage_per_request=False,
     )
 
@@ -215,14 +201,14 @@ class CloudflareBatchProvider(HttpBatchProvider):
         client = provider_client(config, headers={"Authorization": f"Bearer {configured_key(config)}"})
         return cls(client=client, account_id=os.environ.get(config["account_id_env"]) or "")
 
-    def request_bytes(self, request: InferenceRequest) -> int:
+    def request_bytes(self, request: base.InferenceRequest) -> int:
         # Its JSON inside the `requests` array, and the comma after it; `max_bytes` leaves room
         # for the envelope around the array.
         return len(encode(queued_request(request))) + 1
 
     def _path(self, model: str) -> str:
         if not self.account_id:
-            raise NotSent("no Cloudflare account id: set the variable the settings name")
+            raise base.NotSent("no Cloudflare account id: set the variable the settings name")
         check_model_name("cloudflare", model)
         # `@cf/<author>/<model>` is a path under /ai/run/ (the API takes its slashes as they are):
         # each of its three segments is quoted on its own.
@@ -253,21 +239,23 @@ class CloudflareBatchProvider(HttpBatchProvider):
             problem = (
                 f"POST {response.request.url.path} answered {response.status_code} without a result: {said}"
             )
-            raise (AnswerLost if answer_may_be_lost else ProviderError)(problem, secrets=self.secrets)
+            raise (base.AnswerLost if answer_may_be_lost else base.ProviderError)(
+                problem, secrets=self.secrets
+            )
         return result
 
-    def submit(self, *, requests: list[InferenceRequest], intent_key: str, metadata: dict) -> str:
+    def submit(self, *, requests: list[base.InferenceRequest], intent_key: str, metadata: dict) -> str:
         # A queued request carries no metadata: the intent key stays with the ledger.
         models = {request.model for request in requests}
         if len(models) != 1:
-            raise ProviderError(f"one model per Cloudflare unit, got {sorted(models)}", status=400)
+            raise base.ProviderError(f"one model per Cloudflare unit, got {sorted(models)}", status=400)
         model = models.pop()
         body = encode({"requests": [queued_request(request) for request in requests]})
         result = self._queue(model, body, answer_may_be_lost=True)
         request_id = result.get("request_id")
         if not isinstance(request_id, str) or not request_id:
             # Queued or not, we cannot tell which request is ours: as if the answer were lost.
-            raise AnswerLost(f"the queue answered without a request_id: {str(result)[:200]}")
+            raise base.AnswerLost(f"the queue answered without a request_id: {str(result)[:200]}")
         return provider_ref(model, request_id)
 
     def find_units(self, *, intent_key: str, sent_at: datetime, request_count: int) -> list[str]:
@@ -278,10 +266,10 @@ class CloudflareBatchProvider(HttpBatchProvider):
         try:
             model, request_id = split_ref(provider_ref)
         except ValueError as exc:
-            raise ProviderError(str(exc), status=400) from exc
+            raise base.ProviderError(str(exc), status=400) from exc
         return self._queue(model, encode({"request_id": request_id}))
 
-    def status(self, provider_ref: str) -> UnitStatus:
+    def status(self, provider_ref: str) -> base.UnitStatus:
         result = self._poll(provider_ref)
         if isinstance(result.get("responses"), list):
             # Kept for `results` (the ledger collects with this same adapter): Cloudflare may
@@ -295,10 +283,10 @@ class CloudflareBatchProvider(HttpBatchProvider):
             ]
             succeeded = {r["external_reference"] for r in responses if r.get("success") is True}
             everyone = {r["external_reference"] for r in responses}
-            return UnitStatus(
+            return base.UnitStatus(
                 provider_status=DONE_STATUS,
                 ended=True,
-                counts=UnitCounts(
+                counts=base.UnitCounts(
                     total=len(everyone), succeeded=len(succeeded), failed=len(everyone - succeeded)
                 ),
             )
@@ -306,7 +294,7 @@ class CloudflareBatchProvider(HttpBatchProvider):
         if word in REFUSED_STATUSES:
             errors = result.get("errors") if isinstance(result.get("errors"), list) else []
             problem = "; ".join(f"{e.get('code')}: {e.get('message')}" for e in errors if isinstance(e, dict))
-            return UnitStatus(
+            return base.UnitStatus(
                 provider_status=word,
                 ended=True,
                 refused=True,
@@ -315,19 +303,19 @@ class CloudflareBatchProvider(HttpBatchProvider):
                 ),
             )
         # `queued`, `running`, or a word nobody documented: keep polling, show the word.
-        return UnitStatus(provider_status=word[:32] or "unknown", ended=False)
+        return base.UnitStatus(provider_status=word[:32] or "unknown", ended=False)
 
-    def ended_results(self, provider_ref: str) -> Results:
+    def ended_results(self, provider_ref: str) -> base.Results:
         result = self._finished.get(provider_ref) or self._poll(provider_ref)
         responses = result.get("responses")
         if not isinstance(responses, list):
-            raise ProviderError(f"unit {provider_ref} has no responses yet ({result.get('status')})")
+            raise base.ProviderError(f"unit {provider_ref} has no responses yet ({result.get('status')})")
         usage = result.get("usage") if isinstance(result.get("usage"), dict) else {}
         # `skip` is not applied: the shares are computed over every response, so a re-collection
         # gives the same numbers, and the ledger ignores lines it has recorded.
         yield from self.read_responses(responses, usage)
 
-    def read_responses(self, responses: list, usage: dict) -> Results:
+    def read_responses(self, responses: list, usage: dict) -> base.Results:
         """Each response as a line, with its share of `usage` (the module's rule)."""
         readable: dict[str, tuple[dict, str | None]] = {}  # custom_id: (response, its text)
         for response in responses:
@@ -347,7 +335,7 @@ class CloudflareBatchProvider(HttpBatchProvider):
             reference = response.get("external_reference") if isinstance(response, dict) else None
             if not isinstance(reference, str) or not reference:
                 text = scrub_credentials(json.dumps(response, ensure_ascii=False), self.secrets)[:500]
-                yield UnreadableLine(number, text, "no external_reference: it cannot be matched")
+                yield base.UnreadableLine(number, text, "no external_reference: it cannot be matched")
                 continue
             share_in, share_out = input_shares.get(reference, 0), output_shares.get(reference, 0)
             line_usage = {
@@ -367,13 +355,13 @@ class CloudflareBatchProvider(HttpBatchProvider):
 
     def _line(
         self, number: int, custom_id: str, response: dict, usage: dict, input_tokens: int, output_tokens: int
-    ) -> ResultLine:
+    ) -> base.ResultLine:
         counted = {"usage": usage, "input_tokens": input_tokens, "output_tokens": output_tokens}
         if response.get("success") is True:
             text = response_text(response.get("result"))
             if text is None:
                 # Paid for but unusable: a permanent failure of that request, never an automatic re-send.
-                return ResultLine(
+                return base.ResultLine(
                     custom_id=custom_id,
                     succeeded=False,
                     apportioned=True,
@@ -382,9 +370,11 @@ class CloudflareBatchProvider(HttpBatchProvider):
                     reason=ReasonCode.UNREADABLE_RESULT,
                     **counted,
                 )
-            return ResultLine(custom_id=custom_id, succeeded=True, content=text, apportioned=True, **counted)
+            return base.ResultLine(
+                custom_id=custom_id, succeeded=True, content=text, apportioned=True, **counted
+            )
         code, message, reason, transient, status = response_failure(response, secrets=self.secrets)
-        return ResultLine(
+        return base.ResultLine(
             custom_id=custom_id,
             succeeded=False,
             apportioned=True,

@@ -33,22 +33,7 @@ from ..drafts.schema_dialects import Dialect, sent_schema
 from ..drafts.scrubbing import scrub_credentials, stored_text
 from ..retrying import retry_after_seconds
 from ..states import ReasonCode
-from .base import (
-    AnswerLost,
-    Capabilities,
-    CountedFrom,
-    Delivery,
-    Finding,
-    InferenceRequest,
-    ProviderError,
-    ResultLine,
-    Results,
-    ResultsKept,
-    UnitCounts,
-    UnitStatus,
-    UnreadableLine,
-    parse_time,
-)
+from . import base
 from .gemini_results import (
     inlined_responses,
     parse_file_line,
@@ -98,7 +83,7 @@ def model_path(model: str) -> str:
     return f"/{collection}/{quote(name, safe='')}"
 
 
-def inline_request(request: InferenceRequest) -> dict:
+def inline_request(request: base.InferenceRequest) -> dict:
     """One entry of `inputConfig.requests.requests`. A JSON schema goes in `responseJsonSchema`
     (the SDK's `response_json_schema`: JSON Schema as is), not `responseSchema` (Google's
     OpenAPI subset, which would need translating)."""
@@ -115,7 +100,7 @@ def inline_request(request: InferenceRequest) -> dict:
     return {"request": body, "metadata": {"key": request.custom_id}}
 
 
-def file_line(request: InferenceRequest) -> bytes:
+def file_line(request: base.InferenceRequest) -> bytes:
     """One line of an input file: `{"key": custom_id, "request": GenerateContentRequest}` and its
     newline, in the compact form the inline entry has (so it is never the larger of the two)."""
     entry = inline_request(request)
@@ -126,19 +111,19 @@ def file_line(request: InferenceRequest) -> bytes:
 class GeminiBatchProvider(HttpBatchProvider):
     name = "gemini"
     schema_dialect = SCHEMA_DIALECT
-    capabilities = Capabilities(
-        finding=Finding.BY_KEY,  # the intent key is the batch's `displayName`, found by listing
+    capabilities = base.Capabilities(
+        finding=base.Finding.BY_KEY,  # the intent key is the batch's `displayName`, found by listing
         can_cancel=True,
         # A unit too large to go inline goes in a file (see INLINE_* and FILE_* above).
         max_requests=FILE_MAX_REQUESTS,
         # Counted as inline entries, which are never smaller than the file's lines.
         max_bytes=FILE_MAX_BYTES,
-        delivery=Delivery.INLINE_OR_FILE,
+        delivery=base.Delivery.INLINE_OR_FILE,
         usage_per_request=True,
         # The Files API keeps a file 48 hours: a responses file from its writing at the batch's end.
         # Inline results are said to stay "six weeks" (unconfirmed): every unit is held to the
         # responses file's 48 hours, the shorter.
-        results_kept=ResultsKept(timedelta(hours=48), CountedFrom.END),
+        results_kept=base.ResultsKept(timedelta(hours=48), base.CountedFrom.END),
         deletes_files=True,
     )
 
@@ -167,7 +152,7 @@ class GeminiBatchProvider(HttpBatchProvider):
             inline_max_bytes=min(INLINE_MAX_BYTES, config.get("inline_max_bytes", INLINE_MAX_BYTES)),
         )
 
-    def request_bytes(self, request: InferenceRequest) -> int:
+    def request_bytes(self, request: base.InferenceRequest) -> int:
         # The entry and the comma after it, in the compact form `submit` sends inline (a line of
         # a file, with its newline, is shorter: it counts within the file's limit too).
         return (
@@ -178,8 +163,8 @@ class GeminiBatchProvider(HttpBatchProvider):
     def _service_url(self, kind: str, path: str) -> str:
         """An address beside the API's: `/upload/v1beta/…` or `/download/v1beta/…` for a base URL
         ending `/v1beta` (the version is the base URL's last segment)."""
-        base = str(self.client.base_url).rstrip("/")
-        root, _, version = base.rpartition("/")
+        base_url = str(self.client.base_url).rstrip("/")
+        root, _, version = base_url.rpartition("/")
         return f"{root}/{kind}/{version}/{path.lstrip('/')}"
 
     @staticmethod
@@ -199,7 +184,7 @@ class GeminiBatchProvider(HttpBatchProvider):
                 return retry_after_seconds(match.group(1))
         return None
 
-    def goes_inline(self, requests: list[InferenceRequest], intent_key: str) -> bool:
+    def goes_inline(self, requests: list[base.InferenceRequest], intent_key: str) -> bool:
         """Whether this unit is sent inline: within the inline request count and, as sent, the
         inline byte limit. Otherwise it is sent as a file."""
         if len(requests) > self.inline_max_requests:
@@ -212,13 +197,13 @@ class GeminiBatchProvider(HttpBatchProvider):
                 return False
         return True
 
-    def submit(self, *, requests: list[InferenceRequest], intent_key: str, metadata: dict) -> str:
+    def submit(self, *, requests: list[base.InferenceRequest], intent_key: str, metadata: dict) -> str:
         """Gemini batches carry no metadata but their display name: the intent key goes there,
         and `metadata` is not sent. A unit that does not go inline is uploaded as a JSONL file
         first; the batch is created from it."""
         models = {model_name(request.model) for request in requests}
         if len(models) != 1:
-            raise ProviderError(f"one model per Gemini batch, got {sorted(models)}", status=400)
+            raise base.ProviderError(f"one model per Gemini batch, got {sorted(models)}", status=400)
         check_model_name("gemini", next(iter(models)))  # before any upload: the key goes with it
         if self.goes_inline(requests, intent_key):
             input_config: dict = {"requests": {"requests": [inline_request(r) for r in requests]}}
@@ -236,10 +221,10 @@ class GeminiBatchProvider(HttpBatchProvider):
         name = operation.get("name")
         if not isinstance(name, str) or not name.startswith("batches/"):
             # Created, but we cannot tell which batch it is: reconcile as if the answer were lost.
-            raise AnswerLost(f"POST {path} answered without a batch name", secrets=self.secrets)
+            raise base.AnswerLost(f"POST {path} answered without a batch name", secrets=self.secrets)
         return name
 
-    def _upload(self, requests: list[InferenceRequest], intent_key: str) -> str:
+    def _upload(self, requests: list[base.InferenceRequest], intent_key: str) -> str:
         """Upload the unit as a JSONL file (the Files API's resumable upload, in one piece); its
         name, `files/…`. No batch exists yet: a failure here is an ordinary ProviderError, and a
         file left behind by one expires by itself (48 hours)."""
@@ -259,12 +244,12 @@ class GeminiBatchProvider(HttpBatchProvider):
         )
         upload_url = start.headers.get("x-goog-upload-url")
         if not upload_url:
-            raise ProviderError(
+            raise base.ProviderError(
                 "POST /upload/…/files answered without an X-Goog-Upload-URL", secrets=self.secrets
             )
         # Only ever to the API's own scheme and host (as the SDK does): our key goes nowhere else.
-        base = urlsplit(str(self.client.base_url))
-        upload_url = urlunsplit(urlsplit(upload_url)._replace(scheme=base.scheme, netloc=base.netloc))
+        api = urlsplit(str(self.client.base_url))
+        upload_url = urlunsplit(urlsplit(upload_url)._replace(scheme=api.scheme, netloc=api.netloc))
         done = self._call(
             "POST",
             upload_url,
@@ -279,7 +264,7 @@ class GeminiBatchProvider(HttpBatchProvider):
         uploaded = self._json(done).get("file")
         name = uploaded.get("name") if isinstance(uploaded, dict) else None
         if status.lower() != "final" or not isinstance(name, str) or not name.startswith("files/"):
-            raise ProviderError(
+            raise base.ProviderError(
                 f"the upload of {len(requests)} requests did not end with a file "
                 f"(X-Goog-Upload-Status {status or 'missing'})",
                 secrets=self.secrets,
@@ -306,7 +291,7 @@ class GeminiBatchProvider(HttpBatchProvider):
                 # in UTC sorts as text).
                 return [name for _, name in sorted(found)]
 
-    def status(self, provider_ref: str) -> UnitStatus:
+    def status(self, provider_ref: str) -> base.UnitStatus:
         operation = self._json(self._call("GET", f"/{provider_ref}"))
         word = state_word(operation)
         suffix = word.rsplit("_STATE_", 1)[-1]
@@ -318,11 +303,11 @@ class GeminiBatchProvider(HttpBatchProvider):
         problem = str(error.get("message") or "")
         if suffix == "EXPIRED" and not problem:
             problem = "the batch expired before it finished (48 hours): no results"
-        return UnitStatus(
+        return base.UnitStatus(
             provider_status=word or ("done" if ended else "unknown"),
             ended=ended,
             refused=suffix == "FAILED" and not has_results,
-            counts=UnitCounts(
+            counts=base.UnitCounts(
                 total=proto_int(stats.get("requestCount")),
                 succeeded=proto_int(stats.get("successfulRequestCount")),
                 failed=proto_int(stats.get("failedRequestCount")),
@@ -332,7 +317,7 @@ class GeminiBatchProvider(HttpBatchProvider):
             problem=stored_text(scrub_credentials(problem, self.secrets)),
             # An expired batch has no results at all; its requests are retried (transient).
             unanswered_reason=ReasonCode.BATCH_EXPIRED if suffix == "EXPIRED" else "",
-            ended_at=parse_time(metadata.get("endTime")) if ended else None,
+            ended_at=base.parse_time(metadata.get("endTime")) if ended else None,
         )
 
     def delete_files(self, provider_ref: str) -> list[str]:
@@ -346,14 +331,14 @@ class GeminiBatchProvider(HttpBatchProvider):
                 continue  # an inline unit has no file; a name of another shape is not ours to call
             try:
                 self._call("DELETE", f"/{name}")
-            except ProviderError as exc:
+            except base.ProviderError as exc:
                 # Google answers 403 ("may not exist") or 404 for a file already gone.
                 if exc.status not in (403, 404):
                     raise
             gone.append(name)
         return gone
 
-    def ended_results(self, provider_ref: str) -> Results:
+    def ended_results(self, provider_ref: str) -> base.Results:
         operation = self._json(self._call("GET", f"/{provider_ref}"))
         entries = inlined_responses(operation)
         file_name = responses_file(operation) if not entries else ""
@@ -366,7 +351,7 @@ class GeminiBatchProvider(HttpBatchProvider):
         if not entries and suffix not in NO_RESULT_STATES:
             # Finished (or said to be) with no answer at all: the ledger would record every
             # request missing and send again work that succeeded. Not yet readable: ask again.
-            raise ProviderError(
+            raise base.ProviderError(
                 f"batch {provider_ref} ({state_word(operation) or 'no state'}) gave no responses",
                 secrets=self.secrets,
             )
@@ -375,12 +360,12 @@ class GeminiBatchProvider(HttpBatchProvider):
         for number, entry in enumerate(entries or [], start=1):
             yield parse_inlined(number, entry, secrets=self.secrets)
 
-    def _anonymous(self, provider_ref: str, count: int) -> ProviderError:
+    def _anonymous(self, provider_ref: str, count: int) -> base.ProviderError:
         # Users report the service answering inline requests without their metadata (a file's
         # lines without their key would be the same). Every answer is then anonymous: matching by position would be a guess (responses are
         # reported out of order too), and recording the requests as missing would send again,
         # and pay again for, work that was done. The unit waits, saying why, for an operator.
-        return ProviderError(
+        return base.ProviderError(
             f"batch {provider_ref} answered {count} responses, none naming its request "
             "(no metadata.key or key): they are never matched by position, and their requests are "
             "not sent again (they ran, and were paid for). Nothing is recorded until the answers "
@@ -388,7 +373,9 @@ class GeminiBatchProvider(HttpBatchProvider):
             secrets=self.secrets,
         )
 
-    def _file_results(self, provider_ref: str, file_name: str, *, ended_without_results: bool) -> Results:
+    def _file_results(
+        self, provider_ref: str, file_name: str, *, ended_without_results: bool
+    ) -> base.Results:
         """The lines of a responses file, streamed as they download. A download cut short is a
         ProviderError after the lines already read (the ledger records them; the next try reads
         the file again and skips what is recorded). Lines naming no request are unreadable, as
@@ -396,17 +383,17 @@ class GeminiBatchProvider(HttpBatchProvider):
         for an operator, as an inline batch does (the keyless lines are held back until a line
         with a key shows the file is not all anonymous)."""
         if not FILE_NAME.fullmatch(file_name):
-            raise ProviderError(
+            raise base.ProviderError(
                 f"batch {provider_ref} names a responses file BatchDesk cannot ask for: {file_name[:200]}",
                 secrets=self.secrets,
             )
         url = self._service_url("download", f"{file_name}:download") + "?alt=media"
-        held: list[UnreadableLine] = []
+        held: list[base.UnreadableLine] = []
         keyed = False
         for line in self._stream_results(url, what=file_name, parse=parse_file_line):
             if keyed:
                 yield line
-            elif isinstance(line, ResultLine):
+            elif isinstance(line, base.ResultLine):
                 keyed = True
                 yield from held
                 held.clear()
@@ -417,17 +404,17 @@ class GeminiBatchProvider(HttpBatchProvider):
             raise self._anonymous(provider_ref, len(held))
         if not keyed and not ended_without_results:
             # An empty file for a batch that ran: as with no inline responses, ask again.
-            raise ProviderError(f"batch {provider_ref} gave an empty {file_name}", secrets=self.secrets)
+            raise base.ProviderError(f"batch {provider_ref} gave an empty {file_name}", secrets=self.secrets)
 
     def cancel(self, provider_ref: str) -> str:
         try:
             self._call("POST", f"/{provider_ref}:cancel")
-        except ProviderError as exc:
+        except base.ProviderError as exc:
             # Already ended (Google: FAILED_PRECONDITION): nothing left to stop; say how it ended.
             if exc.status != 400 or "FAILED_PRECONDITION" not in str(exc):
                 raise
         # The cancel answers `{}`; the batch says what it is now.
         try:
             return self.status(provider_ref).provider_status
-        except ProviderError:
+        except base.ProviderError:
             return ""

@@ -9,24 +9,7 @@ from ..drafts.schema_dialects import Dialect, sent_schema
 from ..drafts.scrubbing import scrub_credentials, stored_text
 from ..models import compact_json
 from ..states import ReasonCode
-from .base import (
-    AnswerLost,
-    Capabilities,
-    CountedFrom,
-    Delivery,
-    Finding,
-    InferenceRequest,
-    ProviderError,
-    ResultLine,
-    Results,
-    ResultsKept,
-    UnitCounts,
-    UnitStatus,
-    UnreadableLine,
-    classify_http_status,
-    refused_by_model,
-    token_count,
-)
+from . import base
 from .http import HttpBatchProvider, configured_key, provider_client, read_jsonl_result, unreadable_result
 
 ENDPOINT = "/v1/chat/completions"
@@ -50,7 +33,7 @@ LINE_ERRORS = {
 }
 
 
-def chat_body(request: InferenceRequest, *, max_tokens_key: str, dialect: str) -> dict:
+def chat_body(request: base.InferenceRequest, *, max_tokens_key: str, dialect: str) -> dict:
     """`request` as a chat-completions body: its system and user messages, its output-token limit
     under `max_tokens_key`, and its output schema, if any, as a `response_format` in `dialect`."""
     body = {
@@ -66,7 +49,7 @@ def chat_body(request: InferenceRequest, *, max_tokens_key: str, dialect: str) -
     return body
 
 
-def request_line(request: InferenceRequest) -> dict:
+def request_line(request: base.InferenceRequest) -> dict:
     body = chat_body(request, max_tokens_key="max_completion_tokens", dialect=SCHEMA_DIALECT)
     return {"custom_id": request.custom_id, "method": "POST", "url": ENDPOINT, "body": body}
 
@@ -81,7 +64,7 @@ def response_format(schema: dict, dialect: str) -> dict:
     return {"type": "json_schema", "json_schema": json_schema}
 
 
-def request_json(request: InferenceRequest) -> bytes:
+def request_json(request: base.InferenceRequest) -> bytes:
     """One request's line of the input file (UTF-8, no newline): a unit's thousands of lines are
     each written twice (sized, then sent)."""
     return compact_json(request_line(request)).encode()
@@ -93,7 +76,7 @@ FILTERED = {"content_filter"}
 
 def read_completion(
     custom_id: str, completion: dict, *, http_status: int | None, secrets: Iterable[str] = ()
-) -> ResultLine | None:
+) -> base.ResultLine | None:
     """A chat completion's first choice in the ledger's words (reference/providers.md §5, §8.1):
     a draft, cut off when `finish_reason` is `length`; or the model's refusal (`message.refusal`,
     content null) or the content filter's (`finish_reason: content_filter`), with their words.
@@ -103,8 +86,8 @@ def read_completion(
     usage = completion.get("usage") if isinstance(completion.get("usage"), dict) else {}
     counted = {
         "usage": usage,
-        "input_tokens": token_count(usage.get("prompt_tokens")),
-        "output_tokens": token_count(usage.get("completion_tokens")),
+        "input_tokens": base.token_count(usage.get("prompt_tokens")),
+        "output_tokens": base.token_count(usage.get("completion_tokens")),
         "http_status": http_status,
     }
     content = message.get("content")
@@ -112,25 +95,25 @@ def read_completion(
     refusal = message.get("refusal")
     finish = choice.get("finish_reason")
     if isinstance(refusal, str) and refusal:
-        return refused_by_model(custom_id, said="refusal", words=refusal, secrets=secrets, **counted)
+        return base.refused_by_model(custom_id, said="refusal", words=refusal, secrets=secrets, **counted)
     if not isinstance(content, str):
         return None
     if finish in FILTERED:
-        return refused_by_model(custom_id, said=finish, words=content, secrets=secrets, **counted)
-    return ResultLine(
+        return base.refused_by_model(custom_id, said=finish, words=content, secrets=secrets, **counted)
+    return base.ResultLine(
         custom_id=custom_id, succeeded=True, content=content, truncated=finish == "length", **counted
     )
 
 
 def parse_result_line(
     line_number: int, text: str, *, secrets: Iterable[str] = ()
-) -> ResultLine | UnreadableLine:
+) -> base.ResultLine | base.UnreadableLine:
     """One line of a results file. What is kept of a line that failed (its error, or the text of
     an unreadable line) is scrubbed of credentials; a draft is the model's text and kept whole."""
     return read_jsonl_result(line_number, text, _parse_line, secrets=secrets)
 
 
-def _parse_line(line_number: int, line: dict, *, secrets: Iterable[str]) -> ResultLine:
+def _parse_line(line_number: int, line: dict, *, secrets: Iterable[str]) -> base.ResultLine:
     custom_id = line["custom_id"]
     response = line.get("response") if isinstance(line.get("response"), dict) else {}
     error = line.get("error")
@@ -152,7 +135,7 @@ def _parse_line(line_number: int, line: dict, *, secrets: Iterable[str]) -> Resu
     if isinstance(error, dict):
         code = str(error.get("code") or "error")
         reason, transient = LINE_ERRORS.get(code, (ReasonCode.MODEL_FAILED, False))
-        return ResultLine(
+        return base.ResultLine(
             custom_id=custom_id,
             succeeded=False,
             error_code=code,
@@ -164,10 +147,10 @@ def _parse_line(line_number: int, line: dict, *, secrets: Iterable[str]) -> Resu
     envelope = envelope if isinstance(envelope, dict) else {}
     code = str(envelope.get("code") or envelope.get("type") or f"http_{status_code}")
     status = status_code if isinstance(status_code, int) else None
-    reason, transient = classify_http_status(status)
+    reason, transient = base.classify_http_status(status)
     if code in LINE_ERRORS and code != "invalid_request_error":
         reason, transient = LINE_ERRORS[code]
-    return ResultLine(
+    return base.ResultLine(
         custom_id=custom_id,
         succeeded=False,
         http_status=status,
@@ -188,15 +171,15 @@ def unix_time(value: object) -> datetime | None:
 class OpenAIBatchProvider(HttpBatchProvider):
     name = "openai"
     schema_dialect = SCHEMA_DIALECT
-    capabilities = Capabilities(
-        finding=Finding.BY_KEY,  # `metadata.batchdesk_intent`
+    capabilities = base.Capabilities(
+        finding=base.Finding.BY_KEY,  # `metadata.batchdesk_intent`
         can_cancel=True,
         max_requests=50_000,
         max_bytes=200 * 1024 * 1024,
-        delivery=Delivery.FILE,
+        delivery=base.Delivery.FILE,
         # Output and error files expire 30 days after they are written, at the batch's end, unless
         # `output_expires_after` says otherwise (never sent); `DELETE /files/{id}` deletes one.
-        results_kept=ResultsKept(timedelta(days=30), CountedFrom.END),
+        results_kept=base.ResultsKept(timedelta(days=30), base.CountedFrom.END),
         deletes_files=True,
     )
 
@@ -207,10 +190,10 @@ class OpenAIBatchProvider(HttpBatchProvider):
         client = provider_client(config, headers={"Authorization": f"Bearer {api_key}"})
         return cls(client=client)
 
-    def request_bytes(self, request: InferenceRequest) -> int:
+    def request_bytes(self, request: base.InferenceRequest) -> int:
         return len(request_json(request)) + 1
 
-    def submit(self, *, requests: list[InferenceRequest], intent_key: str, metadata: dict) -> str:
+    def submit(self, *, requests: list[base.InferenceRequest], intent_key: str, metadata: dict) -> str:
         payload = b"".join(request_json(r) + b"\n" for r in requests)
         # Uploading twice is harmless (an unused file); creating a batch twice is not.
         upload = self._json(
@@ -224,7 +207,7 @@ class OpenAIBatchProvider(HttpBatchProvider):
         file_id = upload.get("id")
         if not isinstance(file_id, str) or not file_id:
             # Nothing is created yet: an unused file at most, so the upload may simply be tried again.
-            raise ProviderError("POST /files answered without a file id", secrets=self.secrets)
+            raise base.ProviderError("POST /files answered without a file id", secrets=self.secrets)
         body = {
             "input_file_id": file_id,
             "endpoint": ENDPOINT,
@@ -238,7 +221,7 @@ class OpenAIBatchProvider(HttpBatchProvider):
         batch_id = self._json(response, answer_may_be_lost=True).get("id")
         if not isinstance(batch_id, str) or not batch_id:
             # Created or not, we cannot tell which batch: reconcile as if the answer were lost.
-            raise AnswerLost("POST /batches answered without a batch id", secrets=self.secrets)
+            raise base.AnswerLost("POST /batches answered without a batch id", secrets=self.secrets)
         return batch_id
 
     def find_units(
@@ -263,25 +246,25 @@ class OpenAIBatchProvider(HttpBatchProvider):
                 return list(reversed(found))
             after = batches[-1].get("id")
             if not isinstance(after, str) or not after:
-                raise ProviderError("GET /batches says it has more but gives no id to go on from")
+                raise base.ProviderError("GET /batches says it has more but gives no id to go on from")
 
-    def status(self, provider_ref: str) -> UnitStatus:
+    def status(self, provider_ref: str) -> base.UnitStatus:
         batch = self._json(self._call("GET", f"/batches/{provider_ref}"))
         errors = batch.get("errors") if isinstance(batch.get("errors"), dict) else {}
         errors = errors.get("data") if isinstance(errors.get("data"), list) else []
         errors = [error for error in errors if isinstance(error, dict)]
         counts = batch.get("request_counts")
         word = batch.get("status") if isinstance(batch.get("status"), str) else ""
-        return UnitStatus(
+        return base.UnitStatus(
             # A batch without a status word is shown as such and polled again.
             provider_status=word or "unknown",
             ended=word in ENDED_STATUSES,
             # `failed` with no file at all: the batch itself was refused (its input, a limit).
             refused=word == "failed" and not (batch.get("output_file_id") or batch.get("error_file_id")),
-            counts=UnitCounts(
-                total=token_count(counts.get("total")),
-                succeeded=token_count(counts.get("completed")),
-                failed=token_count(counts.get("failed")),
+            counts=base.UnitCounts(
+                total=base.token_count(counts.get("total")),
+                succeeded=base.token_count(counts.get("completed")),
+                failed=base.token_count(counts.get("failed")),
             )
             if isinstance(counts, dict)
             else None,
@@ -293,13 +276,13 @@ class OpenAIBatchProvider(HttpBatchProvider):
             ended_at=unix_time(batch.get(ENDED_STAMPS[word])) if word in ENDED_STAMPS else None,
         )
 
-    def ended_results(self, provider_ref: str) -> Results:
+    def ended_results(self, provider_ref: str) -> base.Results:
         batch = self._json(self._call("GET", f"/batches/{provider_ref}"))
         for file_ref in (batch.get("output_file_id"), batch.get("error_file_id")):
             if file_ref and isinstance(file_ref, str):
                 yield from self._stream_file(file_ref)
 
-    def _stream_file(self, file_ref: str) -> Results:
+    def _stream_file(self, file_ref: str) -> base.Results:
         path = f"/files/{file_ref}/content"
         return self._stream_results(path, what=path, parse=parse_result_line)
 
@@ -312,7 +295,7 @@ class OpenAIBatchProvider(HttpBatchProvider):
                 continue
             try:
                 self._call("DELETE", f"/files/{file_id}")
-            except ProviderError as exc:
+            except base.ProviderError as exc:
                 if exc.status != 404:  # a file already gone is what was asked for
                     raise
             gone.append(file_id)

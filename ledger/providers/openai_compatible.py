@@ -32,17 +32,7 @@ from ..drafts.schema_dialects import Dialect
 from ..drafts.scrubbing import scrub_credentials
 from ..retrying import requested_wait
 from ..states import ReasonCode
-from .base import (
-    Capabilities,
-    Delivery,
-    Finding,
-    InferenceRequest,
-    ProviderError,
-    ResultLine,
-    Results,
-    UnitStatus,
-    classify_http_status,
-)
+from . import base
 from .http import (
     NEVER_SENT,
     PARSE_ERRORS,
@@ -76,12 +66,12 @@ ROUND_PAUSE_BUDGET = 60.0
 KEY_REFUSED = (401, 403)
 
 
-def request_body(request: InferenceRequest, schema_dialect: str = Dialect.OPENAI_STRICT) -> dict:
+def request_body(request: base.InferenceRequest, schema_dialect: str = Dialect.OPENAI_STRICT) -> dict:
     # `max_tokens`, not `max_completion_tokens`: every compatible server reads it.
     return chat_body(request, max_tokens_key="max_tokens", dialect=schema_dialect)
 
 
-class SlowDown(ProviderError):
+class SlowDown(base.ProviderError):
     """The server asks us (429) to wait longer than a worker should: the unit is asked again
     `retry_after` seconds from now. None of its requests failed."""
 
@@ -163,9 +153,9 @@ class Pace:
 class CompatibleServerProvider(HttpBatchProvider):
     name = "openai_compatible"
     schema_dialect = Dialect.OPENAI_STRICT  # unless OPENAI_COMPATIBLE_SCHEMA says as_is
-    capabilities = Capabilities(
+    capabilities = base.Capabilities(
         # `submit` makes no call, so there is never a lost create answer to look for.
-        finding=Finding.NOT_AT_ALL,
+        finding=base.Finding.NOT_AT_ALL,
         # Nothing waits at the server between calls; requests are made only inside `results`.
         can_cancel=False,
         # One unit is collected by one worker task (300 s before it is killed). At 4 in flight
@@ -174,7 +164,7 @@ class CompatibleServerProvider(HttpBatchProvider):
         max_requests=200,
         # Requests are sent one by one: a unit has no payload of its own to limit.
         max_bytes=1 << 30,
-        delivery=Delivery.PER_REQUEST,
+        delivery=base.Delivery.PER_REQUEST,
     )
 
     def __init__(
@@ -200,10 +190,10 @@ class CompatibleServerProvider(HttpBatchProvider):
         client = provider_client(config, headers=headers, read_timeout=READ_TIMEOUT, limits=limits)
         return cls(client=client, concurrency=concurrency, schema_dialect=config["schema_dialect"])
 
-    def request_bytes(self, request: InferenceRequest) -> int:
+    def request_bytes(self, request: base.InferenceRequest) -> int:
         return len(json.dumps(request_body(request, self.schema_dialect), ensure_ascii=False).encode("utf-8"))
 
-    def submit(self, *, requests: list[InferenceRequest], intent_key: str, metadata: dict) -> str:
+    def submit(self, *, requests: list[base.InferenceRequest], intent_key: str, metadata: dict) -> str:
         """Name the unit; nothing is sent until `results`."""
         return f"{REF_PREFIX}{intent_key}"
 
@@ -212,16 +202,16 @@ class CompatibleServerProvider(HttpBatchProvider):
         # is made from the intent key alone.
         return [f"{REF_PREFIX}{intent_key}"]
 
-    def status(self, provider_ref: str) -> UnitStatus:
-        return UnitStatus(provider_status="ready", ended=True)
+    def status(self, provider_ref: str) -> base.UnitStatus:
+        return base.UnitStatus(provider_status="ready", ended=True)
 
     def cancel(self, provider_ref: str) -> str:
         """Nothing is queued at the server: a unit whose results are never asked for costs nothing."""
         return "ready"
 
     def results(
-        self, provider_ref: str, *, skip: Container[str] = (), requests: Iterable[InferenceRequest] = ()
-    ) -> Results:
+        self, provider_ref: str, *, skip: Container[str] = (), requests: Iterable[base.InferenceRequest] = ()
+    ) -> base.Results:
         """Ask the server for each request not in `skip`, as fast as the round's `Pace` allows and
         never more than `concurrency` at a time, and yield each answer as it arrives. What arrived
         is yielded before a round that ends early raises: a transient ProviderError if the server
@@ -231,9 +221,9 @@ class CompatibleServerProvider(HttpBatchProvider):
         # `skip` is read just before each request is sent, not once: a container that reads the
         # ledger keeps a request recorded meanwhile (by another worker) from being paid twice.
         pending = (r for r in requests if r.custom_id not in skip)
-        again: deque[InferenceRequest] = deque()  # answered 429: asked again before the others
+        again: deque[base.InferenceRequest] = deque()  # answered 429: asked again before the others
 
-        def next_request() -> InferenceRequest | None:
+        def next_request() -> base.InferenceRequest | None:
             while again:
                 request = again.popleft()
                 if request.custom_id not in skip:
@@ -243,7 +233,7 @@ class CompatibleServerProvider(HttpBatchProvider):
         pace = Pace(self.concurrency)
         stop = threading.Event()
         pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="compatible-server")
-        in_flight: dict[Future, InferenceRequest] = {}
+        in_flight: dict[Future, base.InferenceRequest] = {}
         ended: _Unreachable | _KeyRefused | None = None
         try:
             while True:
@@ -303,12 +293,14 @@ class CompatibleServerProvider(HttpBatchProvider):
                 yield from lines
                 yield from broken
             if ended is not None:
-                raise ProviderError(str(ended), status=getattr(ended, "status", None), secrets=self.secrets)
+                raise base.ProviderError(
+                    str(ended), status=getattr(ended, "status", None), secrets=self.secrets
+                )
         finally:
             stop.set()
             pool.shutdown(wait=False, cancel_futures=True)
 
-    def _ask(self, request: InferenceRequest, stop: threading.Event) -> ResultLine | None:
+    def _ask(self, request: base.InferenceRequest, stop: threading.Event) -> base.ResultLine | None:
         """One request. None: the round stopped before it was sent, so nothing is recorded and it
         is asked again next round. A 429 or a refused key is raised, never a line: neither says
         anything about this request."""
@@ -355,7 +347,7 @@ class CompatibleServerProvider(HttpBatchProvider):
             )
         return self._read(request, response)
 
-    def _read(self, request: InferenceRequest, response: httpx.Response) -> ResultLine:
+    def _read(self, request: base.InferenceRequest, response: httpx.Response) -> base.ResultLine:
         try:
             return self._read_answer(request, response)
         except PARSE_ERRORS as exc:
@@ -366,7 +358,7 @@ class CompatibleServerProvider(HttpBatchProvider):
                 secrets=self.secrets,
             )
 
-    def _read_answer(self, request: InferenceRequest, response: httpx.Response) -> ResultLine:
+    def _read_answer(self, request: base.InferenceRequest, response: httpx.Response) -> base.ResultLine:
         if response.status_code >= 400:
             return self._error_line(request, response)
         try:
@@ -392,9 +384,9 @@ class CompatibleServerProvider(HttpBatchProvider):
             )
         return line
 
-    def _error_line(self, request: InferenceRequest, response: httpx.Response) -> ResultLine:
+    def _error_line(self, request: base.InferenceRequest, response: httpx.Response) -> base.ResultLine:
         """An HTTP error, classified by its status; the server's own code and message are kept."""
-        reason, transient = classify_http_status(response.status_code)
+        reason, transient = base.classify_http_status(response.status_code)
         try:
             answer = response.json()
         except ValueError:
@@ -422,15 +414,15 @@ class CompatibleServerProvider(HttpBatchProvider):
 
     def _failure(
         self,
-        request: InferenceRequest,
+        request: base.InferenceRequest,
         reason: str,
         transient: bool,
         code: str,
         message: str,
         *,
         http_status: int | None = None,
-    ) -> ResultLine:
-        return ResultLine(
+    ) -> base.ResultLine:
+        return base.ResultLine(
             custom_id=request.custom_id,
             succeeded=False,
             http_status=http_status,

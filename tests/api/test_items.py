@@ -2,7 +2,7 @@
 
 import pytest
 
-from ledger.actions import change_state
+from ledger.actions.core import change_state
 from ledger.models import Approval, DestinationAttempt, Event, Item
 from ledger.states import ItemState
 from tests.api.conftest import assert_error
@@ -21,7 +21,7 @@ def queued(monkeypatch) -> list[tuple]:
     """Background work enqueued once a transaction commits, as (function name, *args)."""
     calls: list[tuple] = []
     monkeypatch.setattr(
-        "django_q.tasks.async_task", lambda func, *args, **kwargs: calls.append((func, *args))
+        "ledger.actions.core.async_task", lambda func, *args, **kwargs: calls.append((func, *args))
     )
     return calls
 

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from ledger import actions
+from ledger.actions.core import change_state
+from ledger.actions.job_states import refresh_job_state
 from ledger.states import ItemState, JobState
 from review.api import stream as job_stream
 from tests.api.conftest import ApiClient, assert_error, token_for
@@ -50,9 +51,9 @@ def test_the_stream_says_the_job_now_and_again_when_it_changes(as_owner):
         "items": 1,
     }
 
-    actions.change_state(item.pk, to=ItemState.RETURNED)
-    actions.change_state(item.pk, to=ItemState.AWAITING_REVIEW)
-    actions.refresh_job_state(job.pk)
+    change_state(item.pk, to=ItemState.RETURNED)
+    change_state(item.pk, to=ItemState.AWAITING_REVIEW)
+    refresh_job_state(job.pk)
     changed = data_of(next(stream))
     assert changed["counts"] == {ItemState.AWAITING_REVIEW: 1}
     assert changed["state"] == JobState.IN_REVIEW

@@ -6,7 +6,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
-from ledger.actions import cancel_job
+from ledger.actions.operating import cancel_job
 from ledger.models import Event, Job, JobNotification
 from ledger.tasks import send_notification
 from tests.api.conftest import assert_error

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from ledger.actions import approve_version, reject_version
+from ledger.actions.reviewing import approve_version, reject_version
 from ledger.models import Item, Job, Pilot, PilotProduct, Product
 from ledger.pilots.sample import PilotPlan, sample_products
 from tests.api.conftest import assert_error

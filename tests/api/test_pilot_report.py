@@ -5,7 +5,9 @@ from decimal import Decimal
 
 import pytest
 
-from ledger.actions import approve_version, change_state, create_job
+from ledger.actions.core import change_state
+from ledger.actions.jobs import create_job
+from ledger.actions.reviewing import approve_version
 from ledger.models import ExchangeRate, Job
 from ledger.pilots.sample import PilotPlan
 from ledger.states import ItemState

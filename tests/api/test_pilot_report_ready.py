@@ -5,7 +5,9 @@ import json
 
 import pytest
 
-from ledger.actions import approve_version, create_job, refresh_job_state
+from ledger.actions.job_states import refresh_job_state
+from ledger.actions.jobs import create_job
+from ledger.actions.reviewing import approve_version
 from ledger.models import JobNotification
 from ledger.notices.notifications import PILOT_REPORT_READY
 from ledger.pilots.sample import PilotPlan

@@ -9,7 +9,10 @@ import httpx
 import pytest
 from django.utils import timezone
 
-from ledger import actions
+from ledger.actions.applying import MAX_APPLY_ATTEMPTS, apply_item, operation_key
+from ledger.actions.operating import retry_item
+from ledger.actions.products import withdraw_product
+from ledger.actions.reviewing import approve_version
 from ledger.destinations.webhook import WebhookDestination, destination_message
 from ledger.models import Approval, AttemptOutcome, DestinationAttempt, Event, GeneratedVersion, Item
 from ledger.retrying import retry_after_seconds
@@ -50,7 +53,7 @@ def approved_item(job=None, *, content: str | None = None, approver=None):
     """An item of a job publishing to `shop`, its draft approved (optionally edited)."""
     item = ItemFactory(awaiting_review=True, job=job or JobFactory(destination="shop"))
     version = add_version(item)
-    actions.approve_version(
+    approve_version(
         item_id=item.pk,
         version_id=version.pk,
         version_hash=version.content_hash,
@@ -61,7 +64,7 @@ def approved_item(job=None, *, content: str | None = None, approver=None):
 
 
 def key_of(version: GeneratedVersion) -> str:
-    return actions.operation_key(version, "shop")
+    return operation_key(version, "shop")
 
 
 def make_due(item: Item) -> None:
@@ -71,7 +74,7 @@ def make_due(item: Item) -> None:
 
 def poll_until_settled() -> None:
     """Run the poller until nothing is being applied, letting every backoff pass at once."""
-    for _ in range(2 * actions.MAX_APPLY_ATTEMPTS):
+    for _ in range(2 * MAX_APPLY_ATTEMPTS):
         Item.objects.filter(state=ItemState.APPLYING).update(next_attempt_at=timezone.now())
         poll_everything()
         if not Item.objects.filter(state=ItemState.APPLYING).exists():
@@ -91,8 +94,8 @@ def test_the_approved_text_is_posted_once_with_its_operation_key_and_token(shop)
     item, version = approved_item(approver=approver)
     approval = Approval.objects.get(version=version)
 
-    assert actions.apply_item(item.pk) == ItemState.APPLIED
-    assert actions.apply_item(item.pk) == "item is applied"
+    assert apply_item(item.pk) == ItemState.APPLIED
+    assert apply_item(item.pk) == "item is applied"
 
     [request] = shop.requests
     assert request.headers["idempotency-key"] == key_of(version)
@@ -124,7 +127,7 @@ def test_without_a_token_no_authorization_header_is_sent(shop, monkeypatch):
     monkeypatch.delenv("BATCHDESK_WEBHOOK_SHOP_TOKEN")
     item, _ = approved_item()
 
-    assert actions.apply_item(item.pk) == ItemState.APPLIED
+    assert apply_item(item.pk) == ItemState.APPLIED
 
     assert "authorization" not in shop.requests[0].headers
 
@@ -132,7 +135,7 @@ def test_without_a_token_no_authorization_header_is_sent(shop, monkeypatch):
 def test_an_edited_approval_sends_the_final_text(shop):
     item, version = approved_item(content="Edited by the reviewer: a sturdy oak board, 40 x 25 cm.")
 
-    assert actions.apply_item(item.pk) == ItemState.APPLIED
+    assert apply_item(item.pk) == ItemState.APPLIED
 
     assert shop.requests[0].body["content"] == "Edited by the reviewer: a sturdy oak board, 40 x 25 cm."
     assert shop.requests[0].body["content"] != version.content
@@ -150,7 +153,7 @@ def test_timeouts_and_busy_answers_publish_each_version_once_and_refusals_are_sh
         shop.script(item.product.sku, rejected("Product is locked for editing"))
 
     for item, _ in (timed_out, busy, locked, also_locked, fine):
-        actions.apply_item(item.pk)  # what the on_commit task would do
+        apply_item(item.pk)  # what the on_commit task would do
     poll_until_settled()
 
     # Each approved version was published at most once, and each attempt for it carried its one key.
@@ -201,34 +204,32 @@ def test_retry_after_puts_the_next_attempt_at_least_that_far_ahead(shop, form):
     )
     asked_at = timezone.now()
 
-    assert actions.apply_item(item.pk) == "retrying"
+    assert apply_item(item.pk) == "retrying"
 
     item.refresh_from_db()
     assert item.state == ItemState.APPLYING
     assert item.next_attempt_at >= (asked_at + timedelta(seconds=300) if form == "seconds" else not_before)
     assert item.reason == "429 from shop: Try again later"
     # Not due yet: the poller leaves it alone.
-    assert actions.apply_item(item.pk) == "not due or taken by another worker"
+    assert apply_item(item.pk) == "not due or taken by another worker"
     assert len(shop.requests) == 1
 
 
 def test_transient_answers_give_up_after_the_allowed_attempts(shop):
     item, version = approved_item()
-    shop.script(item.product.sku, *[unavailable(500)] * actions.MAX_APPLY_ATTEMPTS)
+    shop.script(item.product.sku, *[unavailable(500)] * MAX_APPLY_ATTEMPTS)
 
     results = []
-    for _ in range(actions.MAX_APPLY_ATTEMPTS):
-        results.append(actions.apply_item(item.pk))
+    for _ in range(MAX_APPLY_ATTEMPTS):
+        results.append(apply_item(item.pk))
         make_due(item)
 
-    assert results == ["retrying"] * (actions.MAX_APPLY_ATTEMPTS - 1) + [ItemState.DEAD_LETTER]
+    assert results == ["retrying"] * (MAX_APPLY_ATTEMPTS - 1) + [ItemState.DEAD_LETTER]
     item.refresh_from_db()
     assert item.state == ItemState.DEAD_LETTER
-    assert (
-        item.reason == f"Gave up after {actions.MAX_APPLY_ATTEMPTS} attempts: 500 from shop: Try again later"
-    )
+    assert item.reason == f"Gave up after {MAX_APPLY_ATTEMPTS} attempts: 500 from shop: Try again later"
     assert {r.key for r in shop.requests} == {key_of(version)}
-    assert len(shop.requests) == actions.MAX_APPLY_ATTEMPTS
+    assert len(shop.requests) == MAX_APPLY_ATTEMPTS
     assert shop.applied == {}
 
 
@@ -239,7 +240,7 @@ def test_an_unreachable_destination_is_retried(shop, monkeypatch):
     monkeypatch.setenv("BATCHDESK_WEBHOOK_SHOP", f"http://127.0.0.1:{port}/publish")
     item, _ = approved_item()
 
-    assert actions.apply_item(item.pk) == "retrying"
+    assert apply_item(item.pk) == "retrying"
 
     attempt = DestinationAttempt.objects.get(item=item)
     assert attempt.outcome == AttemptOutcome.RETRYABLE
@@ -249,10 +250,10 @@ def test_an_unreachable_destination_is_retried(shop, monkeypatch):
 def test_an_operator_retry_after_a_refusal_sends_the_same_key(shop):
     item, version = approved_item()
     shop.script(item.product.sku, rejected("Product is locked for editing"))
-    assert actions.apply_item(item.pk) == ItemState.DESTINATION_REJECTED
+    assert apply_item(item.pk) == ItemState.DESTINATION_REJECTED
 
-    actions.retry_item(item.pk, unit="destination", actor=UserFactory(roles=["operator"]))
-    assert actions.apply_item(item.pk) == ItemState.APPLIED
+    retry_item(item.pk, unit="destination", actor=UserFactory(roles=["operator"]))
+    assert apply_item(item.pk) == ItemState.APPLIED
 
     assert [r.key for r in shop.requests] == [key_of(version), key_of(version)]
     assert shop.applications == [key_of(version)]
@@ -265,9 +266,9 @@ def test_an_operator_retry_after_a_refusal_sends_the_same_key(shop):
 
 def test_a_product_withdrawn_after_approval_is_never_sent(shop):
     item, _ = approved_item()
-    actions.withdraw_product(sku=item.product.sku)
+    withdraw_product(sku=item.product.sku)
 
-    actions.apply_item(item.pk)
+    apply_item(item.pk)
 
     assert shop.requests == []
     item.refresh_from_db()
@@ -277,11 +278,11 @@ def test_a_product_withdrawn_after_approval_is_never_sent(shop):
 def test_a_product_withdrawn_while_retrying_is_not_sent_again(shop):
     item, _ = approved_item()
     shop.script(item.product.sku, unavailable(retry_after="1"))
-    assert actions.apply_item(item.pk) == "retrying"
+    assert apply_item(item.pk) == "retrying"
 
-    actions.withdraw_product(sku=item.product.sku)
+    withdraw_product(sku=item.product.sku)
     make_due(item)
-    actions.apply_item(item.pk)
+    apply_item(item.pk)
 
     assert len(shop.requests) == 1
     assert shop.applied == {}
@@ -297,7 +298,7 @@ def test_the_token_is_never_stored_even_when_the_receiver_echoes_it(shop):
     echo = Answer(status=401, body={"error": {"message": f"Token Bearer {TOKEN} expired"}}, applies=False)
     shop.script(item.product.sku, echo)
 
-    assert actions.apply_item(item.pk) == ItemState.DESTINATION_REJECTED
+    assert apply_item(item.pk) == ItemState.DESTINATION_REJECTED
 
     item.refresh_from_db()
     assert item.reason == "401 from shop: Token Bearer [redacted] expired"

@@ -6,8 +6,9 @@ way for a test to record one line."""
 from django.db import transaction
 from django.db.models import Max
 
-from ledger.actions import change_state, judge_currency, retry_inference
-from ledger.actions.core import backoff
+from ledger.actions.collecting import retry_inference
+from ledger.actions.core import backoff, change_state
+from ledger.actions.jobs import judge_currency
 from ledger.actions.recording import MAX_INFERENCE_ATTEMPTS, kept_answer
 from ledger.actions.submitting import note_anomaly
 from ledger.drafts.validation import check_draft

@@ -6,7 +6,7 @@ unreadable, so the stand-in plays the listing and the results; everything else i
 
 import pytest
 
-from ledger import actions
+from ledger.actions.submitting import operator_must_decide, reconcile_uncertain
 from ledger.models import Item, Submission, SubmissionItem
 from ledger.providers.anthropic import AnthropicBatchProvider
 from ledger.providers.base import ResultLine, UnitStatus, UnreadableLine
@@ -50,12 +50,12 @@ def lost(settings) -> Submission:
 def test_a_candidate_whose_results_name_nobody_leaves_the_choice_to_an_operator(lost):
     provider = ListedProvider([UnreadableLine(1, "{half a line", "not JSON")])
 
-    assert actions.reconcile_uncertain(lost.pk, provider=provider) == "waiting for an operator"
+    assert reconcile_uncertain(lost.pk, provider=provider) == "waiting for an operator"
 
     lost.refresh_from_db()
     assert lost.state == SubmissionState.UNCERTAIN
     assert lost.candidates == {"msgbatch_candidate": "unconfirmed"}
-    assert "without readable results" in actions.operator_must_decide(lost)
+    assert "without readable results" in operator_must_decide(lost)
     assert set(Item.objects.filter(submission=lost).values_list("state", flat=True)) == {
         ItemState.SUBMISSION_UNCERTAIN
     }
@@ -64,19 +64,19 @@ def test_a_candidate_whose_results_name_nobody_leaves_the_choice_to_an_operator(
 def test_a_candidate_whose_results_name_other_requests_is_ruled_out(lost):
     provider = ListedProvider([ResultLine(custom_id="bd-somebody-else-1", succeeded=True, content="x")])
 
-    assert actions.reconcile_uncertain(lost.pk, provider=provider) == "released"
+    assert reconcile_uncertain(lost.pk, provider=provider) == "released"
 
     lost.refresh_from_db()
     assert lost.state == SubmissionState.FAILED
     assert lost.candidates == {"msgbatch_candidate": "ruled_out"}
-    assert not actions.operator_must_decide(lost)
+    assert not operator_must_decide(lost)
 
 
 def test_a_candidate_whose_results_name_ours_is_adopted(lost):
     ours = lost.entries.first().custom_id
     provider = ListedProvider([ResultLine(custom_id=ours, succeeded=True, content="x")])
 
-    assert actions.reconcile_uncertain(lost.pk, provider=provider) == "adopted"
+    assert reconcile_uncertain(lost.pk, provider=provider) == "adopted"
 
     lost.refresh_from_db()
     assert (lost.state, lost.provider_ref) == (SubmissionState.OPEN, "msgbatch_candidate")

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from ledger import actions
-from ledger.actions.collecting import observe_submission
+from ledger.actions.collecting import collect_submission, observe_submission
+from ledger.actions.submitting import plan_submissions, send_submission
 from ledger.models import Event, GeneratedVersion, Item, Submission, SubmissionItem
 from ledger.providers import get_provider
 from ledger.states import ItemState, SubmissionState
@@ -53,15 +53,15 @@ def test_a_collection_cut_into_one_chunk_a_task_records_every_result_once(emulat
 def test_each_task_records_one_chunk_then_hands_over_and_the_last_one_finishes(emulator, settings):  # noqa: F811
     settings.BATCHDESK_COLLECT_CHUNK = 2
     job = job_with_items(BY_NAME["emulator"], 5, unit_size=5)
-    [submission_id] = actions.plan_submissions(job.pk)
-    actions.send_submission(submission_id)
+    [submission_id] = plan_submissions(job.pk)
+    send_submission(submission_id)
     provider = get_provider("emulator")
     while observe_submission(submission_id, provider=provider) != "ended":
         time.sleep(0.05)
 
     outcomes, recorded = [], []
     for _ in range(5):
-        outcomes.append(actions.collect_submission(submission_id, seconds=0))
+        outcomes.append(collect_submission(submission_id, seconds=0))
         recorded.append(SubmissionItem.objects.filter(item__job=job).exclude(outcome="").count())
 
     # Each task records a chunk and releases the submission, still ended, for the next.

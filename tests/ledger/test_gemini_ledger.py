@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-from ledger import actions
+from ledger.actions.collecting import collect_submission, poll_submission
+from ledger.actions.submitting import plan_submissions, send_submission
 from ledger.emulators.clock import TestClock
 from ledger.emulators.gemini import GeminiEmulator
 from ledger.models import Event, GeneratedVersion, Item, Submission, SubmissionItem
@@ -194,11 +195,11 @@ def test_a_job_sent_by_file_runs_through_gemini_to_review(by_file):
 def test_a_cut_download_of_a_responses_file_is_repeated_harmlessly(by_file):
     by_file.configure(cut_downloads=1)
     job = job_with_items(8, unit_size=8)
-    [submission_id] = actions.plan_submissions(job.pk)
-    actions.send_submission(submission_id)
+    [submission_id] = plan_submissions(job.pk)
+    send_submission(submission_id)
     results = []
     for _ in range(200):
-        results.append(actions.poll_submission(submission_id))
+        results.append(poll_submission(submission_id))
         if results[-1] in ("collected", "interrupted"):
             break
         by_file.clock.advance(ms=20)
@@ -208,7 +209,7 @@ def test_a_cut_download_of_a_responses_file_is_repeated_harmlessly(by_file):
     assert 0 < half < 8
     assert "interrupted" in Submission.objects.get(pk=submission_id).error
     Submission.objects.filter(pk=submission_id).update(claimed_until=None)
-    assert actions.collect_submission(submission_id) == "collected"
+    assert collect_submission(submission_id) == "collected"
 
     assert GeneratedVersion.objects.filter(item__job=job).count() == 8
     assert Submission.objects.get(pk=submission_id).anomalies == []

@@ -4,7 +4,18 @@ provider, and submissions have a transition table of their own."""
 
 import pytest
 
-from ledger import actions, catalogue
+from ledger import catalogue
+from ledger.actions.applying import apply_item, record_attempt
+from ledger.actions.core import NotAllowed, change_state
+from ledger.actions.job_states import refresh_job_state
+from ledger.actions.operating import cancel_at_provider, cancel_job
+from ledger.actions.products import withdraw_product
+from ledger.actions.submitting import (
+    plan_submissions,
+    reconcile_uncertain,
+    send_submission,
+    set_submission_state,
+)
 from ledger.models import (
     AttemptOutcome,
     DestinationAttempt,
@@ -53,7 +64,7 @@ def test_a_revision_makes_every_unapplied_item_obsolete_and_queues_the_current_o
 @pytest.mark.parametrize("state", STOPPABLE)
 def test_a_withdrawal_stops_every_unapplied_item(state):
     item = ItemFactory(state=state)
-    actions.withdraw_product(sku=item.product.sku)
+    withdraw_product(sku=item.product.sku)
     item.refresh_from_db()
     assert item.state == S.WITHDRAWN
     assert item.reason == "The product was withdrawn"
@@ -62,7 +73,7 @@ def test_a_withdrawal_stops_every_unapplied_item(state):
 @pytest.mark.parametrize("state", [S.SUBMITTED, S.SUBMISSION_UNCERTAIN, S.APPLIED, S.CANCELLED])
 def test_items_at_the_provider_applied_or_cancelled_stay_where_they_are(state):
     item = ItemFactory(state=state)
-    actions.withdraw_product(sku=item.product.sku)
+    withdraw_product(sku=item.product.sku)
     assert Item.objects.get(pk=item.pk).state == state
 
 
@@ -84,10 +95,10 @@ def test_an_item_being_applied_stops_before_its_next_attempt_and_says_it_may_hav
     item = applying_item_with_a_lost_answer()
     # Waiting for a retry an hour away: the product change wakes it.
     Item.objects.filter(pk=item.pk).update(next_attempt_at="2999-01-01T00:00:00Z")
-    actions.withdraw_product(sku=item.product.sku)
+    withdraw_product(sku=item.product.sku)
     assert Item.objects.get(pk=item.pk).next_attempt_at is None
 
-    assert actions.apply_item(item.pk) == S.WITHDRAWN
+    assert apply_item(item.pk) == S.WITHDRAWN
 
     item.refresh_from_db()
     assert item.state == S.WITHDRAWN
@@ -102,17 +113,17 @@ def test_a_job_whose_items_are_at_rest_needs_attention_while_one_waits_for_an_op
     ItemFactory(job=job, state=S.APPLIED)
     dead = ItemFactory(job=job, state=S.DEAD_LETTER)
     waiting = ItemFactory(job=job, awaiting_review=True)
-    assert actions.refresh_job_state(job.pk) == JobState.IN_REVIEW
-    actions.change_state(waiting.pk, to=S.REJECTED, reason="too plain")
-    assert actions.refresh_job_state(job.pk) == JobState.NEEDS_ATTENTION
+    assert refresh_job_state(job.pk) == JobState.IN_REVIEW
+    change_state(waiting.pk, to=S.REJECTED, reason="too plain")
+    assert refresh_job_state(job.pk) == JobState.NEEDS_ATTENTION
 
     operator = UserFactory(roles=["operator"])
     client.force_login(operator)
     page = client.get(f"/jobs/{job.pk}/").content.decode()
     assert "1 item needs attention" in page  # the dead letter; a rejected draft was decided on
     # The operator gives the dead letter up for good: nothing waits for anyone any more.
-    actions.change_state(dead.pk, to=S.CANCELLED, reason="not worth it")
-    assert actions.refresh_job_state(job.pk) == JobState.COMPLETED
+    change_state(dead.pk, to=S.CANCELLED, reason="not worth it")
+    assert refresh_job_state(job.pk) == JobState.COMPLETED
 
 
 def test_cancelling_asks_the_provider_to_stop_running_batches_and_records_its_answer(emulator):  # noqa: F811
@@ -121,13 +132,13 @@ def test_cancelling_asks_the_provider_to_stop_running_batches_and_records_its_an
         product = ProductFactory()
         Item.objects.create(job=job, product=product, source_revision=product.current_revision)
     emulator.configure(per_request_ms=60_000)  # the batch is still running when the job is cancelled
-    (submission_id,) = actions.plan_submissions(job.pk)
-    assert actions.send_submission(submission_id) == "sent"
+    (submission_id,) = plan_submissions(job.pk)
+    assert send_submission(submission_id) == "sent"
 
-    outcome = actions.cancel_job(job_id=job.pk, actor=None)
+    outcome = cancel_job(job_id=job.pk, actor=None)
     assert outcome == {**outcome, "items_cancelled": 3, "batches_to_stop": 1}
 
-    said = actions.cancel_at_provider(submission_id)
+    said = cancel_at_provider(submission_id)
     assert said == "Asked to cancel; the provider says cancelling"
     submission = Submission.objects.get(pk=submission_id)
     assert submission.state == SubmissionState.OPEN  # still polled until the provider ends it
@@ -135,7 +146,7 @@ def test_cancelling_asks_the_provider_to_stop_running_batches_and_records_its_an
     event = Event.objects.filter(submission=submission).last()
     assert event.reason == said and event.data == {"provider_answer": "cancelling"}
     # Asked once: running it again (or the collector's round) asks nothing more.
-    assert actions.cancel_at_provider(submission_id) == "nothing to stop"
+    assert cancel_at_provider(submission_id) == "nothing to stop"
     poll_everything()
     assert Event.objects.filter(submission=submission, data__provider_answer__isnull=False).count() == 1
 
@@ -145,9 +156,9 @@ def test_the_collector_asks_again_when_the_cancel_task_was_lost(emulator):  # no
     product = ProductFactory()
     Item.objects.create(job=job, product=product, source_revision=product.current_revision)
     emulator.configure(per_request_ms=60_000)  # still running when the job is cancelled
-    (submission_id,) = actions.plan_submissions(job.pk)
-    actions.send_submission(submission_id)
-    actions.cancel_job(job_id=job.pk, actor=None)  # its task is never run (no worker here)
+    (submission_id,) = plan_submissions(job.pk)
+    send_submission(submission_id)
+    cancel_job(job_id=job.pk, actor=None)  # its task is never run (no worker here)
 
     poll_everything()
 
@@ -159,8 +170,8 @@ def test_submissions_move_only_as_their_table_allows():
     submission = Submission.objects.create(
         job=job, provider="emulator", model="m", intent_key="bd_x", state=SubmissionState.COLLECTED
     )
-    with pytest.raises(actions.NotAllowed, match="cannot become open"):
-        actions.set_submission_state(submission, SubmissionState.OPEN)
+    with pytest.raises(NotAllowed, match="cannot become open"):
+        set_submission_state(submission, SubmissionState.OPEN)
     assert Submission.objects.get(pk=submission.pk).state == SubmissionState.COLLECTED
 
 
@@ -201,14 +212,14 @@ def test_an_uncertain_item_released_after_its_product_was_withdrawn_stops_instea
     products = [ProductFactory() for _ in range(2)]
     for product in products:
         Item.objects.create(job=job, product=product, source_revision=product.current_revision)
-    (submission_id,) = actions.plan_submissions(job.pk)
+    (submission_id,) = plan_submissions(job.pk)
     Submission.objects.filter(pk=submission_id).update(state=SubmissionState.UNCERTAIN)
     Item.objects.filter(job=job).update(state=S.SUBMISSION_UNCERTAIN)
-    actions.withdraw_product(sku=products[0].sku)  # at the provider, perhaps: judged on its return
+    withdraw_product(sku=products[0].sku)  # at the provider, perhaps: judged on its return
     assert Item.objects.get(product=products[0]).state == S.SUBMISSION_UNCERTAIN
     Submission.objects.filter(pk=submission_id).update(updated_at="2000-01-01T00:00:00Z")
 
-    assert actions.reconcile_uncertain(submission_id) == "released"
+    assert reconcile_uncertain(submission_id) == "released"
 
     assert Item.objects.get(product=products[0]).state == S.WITHDRAWN
     assert Item.objects.get(product=products[1]).state == S.PREPARED
@@ -223,7 +234,7 @@ def test_a_result_for_an_item_stopped_while_at_the_provider_is_kept_as_evidence(
         job=item.job, provider="emulator", model="m", intent_key="bd_evidence", state=SubmissionState.ENDED
     )
     SubmissionItem.objects.create(submission=submission, item=item, custom_id=item.custom_id)
-    actions.cancel_job(job_id=item.job_id)
+    cancel_job(job_id=item.job_id)
     draft = (
         '{"headline": "A board", "description": "A sturdy oak board that suits daily use in any kitchen."}'
     )
@@ -247,9 +258,9 @@ def test_an_attempt_that_ends_after_a_product_change_stopped_its_item_is_recorde
     attempt = DestinationAttempt.objects.create(
         item=item, version_id=item.approved_version_id, destination="catalogue", operation_key="k2"
     )
-    actions.change_state(item.pk, to=S.WITHDRAWN, reason="The product was withdrawn")
+    change_state(item.pk, to=S.WITHDRAWN, reason="The product was withdrawn")
 
-    outcome = actions.record_attempt(item, attempt, DestinationResult(AttemptOutcome.APPLIED, "200 OK"))
+    outcome = record_attempt(item, attempt, DestinationResult(AttemptOutcome.APPLIED, "200 OK"))
 
     assert outcome == "item is withdrawn"
     attempt.refresh_from_db()

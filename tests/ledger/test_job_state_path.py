@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from ledger.actions import NotAllowed, cancel_job, refresh_job_state, resume_job
 from ledger.actions.budgeting import pause
-from ledger.actions.job_states import change_job_state
+from ledger.actions.core import NotAllowed
+from ledger.actions.job_states import change_job_state, refresh_job_state
+from ledger.actions.jobs import resume_job
+from ledger.actions.operating import cancel_job
 from ledger.destinations import destination_for
 from ledger.destinations.drilling import DrillingDestination
 from ledger.models import Event, Job, JobNotification, PauseReason, Pilot

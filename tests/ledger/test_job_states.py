@@ -5,7 +5,9 @@ when none does."""
 import pytest
 from django.urls import reverse
 
-from ledger import actions
+from ledger.actions.job_states import refresh_job_state
+from ledger.actions.jobs import create_job
+from ledger.actions.operating import retry_item
 from ledger.actions.prompts import create_prompt_version
 from ledger.models import Event, Job, PromptVersion
 from ledger.states import OPERATOR_STATES, ItemState, JobState
@@ -29,7 +31,7 @@ def job_in(*states: str) -> Job:
 @pytest.mark.parametrize("waiting", OPERATOR_STATES)
 def test_an_item_waiting_for_an_operator_makes_a_job_at_rest_need_attention(waiting):
     job = job_in(S.APPLIED, S.REJECTED, S.OBSOLETE, waiting)
-    assert actions.refresh_job_state(job.pk) == JobState.NEEDS_ATTENTION
+    assert refresh_job_state(job.pk) == JobState.NEEDS_ATTENTION
     assert Job.objects.get(pk=job.pk).state == JobState.NEEDS_ATTENTION
     # The change is an event of the job, like every other.
     event = Event.objects.filter(job=job, item=None).latest("pk")
@@ -54,21 +56,21 @@ def test_an_item_waiting_for_an_operator_makes_a_job_at_rest_need_attention(wait
     ],
 )
 def test_what_is_outstanding_or_waiting_for_a_reviewer_comes_first(states, expected):
-    assert actions.refresh_job_state(job_in(*states).pk) == expected
+    assert refresh_job_state(job_in(*states).pk) == expected
 
 
 def test_a_cancelled_job_stays_cancelled():
     job = JobFactory(state=JobState.CANCELLED)
     ItemFactory(job=job, state=S.DEAD_LETTER)
-    assert actions.refresh_job_state(job.pk) == JobState.CANCELLED
+    assert refresh_job_state(job.pk) == JobState.CANCELLED
 
 
 def test_an_operator_acting_brings_a_job_back_from_needs_attention(emulator):  # noqa: F811
     owner = UserFactory(roles=["catalogue_owner"])
     job = JobFactory(owner=owner, state=JobState.RUNNING)
     failed = ItemFactory(job=job, state=S.INFERENCE_FAILED)
-    assert actions.refresh_job_state(job.pk) == JobState.NEEDS_ATTENTION
-    actions.retry_item(failed.pk, unit="inference", actor=UserFactory(roles=["operator"]))
+    assert refresh_job_state(job.pk) == JobState.NEEDS_ATTENTION
+    retry_item(failed.pk, unit="inference", actor=UserFactory(roles=["operator"]))
     assert Job.objects.get(pk=job.pk).state == JobState.PREPARING  # its item is to be sent again
 
 
@@ -86,7 +88,7 @@ def test_a_job_whose_drafts_all_failed_validation_needs_attention_not_a_green_co
     )
     for _ in range(3):
         ProductFactory()
-    job = actions.create_job(
+    job = create_job(
         reference="strict",
         owner=owner,
         task="product_description",

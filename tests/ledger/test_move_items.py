@@ -2,7 +2,7 @@
 
 import pytest
 
-from ledger.actions import change_state, move_items
+from ledger.actions.core import change_state, move_items
 from ledger.database.setwise import ids_query
 from ledger.models import Event, Item
 from ledger.states import ItemState

@@ -3,7 +3,7 @@ look for: the intent is simply sent again later, even where the provider cannot 
 
 import pytest
 
-from ledger import actions
+from ledger.actions.submitting import plan_submissions, send_submission
 from ledger.models import Item, Submission
 from ledger.states import ItemState, SubmissionState
 from tests.factories import JobFactory, ProductFactory
@@ -21,21 +21,21 @@ def test_a_provider_that_could_not_be_reached_is_asked_again_without_reconciling
         for _ in range(3):
             product = ProductFactory()
             Item.objects.create(job=job, product=product, source_revision=product.current_revision)
-        [submission_id] = actions.plan_submissions(job.pk)
+        [submission_id] = plan_submissions(job.pk)
         reachable = settings.PROVIDERS[name]["base_url"]
         settings.PROVIDERS = {
             **settings.PROVIDERS,
             name: {**settings.PROVIDERS[name], "base_url": f"http://127.0.0.1:{free_port()}/nowhere"},
         }
 
-        assert actions.send_submission(submission_id) == "retry later"
+        assert send_submission(submission_id) == "retry later"
         submission = Submission.objects.get(pk=submission_id)
         assert (submission.state, submission.sent_at) == (SubmissionState.INTENT, None)
         assert "could not be sent" in submission.error
 
         settings.PROVIDERS = {**settings.PROVIDERS, name: {**settings.PROVIDERS[name], "base_url": reachable}}
         Submission.objects.filter(pk=submission_id).update(claimed_until=None)
-        assert actions.send_submission(submission_id) == "sent"
+        assert send_submission(submission_id) == "sent"
 
         assert set(job.items.values_list("state", flat=True)) == {ItemState.SUBMITTED}
         assert emulator.stats()["creates"] == 1

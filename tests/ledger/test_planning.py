@@ -8,8 +8,14 @@ from django.db import connection
 from django.utils import timezone
 from django_q.models import OrmQ
 
-from ledger import actions, tasks
-from ledger.actions.submitting import build_requests
+from ledger import tasks
+from ledger.actions.submitting import (
+    build_requests,
+    claim_planning,
+    intents_waiting,
+    plan_submissions,
+    send_submission,
+)
 from ledger.drafts.validation import render_user_message
 from ledger.models import CollectorHeartbeat, Item, Job, SourceRevision, Submission, SubmissionItem
 from ledger.states import ItemState, SubmissionState
@@ -42,7 +48,7 @@ def test_planning_for_its_task_claims_each_intent_for_the_send_queued_with_it(
     job = job_with_items(10)
     OrmQ.objects.all().delete()
     with django_capture_on_commit_callbacks(execute=True):
-        intents = actions.plan_submissions(job.pk, claim=True)
+        intents = plan_submissions(job.pk, claim=True)
 
     assert len(intents) == 3
     claims = dict(Submission.objects.filter(pk__in=intents).values_list("pk", "claimed_by"))
@@ -58,7 +64,7 @@ def test_an_intent_whose_send_task_was_lost_is_sent_by_a_pass_once_its_claim_run
 ):
     job = job_with_items(4)
     with django_capture_on_commit_callbacks(execute=True):
-        [intent] = actions.plan_submissions(job.pk, claim=True)
+        [intent] = plan_submissions(job.pk, claim=True)
     planners = Submission.objects.get(pk=intent).claimed_by
     Submission.objects.filter(pk=intent).update(claimed_until=timezone.now())
 
@@ -69,7 +75,7 @@ def test_an_intent_whose_send_task_was_lost_is_sent_by_a_pass_once_its_claim_run
 
 def test_planning_without_a_claim_leaves_the_intents_to_the_next_pass():
     job = job_with_items(4)
-    [intent] = actions.plan_submissions(job.pk)
+    [intent] = plan_submissions(job.pk)
 
     assert Submission.objects.get(pk=intent).claimed_until is None
     [(func, (submission_id, claim))] = started_by_a_pass()
@@ -83,7 +89,7 @@ def test_planning_puts_every_waiting_item_in_a_unit_in_id_order_and_leaves_those
     # One waits for a retry's backoff.
     Item.objects.filter(pk=ids[2]).update(next_attempt_at=timezone.now() + timedelta(hours=1))
 
-    intents = actions.plan_submissions(job.pk)
+    intents = plan_submissions(job.pk)
 
     units = [
         list(SubmissionItem.objects.filter(submission_id=pk).order_by("id").values_list("item_id", flat=True))
@@ -92,7 +98,7 @@ def test_planning_puts_every_waiting_item_in_a_unit_in_id_order_and_leaves_those
     assert units == [[ids[0], ids[1], ids[3], ids[4]], [ids[5], ids[6], ids[7], ids[8]], [ids[9], ids[10]]]
     # Its backoff over, it is planned by the next planning, alone.
     Item.objects.filter(pk=ids[2]).update(next_attempt_at=timezone.now() - timedelta(seconds=1))
-    [later] = actions.plan_submissions(job.pk)
+    [later] = plan_submissions(job.pk)
     assert list(SubmissionItem.objects.filter(submission_id=later).values_list("item_id", flat=True)) == [
         ids[2]
     ]
@@ -104,7 +110,7 @@ def test_the_look_for_unplanned_items_reads_no_planned_one():
     """Planned items stay `prepared` until sent: the pass's look for a job with items to plan, and
     planning itself, go straight to the unplanned ones by their own index."""
     job = job_with_items(30)
-    actions.plan_submissions(job.pk)
+    plan_submissions(job.pk)
     unplanned = Item.objects.filter(job=job, state=ItemState.PREPARED, submission__isnull=True).order_by("id")
     with connection.cursor() as cursor:
         cursor.execute("SET LOCAL enable_seqscan = off")
@@ -129,8 +135,8 @@ def test_a_poll_holds_the_passs_claim_until_the_providers_answer_is_recorded(
     """A pass coming round while the provider is being asked queues no second poll; the ended
     unit is collected by the poll that saw it end, not left to a task queued behind it."""
     job = job_with_items(4)
-    [submission_id] = actions.plan_submissions(job.pk)
-    assert actions.send_submission(submission_id, provider=provider) == "sent"
+    [submission_id] = plan_submissions(job.pk)
+    assert send_submission(submission_id, provider=provider) == "sent"
     [(_, (_, claim))] = started_by_a_pass()
     during = []
     real_status = type(provider).status
@@ -141,7 +147,7 @@ def test_a_poll_holds_the_passs_claim_until_the_providers_answer_is_recorded(
         return answer
 
     monkeypatch.setattr(type(provider), "status", status_while_a_pass_comes_round)
-    monkeypatch.setattr("ledger.providers.get_provider", lambda name: provider)
+    monkeypatch.setattr("ledger.tasks.get_provider", lambda name: provider)
     for _ in range(200):
         said = tasks.poll_submission(submission_id, claim)
         if said == "collected":
@@ -155,11 +161,11 @@ def test_a_poll_holds_the_passs_claim_until_the_providers_answer_is_recorded(
 
 def test_a_send_task_takes_over_the_claim_it_was_queued_with_and_no_other(emulator, provider):
     job = job_with_items(4)
-    [intent] = actions.plan_submissions(job.pk)
+    [intent] = plan_submissions(job.pk)
     [(_, (_, claim))] = started_by_a_pass()
 
-    assert actions.send_submission(intent, provider=provider, held="another claim") == "not claimable"
-    assert actions.send_submission(intent, provider=provider, held=claim) == "sent"
+    assert send_submission(intent, provider=provider, held="another claim") == "not claimable"
+    assert send_submission(intent, provider=provider, held=claim) == "sent"
     assert emulator.stats()["batches"] == 1
 
 
@@ -169,7 +175,7 @@ def test_a_units_entries_carry_each_items_own_custom_id_in_the_items_order():
         inference_attempt=3
     )
 
-    [intent] = actions.plan_submissions(job.pk)
+    [intent] = plan_submissions(job.pk)
 
     entries = list(SubmissionItem.objects.filter(submission_id=intent).order_by("id"))
     items = list(Item.objects.filter(job=job).order_by("id"))
@@ -186,7 +192,7 @@ def test_a_units_requests_carry_each_items_prompt_as_its_revision_renders_it():
     SourceRevision.objects.filter(pk=revision.pk).update(
         fields={"b": [1, {"z": None, "a": "é"}], "a": 2.5, "c": "plain"}
     )
-    [intent] = actions.plan_submissions(job.pk)
+    [intent] = plan_submissions(job.pk)
 
     requests = build_requests(Submission.objects.get(pk=intent))
 
@@ -200,17 +206,17 @@ def test_a_units_requests_carry_each_items_prompt_as_its_revision_renders_it():
 def test_planning_ahead_stops_at_that_many_waiting_units_and_goes_on_as_they_leave():
     job = job_with_items(20, unit_size=2)
 
-    first = actions.plan_submissions(job.pk, claim=True, ahead=3)
+    first = plan_submissions(job.pk, claim=True, ahead=3)
 
-    assert len(first) == 3 and actions.intents_waiting(job.pk) == 3
+    assert len(first) == 3 and intents_waiting(job.pk) == 3
     assert Item.objects.filter(job=job, submission__isnull=True).count() == 14
     # Nothing left its intents: planning again plans nothing.
-    assert actions.plan_submissions(job.pk, claim=True, ahead=3) == []
+    assert plan_submissions(job.pk, claim=True, ahead=3) == []
     Submission.objects.filter(pk=first[0]).update(state=SubmissionState.OPEN)
-    [more] = actions.plan_submissions(job.pk, claim=True, ahead=3)
+    [more] = plan_submissions(job.pk, claim=True, ahead=3)
     assert more > first[-1]
     # Without `ahead` (an operator's command, the tests) every item is planned at once.
-    assert len(actions.plan_submissions(job.pk)) == 6
+    assert len(plan_submissions(job.pk)) == 6
     assert not Item.objects.filter(job=job, submission__isnull=True).exists()
 
 
@@ -234,7 +240,7 @@ def test_a_pass_queues_one_planning_task_a_job_until_its_planner_lets_go(setting
 
 def test_a_planning_claim_left_by_a_dead_planner_runs_out():
     job = job_with_items(4)
-    assert actions.claim_planning(job.pk) and not actions.claim_planning(job.pk)
+    assert claim_planning(job.pk) and not claim_planning(job.pk)
     assert started_by_a_pass() == []
 
     Job.objects.filter(pk=job.pk).update(planning_claimed_until=timezone.now() - timedelta(seconds=1))
@@ -246,7 +252,7 @@ def test_a_sent_unit_makes_room_for_the_next_which_its_send_task_plans(
     emulator, provider, monkeypatch, settings
 ):
     settings.BATCHDESK_WORKERS = 1
-    monkeypatch.setattr("ledger.providers.get_provider", lambda name: provider)
+    monkeypatch.setattr("ledger.actions.submitting.get_provider", lambda name: provider)
     job = job_with_items(10, unit_size=2)
     first, second = tasks.submit_job(job.pk)
     claims = dict(Submission.objects.filter(pk__in=[first, second]).values_list("pk", "claimed_by"))
@@ -255,7 +261,7 @@ def test_a_sent_unit_makes_room_for_the_next_which_its_send_task_plans(
 
     [third] = Submission.objects.filter(job=job, state=SubmissionState.INTENT).exclude(pk=second)
     assert third.pk > second and third.claimed_by and third.claimed_until > timezone.now()
-    assert actions.intents_waiting(job.pk) == 2
+    assert intents_waiting(job.pk) == 2
     assert Job.objects.get(pk=job.pk).planning_claimed_until is None
     # The send queued with it is that unit's own: the pass leaves both waiting intents to theirs.
     started = started_by_a_pass()

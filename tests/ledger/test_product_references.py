@@ -6,7 +6,7 @@ product with revisions, or a revision a product points at, cannot be deleted."""
 import pytest
 from django.db import IntegrityError, connection, transaction
 
-from ledger.actions import record_product
+from ledger.actions.products import record_product
 from ledger.models import Product, SourceRevision
 from tests.factories import ProductFactory
 

@@ -16,7 +16,20 @@ import pytest
 from django.db.models import F
 from django.utils import timezone
 
-from ledger import actions, catalogue, tasks
+from ledger import catalogue, tasks
+from ledger.actions.applying import apply_item
+from ledger.actions.collecting import collect_submission, observe_submission, poll_submission
+from ledger.actions.operating import cancel_job, retry_item
+from ledger.actions.products import withdraw_product
+from ledger.actions.reviewing import approve_version
+from ledger.actions.submitting import (
+    RESEND_RISK,
+    build_requests,
+    plan_submissions,
+    reconcile_uncertain,
+    resend_uncertain,
+    send_submission,
+)
 from ledger.models import Event, GeneratedVersion, Item, Product, Submission, SubmissionItem
 from ledger.providers import get_provider
 from ledger.providers.base import Delivery, Finding
@@ -173,13 +186,13 @@ def test_a_lost_create_answer_at_a_provider_found_by_listing_rules_out_a_candida
     emulator, provider
 ):
     job = job_with_items(provider, 3)
-    [submission_id] = actions.plan_submissions(job.pk)
+    [submission_id] = plan_submissions(job.pk)
     # Someone else (another installation on the account) sends a unit of the same size just then.
     adapter = get_provider(provider.name)
     theirs = adapter.submit(
         requests=[
             replace(request, custom_id=f"theirs-{n}")
-            for n, request in enumerate(actions.build_requests(Submission.objects.get(pk=submission_id)))
+            for n, request in enumerate(build_requests(Submission.objects.get(pk=submission_id)))
         ],
         intent_key="theirs",
         metadata={},
@@ -219,13 +232,13 @@ def test_a_lost_create_answer_at_a_provider_that_cannot_be_searched_waits_for_an
     submission.refresh_from_db()
     assert submission.state == SubmissionState.UNCERTAIN
     assert job.items.counts_by_state() == {ItemState.SUBMISSION_UNCERTAIN: 5}
-    assert actions.reconcile_uncertain(submission.pk) == "waiting for an operator"
+    assert reconcile_uncertain(submission.pk) == "waiting for an operator"
     assert emulator.stats()["creates"] == 1
 
     # The operator, shown that the provider cannot be searched, accepts the risk and re-sends.
     operator = UserFactory(roles=["operator"])
-    assert "pay twice" in actions.RESEND_RISK
-    assert actions.resend_uncertain(submission.pk, actor=operator) == "released"
+    assert "pay twice" in RESEND_RISK
+    assert resend_uncertain(submission.pk, actor=operator) == "released"
     counts = run_collector(job)
 
     assert counts == {ItemState.AWAITING_REVIEW: 5}
@@ -272,7 +285,7 @@ def test_a_lost_answer_from_a_server_answering_each_request_fails_that_request_t
 @pytest.mark.parametrize("provider", providers(searchable), ids=str)
 def test_an_intent_the_provider_never_received_is_sent_again_after_the_grace_period(emulator, provider):
     job = job_with_items(provider, 3)
-    [submission_id] = actions.plan_submissions(job.pk)
+    [submission_id] = plan_submissions(job.pk)
     # The answer was lost on a call that never reached the provider: nothing exists there under this key.
     Submission.objects.filter(pk=submission_id).update(
         state=SubmissionState.UNCERTAIN, sent_at=Submission.objects.get(pk=submission_id).created_at
@@ -280,7 +293,7 @@ def test_an_intent_the_provider_never_received_is_sent_again_after_the_grace_per
     Item.objects.filter(job=job).update(state=ItemState.SUBMISSION_UNCERTAIN)
     time.sleep(0.6)
 
-    assert actions.reconcile_uncertain(submission_id) == "released"
+    assert reconcile_uncertain(submission_id) == "released"
     counts = run_collector(job)
 
     assert counts == {ItemState.AWAITING_REVIEW: 3}
@@ -294,18 +307,18 @@ def test_an_intent_the_provider_never_received_at_a_provider_that_cannot_be_sear
     emulator, provider
 ):
     job = job_with_items(provider, 3)
-    [submission_id] = actions.plan_submissions(job.pk)
+    [submission_id] = plan_submissions(job.pk)
     Submission.objects.filter(pk=submission_id).update(
         state=SubmissionState.UNCERTAIN, sent_at=Submission.objects.get(pk=submission_id).created_at
     )
     Item.objects.filter(job=job).update(state=ItemState.SUBMISSION_UNCERTAIN)
     time.sleep(0.6)
 
-    assert actions.reconcile_uncertain(submission_id) == "waiting for an operator"
+    assert reconcile_uncertain(submission_id) == "waiting for an operator"
     rounds(3)
     assert job.items.counts_by_state() == {ItemState.SUBMISSION_UNCERTAIN: 3}
 
-    actions.resend_uncertain(submission_id, actor=UserFactory(roles=["operator"]))
+    resend_uncertain(submission_id, actor=UserFactory(roles=["operator"]))
     counts = run_collector(job)
 
     assert counts == {ItemState.AWAITING_REVIEW: 3}
@@ -317,13 +330,13 @@ def test_an_intent_the_provider_never_received_at_a_provider_that_cannot_be_sear
 
 def test_a_worker_that_stopped_before_its_create_call_reached_the_provider(emulator, provider):
     job = job_with_items(provider, 3)
-    [submission_id] = actions.plan_submissions(job.pk)
+    [submission_id] = plan_submissions(job.pk)
     # It stored that it was sending (a unit may exist from then on), then died before the call left.
     Submission.objects.filter(pk=submission_id).update(
         sent_at=timezone.now(), requests_sent=3, send_attempts=1
     )
 
-    first_round = actions.send_submission(submission_id)
+    first_round = send_submission(submission_id)
 
     capabilities = provider.capabilities
     submission = Submission.objects.get(pk=submission_id)
@@ -345,7 +358,7 @@ def test_a_worker_that_stopped_before_its_create_call_reached_the_provider(emula
         else:
             # No listing at all: an operator decides.
             assert job.items.counts_by_state() == {ItemState.SUBMISSION_UNCERTAIN: 3}
-            actions.resend_uncertain(submission_id, actor=UserFactory(roles=["operator"]))
+            resend_uncertain(submission_id, actor=UserFactory(roles=["operator"]))
     counts = run_collector(job)
 
     assert counts == {ItemState.AWAITING_REVIEW: 3}
@@ -384,7 +397,7 @@ def test_a_worker_whose_lease_ran_out_while_its_create_call_was_out(emulator, pr
     # A duplicate is stopped before it runs, however busy the machine.
     emulator.configure(per_request_ms=60_000)
     job = job_with_items(provider, 4)
-    [submission_id] = actions.plan_submissions(job.pk)
+    [submission_id] = plan_submissions(job.pk)
 
     def another_worker_takes_over():
         # The first worker's lease ran out while its create call was on its way; the next round's
@@ -395,7 +408,7 @@ def test_a_worker_whose_lease_ran_out_while_its_create_call_was_out(emulator, pr
         poll_everything()
 
     slow = AnswersLate(get_provider(provider.name), another_worker_takes_over, landed=landed)
-    outcome = actions.send_submission(submission_id, provider=slow)
+    outcome = send_submission(submission_id, provider=slow)
     emulator.configure(per_request_ms=1)
     counts = run_collector(job)
 
@@ -425,16 +438,16 @@ def test_a_worker_whose_lease_ran_out_while_its_create_call_was_out(emulator, pr
 def test_a_duplicate_batch_for_one_intent_is_cancelled_and_recorded(emulator, provider):
     emulator.configure(per_request_ms=60_000)  # the duplicate is still running when it is found
     job = job_with_items(provider, 4)
-    [submission_id] = actions.plan_submissions(job.pk)
+    [submission_id] = plan_submissions(job.pk)
     submission = Submission.objects.get(pk=submission_id)
     adapter = get_provider(provider.name)
-    requests = actions.build_requests(submission)
+    requests = build_requests(submission)
     first = adapter.submit(requests=requests, intent_key=submission.intent_key, metadata={})
     adapter.submit(requests=requests, intent_key=submission.intent_key, metadata={})
     # The worker that sent them died before recording anything; the next one looks before sending.
     Submission.objects.filter(pk=submission_id).update(send_attempts=1)
 
-    assert actions.send_submission(submission_id) == "adopted"
+    assert send_submission(submission_id) == "adopted"
 
     submission.refresh_from_db()
     assert submission.provider_ref == first
@@ -523,8 +536,8 @@ def test_an_unreadable_answer_from_a_server_answering_each_request_fails_that_re
 @pytest.mark.parametrize("provider", providers(batched), ids=str)
 def test_a_request_with_no_result_is_recorded_and_retried_alone(emulator, provider):
     job = job_with_items(provider, 4, unit_size=4)
-    [submission_id] = actions.plan_submissions(job.pk)
-    actions.send_submission(submission_id)
+    [submission_id] = plan_submissions(job.pk)
+    send_submission(submission_id)
     submission = Submission.objects.get(pk=submission_id)
     lost = submission.entries.order_by("id").first()
     # The provider forgets one request: its result never appears.
@@ -542,8 +555,8 @@ def test_a_request_with_no_result_is_recorded_and_retried_alone(emulator, provid
 @pytest.mark.parametrize("provider", providers(lambda c: not batched(c)), ids=str)
 def test_a_server_answering_each_request_is_asked_for_every_request_the_ledger_holds(emulator, provider):
     job = job_with_items(provider, 4, unit_size=4)
-    [submission_id] = actions.plan_submissions(job.pk)
-    actions.send_submission(submission_id)
+    [submission_id] = plan_submissions(job.pk)
+    send_submission(submission_id)
     renamed = Submission.objects.get(pk=submission_id).entries.order_by("id").first()
     SubmissionItem.objects.filter(pk=renamed.pk).update(custom_id="bd-renamed-before-asking")
 
@@ -560,11 +573,11 @@ def test_a_server_answering_each_request_is_asked_for_every_request_the_ledger_h
 def test_an_interrupted_download_is_repeated_harmlessly(emulator, provider):
     emulator.configure(cut_downloads=1)
     job = job_with_items(provider, 8, unit_size=8)
-    [submission_id] = actions.plan_submissions(job.pk)
-    actions.send_submission(submission_id)
+    [submission_id] = plan_submissions(job.pk)
+    send_submission(submission_id)
     results = []
     for _ in range(200):
-        results.append(actions.poll_submission(submission_id))
+        results.append(poll_submission(submission_id))
         if results[-1] in ("collected", "interrupted"):
             break
         time.sleep(0.02)
@@ -573,7 +586,7 @@ def test_an_interrupted_download_is_repeated_harmlessly(emulator, provider):
     half = GeneratedVersion.objects.filter(item__job=job).count()
     assert 0 < half < 8
     Submission.objects.filter(pk=submission_id).update(claimed_until=None)
-    assert actions.collect_submission(submission_id) == "collected"
+    assert collect_submission(submission_id) == "collected"
 
     assert GeneratedVersion.objects.filter(item__job=job).count() == 8
     assert Submission.objects.get(pk=submission_id).anomalies == []
@@ -585,14 +598,14 @@ def test_an_interrupted_download_is_repeated_harmlessly(emulator, provider):
 def test_results_that_are_not_downloaded_have_no_download_to_cut(emulator, provider):
     emulator.configure(cut_downloads=1)
     job = job_with_items(provider, 8, unit_size=8)
-    [submission_id] = actions.plan_submissions(job.pk)
-    actions.send_submission(submission_id)
+    [submission_id] = plan_submissions(job.pk)
+    send_submission(submission_id)
     results = []
     for _ in range(200):
-        results.append(actions.poll_submission(submission_id))
+        results.append(poll_submission(submission_id))
         if results[-1] == "ended":
             # A server answering request by request is collected by a task of its own.
-            results.append(actions.collect_submission(submission_id))
+            results.append(collect_submission(submission_id))
         if results[-1] in ("collected", "interrupted"):
             break
         time.sleep(0.02)
@@ -608,7 +621,7 @@ def ended_at_the_provider(submission_id: int) -> None:
     """Observe the unit until the provider says it has ended, collecting nothing."""
     provider = get_provider(Submission.objects.get(pk=submission_id).provider)
     for _ in range(400):
-        if actions.observe_submission(submission_id, provider=provider) == "ended":
+        if observe_submission(submission_id, provider=provider) == "ended":
             return
         time.sleep(0.02)
     raise AssertionError("the unit never ended")
@@ -629,17 +642,17 @@ def test_results_the_provider_refuses_for_good_are_asked_for_a_day_then_their_re
     emulator, provider
 ):
     job = job_with_items(provider, 4, unit_size=4)
-    [submission_id] = actions.plan_submissions(job.pk)
-    actions.send_submission(submission_id)
+    [submission_id] = plan_submissions(job.pk)
+    send_submission(submission_id)
     ended_at_the_provider(submission_id)
     # Ended long ago: the day is counted from the first refusal, not from the provider's last answer.
     Submission.objects.filter(pk=submission_id).update(last_observed_at=timezone.now() - timedelta(days=3))
     emulator.configure(refusals=1_000, refusal_status=404)
 
     # Within the day: asked again, round after round (the cause may be a key changed here).
-    assert actions.collect_submission(submission_id) == "interrupted"
+    assert collect_submission(submission_id) == "interrupted"
     Submission.objects.filter(pk=submission_id).update(claimed_until=None)
-    assert actions.collect_submission(submission_id) == "interrupted"
+    assert collect_submission(submission_id) == "interrupted"
     submission = Submission.objects.get(pk=submission_id)
     assert (submission.state, submission.unanswered_reason) == (SubmissionState.ENDED, "")
     assert "404" in submission.error
@@ -647,7 +660,7 @@ def test_results_the_provider_refuses_for_good_are_asked_for_a_day_then_their_re
     assert job.items.counts_by_state() == {ItemState.SUBMITTED: 4}
 
     a_day_passes(submission_id)
-    assert actions.collect_submission(submission_id) == "collected"
+    assert collect_submission(submission_id) == "collected"
 
     submission.refresh_from_db()
     assert (submission.state, submission.unanswered_reason) == (
@@ -668,7 +681,7 @@ def test_results_the_provider_refuses_for_good_are_asked_for_a_day_then_their_re
     assert Submission.objects.filter(job=job).count() == 1
     # An operator may pay again: a retry sends the item anew, alone.
     item = job.items.first()
-    actions.retry_item(item.pk, unit="inference", actor=UserFactory(roles=["operator"]))
+    retry_item(item.pk, unit="inference", actor=UserFactory(roles=["operator"]))
     run_collector(job, until=lambda counts: counts.get(ItemState.AWAITING_REVIEW) == 1)
     assert job.items.counts_by_state() == {ItemState.INFERENCE_FAILED: 3, ItemState.AWAITING_REVIEW: 1}
     assert_paid_once(emulator, job)
@@ -680,11 +693,11 @@ def test_a_unit_whose_status_the_provider_refuses_for_good_has_its_requests_fail
 ):
     emulator.configure(per_request_ms=60_000)  # still running whenever the provider answers
     job = job_with_items(provider, 3, unit_size=3)
-    [submission_id] = actions.plan_submissions(job.pk)
-    actions.send_submission(submission_id)
+    [submission_id] = plan_submissions(job.pk)
+    send_submission(submission_id)
     emulator.configure(refusals=1_000, refusal_status=403)
 
-    assert actions.poll_submission(submission_id) == "provider error"
+    assert poll_submission(submission_id) == "provider error"
     submission = Submission.objects.get(pk=submission_id)
     assert submission.state == SubmissionState.OPEN and "403" in submission.error
     first_refusal = submission.refusing_since
@@ -692,16 +705,16 @@ def test_a_unit_whose_status_the_provider_refuses_for_good_has_its_requests_fail
     assert job.items.counts_by_state() == {ItemState.SUBMITTED: 3}
     # A provider that answers again starts the day over.
     emulator.configure(refusals=0)
-    answer = actions.observe_submission(submission_id, provider=get_provider(provider.name))
+    answer = observe_submission(submission_id, provider=get_provider(provider.name))
     assert answer not in ("provider error", "ended")
     assert Submission.objects.get(pk=submission_id).refusing_since is None
     emulator.configure(refusals=1_000, refusal_status=403)
-    assert actions.observe_submission(submission_id, provider=get_provider(provider.name)) == "provider error"
+    assert observe_submission(submission_id, provider=get_provider(provider.name)) == "provider error"
     assert Submission.objects.get(pk=submission_id).refusing_since > first_refusal
     refused_so_far = emulator.stats()["rejected_calls"]
 
     a_day_passes(submission_id)
-    assert actions.poll_submission(submission_id) == "collected"
+    assert poll_submission(submission_id) == "collected"
 
     # Its results were not asked for: the provider had refused everything about the unit for a day.
     assert emulator.stats()["rejected_calls"] == refused_so_far + 1
@@ -771,7 +784,7 @@ def test_a_server_error_on_sending_may_have_created_the_unit_so_it_is_looked_for
         rounds(3)
         assert job.items.counts_by_state() == {ItemState.SUBMISSION_UNCERTAIN: 3}
         [submission] = Submission.objects.filter(job=job)
-        actions.resend_uncertain(submission.pk, actor=UserFactory(roles=["operator"]))
+        resend_uncertain(submission.pk, actor=UserFactory(roles=["operator"]))
     counts = run_collector(job)
 
     assert counts == {ItemState.AWAITING_REVIEW: 3}
@@ -826,13 +839,13 @@ def test_a_unit_that_runs_too_long_expires_as_its_provider_expires_units(emulato
 def test_a_product_revised_and_another_withdrawn_mid_run(emulator, provider):
     job = job_with_items(provider, 4, unit_size=4)
     revised, withdrawn = [item.product for item in Item.objects.filter(job=job).order_by("id")[:2]]
-    [submission_id] = actions.plan_submissions(job.pk)
-    actions.send_submission(submission_id)
+    [submission_id] = plan_submissions(job.pk)
+    send_submission(submission_id)
 
     catalogue.revise_product(
         sku=revised.sku, title="Oak chopping board, now with a juice groove", fields={"material": "oak"}
     )
-    actions.withdraw_product(sku=withdrawn.sku)
+    withdraw_product(sku=withdrawn.sku)
     counts = run_collector(
         job, until=lambda c: set(c) <= SETTLED | {ItemState.WITHDRAWN} and ItemState.PREPARED not in c
     )
@@ -854,10 +867,10 @@ def test_a_product_revised_and_another_withdrawn_mid_run(emulator, provider):
     # Approving everything still publishes nothing obsolete or withdrawn.
     for item in Item.objects.filter(job=job, state=ItemState.AWAITING_REVIEW):
         version = item.versions.get()
-        actions.approve_version(
+        approve_version(
             item_id=item.pk, version_id=version.pk, version_hash=version.content_hash, approver=job.owner
         )
-        actions.apply_item(item.pk)
+        apply_item(item.pk)
     assert Product.objects.get(pk=withdrawn.pk).published_content == ""
     assert Product.objects.get(pk=revised.pk).published_revision == 2
     assert Product.objects.exclude(published_version=None).count() == 3
@@ -879,10 +892,10 @@ def test_cancelling_a_job_while_its_unit_is_at_the_provider(emulator, provider, 
     caplog.set_level(logging.INFO, logger="ledger.emulators.server")
     emulator.configure(per_request_ms=60_000)  # still running when the job is cancelled
     job = job_with_items(provider, 4, unit_size=4)
-    [submission_id] = actions.plan_submissions(job.pk)
-    assert actions.send_submission(submission_id) == "sent"
+    [submission_id] = plan_submissions(job.pk)
+    assert send_submission(submission_id) == "sent"
 
-    actions.cancel_job(job_id=job.pk, actor=UserFactory(roles=["operator"]))
+    cancel_job(job_id=job.pk, actor=UserFactory(roles=["operator"]))
     assert job.items.counts_by_state() == {ItemState.CANCELLED: 4}
     if asked_by == "the queued task":
         tasks.cancel_at_provider(submission_id)  # what cancel_job queued, run by a worker

@@ -7,7 +7,9 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from ledger import actions
+from ledger.actions.products import withdraw_product
+from ledger.actions.recording import MAX_INFERENCE_ATTEMPTS
+from ledger.actions.reviewing import reject_version
 from ledger.models import Item
 from ledger.providers.base import ResultLine
 from ledger.states import ItemState, JobState, ReasonCode
@@ -37,7 +39,7 @@ def failing_line(
 
 def test_a_failed_result_is_recorded_with_its_code_and_a_dead_letter_keeps_it(settings):
     settings.BATCHDESK_RETRY_BASE_SECONDS = 0
-    item = ItemFactory(submitted=True, inference_failures=actions.MAX_INFERENCE_ATTEMPTS - 1)
+    item = ItemFactory(submitted=True, inference_failures=MAX_INFERENCE_ATTEMPTS - 1)
     row_recorder.record_failure(
         item, failing_line(item, "server_error", ReasonCode.MODEL_SERVER_ERROR, transient=True)
     )
@@ -66,9 +68,9 @@ def test_permanent_failures_carry_their_code(code, reason, expected):
 def test_a_rejected_and_a_withdrawn_item_carry_their_codes():
     item = ItemFactory(awaiting_review=True)
     version = add_version(item)
-    actions.reject_version(item_id=item.pk, version_id=version.pk, reviewer=UserFactory(), reason="too plain")
+    reject_version(item_id=item.pk, version_id=version.pk, reviewer=UserFactory(), reason="too plain")
     assert Item.objects.get(pk=item.pk).reason_code == ReasonCode.REJECTED_BY_REVIEWER
-    actions.withdraw_product(sku=item.product.sku)
+    withdraw_product(sku=item.product.sku)
     assert Item.objects.get(pk=item.pk).reason_code == ReasonCode.PRODUCT_WITHDRAWN
 
 

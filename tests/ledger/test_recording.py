@@ -10,8 +10,11 @@ import threading
 
 import pytest
 
-from ledger import actions
 from ledger.actions import collecting
+from ledger.actions.collecting import collect_submission
+from ledger.actions.core import change_state
+from ledger.actions.job_states import refresh_job_state
+from ledger.actions.products import record_product, withdraw_product
 from ledger.actions.submitting import set_submission_state
 from ledger.models import (
     Event,
@@ -115,15 +118,15 @@ def happen_meanwhile(jobs) -> None:
             if story == "transient, last attempt":
                 Item.objects.filter(pk=item.pk).update(inference_failures=2)
             if story == "cancelled meanwhile":
-                actions.change_state(item.pk, to=ItemState.CANCELLED, reason="cancelled by a test")
+                change_state(item.pk, to=ItemState.CANCELLED, reason="cancelled by a test")
             if story == "already approved":
                 Item.objects.filter(pk=item.pk).update(state=ItemState.APPROVED)
     for (story, _), product in zip(STORIES, products, strict=True):
         if story == "withdrawn meanwhile":
-            actions.withdraw_product(sku=product.sku)
+            withdraw_product(sku=product.sku)
         if story.startswith("revised meanwhile"):
             revision = product.current_revision
-            actions.record_product(sku=product.sku, title=revision.title + " (new)", fields=revision.fields)
+            record_product(sku=product.sku, title=revision.title + " (new)", fields=revision.fields)
 
 
 def provider_output(job: Job) -> list:
@@ -170,7 +173,7 @@ def collect_line_by_line(submission: Submission, lines: list) -> None:
     if (counts["succeeded"], counts["failed"]) != (counted["succeeded"], counted["failed"]):
         note_anomaly(submission, "counts_disagree", provider_counts=counts, lines_in_results=counted)
     set_submission_state(submission, SubmissionState.COLLECTED, claimed_until=None, error="")
-    actions.refresh_job_state(submission.job_id)
+    refresh_job_state(submission.job_id)
 
 
 class Replay:
@@ -271,9 +274,7 @@ def collect_in_chunks_and_line_by_line(settings, chunk: int, *, anomalies_in_ord
 
     collect_line_by_line(Submission.objects.get(job=by_line), provider_output(by_line))
     submission = Submission.objects.get(job=in_chunks)
-    assert (
-        actions.collect_submission(submission.pk, provider=Replay(provider_output(in_chunks))) == "collected"
-    )
+    assert collect_submission(submission.pk, provider=Replay(provider_output(in_chunks))) == "collected"
 
     expected, got = ledger_of(by_line), ledger_of(in_chunks)
     if not anomalies_in_order:
@@ -354,12 +355,12 @@ def test_collecting_the_same_output_again_in_chunks_changes_nothing(settings):
     _, job = make_jobs()
     submission = Submission.objects.get(job=job)
     output = provider_output(job)
-    actions.collect_submission(submission.pk, provider=Replay(output))
+    collect_submission(submission.pk, provider=Replay(output))
     before = ledger_of(job)
     item_events = Event.objects.filter(item__job=job).count()
 
     Submission.objects.filter(pk=submission.pk).update(state=SubmissionState.ENDED)
-    assert actions.collect_submission(submission.pk, provider=Replay(output)) == "collected"
+    assert collect_submission(submission.pk, provider=Replay(output)) == "collected"
 
     assert ledger_of(job) == before
     assert Event.objects.filter(item__job=job).count() == item_events

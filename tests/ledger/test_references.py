@@ -6,7 +6,7 @@ refused whole, with SQLSTATE 23503 (an IntegrityError), and changes nothing."""
 import pytest
 from django.db import IntegrityError, connection, transaction
 
-from ledger.actions import create_job
+from ledger.actions.jobs import create_job
 from ledger.models import Event, GeneratedVersion, Item, Submission
 from ledger.states import ItemState, SubmissionState
 from tests.factories import ItemFactory, JobFactory, ProductFactory, UserFactory, add_version

@@ -4,7 +4,11 @@ import json
 
 import pytest
 
-from ledger import actions
+from ledger.actions.applying import apply_item, operation_key
+from ledger.actions.core import NotAllowed, change_state
+from ledger.actions.products import record_product
+from ledger.actions.recording import MAX_INFERENCE_ATTEMPTS
+from ledger.actions.reviewing import approve_version
 from ledger.models import (
     Approval,
     DestinationAttempt,
@@ -51,7 +55,7 @@ def success(item: Item, content: str = GOOD_DRAFT) -> ResultLine:
 
 
 def revise(product: Product, title: str) -> None:
-    actions.record_product(sku=product.sku, title=title, fields=product.current_revision.fields)
+    record_product(sku=product.sku, title=title, fields=product.current_revision.fields)
 
 
 def test_a_valid_draft_waits_for_review_with_its_usage():
@@ -153,7 +157,7 @@ def test_a_transient_failure_retries_that_item_alone_with_a_new_custom_id():
 
 def test_transient_failures_end_in_dead_letter_after_the_allowed_attempts():
     item = ItemFactory()
-    for _ in range(actions.MAX_INFERENCE_ATTEMPTS):
+    for _ in range(MAX_INFERENCE_ATTEMPTS):
         item.refresh_from_db()
         submission = submitted(item)
         row_recorder.record_result(
@@ -224,7 +228,7 @@ def test_approval_names_one_version_and_its_hash():
     item, version = approvable_item()
     owner = UserFactory(roles=["catalogue_owner"])
 
-    approval = actions.approve_version(
+    approval = approve_version(
         item_id=item.pk, version_id=version.pk, version_hash=version.content_hash, approver=owner
     )
 
@@ -239,7 +243,7 @@ def test_approval_names_one_version_and_its_hash():
 
 def test_an_edited_approval_keeps_both_texts():
     item, version = approvable_item()
-    approval = actions.approve_version(
+    approval = approve_version(
         item_id=item.pk,
         version_id=version.pk,
         version_hash=version.content_hash,
@@ -268,8 +272,8 @@ def test_approval_is_refused_and_changes_nothing(change):
         Item.objects.filter(pk=item.pk).update(state=ItemState.REJECTED)
     state_before = Item.objects.get(pk=item.pk).state
 
-    with pytest.raises(actions.NotAllowed):
-        actions.approve_version(
+    with pytest.raises(NotAllowed):
+        approve_version(
             item_id=item.pk, version_id=version.pk, version_hash=version_hash, approver=UserFactory()
         )
 
@@ -299,8 +303,8 @@ def test_approving_a_draft_whose_product_changed_makes_it_obsolete():
     )
     Product.objects.filter(pk=item.product_id).update(current_revision=newer)
 
-    with pytest.raises(actions.NotAllowed, match="changed"):
-        actions.approve_version(
+    with pytest.raises(NotAllowed, match="changed"):
+        approve_version(
             item_id=item.pk, version_id=version.pk, version_hash=version.content_hash, approver=UserFactory()
         )
 
@@ -310,7 +314,7 @@ def test_approving_a_draft_whose_product_changed_makes_it_obsolete():
 
 
 def approve(item, version):
-    actions.approve_version(
+    approve_version(
         item_id=item.pk, version_id=version.pk, version_hash=version.content_hash, approver=UserFactory()
     )
 
@@ -319,8 +323,8 @@ def test_applying_publishes_the_approved_text_once():
     item, version = approvable_item()
     approve(item, version)
 
-    assert actions.apply_item(item.pk) == ItemState.APPLIED
-    assert actions.apply_item(item.pk) == "item is applied"
+    assert apply_item(item.pk) == ItemState.APPLIED
+    assert apply_item(item.pk) == "item is applied"
 
     product = Product.objects.get(pk=item.product_id)
     assert (product.published_content, product.published_version, product.published_revision) == (
@@ -337,7 +341,7 @@ def test_a_product_withdrawn_after_approval_is_never_published():
     approve(item, version)
     Product.objects.filter(pk=item.product_id).update(status=ProductStatus.WITHDRAWN)
 
-    assert actions.apply_item(item.pk) == ItemState.WITHDRAWN
+    assert apply_item(item.pk) == ItemState.WITHDRAWN
 
     assert Product.objects.get(pk=item.product_id).published_content == ""
     assert not DestinationAttempt.objects.filter(item=item).exists()
@@ -348,13 +352,13 @@ def test_a_worker_that_died_after_publishing_is_confirmed_not_repeated():
 
     item, version = approvable_item()
     approve(item, version)
-    actions.change_state(item.pk, to=ItemState.APPLYING)
+    change_state(item.pk, to=ItemState.APPLYING)
     # The first worker published, then died before recording its attempt.
     CatalogueDestination().apply(
         item=item,
         version=version,
         approval=Approval.objects.get(version=version),
-        operation_key=actions.operation_key(version, "catalogue"),
+        operation_key=operation_key(version, "catalogue"),
     )
     # Meanwhile another job's draft for the same product was published on top.
     later = ItemFactory(product=item.product, awaiting_review=True)
@@ -362,8 +366,8 @@ def test_a_worker_that_died_after_publishing_is_confirmed_not_repeated():
         later, "A later text about the oak board, approved in another job, 40 x 25 cm."
     )
     approve(later, later_version)
-    actions.apply_item(later.pk)
+    apply_item(later.pk)
 
-    assert actions.apply_item(item.pk) == ItemState.APPLIED
+    assert apply_item(item.pk) == ItemState.APPLIED
     assert DestinationAttempt.objects.get(item=item).response == "Already published by an earlier attempt"
     assert Product.objects.get(pk=item.product_id).published_content == later_version.content

@@ -2,7 +2,8 @@
 
 import pytest
 
-from ledger import actions
+from ledger.actions.collecting import collect_submission, poll_submission
+from ledger.actions.submitting import plan_submissions, send_submission
 from ledger.models import Event, GeneratedVersion, Item, Submission
 from ledger.states import ItemState, SubmissionState
 from tests.factories import JobFactory, ProductFactory
@@ -21,7 +22,7 @@ def job_with_items(n: int, unit_size: int = 4):
 
 def poll_until_collected(clock, submission_id, provider):
     for _ in range(200):
-        actions.poll_submission(submission_id, provider=provider)
+        poll_submission(submission_id, provider=provider)
         if Submission.objects.get(pk=submission_id).state == SubmissionState.COLLECTED:
             return
         clock.advance(ms=50)
@@ -30,8 +31,8 @@ def poll_until_collected(clock, submission_id, provider):
 
 def test_planning_twice_makes_no_second_intent():
     job = job_with_items(10)
-    first = actions.plan_submissions(job.pk)
-    second = actions.plan_submissions(job.pk)
+    first = plan_submissions(job.pk)
+    second = plan_submissions(job.pk)
 
     assert len(first) == 3 and second == []
     assert Item.objects.filter(job=job, submission__isnull=True).count() == 0
@@ -39,10 +40,10 @@ def test_planning_twice_makes_no_second_intent():
 
 def test_sending_twice_sends_once(emulator, provider):
     job = job_with_items(4)
-    [submission_id] = actions.plan_submissions(job.pk)
+    [submission_id] = plan_submissions(job.pk)
 
-    assert actions.send_submission(submission_id, provider=provider) == "sent"
-    assert actions.send_submission(submission_id, provider=provider) == "not claimable"
+    assert send_submission(submission_id, provider=provider) == "sent"
+    assert send_submission(submission_id, provider=provider) == "not claimable"
 
     assert emulator.stats()["batches"] == 1
     assert set(Item.objects.filter(job=job).values_list("state", flat=True)) == {ItemState.SUBMITTED}
@@ -50,15 +51,15 @@ def test_sending_twice_sends_once(emulator, provider):
 
 def test_collecting_the_same_output_twice_changes_nothing(clock, emulator, provider):
     job = job_with_items(4)
-    [submission_id] = actions.plan_submissions(job.pk)
-    actions.send_submission(submission_id, provider=provider)
+    [submission_id] = plan_submissions(job.pk)
+    send_submission(submission_id, provider=provider)
     poll_until_collected(clock, submission_id, provider)
     item_events_before = Event.objects.filter(item__isnull=False).count()
     versions_before = list(GeneratedVersion.objects.values_list("pk", "content_hash"))
 
     # A second worker, woken by a duplicate task, collects the ended submission again.
     Submission.objects.filter(pk=submission_id).update(state=SubmissionState.ENDED)
-    assert actions.collect_submission(submission_id, provider=provider) == "collected"
+    assert collect_submission(submission_id, provider=provider) == "collected"
 
     assert list(GeneratedVersion.objects.values_list("pk", "content_hash")) == versions_before
     assert Event.objects.filter(item__isnull=False).count() == item_events_before
@@ -67,8 +68,8 @@ def test_collecting_the_same_output_twice_changes_nothing(clock, emulator, provi
 
 def test_a_collection_that_died_half_way_is_finished_by_the_next_worker(clock, emulator, provider):
     job = job_with_items(4)
-    [submission_id] = actions.plan_submissions(job.pk)
-    actions.send_submission(submission_id, provider=provider)
+    [submission_id] = plan_submissions(job.pk)
+    send_submission(submission_id, provider=provider)
     submission = Submission.objects.get(pk=submission_id)
     for _ in range(200):
         status = provider.status(submission.provider_ref)
@@ -80,7 +81,7 @@ def test_a_collection_that_died_half_way_is_finished_by_the_next_worker(clock, e
         row_recorder.record_result(submission, line)
     Submission.objects.filter(pk=submission_id).update(state=SubmissionState.ENDED)
 
-    assert actions.collect_submission(submission_id, provider=provider) == "collected"
+    assert collect_submission(submission_id, provider=provider) == "collected"
 
     assert GeneratedVersion.objects.filter(item__job=job).count() == 4
     assert set(Item.objects.filter(job=job).values_list("state", flat=True)) == {ItemState.AWAITING_REVIEW}

@@ -2,7 +2,14 @@
 
 import pytest
 
-from ledger import actions
+from ledger.actions.applying import apply_item
+from ledger.actions.collecting import collect_submission, poll_submission
+from ledger.actions.core import NotAllowed, change_state
+from ledger.actions.job_states import refresh_job_state
+from ledger.actions.operating import cancel_job, retry_item
+from ledger.actions.products import record_product, withdraw_product
+from ledger.actions.reviewing import approve_version, reject_version
+from ledger.actions.submitting import LostClaim, plan_submissions, send_submission, set_submission_state
 from ledger.models import Item, Product, ProductStatus, Submission, SubmissionItem
 from ledger.states import ItemState, SubmissionState
 from tests.factories import ItemFactory, JobFactory, ProductFactory, UserFactory, add_version
@@ -21,21 +28,21 @@ def job_with_items(n: int):
 
 def test_a_worker_whose_submission_moved_on_cannot_overwrite_it():
     job = job_with_items(1)
-    [submission_id] = actions.plan_submissions(job.pk)
+    [submission_id] = plan_submissions(job.pk)
     stale_copy = Submission.objects.get(pk=submission_id)
     Submission.objects.filter(pk=submission_id).update(
         state=SubmissionState.OPEN, provider_ref="batch_theirs"
     )
 
-    with pytest.raises(actions.LostClaim):
-        actions.set_submission_state(stale_copy, SubmissionState.FAILED, reason="too late")
+    with pytest.raises(LostClaim):
+        set_submission_state(stale_copy, SubmissionState.FAILED, reason="too late")
 
     assert Submission.objects.get(pk=submission_id).state == SubmissionState.OPEN
 
 
 def test_a_claim_that_ran_out_is_not_renewed():
     job = job_with_items(1)
-    [submission_id] = actions.plan_submissions(job.pk)
+    [submission_id] = plan_submissions(job.pk)
     first = Submission.objects.claim(submission_id, states=[SubmissionState.INTENT])
     Submission.objects.filter(pk=submission_id).update(claimed_until=None)
     second = Submission.objects.claim(submission_id, states=[SubmissionState.INTENT])
@@ -47,11 +54,11 @@ def test_a_claim_that_ran_out_is_not_renewed():
 
 def test_an_item_withdrawn_between_planning_and_sending_is_not_paid_for(emulator, provider):
     job = job_with_items(3)
-    [submission_id] = actions.plan_submissions(job.pk)
+    [submission_id] = plan_submissions(job.pk)
     withdrawn = Item.objects.filter(job=job).order_by("id").first()
-    actions.withdraw_product(sku=withdrawn.product.sku)
+    withdraw_product(sku=withdrawn.product.sku)
 
-    assert actions.send_submission(submission_id, provider=provider) == "sent"
+    assert send_submission(submission_id, provider=provider) == "sent"
 
     assert SubmissionItem.objects.get(item=withdrawn).outcome == "not_sent"
     lines = {line["custom_id"] for line in emulator_input(emulator)}
@@ -69,10 +76,10 @@ def emulator_input(emulator):
 
 def test_a_submission_whose_items_all_moved_on_is_not_sent(emulator, provider):
     job = job_with_items(2)
-    [submission_id] = actions.plan_submissions(job.pk)
-    actions.cancel_job(job_id=job.pk, actor=None)
+    [submission_id] = plan_submissions(job.pk)
+    cancel_job(job_id=job.pk, actor=None)
 
-    assert actions.send_submission(submission_id, provider=provider) == "job cancelled"
+    assert send_submission(submission_id, provider=provider) == "job cancelled"
     assert emulator.stats()["batches"] == 0
 
 
@@ -80,7 +87,7 @@ def test_a_retry_for_a_withdrawn_product_stops_instead_of_paying_again():
     item = ItemFactory(state=ItemState.INFERENCE_FAILED)
     Product.objects.filter(pk=item.product_id).update(status=ProductStatus.WITHDRAWN)
 
-    retried = actions.retry_item(item.pk, unit="inference")
+    retried = retry_item(item.pk, unit="inference")
 
     assert retried.state == ItemState.WITHDRAWN
 
@@ -88,28 +95,28 @@ def test_a_retry_for_a_withdrawn_product_stops_instead_of_paying_again():
 def test_an_application_refused_because_the_product_changed_queues_the_current_revision():
     item = ItemFactory(awaiting_review=True)
     version = add_version(item)
-    actions.approve_version(
+    approve_version(
         item_id=item.pk, version_id=version.pk, version_hash=version.content_hash, approver=UserFactory()
     )
-    actions.change_state(item.pk, to=ItemState.APPLYING)
-    actions.record_product(sku=item.product.sku, title="A new title", fields={"material": "ash"})
+    change_state(item.pk, to=ItemState.APPLYING)
+    record_product(sku=item.product.sku, title="A new title", fields={"material": "ash"})
 
     # SPEC §2: the check before an attempt moves an item being applied to obsolete, never sending it.
-    assert actions.apply_item(item.pk) == ItemState.OBSOLETE
+    assert apply_item(item.pk) == ItemState.OBSOLETE
     assert not item.destination_attempts.exists()
     assert Item.objects.get(pk=item.pk).reason == "Not published: the product changed since approval"
 
     assert Item.objects.get(job=item.job, source_revision__number=2).state == ItemState.PREPARED
-    with pytest.raises(actions.NotAllowed):
-        actions.retry_item(item.pk, unit="destination")
+    with pytest.raises(NotAllowed):
+        retry_item(item.pk, unit="destination")
 
 
 def test_withdrawing_a_product_refreshes_the_job_state():
     item = ItemFactory(awaiting_review=True)
-    actions.refresh_job_state(item.job_id)
+    refresh_job_state(item.job_id)
     assert item.job.__class__.objects.get(pk=item.job_id).state == "in_review"
 
-    actions.withdraw_product(sku=item.product.sku)
+    withdraw_product(sku=item.product.sku)
 
     assert item.job.__class__.objects.get(pk=item.job_id).state == "completed"
 
@@ -151,7 +158,7 @@ def test_a_batch_the_provider_refused_fails_its_items_with_the_providers_reason(
     assert status.refused  # in the ledger's words: no results will come for any request
 
     job = job_with_items(2)
-    [submission_id] = actions.plan_submissions(job.pk)
+    [submission_id] = plan_submissions(job.pk)
     Item.objects.filter(job=job).update(state=ItemState.SUBMITTED)
     Submission.objects.filter(pk=submission_id).update(
         state=SubmissionState.ENDED,
@@ -161,7 +168,7 @@ def test_a_batch_the_provider_refused_fails_its_items_with_the_providers_reason(
         error=status.problem,
     )
 
-    assert actions.collect_submission(submission_id, provider=provider) == "collected"
+    assert collect_submission(submission_id, provider=provider) == "collected"
 
     for item in Item.objects.filter(job=job):
         assert item.state == ItemState.INFERENCE_FAILED and item.inference_attempt == 1
@@ -175,12 +182,12 @@ def test_polling_records_what_the_provider_said_and_when_and_the_job_state_follo
 
     emulator.configure(per_request_ms=300)
     job = job_with_items(2)
-    assert actions.refresh_job_state(job.pk) == "preparing"
-    [submission_id] = actions.plan_submissions(job.pk)
-    actions.send_submission(submission_id, provider=provider)
+    assert refresh_job_state(job.pk) == "preparing"
+    [submission_id] = plan_submissions(job.pk)
+    send_submission(submission_id, provider=provider)
     assert Job.objects.get(pk=job.pk).state == "running"
 
-    assert actions.poll_submission(submission_id, provider=provider) == "validating"  # the clock stands still
+    assert poll_submission(submission_id, provider=provider) == "validating"  # the clock stands still
     observed = Submission.objects.get(pk=submission_id)
     assert observed.last_observed_status == "validating"
     assert observed.last_observed_at is not None
@@ -189,10 +196,7 @@ def test_polling_records_what_the_provider_said_and_when_and_the_job_state_follo
     import httpx
 
     with httpx.Client(base_url="http://127.0.0.1:9/v1", timeout=1) as dead:
-        assert (
-            actions.poll_submission(submission_id, provider=OpenAIBatchProvider(client=dead))
-            == "provider error"
-        )
+        assert poll_submission(submission_id, provider=OpenAIBatchProvider(client=dead)) == "provider error"
     unreachable = Submission.objects.get(pk=submission_id)
     assert (unreachable.last_observed_at, unreachable.last_observed_status) == (
         observed.last_observed_at,
@@ -202,15 +206,13 @@ def test_polling_records_what_the_provider_said_and_when_and_the_job_state_follo
 
     clock.advance(seconds=1)  # two requests of 300 ms have run
     for _ in range(3):
-        if actions.poll_submission(submission_id, provider=provider) == "collected":
+        if poll_submission(submission_id, provider=provider) == "collected":
             break
     assert Job.objects.get(pk=job.pk).state == "in_review"
     for item in Item.objects.filter(job=job):
         version = item.versions.get()
-        actions.reject_version(
-            item_id=item.pk, version_id=version.pk, reviewer=UserFactory(), reason="too plain"
-        )
+        reject_version(item_id=item.pk, version_id=version.pk, reviewer=UserFactory(), reason="too plain")
     # A rejected draft is at rest: the job is completed, the rejection counted as needing attention.
     assert Job.objects.get(pk=job.pk).state == "completed"
-    actions.cancel_job(job_id=job.pk, actor=None)
+    cancel_job(job_id=job.pk, actor=None)
     assert Job.objects.get(pk=job.pk).state == "cancelled"

@@ -10,7 +10,8 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from ledger import actions
+from ledger.actions.collecting import collect_submission, observe_submission
+from ledger.actions.submitting import plan_submissions, send_submission
 from ledger.models import Item, Submission
 from ledger.retrying import PERMANENT_REFUSAL_PATIENCE
 from ledger.states import ItemState, ReasonCode, SubmissionState
@@ -53,10 +54,10 @@ def run_collector(job, *, until, timeout: float = 60.0) -> dict:
 
 def sent_and_asked_once(job) -> Submission:
     """The job's one unit, sent, and collected once (one round)."""
-    [submission_id] = actions.plan_submissions(job.pk)
-    actions.send_submission(submission_id)
-    actions.observe_submission(submission_id, provider=provider())
-    actions.collect_submission(submission_id)
+    [submission_id] = plan_submissions(job.pk)
+    send_submission(submission_id)
+    observe_submission(submission_id, provider=provider())
+    collect_submission(submission_id)
     return Submission.objects.get(pk=submission_id)
 
 
@@ -149,7 +150,7 @@ def test_a_refused_key_pauses_the_unit_and_a_key_fixed_within_the_day_resumes_it
     job = job_with_items(5)
 
     submission = sent_and_asked_once(job)
-    actions.collect_submission(submission.pk)  # asked again, round after round, within the day
+    collect_submission(submission.pk)  # asked again, round after round, within the day
 
     submission.refresh_from_db()
     assert submission.state == SubmissionState.ENDED
@@ -188,7 +189,7 @@ def test_a_key_refused_for_longer_than_the_patience_fails_the_unanswered_request
         refusing_since=submission.refusing_since - PERMANENT_REFUSAL_PATIENCE - timedelta(minutes=1),
         claimed_until=None,
     )
-    assert actions.collect_submission(submission.pk) == "collected"
+    assert collect_submission(submission.pk) == "collected"
 
     submission.refresh_from_db()
     assert (submission.state, submission.unanswered_reason) == (

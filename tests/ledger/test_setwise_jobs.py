@@ -7,8 +7,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from django_q.models import OrmQ
 
-from ledger.actions import NotAllowed, create_job
-from ledger.actions.core import actor_name
+from ledger.actions.core import NotAllowed, actor_name
+from ledger.actions.jobs import create_job
 from ledger.database.setwise import insert_from_select
 from ledger.models import Event, Item, Job, Product, ProductStatus, PromptVersion, SourceRevision
 from ledger.states import ItemState, JobState

@@ -1,7 +1,7 @@
 import pytest
 from django.db import DatabaseError, IntegrityError, connection, transaction
 
-from ledger.actions import NotAllowed, change_state, move_items
+from ledger.actions.core import NotAllowed, change_state, move_items
 from ledger.models import Event, Item
 from ledger.states import (
     ALLOWED_TRANSITIONS,

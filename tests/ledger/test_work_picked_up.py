@@ -16,8 +16,9 @@ from django.utils.module_loading import import_string
 from django_q.conf import Conf
 from django_q.models import OrmQ
 
-from ledger import actions, catalogue, tasks
+from ledger import catalogue, tasks
 from ledger.actions.collecting import observe_submission
+from ledger.actions.submitting import plan_submissions, send_submission
 from ledger.catalogue import importing
 from ledger.models import (
     CatalogueImport,
@@ -233,8 +234,8 @@ def test_a_screen_upload_during_another_import_is_answered_at_once_and_its_task_
 @pytest.mark.django_db(transaction=True)
 def test_a_collection_that_failed_on_a_database_error_gives_its_claim_back_at_once(emulator):  # noqa: F811
     job = job_with_items(BY_NAME["emulator"], 4, unit_size=4)
-    [submission_id] = actions.plan_submissions(job.pk)
-    actions.send_submission(submission_id)
+    [submission_id] = plan_submissions(job.pk)
+    send_submission(submission_id)
     provider = get_provider("emulator")
     while observe_submission(submission_id, provider=provider) != "ended":
         time.sleep(0.05)
@@ -271,8 +272,8 @@ def test_a_unit_whose_recording_keeps_failing_is_shown_on_operations_and_in_heal
     """Not retried in silence: after a few failed collections in a row the unit is shown with the
     last failure's words, and once one ends well it is no longer."""
     job = job_with_items(BY_NAME["emulator"], 3, unit_size=3)
-    [submission_id] = actions.plan_submissions(job.pk)
-    actions.send_submission(submission_id)
+    [submission_id] = plan_submissions(job.pk)
+    send_submission(submission_id)
     provider = get_provider("emulator")
     while observe_submission(submission_id, provider=provider) != "ended":
         time.sleep(0.05)

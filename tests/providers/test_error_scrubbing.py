@@ -5,7 +5,7 @@ import json
 import httpx
 import pytest
 
-from ledger import actions
+from ledger.actions.submitting import plan_submissions, send_submission
 from ledger.drafts.scrubbing import STORED_TEXT_CHARS, scrub_credentials, stored_text
 from ledger.models import Event, Item, Submission
 from ledger.providers.base import ProviderError
@@ -131,9 +131,9 @@ def test_a_refused_submission_stores_no_credential(settings):
     for _ in range(2):
         product = ProductFactory()
         Item.objects.create(job=job, product=product, source_revision=product.current_revision)
-    [submission_id] = actions.plan_submissions(job.pk)
+    [submission_id] = plan_submissions(job.pk)
 
-    actions.send_submission(submission_id, provider=echoing_provider(401, refusal_echoing(API_KEY)))
+    send_submission(submission_id, provider=echoing_provider(401, refusal_echoing(API_KEY)))
 
     submission = Submission.objects.get(pk=submission_id)
     assert submission.state == SubmissionState.FAILED

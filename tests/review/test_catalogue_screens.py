@@ -5,7 +5,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 from django.utils import timezone
 
-from ledger.actions import withdraw_product
+from ledger.actions.products import withdraw_product
 from ledger.catalogue import revise_product
 from ledger.models import CatalogueImport, ImportState, Product, SourceRevision
 from ledger.states import ItemState

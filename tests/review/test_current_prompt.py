@@ -8,7 +8,8 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from ledger.actions import NotAllowed, create_job
+from ledger.actions.core import NotAllowed
+from ledger.actions.jobs import create_job
 from ledger.actions.prompts import create_prompt_version, make_prompt_current
 from ledger.models import CurrentPromptChoice, PromptVersion
 from tests.factories import ProductFactory, UserFactory

@@ -9,7 +9,7 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
-from ledger.actions import NotAllowed
+from ledger.actions.core import NotAllowed
 from ledger.actions.reviewing import EMPTY_EDIT, approve_version
 from ledger.models import Approval, Event, Item, Product, SourceRevision
 from ledger.states import ItemState

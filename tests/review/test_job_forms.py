@@ -9,7 +9,7 @@ from django.test import Client
 from django.urls import reverse
 
 from ledger import providers
-from ledger.actions import create_job
+from ledger.actions.jobs import create_job
 from ledger.models import Job
 from ledger.providers.openai import OpenAIBatchProvider
 from review.job_forms import ApiJobForm, JobForm

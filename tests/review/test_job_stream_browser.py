@@ -4,7 +4,9 @@ a reload; a browser without EventSource keeps htmx's polling. And its notificati
 
 import pytest
 
-from ledger import actions
+from ledger.actions.core import change_state
+from ledger.actions.job_states import refresh_job_state
+from ledger.actions.operating import cancel_job
 from ledger.models import JobNotification, NotificationAttempt
 from ledger.states import ItemState
 from tests.factories import ItemFactory, JobFactory
@@ -23,7 +25,7 @@ def working_job(settings):
     settings.BATCHDESK_STREAM_SECONDS = 3  # responses end and the browser reconnects during the test
     job = JobFactory()
     items = [ItemFactory(job=job, state=ItemState.SUBMITTED) for _ in range(2)]
-    actions.refresh_job_state(job.pk)
+    refresh_job_state(job.pk)
     return job, items
 
 
@@ -41,18 +43,18 @@ def test_the_counts_change_without_a_reload_through_the_stream(page, live_server
     expect(counts).to_contain_text(ItemState.SUBMITTED.label)
     page.evaluate("window.notReloaded = true")
 
-    actions.change_state(items[0].pk, to=ItemState.RETURNED)
-    actions.refresh_job_state(job.pk)
+    change_state(items[0].pk, to=ItemState.RETURNED)
+    refresh_job_state(job.pk)
 
     expect(counts).to_contain_text(ItemState.RETURNED.label)
     assert page.evaluate("window.notReloaded") is True
     assert stream_requests and all(url.endswith(f"/api/jobs/{job.pk}/stream") for url in stream_requests)
 
     # Every result returned: the job is in review and the panel, redrawn, no longer follows anything.
-    actions.change_state(items[1].pk, to=ItemState.RETURNED)
+    change_state(items[1].pk, to=ItemState.RETURNED)
     for item in items:
-        actions.change_state(item.pk, to=ItemState.AWAITING_REVIEW)
-    actions.refresh_job_state(job.pk)
+        change_state(item.pk, to=ItemState.AWAITING_REVIEW)
+    refresh_job_state(job.pk)
     expect(page.get_by_test_id("review-this-job")).to_contain_text("2 drafts waiting")
     expect(panel).not_to_have_attribute("data-live", "stream")
     assert page.evaluate("window.notReloaded") is True
@@ -68,7 +70,7 @@ def test_a_browser_without_event_source_keeps_polling(page, live_server, owner, 
     expect(panel).to_have_attribute("hx-trigger", "every 2s")
     page.evaluate("window.notReloaded = true")
 
-    actions.change_state(items[0].pk, to=ItemState.RETURNED)
+    change_state(items[0].pk, to=ItemState.RETURNED)
 
     expect(page.get_by_test_id("state-counts")).to_contain_text(ItemState.RETURNED.label)
     assert page.evaluate("window.notReloaded") is True
@@ -78,7 +80,7 @@ def test_the_notifications_of_a_job_fit_a_phone(page, live_server, owner, settin
     settings.BATCHDESK_NOTIFY_SECRET = SECRET
     long_url = "http://127.0.0.1:9/" + "receiver-path-without-a-break-" * 20
     job = JobFactory(owner=owner, notify_url=long_url)
-    actions.cancel_job(job_id=job.pk)
+    cancel_job(job_id=job.pk)
     notification = JobNotification.objects.get()
     NotificationAttempt.objects.create(
         notification=notification, status=502, answer="upstream-connect-error-or-disconnect-" * 5

@@ -9,6 +9,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from ledger.actions.operating import redrive_dead_letter
 from ledger.models import CollectorHeartbeat, Event, Item, Submission, SubmissionItem
 from ledger.providers.base import ProviderError
 from ledger.providers.openai import OpenAIBatchProvider
@@ -324,8 +325,6 @@ def test_a_refused_retry_says_why_and_changes_nothing(client, operator, job):
 
 
 def test_a_retry_the_ledger_refuses_is_reported_not_a_500(client, operator, job, monkeypatch):
-    from ledger.actions import redrive_dead_letter
-
     [item] = failed(job, S.DEAD_LETTER, "Gave up after 5 attempts: HTTP 503", approved=True)
 
     def overtaken(item_id, *, actor):
@@ -489,7 +488,7 @@ def test_uncertain_submissions_are_offered_for_resolving(client, operator, owner
 
 
 def test_resolving_adopts_a_batch_the_provider_has(client, operator, uncertain, monkeypatch):
-    monkeypatch.setattr("ledger.providers.get_provider", lambda name: FoundProvider(["batch_found"]))
+    monkeypatch.setattr("ledger.actions.submitting.get_provider", lambda name: FoundProvider(["batch_found"]))
     client.force_login(operator)
     response = client.post(reverse("resolve_submission", args=[uncertain.pk]), follow=True)
     assert response.redirect_chain == [(reverse("operations"), 302)]
@@ -500,7 +499,7 @@ def test_resolving_adopts_a_batch_the_provider_has(client, operator, uncertain, 
 
 
 def test_resolving_too_early_waits(client, operator, uncertain, monkeypatch):
-    monkeypatch.setattr("ledger.providers.get_provider", lambda name: FoundProvider([]))
+    monkeypatch.setattr("ledger.actions.submitting.get_provider", lambda name: FoundProvider([]))
     client.force_login(operator)
     html = client.post(reverse("resolve_submission", args=[uncertain.pk]), follow=True).content.decode()
     assert "bd_uncertain: Not found at the provider yet" in html
@@ -509,7 +508,7 @@ def test_resolving_too_early_waits(client, operator, uncertain, monkeypatch):
 
 def test_a_provider_that_cannot_be_asked_is_reported_not_a_500(client, operator, uncertain, monkeypatch):
     error = ProviderError("GET /batches failed: connection refused")
-    monkeypatch.setattr("ledger.providers.get_provider", lambda name: FoundProvider(error=error))
+    monkeypatch.setattr("ledger.actions.submitting.get_provider", lambda name: FoundProvider(error=error))
     client.force_login(operator)
     response = client.post(reverse("resolve_submission", args=[uncertain.pk]), follow=True)
     assert response.status_code == 200

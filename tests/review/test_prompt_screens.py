@@ -6,7 +6,8 @@ import json
 import pytest
 from django.urls import reverse
 
-from ledger.actions import NotAllowed, create_prompt_version
+from ledger.actions.core import NotAllowed
+from ledger.actions.prompts import create_prompt_version
 from ledger.drafts.schema_dialects import sent_schema
 from ledger.models import PromptVersion
 from tests.factories import JobFactory, ProductFactory, UserFactory

@@ -9,7 +9,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from ledger.actions import create_prompt_version
+from ledger.actions.prompts import create_prompt_version
 from ledger.actions.reviewing import approve_version, reject_version
 from ledger.models import Item, PromptVersion
 from ledger.quality import (

@@ -4,7 +4,7 @@ says when, and is no wider than the screen."""
 import pytest
 from django.urls import reverse
 
-from ledger.actions import reject_version
+from ledger.actions.reviewing import reject_version
 from tests.factories import ItemFactory, UserFactory, add_version
 from tests.review.browser import log_in
 from tests.review.test_narrow_screens import OVERFLOWING, PHONE

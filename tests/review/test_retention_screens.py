@@ -7,7 +7,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from ledger.actions import approve_version, reject_version
+from ledger.actions.reviewing import approve_version, reject_version
 from ledger.lifecycle.retention import apply_retention
 from ledger.models import GeneratedVersion, Item
 from ledger.states import ItemState

@@ -3,7 +3,7 @@ import time
 
 from django.core.management.base import BaseCommand, CommandError
 
-from ledger.actions import collect_submission
+from ledger.actions.collecting import collect_submission
 from ledger.models import Submission
 
 

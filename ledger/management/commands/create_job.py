@@ -1,7 +1,8 @@
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from ledger.actions import NotAllowed, create_job
+from ledger.actions.core import NotAllowed
+from ledger.actions.jobs import create_job
 from ledger.models import DEFAULT_DESTINATION
 
 

@@ -14,7 +14,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand, CommandError
 
-from ledger.actions import create_job
+from ledger.actions.jobs import create_job
 from ledger.catalogue import import_catalogue
 from ledger.management.demo_watchdog import STOPPED, alive, signal_groups
 from ledger.models import Job, Product

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from ledger.actions import record_product, withdraw_product
+from ledger.actions.products import record_product, withdraw_product
 from ledger.catalogue import import_catalogue, importing, revise_product
 from ledger.catalogue.digests import KnownLines
 from ledger.models import Product, SourceRevision

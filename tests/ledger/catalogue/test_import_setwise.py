@@ -12,7 +12,7 @@ from django.db import transaction
 
 import ledger.actions.jobs
 import ledger.actions.products
-from ledger.actions import record_product
+from ledger.actions.products import record_product
 from ledger.catalogue import Record, check_fields, import_catalogue, importing, merging, read_catalogue
 from ledger.drafts.json_values import json_value_problem
 from ledger.models import Event, Item, Job, Product, SourceRevision

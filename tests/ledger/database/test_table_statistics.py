@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 from django_q.models import OrmQ
 
-from ledger.actions import create_job
+from ledger.actions.jobs import create_job
 from ledger.catalogue import import_catalogue
 from ledger.database.table_statistics import analyse_after_bulk_change, analyse_stale_tables, needs_analysis
 from ledger.models import Item, Product

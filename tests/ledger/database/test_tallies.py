@@ -9,15 +9,11 @@ import pytest
 from django.db import connection
 from django.db.models import Count, Exists, F, OuterRef, Q, Sum
 
-from ledger.actions import (
-    approve_version,
-    cancel_job,
-    change_state,
-    create_job,
-    move_items,
-    reject_version,
-    withdraw_product,
-)
+from ledger.actions.core import change_state, move_items
+from ledger.actions.jobs import create_job
+from ledger.actions.operating import cancel_job
+from ledger.actions.products import withdraw_product
+from ledger.actions.reviewing import approve_version, reject_version
 from ledger.catalogue import import_catalogue
 from ledger.models import GeneratedVersion, Item, ItemTally, Job
 from ledger.money import pricing

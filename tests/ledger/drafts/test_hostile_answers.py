@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from ledger import actions
+from ledger.actions.collecting import collect_submission
 from ledger.emulators.openai import Emulator
 from ledger.models import Event, GeneratedVersion, Item, Submission, SubmissionItem
 from ledger.providers.base import InferenceRequest
@@ -338,7 +338,7 @@ def test_whatever_the_results_file_holds_each_bad_line_fails_alone(collection, s
             lines[min(copies)], lines[max(copies)] = lines[good], lines[bad]
     serve(emulator, batch_id, lines)
 
-    assert actions.collect_submission(submission.pk, provider=provider, seconds=math.inf) == "collected"
+    assert collect_submission(submission.pk, provider=provider, seconds=math.inf) == "collected"
 
     submission.refresh_from_db()
     assert submission.state == SubmissionState.COLLECTED

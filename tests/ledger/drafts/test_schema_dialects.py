@@ -10,8 +10,9 @@ import pytest
 from referencing import Registry
 from referencing.jsonschema import DRAFT202012
 
-from ledger import actions
-from ledger.actions import create_prompt_version
+from ledger.actions.collecting import poll_submission
+from ledger.actions.prompts import create_prompt_version
+from ledger.actions.submitting import plan_submissions, send_submission
 from ledger.bootstrap import DEFAULT_PROMPT
 from ledger.drafts.schema_dialects import Dialect, LeftToLedger, sent_schema
 from ledger.drafts.validation import DraftChecker
@@ -512,10 +513,10 @@ def test_through_the_pipeline_a_length_rule_openai_was_not_sent_still_fails_the_
     for _ in range(3):
         product = ProductFactory()
         Item.objects.create(job=job, product=product, source_revision=product.current_revision)
-    [submission_id] = actions.plan_submissions(job.pk)
-    actions.send_submission(submission_id, provider=provider)
+    [submission_id] = plan_submissions(job.pk)
+    send_submission(submission_id, provider=provider)
     for _ in range(200):
-        actions.poll_submission(submission_id, provider=provider)
+        poll_submission(submission_id, provider=provider)
         if Submission.objects.get(pk=submission_id).state == SubmissionState.COLLECTED:
             break
         clock.advance(ms=50)

@@ -10,8 +10,10 @@ import jsonschema
 import pytest
 from django.urls import reverse
 
-from ledger import actions
-from ledger.actions import NotAllowed, create_prompt_version
+from ledger.actions.collecting import poll_submission
+from ledger.actions.core import NotAllowed
+from ledger.actions.prompts import create_prompt_version
+from ledger.actions.submitting import plan_submissions, send_submission
 from ledger.bootstrap import DEFAULT_PROMPT
 from ledger.drafts.validation import DraftChecker
 from ledger.models import Item, PromptVersion, Submission
@@ -198,11 +200,11 @@ def test_collecting_drafts_for_a_stored_outside_reference_fetches_nothing_and_fi
     for _ in range(3):
         product = ProductFactory()
         Item.objects.create(job=job, product=product, source_revision=product.current_revision)
-    [submission_id] = actions.plan_submissions(job.pk)
-    actions.send_submission(submission_id, provider=provider)
+    [submission_id] = plan_submissions(job.pk)
+    send_submission(submission_id, provider=provider)
 
     for _ in range(200):
-        actions.poll_submission(submission_id, provider=provider)
+        poll_submission(submission_id, provider=provider)
         if Submission.objects.get(pk=submission_id).state == SubmissionState.COLLECTED:
             break
         clock.advance(ms=50)

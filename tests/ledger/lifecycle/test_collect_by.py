@@ -14,7 +14,8 @@ from django.db.models import F
 from django.test import Client
 from django.utils import timezone
 
-from ledger import actions
+from ledger.actions.collecting import collect_submission, observe_submission, poll_submission
+from ledger.actions.submitting import plan_submissions, send_submission
 from ledger.emulators.clock import TestClock
 from ledger.models import Submission
 from ledger.providers import get_provider
@@ -63,8 +64,8 @@ def job_with_items(provider, n: int):
 
 def sent_unit(provider, n: int = 3) -> int:
     job = job_with_items(provider, n)
-    [submission_id] = actions.plan_submissions(job.pk)
-    assert actions.send_submission(submission_id) == "sent"
+    [submission_id] = plan_submissions(job.pk)
+    assert send_submission(submission_id) == "sent"
     return submission_id
 
 
@@ -73,7 +74,7 @@ def ended_at_the_provider(submission_id: int, clock: TestClock) -> None:
     provider = get_provider(Submission.objects.get(pk=submission_id).provider)
     for _ in range(200):
         clock.advance(ms=50)
-        if actions.observe_submission(submission_id, provider=provider) == "ended":
+        if observe_submission(submission_id, provider=provider) == "ended":
             return
     raise AssertionError("the unit never ended")
 
@@ -184,7 +185,7 @@ def test_an_ended_unit_left_uncollected_past_half_its_time_raises_the_alarm_unti
     assert 'data-testid="collection-at-risk"' in operations
 
     # The provider still has its results: collected, and the alarm ends.
-    assert actions.collect_submission(submission_id) == "collected"
+    assert collect_submission(submission_id) == "collected"
     assert health() == {"units": 0, "earliest_collect_by": None}
     assert metric("batchdesk_units_collection_at_risk", token) == 0
     assert "collection-at-risk-banner" not in client.get("/").content.decode()
@@ -236,10 +237,10 @@ def test_a_passing_error_past_the_date_is_asked_again_and_results_still_there_ar
     Submission.objects.filter(pk=submission_id).update(collect_by=timezone.now() - timedelta(minutes=1))
     emulator.configure(server_errors=1, server_error_path="GET /v1/files")
 
-    assert actions.collect_submission(submission_id) == "interrupted"
+    assert collect_submission(submission_id) == "interrupted"
     assert Submission.objects.get(pk=submission_id).unanswered_reason == ""
     Submission.objects.filter(pk=submission_id).update(claimed_until=None)
-    assert actions.collect_submission(submission_id) == "collected"
+    assert collect_submission(submission_id) == "collected"
     job = Submission.objects.get(pk=submission_id).job
     assert set(job.items.counts_by_state()) == {ItemState.AWAITING_REVIEW}
 
@@ -250,7 +251,7 @@ def test_a_unit_still_open_whose_status_the_provider_refuses_past_its_date_fails
 ):
     emulator.configure(per_request_ms=60_000)  # never seen to end
     submission_id = sent_unit(provider)
-    assert actions.poll_submission(submission_id) not in ("ended", "provider error")
+    assert poll_submission(submission_id) not in ("ended", "provider error")
     # Its 29 days from creation pass with the collector never seeing its end; the provider has
     # forgotten the batch.
     days_pass(submission_id, timedelta(days=29, hours=1), clock)
@@ -270,7 +271,7 @@ def test_before_its_date_a_refused_status_is_asked_again_as_ever(emulator, clock
     submission_id = sent_unit(provider)
     emulator.configure(refusals=1_000, refusal_status=404)
 
-    assert actions.poll_submission(submission_id) == "provider error"
+    assert poll_submission(submission_id) == "provider error"
 
     unit = Submission.objects.get(pk=submission_id)
     assert (unit.state, unit.unanswered_reason) == (SubmissionState.OPEN, "")

@@ -15,7 +15,8 @@ from google import genai
 from google.genai import errors as genai_errors
 from google.genai import types
 
-from ledger import actions
+from ledger.actions.collecting import poll_submission
+from ledger.actions.submitting import plan_submissions, send_submission
 from ledger.emulators.clock import TestClock
 from ledger.lifecycle import provider_files
 from ledger.models import Event, Submission
@@ -56,12 +57,12 @@ def collected_job(provider, clock, n: int = 3):
     for _ in range(n):
         product = ProductFactory()
         job.items.create(product=product, source_revision=product.current_revision)
-    [submission_id] = actions.plan_submissions(job.pk)
-    assert actions.send_submission(submission_id) == "sent"
+    [submission_id] = plan_submissions(job.pk)
+    assert send_submission(submission_id) == "sent"
     adapter = get_provider(provider.name)
     for _ in range(200):
         clock.advance(ms=50)
-        if actions.poll_submission(submission_id, provider=adapter) == "collected":
+        if poll_submission(submission_id, provider=adapter) == "collected":
             return job, Submission.objects.get(pk=submission_id)
     raise AssertionError(f"never collected: {job.items.counts_by_state()}")
 

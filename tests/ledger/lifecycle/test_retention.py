@@ -12,7 +12,9 @@ from django.db import connection, connections, transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from ledger.actions import apply_item, approve_version, change_state, reject_version
+from ledger.actions.applying import apply_item
+from ledger.actions.core import change_state
+from ledger.actions.reviewing import approve_version, reject_version
 from ledger.lifecycle import retention
 from ledger.lifecycle.retention import apply_retention, erasable_counts
 from ledger.models import Event, GeneratedVersion, Item, ItemTally, Product

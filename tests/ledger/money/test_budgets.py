@@ -10,7 +10,11 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from ledger import actions
+from ledger.actions.collecting import poll_submission
+from ledger.actions.core import NotAllowed
+from ledger.actions.job_states import refresh_job_state
+from ledger.actions.jobs import resume_job, set_budget
+from ledger.actions.submitting import build_requests, plan_submissions, send_submission
 from ledger.models import GeneratedVersion, Item, Job, PauseReason, Submission, UnitCharge
 from ledger.money import budgets
 from ledger.money.pricing import job_cost, price_for
@@ -60,7 +64,7 @@ def unit_worst_case_pounds(submission_id: int) -> Decimal:
     """Computed here from the requests as sent: one token per byte of the messages and the schema,
     16 tokens of overhead, and `max_tokens` out, at the price file's batch price, in pounds."""
     submission = Submission.objects.get(pk=submission_id)
-    requests = actions.build_requests(submission)
+    requests = build_requests(submission)
     tokens_in = sum(
         16
         + len(r.system_message.encode())
@@ -75,7 +79,7 @@ def unit_worst_case_pounds(submission_id: int) -> Decimal:
 
 def collect(clock, submission_id, provider):
     for _ in range(200):
-        actions.poll_submission(submission_id, provider=provider)
+        poll_submission(submission_id, provider=provider)
         if Submission.objects.get(pk=submission_id).state == SubmissionState.COLLECTED:
             return
         clock.advance(ms=50)
@@ -84,10 +88,10 @@ def collect(clock, submission_id, provider):
 
 def test_a_unit_is_reserved_at_its_worst_case_before_it_is_sent(pounds, emulator, provider):
     job = job_with_items(3, unit_size=3, budget=Decimal("100.00"))
-    [unit] = actions.plan_submissions(job.pk)
+    [unit] = plan_submissions(job.pk)
     expected = unit_worst_case_pounds(unit)
 
-    assert actions.send_submission(unit, provider=provider) == "sent"
+    assert send_submission(unit, provider=provider) == "sent"
 
     charge = UnitCharge.objects.get(submission_id=unit)
     assert charge.requests == 3
@@ -99,13 +103,13 @@ def test_a_unit_is_reserved_at_its_worst_case_before_it_is_sent(pounds, emulator
 
 def test_a_unit_that_could_pass_the_budget_is_not_sent_and_the_job_pauses(pounds, emulator, provider):
     job = job_with_items(4, unit_size=2, budget=Decimal("100.00"))
-    first, second = actions.plan_submissions(job.pk)
+    first, second = plan_submissions(job.pk)
     worst = unit_worst_case_pounds(first)
     # Room for one unit's worst case, not two.
     Job.objects.filter(pk=job.pk).update(budget=(worst * 3 / 2).quantize(Decimal("0.01")))
 
-    assert actions.send_submission(first, provider=provider) == "sent"
-    assert actions.send_submission(second, provider=provider) == "paused"
+    assert send_submission(first, provider=provider) == "sent"
+    assert send_submission(second, provider=provider) == "paused"
 
     job.refresh_from_db()
     assert job.state == JobState.PAUSED
@@ -119,37 +123,37 @@ def test_a_unit_that_could_pass_the_budget_is_not_sent_and_the_job_pauses(pounds
     }
     # Nothing new goes out while paused, however often a pass asks.
     Submission.objects.filter(pk=second).update(claimed_until=None)
-    assert actions.send_submission(second, provider=provider) == "paused"
+    assert send_submission(second, provider=provider) == "paused"
     assert emulator.stats()["batches"] == 1
     # The job stays paused while its results come in (the state is not derived away).
-    actions.refresh_job_state(job.pk)
+    refresh_job_state(job.pk)
     assert Job.objects.get(pk=job.pk).state == JobState.PAUSED
 
 
 def test_raising_the_budget_resumes_the_job(pounds, emulator, provider, owner):
     job = job_with_items(4, unit_size=2, budget=Decimal("100.00"), owner=owner)
-    first, second = actions.plan_submissions(job.pk)
+    first, second = plan_submissions(job.pk)
     worst = unit_worst_case_pounds(first)
     Job.objects.filter(pk=job.pk).update(budget=(worst * 3 / 2).quantize(Decimal("0.01")))
-    actions.send_submission(first, provider=provider)
-    actions.send_submission(second, provider=provider)
+    send_submission(first, provider=provider)
+    send_submission(second, provider=provider)
     assert Job.objects.get(pk=job.pk).state == JobState.PAUSED
 
-    with pytest.raises(actions.NotAllowed):
-        actions.set_budget(job.pk, Decimal("0.01"), actor=owner)  # below what it holds already
-    actions.set_budget(job.pk, (worst * 3).quantize(Decimal("0.01")), actor=owner)
+    with pytest.raises(NotAllowed):
+        set_budget(job.pk, Decimal("0.01"), actor=owner)  # below what it holds already
+    set_budget(job.pk, (worst * 3).quantize(Decimal("0.01")), actor=owner)
 
     job.refresh_from_db()
     assert job.state == JobState.RUNNING and job.pause_reason == ""
     assert Submission.objects.get(pk=second).claimed_until is None  # the next pass sends it
-    assert actions.send_submission(second, provider=provider) == "sent"
+    assert send_submission(second, provider=provider) == "sent"
     assert emulator.stats()["batches"] == 2
 
 
 def test_returned_usage_settles_the_reservation_and_keeps_its_rate(pounds, clock, emulator, provider):
     job = job_with_items(3, unit_size=3, budget=Decimal("100.00"))
-    [unit] = actions.plan_submissions(job.pk)
-    actions.send_submission(unit, provider=provider)
+    [unit] = plan_submissions(job.pk)
+    send_submission(unit, provider=provider)
     collect(clock, unit, provider)
 
     charge = UnitCharge.objects.get(submission_id=unit)
@@ -181,7 +185,7 @@ def test_returned_usage_settles_the_reservation_and_keeps_its_rate(pounds, clock
 @pytest.mark.django_db(transaction=True)
 def test_two_clusters_sending_at_once_never_pass_the_budget(pounds, emulator, provider):
     job = job_with_items(4, unit_size=2, budget=Decimal("100.00"))
-    units = actions.plan_submissions(job.pk)
+    units = plan_submissions(job.pk)
     worst = unit_worst_case_pounds(units[0])
     Job.objects.filter(pk=job.pk).update(budget=(worst * 3 / 2).quantize(Decimal("0.01")))
     start = threading.Barrier(2)
@@ -190,7 +194,7 @@ def test_two_clusters_sending_at_once_never_pass_the_budget(pounds, emulator, pr
     def send(unit):
         try:
             start.wait()
-            outcomes[unit] = actions.send_submission(unit, provider=provider)
+            outcomes[unit] = send_submission(unit, provider=provider)
         finally:
             connection.close()
 
@@ -210,9 +214,9 @@ def test_a_billing_refusal_pauses_the_job_instead_of_failing_its_items(settings,
     provider = BY_NAME[name]
     with serving(provider, settings, monkeypatch, billing_refusals=1) as emulator:
         job = job_with_items(3, unit_size=3, budget=None, provider=provider.name, model=provider.model)
-        [unit] = actions.plan_submissions(job.pk)
+        [unit] = plan_submissions(job.pk)
 
-        assert actions.send_submission(unit) == "paused"
+        assert send_submission(unit) == "paused"
 
         job.refresh_from_db()
         assert job.state == JobState.PAUSED
@@ -228,7 +232,7 @@ def test_a_billing_refusal_pauses_the_job_instead_of_failing_its_items(settings,
         # Not retried while paused: the pass leaves a paused job's units alone.
         assert unit not in [pk for pk, _ in claim_due_submissions(timezone.now())[1]]
 
-        actions.resume_job(job.pk, actor=job.owner)
-        assert actions.send_submission(unit) == "sent"
+        resume_job(job.pk, actor=job.owner)
+        assert send_submission(unit) == "sent"
         assert emulator.stats()["creates"] == 2
         assert Submission.objects.get(pk=unit).state == SubmissionState.OPEN

@@ -12,8 +12,10 @@ from django.core import mail
 from django.db import transaction
 from django.utils import timezone
 
-from ledger import actions, tasks
+from ledger import tasks
 from ledger.actions.budgeting import pause
+from ledger.actions.job_states import refresh_job_state
+from ledger.actions.operating import cancel_job
 from ledger.models import JobNotification, NotificationAttempt, NotificationChannel, PauseReason
 from ledger.notices.notifications import BUDGET_REACHED
 from ledger.states import ItemState, JobState
@@ -42,7 +44,7 @@ def test_a_receiver_that_answers_500_then_200_gets_one_notification_sent_twice_a
     with EventReceiver(500, 200) as receiver:
         job = JobFactory(notify_url=receiver.url)
         with django_capture_on_commit_callbacks() as queued:
-            actions.cancel_job(job_id=job.pk)
+            cancel_job(job_id=job.pk)
         notification = JobNotification.objects.get()
         assert receiver.calls == []  # nothing is sent inside the change's transaction
         assert len(queued) == 1  # its task is queued once the change has committed
@@ -70,12 +72,12 @@ def test_events_are_written_with_the_change_and_vanish_with_it():
     JobNotification.objects.all().delete()  # the factory's own state changes
 
     with pytest.raises(RuntimeError), transaction.atomic():
-        actions.refresh_job_state(job.pk)
+        refresh_job_state(job.pk)
         assert JobNotification.objects.filter(event_type="job.in_review").exists()
         raise RuntimeError("the change fails after its event was written")
     assert not JobNotification.objects.exists()
 
-    assert actions.refresh_job_state(job.pk) == JobState.IN_REVIEW
+    assert refresh_job_state(job.pk) == JobState.IN_REVIEW
     event = json.loads(bytes(JobNotification.objects.get().body))
     assert event["type"] == "job.in_review"
     assert event["job"]["counts"] == {ItemState.AWAITING_REVIEW: 1}
@@ -95,8 +97,8 @@ def test_a_job_paused_by_its_budget_tells_of_the_pause_and_of_the_budget():
 def test_a_job_without_notify_url_or_owner_address_writes_nothing():
     job = JobFactory(owner=UserFactory(email=""))
     ItemFactory(job=job, state=ItemState.AWAITING_REVIEW)
-    actions.refresh_job_state(job.pk)
-    actions.cancel_job(job_id=job.pk)
+    refresh_job_state(job.pk)
+    cancel_job(job_id=job.pk)
     assert not JobNotification.objects.exists()
 
 
@@ -105,7 +107,7 @@ def test_a_receiver_never_answering_is_given_up_24_hours_after_the_event():
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
     job = JobFactory(notify_url=f"http://127.0.0.1:{port}/events")
-    actions.cancel_job(job_id=job.pk)
+    cancel_job(job_id=job.pk)
     notification = JobNotification.objects.get()
 
     assert send_now(notification) == "not delivered"
@@ -126,7 +128,7 @@ def test_a_receiver_never_answering_is_given_up_24_hours_after_the_event():
 def test_a_lost_task_is_sent_by_the_collectors_pass_and_a_repeated_task_sends_nothing():
     with EventReceiver() as receiver:
         job = JobFactory(notify_url=receiver.url)
-        actions.cancel_job(job_id=job.pk)
+        cancel_job(job_id=job.pk)
         notification = JobNotification.objects.get()
         queued_for = notification.next_attempt_at
         # Its task was lost (the broker was down): once its time to be taken has passed, the pass sends it.
@@ -141,7 +143,7 @@ def test_a_lost_task_is_sent_by_the_collectors_pass_and_a_repeated_task_sends_no
 def test_a_redirect_is_an_answer_not_followed():
     with EventReceiver(200) as elsewhere, EventReceiver((307, {"Location": elsewhere.url}, b"")) as receiver:
         job = JobFactory(notify_url=receiver.url)
-        actions.cancel_job(job_id=job.pk)
+        cancel_job(job_id=job.pk)
         notification = JobNotification.objects.get()
         assert send_now(notification) == "not delivered"
     assert elsewhere.calls == []
@@ -151,7 +153,7 @@ def test_a_redirect_is_an_answer_not_followed():
 def test_an_address_that_became_unsafe_is_not_called():
     """A job's address is checked again at each call: here it names the cloud metadata service."""
     job = JobFactory(notify_url="http://169.254.169.254/latest/meta-data/")
-    actions.cancel_job(job_id=job.pk)
+    cancel_job(job_id=job.pk)
     notification = JobNotification.objects.get()
     assert send_now(notification) == "not delivered"
     assert "link-local" in notification.tries.get().error
@@ -159,7 +161,7 @@ def test_an_address_that_became_unsafe_is_not_called():
 
 def test_a_name_rebound_to_the_metadata_service_after_the_check_is_not_called(monkeypatch):
     job = JobFactory(notify_url="http://receiver.internal.example/events")
-    actions.cancel_job(job_id=job.pk)
+    cancel_job(job_id=job.pk)
     notification = JobNotification.objects.get()
     # The name resolved to a private address when the job started; now it resolves elsewhere.
     monkeypatch.setattr(
@@ -178,7 +180,7 @@ def test_the_answer_kept_is_a_short_scrubbed_excerpt(monkeypatch):
     answer = b"Bad gateway sk-live-notify-test-0123456789abcdef " + b"x" * 5000
     with EventReceiver((502, {}, answer)) as receiver:
         job = JobFactory(notify_url=receiver.url)
-        actions.cancel_job(job_id=job.pk)
+        cancel_job(job_id=job.pk)
         send_now(JobNotification.objects.get())
     kept = NotificationAttempt.objects.get().answer
     assert kept.startswith("Bad gateway [redacted] xxx")
@@ -189,7 +191,7 @@ def test_no_secret_no_call(settings):
     """Without a secret a job may not name a notify_url; one named before is never sent unsigned."""
     with EventReceiver() as receiver:
         job = JobFactory(notify_url=receiver.url)
-        actions.cancel_job(job_id=job.pk)
+        cancel_job(job_id=job.pk)
         settings.BATCHDESK_NOTIFY_SECRET = ""
         assert send_now(JobNotification.objects.get()) == "not delivered"
     assert receiver.calls == []
@@ -213,7 +215,7 @@ def test_the_owner_is_emailed_once_when_the_job_reaches_a_state_for_people(item_
     ItemFactory(job=job, state=item_state)
     JobNotification.objects.all().delete()
 
-    assert actions.refresh_job_state(job.pk) == job_state
+    assert refresh_job_state(job.pk) == job_state
     notification = JobNotification.objects.get()
     assert (notification.channel, notification.recipient) == (NotificationChannel.EMAIL, "owner@example.com")
     queued_for = notification.next_attempt_at
@@ -229,7 +231,7 @@ def test_the_owner_is_emailed_once_when_the_job_reaches_a_state_for_people(item_
 def test_running_and_cancelled_are_not_emailed():
     owner = UserFactory(email="owner@example.com")
     job = JobFactory(owner=owner)
-    actions.cancel_job(job_id=job.pk)
+    cancel_job(job_id=job.pk)
     assert not JobNotification.objects.filter(channel=NotificationChannel.EMAIL).exists()
 
 
@@ -239,7 +241,7 @@ def test_running_and_cancelled_are_not_emailed():
 def test_the_job_page_shows_each_notification_and_attempt_escaped(client):
     with EventReceiver((500, {}, b"<script>alert(1)</script> down"), 200) as receiver:
         job = JobFactory(notify_url=receiver.url)
-        actions.cancel_job(job_id=job.pk)
+        cancel_job(job_id=job.pk)
         notification = JobNotification.objects.get()
         send_now(notification)
         send_now(notification)
@@ -271,7 +273,7 @@ def test_a_receiver_dripping_its_answer_is_cut_off_at_the_timeout(settings):
     settings.BATCHDESK_NOTIFY_TIMEOUT = 0.5
     with DrippingReceiver(seconds=4) as receiver:
         job = JobFactory(notify_url=receiver.url)
-        actions.cancel_job(job_id=job.pk)
+        cancel_job(job_id=job.pk)
         notification = JobNotification.objects.get()
         assert send_now(notification) == "not delivered"
     attempt = notification.tries.get()
@@ -326,7 +328,7 @@ def test_a_reference_with_a_line_break_is_emailed_on_one_subject_line(reference)
     job = JobFactory(owner=owner, reference=reference)
     ItemFactory(job=job, state=ItemState.AWAITING_REVIEW)
     JobNotification.objects.all().delete()
-    actions.refresh_job_state(job.pk)
+    refresh_job_state(job.pk)
 
     assert send_now(JobNotification.objects.get()) == "delivered"
     assert mail.outbox[0].subject == "BatchDesk job spring launch: in review"

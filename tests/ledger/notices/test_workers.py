@@ -9,7 +9,7 @@ import time
 import pytest
 from django_q.tasks import async_task
 
-from ledger import actions
+from ledger.actions.jobs import create_job
 from ledger.models import CollectorHeartbeat, JobNotification
 from ledger.states import JobState
 from tests.factories import UserFactory
@@ -25,7 +25,7 @@ def test_a_worker_cluster_tells_the_receiver_of_each_event_once_retrying_a_500(p
     make_catalogue(6)
     with EventReceiver(500) as receiver:
         processes.start("qcluster", BATCHDESK_NOTIFY_SECRET=SECRET, BATCHDESK_NOTIFY_RETRY_SECONDS="1")
-        job = actions.create_job(
+        job = create_job(
             reference="told",
             owner=owner,
             task="product_description",
@@ -69,7 +69,7 @@ def test_a_receiver_that_never_answers_holds_up_nothing(processes):
         silent.listen(64)
         port = silent.getsockname()[1]
         processes.start("qcluster", BATCHDESK_NOTIFY_SECRET=SECRET, BATCHDESK_NOTIFY_TIMEOUT="30")
-        job = actions.create_job(
+        job = create_job(
             reference="unheard",
             owner=owner,
             task="product_description",

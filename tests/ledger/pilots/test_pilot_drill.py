@@ -9,7 +9,14 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from ledger import actions, tasks
+from ledger import tasks
+from ledger.actions.applying import apply_item
+from ledger.actions.collecting import observe_submission
+from ledger.actions.drilling import deliver_again
+from ledger.actions.jobs import create_job
+from ledger.actions.products import withdraw_product
+from ledger.actions.reviewing import approve_version
+from ledger.actions.submitting import plan_submissions, send_submission
 from ledger.catalogue import revise_product
 from ledger.lifecycle import provider_files
 from ledger.models import (
@@ -48,7 +55,7 @@ def catalogue():
 
 def a_pilot(owner, *, drill: bool = True, reference: str = "drilled", destination: str = "catalogue") -> Job:
     """Every product of the catalogue (3 per category), in units of 3 requests."""
-    return actions.create_job(
+    return create_job(
         reference=reference,
         owner=owner,
         task="product_description",
@@ -61,11 +68,11 @@ def a_pilot(owner, *, drill: bool = True, reference: str = "drilled", destinatio
 
 
 def sent_and_ended(job: Job, provider, clock) -> list[int]:
-    units = actions.plan_submissions(job.pk)
+    units = plan_submissions(job.pk)
     for unit in units:
-        assert actions.send_submission(unit, provider=provider) == "sent"
+        assert send_submission(unit, provider=provider) == "sent"
     for _ in range(200):
-        if all(actions.observe_submission(unit, provider=provider) == "ended" for unit in units):
+        if all(observe_submission(unit, provider=provider) == "ended" for unit in units):
             return units
         clock.advance(ms=50)
     raise AssertionError("the units never ended")
@@ -83,7 +90,7 @@ def collected_by_the_drill(job: Job, provider, clock) -> list[int]:
     for unit in [first, *others]:
         assert tasks.collect(unit, provider=provider) == "collected"
     held = Submission.objects.claim(first, states=[SubmissionState.COLLECTED])
-    assert actions.deliver_again(first, provider=provider, held=held) == "collected again"
+    assert deliver_again(first, provider=provider, held=held) == "collected again"
     return [first, *others]
 
 
@@ -91,7 +98,7 @@ def approve_all(job: Job, owner) -> list[Item]:
     items = list(Item.objects.filter(job=job, state=ItemState.AWAITING_REVIEW).order_by("pk"))
     for item in items:
         version = item.versions.get()
-        actions.approve_version(
+        approve_version(
             item_id=item.pk, version_id=version.pk, version_hash=version.content_hash, approver=owner
         )
     return list(Item.objects.filter(pk__in=[item.pk for item in items]).order_by("pk"))
@@ -101,9 +108,9 @@ def published(job: Job, owner) -> list[Item]:
     """Every draft approved and applied; the first attempt of the first loses its answer."""
     items = approve_all(job, owner)
     for item in items:
-        actions.apply_item(item.pk)
+        apply_item(item.pk)
         Item.objects.filter(pk=item.pk, state=ItemState.APPLYING).update(next_attempt_at=timezone.now())
-        actions.apply_item(item.pk)
+        apply_item(item.pk)
     assert {item.state for item in Item.objects.filter(pk__in=[i.pk for i in items])} == {ItemState.APPLIED}
     return items
 
@@ -171,7 +178,7 @@ def test_the_drilled_collection_dies_mid_chunk_and_the_next_worker_records_the_r
 def test_where_units_are_of_one_request_the_drilled_collection_dies_in_its_first_chunk(
     owner, catalogue, clock, emulator, provider
 ):
-    job = actions.create_job(
+    job = create_job(
         reference="one-by-one",
         owner=owner,
         task="product_description",
@@ -208,7 +215,7 @@ def test_the_drilled_units_results_delivered_again_change_nothing(
     tasks.poll_everything(start=lambda *args: queued.append(args))
     [(_, unit, claim)] = [args for args in queued if args[0] == "ledger.tasks.deliver_again"]
     assert unit == first and Submission.objects.get(pk=first).claimed_by == claim
-    assert actions.deliver_again(first, provider=provider, held=claim) == "collected again"
+    assert deliver_again(first, provider=provider, held=claim) == "collected again"
 
     assert list(GeneratedVersion.objects.order_by("pk").values_list("pk", "content_hash")) == versions
     assert Event.objects.count() == events
@@ -241,7 +248,7 @@ def test_the_drilled_units_files_stay_at_the_provider_until_delivered_again_then
     assert first not in [unit for unit, _ in provider_files.claim_due()]
     assert output in {file["id"] for file in emulator.list_files()["data"]}
 
-    assert actions.deliver_again(first, provider=provider) == "collected again"
+    assert deliver_again(first, provider=provider) == "collected again"
     assert provider_files.delete_provider_files(first, provider=provider) == "deleted"
     assert output not in {file["id"] for file in emulator.list_files()["data"]}
 
@@ -253,7 +260,7 @@ def test_the_first_applied_drafts_first_answer_is_lost_and_the_retry_publishes_n
     collected_by_the_drill(job, provider, clock)
     first, *others = approve_all(job, owner)
 
-    assert actions.apply_item(first.pk) == "retrying"
+    assert apply_item(first.pk) == "retrying"
 
     attempt = DestinationAttempt.objects.get(item=first)
     assert (attempt.outcome, attempt.response) == (AttemptOutcome.RETRYABLE, LOST_ANSWER)
@@ -262,14 +269,14 @@ def test_the_first_applied_drafts_first_answer_is_lost_and_the_retry_publishes_n
     assert product.published_version_id == first.approved_version_id
     assert Publication.objects.filter(product=product).count() == 1
     Item.objects.filter(pk=first.pk).update(next_attempt_at=timezone.now())
-    assert actions.apply_item(first.pk) == ItemState.APPLIED
+    assert apply_item(first.pk) == ItemState.APPLIED
     attempts = DestinationAttempt.objects.filter(item=first).order_by("pk")
     assert [a.outcome for a in attempts] == [AttemptOutcome.RETRYABLE, AttemptOutcome.APPLIED]
     assert len({a.operation_key for a in attempts}) == 1
     assert Publication.objects.filter(product=product).count() == 1
     # Only the first: the others publish at their first attempt.
     for item in others:
-        assert actions.apply_item(item.pk) == ItemState.APPLIED
+        assert apply_item(item.pk) == ItemState.APPLIED
 
     report = drill_report(job.pilot)
     assert report["ran"] is True
@@ -292,8 +299,8 @@ def test_at_a_webhook_the_retry_after_a_lost_answer_carries_the_same_key(
         collected_by_the_drill(job, provider, clock)
         first, *_ = approve_all(job, owner)
 
-        assert actions.apply_item(first.pk) == "retrying"
-        assert actions.apply_item(first.pk) == ItemState.APPLIED
+        assert apply_item(first.pk) == "retrying"
+        assert apply_item(first.pk) == ItemState.APPLIED
 
         sku = first.product.sku
         assert len(shop.requests_for(sku)) == 2
@@ -306,14 +313,14 @@ def test_a_pilot_that_does_not_drill_and_an_ordinary_job_are_left_alone(
     owner, catalogue, clock, emulator, provider
 ):
     pilot = a_pilot(owner, drill=False, reference="undrilled")
-    ordinary = actions.create_job(
+    ordinary = create_job(
         reference="ordinary", owner=owner, task="product_description", provider="emulator", unit_size=3
     )
     for job in (pilot, ordinary):
         for unit in sent_and_ended(job, provider, clock):
             assert tasks.collect(unit, provider=provider) == "collected"
         for item in approve_all(job, owner):
-            assert actions.apply_item(item.pk) == ItemState.APPLIED
+            assert apply_item(item.pk) == ItemState.APPLIED
     queued = []
     tasks.poll_everything(start=lambda *args: queued.append(args))
 
@@ -431,7 +438,7 @@ def test_a_publication_from_an_obsolete_revision_is_caught(owner, catalogue, clo
 
 def test_a_publication_of_a_withdrawn_product_is_caught(owner, catalogue, clock, emulator, provider):
     item = reviewed_but_unpublished(owner, clock, provider)
-    actions.withdraw_product(sku=item.product.sku)
+    withdraw_product(sku=item.product.sku)
     assert Item.objects.get(pk=item.pk).state == ItemState.WITHDRAWN
     publish_without_guards(item)
 

@@ -6,7 +6,8 @@ from decimal import Decimal
 
 import pytest
 
-from ledger.actions import approve_version, create_job, reject_version
+from ledger.actions.jobs import create_job
+from ledger.actions.reviewing import approve_version, reject_version
 from ledger.models import Pilot
 from ledger.pilots.measure import Observations, observe, word_edit_distance
 from ledger.pilots.projection import Range, median_range, project, stratified_total, wilson

@@ -8,7 +8,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from ledger.actions import NotAllowed, create_job
+from ledger.actions.core import NotAllowed
+from ledger.actions.jobs import create_job
 from ledger.models import Event, Item, Job, Pilot, PilotProduct, PilotStratum, Product
 from ledger.pilots.sample import (
     PilotPlan,
