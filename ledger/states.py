@@ -89,7 +89,7 @@ OPERATOR_STATES = (
 NEEDS_ATTENTION_STATES = (*OPERATOR_STATES, S.REJECTED, S.SUBMISSION_UNCERTAIN)
 
 
-def needs_attention(counts: dict[str, int]) -> int:
+def waiting_for_operator(counts: dict[str, int]) -> int:
     """How many of a job's items wait for an operator (`OPERATOR_STATES`), from its counts by state."""
     return sum(counts.get(state, 0) for state in OPERATOR_STATES)
 

@@ -31,7 +31,7 @@ from ledger.money.currency import business_currency, in_business_currency
 from ledger.money.estimates import request_estimate
 from ledger.money.pricing import PLACES, DraftSpend, Price, job_cost, price_for, priced_spend, unknown_price
 from ledger.providers import answers_at_once, capabilities
-from ledger.states import ItemState, JobState, SubmissionState, needs_attention
+from ledger.states import ItemState, JobState, SubmissionState, waiting_for_operator
 
 from .common import WORKING_JOB_STATES, HtmxHttpRequest, progress_of, state_counts, url_of, wants_partial
 from .display import money_text
@@ -104,7 +104,7 @@ def waiting_for(user) -> Waiting:
     counts = ItemTally.objects.counts_by_state()
     return Waiting(
         drafts_to_review=counts.get(ItemState.AWAITING_REVIEW, 0) if has_role(user, *APPROVERS) else None,
-        items_for_operator=needs_attention(counts) if has_role(user, OPERATOR) else None,
+        items_for_operator=waiting_for_operator(counts) if has_role(user, OPERATOR) else None,
         spend_today=spend_since(start_of_today()),
         paused_jobs=paused_jobs_of(user),
     )
@@ -364,7 +364,7 @@ def job_progress(job: Job, submissions_page: str | None = None) -> dict:
     return {
         "by_state": by_state,
         "counts": state_counts(by_state),
-        "needs_attention": needs_attention(by_state),
+        "needs_attention": waiting_for_operator(by_state),
         "submissions_page": submissions,
         "submissions": [SubmissionRow(s) for s in submissions.object_list],
     }

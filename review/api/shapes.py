@@ -23,7 +23,7 @@ from ledger.models import (
 )
 from ledger.money import budgets, pricing
 from ledger.money.currency import PROVIDER_CURRENCY, in_business_currency
-from ledger.states import ItemState, JobState, SubmissionState, needs_attention
+from ledger.states import ItemState, JobState, SubmissionState, waiting_for_operator
 
 from ..job_notifications import NotificationRow
 from ..paging import PageRefused, keyset_page
@@ -131,7 +131,7 @@ def jobs_json(request: HttpRequest, jobs: list[Job]) -> list[dict]:
             "items_url": request.build_absolute_uri(reverse("api:job_items", args=[job.pk])),
             "item_count": sum(counts[job.pk].values()),
             "counts": {state: counts[job.pk].get(state, 0) for state in ItemState.values},
-            "needs_attention": needs_attention(counts[job.pk]),
+            "needs_attention": waiting_for_operator(counts[job.pk]),
             "submissions": submissions[job.pk],
             "submission_count": submission_counts.get(job.pk, 0),
             "submissions_url": request.build_absolute_uri(reverse("api:job_submissions", args=[job.pk])),
