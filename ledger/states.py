@@ -229,8 +229,10 @@ class StopWords:
     # Why the item stopped: its event's reason, beside the code.
     event: str
     code: ReasonCode
-    # Why approving its draft, or applying an approved one again, is refused.
+    # Why approving its draft is refused.
     refusal: str
+    # Why an operator's retry of the destination (applying the approved draft again) is refused.
+    retry_refusal: str
     # Why an approved draft was not published (the destination's guard, the check before applying).
     not_published: str
     # What the review screens say beside a draft that may no longer be approved.
@@ -243,6 +245,7 @@ STOPS: dict[str, StopWords] = {
         event="The product was withdrawn",
         code=ReasonCode.PRODUCT_WITHDRAWN,
         refusal="The product was withdrawn; nothing will be published for it",
+        retry_refusal="The product was withdrawn; nothing will be published for it",
         not_published="Not published: the product was withdrawn",
         note="The product was withdrawn — nothing will be published",
     ),
@@ -250,6 +253,7 @@ STOPS: dict[str, StopWords] = {
         event="The product changed after this draft was requested",
         code=ReasonCode.PRODUCT_CHANGED,
         refusal="The product changed since this draft was generated; a new draft has been requested",
+        retry_refusal="The product changed since approval; its current revision is drafted anew",
         not_published="Not published: the product changed since approval",
         note="The product changed after this draft was generated — a new draft is being requested",
     ),

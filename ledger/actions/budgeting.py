@@ -12,7 +12,8 @@ from .job_states import change_job_state
 
 
 class BudgetReached(Exception):
-    """The unit was not sent: the job is paused. The message says why, for the person."""
+    """The unit was not sent: the job is paused (or was cancelled meanwhile). The message says why,
+    for the person."""
 
 
 def reserve(submission: Submission, requests) -> None:
@@ -23,6 +24,8 @@ def reserve(submission: Submission, requests) -> None:
         job = Job.objects.select_for_update().get(pk=submission.job_id)
         if job.state == JobState.PAUSED:
             raise BudgetReached(job.pause_detail or "The job is paused")
+        if job.state == JobState.CANCELLED:  # cancelled since the unit was planned: a cancelled job stays so
+            raise BudgetReached("The job was cancelled")
         unit = budgets.unit_hold(job, submission, requests)
         if unit.problem:
             pause(job, PauseReason.BUDGET_REACHED, unit.problem)

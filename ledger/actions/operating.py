@@ -32,7 +32,7 @@ def retry_item(item_id: int, *, unit: str, actor=None) -> Item:
         if not item.approved_version_id:
             raise NotAllowed("Nothing was approved for this item, so there is nothing to apply")
         if problem := currency_problem(item):
-            raise NotAllowed(STOPS[problem].refusal)
+            raise NotAllowed(STOPS[problem].retry_refusal)
         with transaction.atomic():
             changed = change_state(
                 item_id,

@@ -7,10 +7,12 @@ from ledger.actions.products import withdraw_product
 from ledger.catalogue import (
     MAX_RECORD_BYTES,
     SKU_PATTERN,
+    SKU_RULE,
     check_product_record,
     normalise_keys,
     revise_product,
 )
+from ledger.drafts.json_values import shown
 from ledger.models import Product, ProductStatus
 
 from ..permissions import APPROVERS, VIEWERS
@@ -40,6 +42,8 @@ def product_content(sku: str, data: dict, existing: Product | None) -> tuple[str
     sent_status = values.pop("status", None)
     checked = check_product_record({**values, "sku": sku})
     problems = {"sku": checked.problems.get("sku"), "body": key_problems}
+    if checked.sku is not None and checked.sku != sku:  # the address names a SKU exactly, spaces and all
+        problems["sku"] = [f"sku {shown(sku)} is not valid ({SKU_RULE})"]
     if sent_sku != sku:
         problems["sku"] = ["differs from the SKU in the address"]
     if sent_status not in (None, existing.status if existing else ProductStatus.ACTIVE):

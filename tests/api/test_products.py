@@ -104,6 +104,10 @@ def test_put_takes_lists_and_objects_and_reads_them_back(as_owner):
         ("OAK-1", {"title": "Board", "": "nameless"}, {"body"}),
         ("bad sku!", {"title": "Board"}, {"sku"}),
         ("nul%00", {"title": "Board"}, {"sku"}),
+        # An address with a space at either end names no product: never the stripped one's.
+        ("%20OAK-1", {"title": "Board"}, {"sku"}),
+        ("OAK-1%20", {"title": "Board"}, {"sku"}),
+        ("%20NEW-1", {"title": "Board"}, {"sku"}),
     ],
 )
 def test_bad_content_is_400_and_changes_nothing(as_owner, sku, body, fields):

@@ -107,7 +107,9 @@ def test_an_application_refused_because_the_product_changed_queues_the_current_r
     assert Item.objects.get(pk=item.pk).reason == "Not published: the product changed since approval"
 
     assert Item.objects.get(job=item.job, source_revision__number=2).state == ItemState.PREPARED
-    with pytest.raises(NotAllowed):
+    with pytest.raises(
+        NotAllowed, match="^The product changed since approval; its current revision is drafted anew$"
+    ):
         retry_item(item.pk, unit="destination")
 
 

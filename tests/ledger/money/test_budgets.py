@@ -10,12 +10,13 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from ledger.actions.budgeting import BudgetReached, reserve
 from ledger.actions.collecting import poll_submission
 from ledger.actions.core import NotAllowed
 from ledger.actions.job_states import refresh_job_state
 from ledger.actions.jobs import resume_job, set_budget
 from ledger.actions.submitting import build_requests, plan_submissions, send_submission
-from ledger.models import GeneratedVersion, Item, Job, PauseReason, Submission, UnitCharge
+from ledger.models import Event, GeneratedVersion, Item, Job, PauseReason, Submission, UnitCharge
 from ledger.money import budgets
 from ledger.money.pricing import job_cost, price_for
 from ledger.states import ItemState, JobState, SubmissionState
@@ -236,3 +237,19 @@ def test_a_billing_refusal_pauses_the_job_instead_of_failing_its_items(settings,
         assert send_submission(unit) == "sent"
         assert emulator.stats()["creates"] == 2
         assert Submission.objects.get(pk=unit).state == SubmissionState.OPEN
+
+
+def test_a_job_cancelled_after_its_unit_was_planned_stays_cancelled_and_holds_nothing(pounds):
+    # A budget no unit fits: before the one job-state path, this pause brought a cancelled job back.
+    job = job_with_items(2, unit_size=2, budget=Decimal("0.01"))
+    [unit] = plan_submissions(job.pk)
+    submission = Submission.objects.get(pk=unit)
+    requests = build_requests(submission)
+    Job.objects.filter(pk=job.pk).update(state=JobState.CANCELLED)  # cancelled between planning and sending
+
+    with pytest.raises(BudgetReached, match="The job was cancelled"):
+        reserve(submission, requests)
+
+    assert Job.objects.get(pk=job.pk).state == JobState.CANCELLED
+    assert not UnitCharge.objects.filter(submission_id=unit).exists()
+    assert not Event.objects.filter(job_id=job.pk, to_state=JobState.PAUSED).exists()
