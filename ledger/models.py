@@ -184,7 +184,7 @@ def newest_choice_of_task() -> models.QuerySet:
 
 class PromptVersion(models.Model):
     """Task + version + template + output schema + validation rules. Never edited once used. A new
-    version is not current until someone makes it so (`actions.make_prompt_current`)."""
+    version is not current until someone makes it so (`actions.prompts.make_prompt_current`)."""
 
     task = models.CharField(max_length=64)
     version = models.PositiveIntegerField()

@@ -156,8 +156,8 @@ class DraftNote(models.TextChoices):
 
 
 class JobState(models.TextChoices):
-    """A job's state, derived from its items' (`actions.refresh_job_state`), SPEC §2; changed only by
-    `actions.change_job_state`, through `JOB_TRANSITIONS`."""
+    """A job's state, derived from its items' (`actions.job_states.refresh_job_state`), SPEC §2; changed only by
+    `actions.job_states.change_job_state`, through `JOB_TRANSITIONS`."""
 
     PREPARING = "preparing", "Preparing"
     RUNNING = "running", "Running: results still outstanding"
@@ -174,8 +174,8 @@ class JobState(models.TextChoices):
 
 J = JobState
 
-# A job's transition table, enforced by `actions.change_job_state`, the one writer of a job's state.
-# The states derived from the items' (`actions.refresh_job_state`) may follow one another in any order
+# A job's transition table, enforced by `actions.job_states.change_job_state`, the one writer of a job's state.
+# The states derived from the items' (`actions.job_states.refresh_job_state`) may follow one another in any order
 # (an item retried, a product revised, a draft rejected sends a job back); a budget or a billing refusal
 # pauses a job in any of them; a paused job is resumed (running) or, nothing of it waiting to be sent,
 # derived again; any job but a cancelled one may be cancelled, and a cancelled job never moves again.
@@ -201,7 +201,7 @@ class SubmissionState(models.TextChoices):
 
 U = SubmissionState
 
-# The submissions' own transition table, enforced by `actions.set_submission_state` like items'.
+# The submissions' own transition table, enforced by `actions.submitting.set_submission_state` like items'.
 # A job cancelled while its batch runs keeps the batch `open`: the provider is asked to cancel it
 # and its end (and whatever it already produced) is still polled and collected.
 SUBMISSION_TRANSITIONS: dict[str, frozenset[str]] = {
@@ -239,7 +239,7 @@ class StopWords:
     note: str
 
 
-# Keyed by the state the item stops in (`actions.currency_problem` names it).
+# Keyed by the state the item stops in (`actions.jobs.currency_problem` names it).
 STOPS: dict[str, StopWords] = {
     S.WITHDRAWN: StopWords(
         event="The product was withdrawn",

@@ -72,14 +72,6 @@ class KeysetPage:
             return None
         return max(1, -(-self.count // self.per_page))
 
-    @property
-    def first_shown(self) -> int | None:
-        return None if self.offset is None or not self.object_list else self.offset + 1
-
-    @property
-    def last_shown(self) -> int | None:
-        return None if self.offset is None else self.offset + len(self.object_list)
-
 
 def capped_count(rows: QuerySet, cap: int = COUNT_CAP) -> tuple[int, bool]:
     """(count, capped): counts at most `cap` + 1 rows, so a huge list costs what `cap` rows cost."""

@@ -14,6 +14,7 @@ __all__ = [
     "APPROVERS",
     "CATALOGUE_OWNER",
     "OPERATOR",
+    "OPERATORS",
     "VIEWERS",
     "has_role",
     "may_cancel",
@@ -25,6 +26,8 @@ __all__ = [
 # Everything is visible to every role; approving is a catalogue owner's decision, never an operator's.
 VIEWERS = (CATALOGUE_OWNER, OPERATOR, ADMIN)
 APPROVERS = (CATALOGUE_OWNER, ADMIN)
+# Retrying failed work is an operator's (and, as everything, an admin's).
+OPERATORS = (OPERATOR,)
 
 
 def may_cancel(user, job) -> bool:

@@ -39,13 +39,14 @@ def reserve(submission: Submission, requests) -> None:
 def pause(job: Job, reason: str, detail: str) -> None:
     """Nothing new of the job is sent until someone acts (SPEC §2); within the caller's transaction,
     the job's row locked."""
+    detail = stored_text(detail)
     change_job_state(
         job,
         to=JobState.PAUSED,
-        reason=stored_text(detail),
+        reason=detail,
         data={"pause": reason},
         pause_reason=reason,
-        pause_detail=stored_text(detail),
+        pause_detail=detail,
     )
 
 

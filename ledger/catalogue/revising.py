@@ -2,15 +2,15 @@
 (`check_product_record`) before it is recorded: what a person sends is judged like a file's line."""
 
 from ..actions.products import ProductChange, record_product
-from .checks import check_product_record
+from .checks import CheckedProduct, check_product_record
 
 
 class ProductRefused(ValueError):
     """The content breaks SPEC §7's rules; `problems` says where, as `CheckedProduct.problems`."""
 
-    def __init__(self, problems: dict[str, list[str]]):
-        super().__init__("; ".join(problem for found in problems.values() for problem in found))
-        self.problems = problems
+    def __init__(self, checked: CheckedProduct):
+        super().__init__(checked.words())
+        self.problems = checked.problems
 
 
 def revise_product(*, sku: str, title: str, fields: dict, actor=None) -> ProductChange:
@@ -18,5 +18,5 @@ def revise_product(*, sku: str, title: str, fields: dict, actor=None) -> Product
     a product is withdrawn by `withdraw_product`."""
     checked = check_product_record({**fields, "sku": sku, "title": title})
     if checked.problems:
-        raise ProductRefused(checked.problems)
+        raise ProductRefused(checked)
     return record_product(sku=checked.sku, title=checked.title, fields=checked.fields, actor=actor)

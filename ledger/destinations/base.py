@@ -1,5 +1,6 @@
-"""Where approved text goes. A destination only delivers; `actions.apply_item` checks the guards
-before each attempt, records the attempt and moves the item (SPEC §3 rules 5 and 7)."""
+"""Where approved text goes. A destination only delivers (the drill's wrapper may lose the answer on
+the way back); `actions.applying.apply_item` checks the guards before each attempt, records the
+attempt and moves the item (SPEC §3 rules 5 and 7)."""
 
 from dataclasses import dataclass
 

@@ -2,7 +2,7 @@
 
 Every attempt for one approved version carries the same `Idempotency-Key`, so a receiver that
 honours it publishes once however often a timeout makes us ask again (SPEC §3 rule 7). This
-class only delivers and classifies the answer; `actions.apply_item` checks the guards before
+class only delivers and classifies the answer; `actions.applying.apply_item` checks the guards before
 each attempt, records it and moves the item.
 """
 

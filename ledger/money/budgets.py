@@ -5,8 +5,7 @@ byte of what is sent (no tokenizer makes more tokens than bytes), plus its `max_
 at the batch price, in the business currency at today's rate (`UnitCharge`). A unit that would take
 a job's spend and holds past its budget is not sent: the job is paused (`budget_reached`) with what
 it would take to go on (`actions.budgeting.reserve`). The job's row is locked while it is checked and
-reserved, so two clusters
-sending units of one job at once never pass the budget together. When the unit's results are
+reserved, so two clusters sending units of one job at once never pass the budget together. When the unit's results are
 recorded (or it ends without running) the usage its drafts carry settles the reservation, priced
 and converted then, and kept with the rate, its date and its source.
 """

@@ -240,7 +240,7 @@ def announce(job: Job, event_type: str, *, state: str) -> None:
         for channel, recipient in recipients
     )
     for notification in written:
-        # As `actions.enqueue` does (which cannot be imported here: the actions announce through this
+        # As `actions.core.enqueue` does (which cannot be imported here: the actions announce through this
         # module): a broker that cannot take the task leaves the row to the collector's pass.
         transaction.on_commit(lambda pk=notification.pk: async_task(SEND_TASK, pk, first_try), robust=True)
 

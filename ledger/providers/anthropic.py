@@ -31,8 +31,6 @@ LISTING_PAGE = 1000  # the most the listing gives in one page
 # and well after (queues, retries inside the create call).
 CLOCK_SKEW = timedelta(seconds=60)
 CREATE_WINDOW = timedelta(minutes=15)
-# The error type inside an `errored` result, in the ledger's words: (reason, transient, HTTP
-# status the same error has as an answer to a call). Unknown types are permanent model failures.
 # The results of requests that never ran, by type: (what the ledger keeps, reason, transient). A
 # `canceled` one comes only from our own cancel (a cancelled job, a duplicate unit): sending it again
 # by itself would undo that decision, so it waits for a person, as OpenAI's `batch_cancelled`.
@@ -40,6 +38,9 @@ NEVER_RAN = {
     "expired": ("The batch reached its 24 hours before this request ran.", ReasonCode.BATCH_EXPIRED, True),
     "canceled": ("The batch was canceled before this request ran.", ReasonCode.MODEL_FAILED, False),
 }
+
+# The error type inside an `errored` result, in the ledger's words: (reason, transient, HTTP
+# status the same error has as an answer to a call). Unknown types are permanent model failures.
 ERROR_TYPES = {
     "invalid_request_error": (ReasonCode.REQUEST_INVALID, False, 400),
     "authentication_error": (ReasonCode.REQUEST_INVALID, False, 401),

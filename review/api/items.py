@@ -7,13 +7,11 @@ from ledger.actions.operating import retry_item
 from ledger.actions.reviewing import EditRefused, approve_version, reject_version
 from ledger.models import GeneratedVersion, Item
 
-from ..permissions import APPROVERS, OPERATOR, VIEWERS
+from ..permissions import APPROVERS, OPERATORS, VIEWERS
 from .doors import BEARER_TOKEN, door
 from .errors import ApiError
 from .inputs import ApproveBody, RejectBody, RetryBody
 from .shapes import item_detail_json, item_json, items
-
-OPERATORS = (OPERATOR,)
 
 
 def item_or_404(item_id: int) -> Item:

@@ -147,7 +147,9 @@ def job_detail(request: HttpRequest, job_id: int) -> HttpResponse:
 @door(BEARER_TOKEN, POST=(OPERATOR, *APPROVERS))
 def cancel(request: HttpRequest, job_id: int) -> HttpResponse:
     read_json(request, allowed=())
-    found = found_or_404(request, Job.objects.filter(pk=job_id), "No job")
+    found = found_or_404(
+        request, Job.objects.filter(pk=job_id).select_related("owner", "prompt_version"), "No job"
+    )
     if not may_cancel(request.user, found):
         raise ApiError(403, "forbidden", "Only operators, or the person who started the job, may cancel it")
     outcome = cancel_job(job_id=found.pk, actor=request.user)
@@ -187,10 +189,7 @@ def resume(request: HttpRequest, job_id: int) -> HttpResponse:
     found = found_or_404(request, Job.objects.filter(pk=job_id), "No job")
     if not may_spend(request.user, found):
         raise ApiError(403, "forbidden", "Only the person who started the job, or an admin, may resume it")
-    try:
-        resume_job(found.pk, actor=request.user)
-    except NotAllowed as exc:
-        raise ApiError(409, "not_allowed", str(exc)) from None
+    resume_job(found.pk, actor=request.user)  # a refusal is the door's 409
     job = Job.objects.select_related("owner", "prompt_version").get(pk=found.pk)
     return JsonResponse(jobs_json(request, [job])[0])
 

@@ -21,9 +21,8 @@ from tests.factories import ItemFactory, JobFactory, UserFactory
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCTION = ("ledger", "review", "batchdesk")
-# The one writer of a job's state, and where a job is created (in its first state).
+# The one writer of a job's state.
 THE_VERB = ("ledger/actions/job_states.py", "change_job_state")
-JOB_CREATION = ("ledger/actions/jobs.py", "create_job")
 
 
 def production_modules():
