@@ -94,10 +94,6 @@ def waiting_for_operator(counts: dict[str, int]) -> int:
     return sum(counts.get(state, 0) for state in OPERATOR_STATES)
 
 
-# Items at the provider: a product change reaches them when their result returns (rule 5).
-AT_PROVIDER_STATES = frozenset({S.SUBMITTED, S.SUBMISSION_UNCERTAIN})
-
-
 def sources_for(target: str) -> frozenset[str]:
     """Every state from which `target` may be reached."""
     return frozenset(state for state, nxt in ALLOWED_TRANSITIONS.items() if target in nxt)

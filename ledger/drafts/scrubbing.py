@@ -141,12 +141,6 @@ def secrets_pattern(secrets: tuple[str, ...]) -> re.Pattern | None:
     return re.compile("|".join(alternatives)) if alternatives else None
 
 
-def holds_configured_secret(text: str) -> bool:
-    """Whether `text` holds a configured key or token as it is (the cheap test a draft, which is
-    not scrubbed, is given before it is stored)."""
-    return any(len(secret) >= SHORTEST_SECRET_ANYWHERE and secret in text for secret in configured_secrets())
-
-
 # Headers that carry a credential: the whole value, or what follows the scheme (`Bearer <token>`).
 CREDENTIAL_HEADERS = ("authorization", "proxy-authorization", "x-api-key", "x-goog-api-key", "api-key")
 

@@ -57,7 +57,6 @@ from .model_names import check_model_name
 
 REF_SEPARATOR = "|"
 QUEUE = {"queueRequest": "true"}
-WAITING_STATUSES = {"queued", "running"}
 # Words Cloudflare might use for a queued request that will never answer; none is documented.
 REFUSED_STATUSES = {"failed", "error", "errored", "cancelled", "canceled", "expired"}
 DONE_STATUS = "done"  # shown when the responses came: Cloudflare sends no word with them
