@@ -202,6 +202,11 @@ class Report:
                 "first_pass": self.money_range(first_pass),
                 "reprocessing": self.money_range(reprocessing),
             }
+            # The total is its parts' sum as shown, to the last digit (each is rounded to MONEY_PLACES).
+            cost["expected"] = cost["first_pass"]["expected"] + cost["reprocessing"]["expected"]
+            cost["provider"]["expected"] = (
+                cost["first_pass"]["provider"]["expected"] + cost["reprocessing"]["provider"]["expected"]
+            )
         review_cost = self.review_cost(projected.review_hours)
         return {
             "scope_items": projected.scope_products,
