@@ -309,6 +309,7 @@ class Report:
             amount = self.money(wasted.expected) if wasted else None
             staying = seen.still_unusable.expected
             kind = ALWAYS_FAILS if seen.always_failed else STAYS_UNUSABLE
+            staying_products = round(seen.products * staying)
             risks.append(
                 {
                     "stratum": stratum.label,
@@ -316,8 +317,8 @@ class Report:
                     "message": RISK_WORDS[kind].format(
                         stratum=stratum.label,
                         products=seen.products,
-                        share=f"{staying:.0%}",
-                        staying=round(seen.products * staying),
+                        share=f"{100 * staying:.0f} %",
+                        staying=staying_products,
                         redrafts=MAX_REDRAFTS,
                         amount=f"{self.currency} {shown(amount)}"
                         if amount is not None
@@ -325,6 +326,8 @@ class Report:
                     ),
                     "amount": amount,
                     "currency": self.currency,
+                    "products": seen.products,
+                    "products_staying_unusable": staying_products,
                     "still_unusable_share": figures(seen.still_unusable, RATE_PLACES),
                 }
             )

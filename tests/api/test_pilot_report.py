@@ -153,6 +153,8 @@ def test_a_stratum_whose_drafts_all_fail_is_a_risk_with_the_money_it_would_waste
         "message": None,
         "amount": "4.800000",
         "currency": "USD",
+        "products": 4,
+        "products_staying_unusable": 4,
         "still_unusable_share": None,
     }
     assert "category garden" in risk["message"] and "4 of its 4 products" in risk["message"]
