@@ -6,6 +6,7 @@ from decimal import Decimal
 
 import pytest
 
+from ledger.actions.collecting import retry_inference
 from ledger.actions.jobs import create_job
 from ledger.actions.reviewing import approve_version, reject_version
 from ledger.models import Pilot
@@ -322,3 +323,39 @@ def test_a_reviewers_decisions_are_timed_from_their_previous_one_when_the_drafts
     [seen] = observe(Pilot.objects.get(job=job), None).values()
 
     assert sorted(seen.decision_seconds) == [D(10), D(15), D(20)]
+
+
+@pytest.mark.django_db
+def test_each_draft_counts_as_usable_or_not_first_drafts_and_redrafts_apart(owner):
+    """Four products of one stratum. A: invalid, redrafted, approved. B: rejected, redrafted, rejected.
+    C: approved at once. D: waiting for a decision. First drafts: 3 settled (A's, B's, C's), 1 usable;
+    redrafts: 2 settled, 1 usable; 2 products approved."""
+    for n in range(4):
+        ProductFactory(sku=f"U-{n}", revision__fields={"category": "tools"})
+    job = create_job(
+        reference="redrafted",
+        owner=owner,
+        task="product_description",
+        provider="emulator",
+        model="gpt-4o-mini",
+        pilot=PilotPlan(per_stratum=4, strata=("category",), seed=1),
+    )
+    a, b, c, d = job.items.select_related("product").order_by("product__sku")
+    draft(a, 100, 50, valid=False)
+    retry_inference(a.pk, reason="Redraft")
+    redraft = draft(a, 100, 50)
+    approve_version(item_id=a.pk, version_id=redraft.pk, version_hash=redraft.content_hash, approver=owner)
+    first = draft(b, 100, 50)
+    reject_version(item_id=b.pk, version_id=first.pk, reviewer=owner, reason="vague")
+    retry_inference(b.pk, reason="Redraft")
+    second = draft(b, 100, 50)
+    reject_version(item_id=b.pk, version_id=second.pk, reviewer=owner, reason="vague still")
+    only = draft(c, 100, 50)
+    approve_version(item_id=c.pk, version_id=only.pk, version_hash=only.content_hash, approver=owner)
+    draft(d, 100, 50)
+
+    [seen] = observe(Pilot.objects.get(job=job), None).values()
+
+    assert (seen.first_drafts_settled, seen.first_drafts_usable) == (3, 1)
+    assert (seen.redrafts_settled, seen.redrafts_usable) == (2, 1)
+    assert seen.approved_items == 2
