@@ -217,6 +217,10 @@ BATCHDESK_PRICE_FILE = os.environ.get("BATCHDESK_PRICE_FILE", "")
 # A bad code or file stops the server and the workers at startup (system checks batchdesk.E002, E003).
 BATCHDESK_CURRENCY = os.environ.get("BATCHDESK_CURRENCY", "GBP").strip().upper()
 BATCHDESK_FX_FILE = os.environ.get("BATCHDESK_FX_FILE", "")
+# The business currency per hour of review, pricing the review a pilot projects (SPEC §9,
+# ledger/money/labour.py); unset, review is projected in hours only. Anything but a positive amount
+# stops the server and the workers at startup (system check batchdesk.E007).
+BATCHDESK_REVIEW_HOURLY_RATE = os.environ.get("BATCHDESK_REVIEW_HOURLY_RATE", "").strip()
 # Days an unusable draft (failed validation, rejected, obsolete, withdrawn, superseded, cancelled)
 # keeps its text after it became unusable; then the retention pass erases it (SPEC §11,
 # ledger/lifecycle/retention.py). Anything but a whole number of at least 1 stops the server and the workers

@@ -14,6 +14,7 @@ class LedgerConfig(AppConfig):
         from .lifecycle.retention import check_retention_setting
         from .models import ExchangeRate
         from .money.currency import check_rate_file, forget_entered_rates
+        from .money.labour import check_review_hourly_rate
         from .money.pricing import check_price_file
         from .notices.notifications import check_notify_secret
         from .notices.provider_hooks import check_webhook_secrets
@@ -32,6 +33,7 @@ class LedgerConfig(AppConfig):
         # A provider's webhook secret that cannot sign would refuse every webhook: refused at startup.
         checks.register(check_webhook_secrets, "batchdesk")
         checks.register(check_retention_setting, "batchdesk")
+        checks.register(check_review_hourly_rate, "batchdesk")
         post_save.connect(
             forget_entered_rates, sender=ExchangeRate, dispatch_uid="ledger.money.currency.saved"
         )

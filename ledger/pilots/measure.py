@@ -7,7 +7,7 @@ one), their drafts, events and approvals. A pilot holds at most `sample.MAX_SAMP
 rows are read into Python and counted here, where each rule is written once and plainly.
 """
 
-from collections import Counter
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -62,6 +62,12 @@ class Observations:
     decision_seconds: list[Decimal] = field(default_factory=list)
     retries: int = 0  # inferences asked again after a failure
     regenerations: int = 0  # drafts after an item's first
+    # Drafts whose use is known (`usable_draft`'s rule), first drafts and redrafts apart.
+    first_drafts_settled: int = 0
+    first_drafts_usable: int = 0
+    redrafts_settled: int = 0
+    redrafts_usable: int = 0
+    approved_items: int = 0  # items with an approved draft
     obsolete: int = 0
     reprocessed_items: int = 0  # retried, regenerated or obsolete
     waiting: int = 0  # items at the model or waiting for a decision
@@ -81,7 +87,19 @@ class Observations:
             "invalid",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
-        for name in ("approvals", "rejections", "edited", "retries", "regenerations", "obsolete"):
+        for name in (
+            "approvals",
+            "rejections",
+            "edited",
+            "retries",
+            "regenerations",
+            "obsolete",
+            "first_drafts_settled",
+            "first_drafts_usable",
+            "redrafts_settled",
+            "redrafts_usable",
+            "approved_items",
+        ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.reprocessed_items += other.reprocessed_items
         self.waiting += other.waiting
@@ -117,6 +135,7 @@ def observe(pilot: Pilot, price: Price | None) -> dict[int, Observations]:
     )
     by_stratum = {number: Observations() for number in pilot.strata_drawn.values_list("number", flat=True)}
     stratum_of: dict[int, int] = {}
+    state_of: dict[int, str] = {}
     reprocessed: set[int] = set()  # retried or obsolete; regenerated ones are found by their drafts
     failure_code: dict[int, str] = {}
     for item_id, product_id, state, attempt, code in (
@@ -126,6 +145,7 @@ def observe(pilot: Pilot, price: Price | None) -> dict[int, Observations]:
     ):
         seen = by_stratum[stratum_of_product[product_id]]
         stratum_of[item_id] = stratum_of_product[product_id]
+        state_of[item_id] = state
         seen.items += 1
         seen.retries += attempt - 1
         seen.obsolete += state == ItemState.OBSOLETE
@@ -134,11 +154,13 @@ def observe(pilot: Pilot, price: Price | None) -> dict[int, Observations]:
             reprocessed.add(item_id)
         if state == ItemState.VALIDATION_FAILED:
             failure_code[item_id] = code
-    for item_id, number, input_tokens, output_tokens, valid in (
+    drafts_of: dict[int, list[tuple[int, int, bool | None]]] = defaultdict(list)
+    for version_id, item_id, number, input_tokens, output_tokens, valid in (
         GeneratedVersion.objects.filter(item__job_id=job_id)
         .order_by()
-        .values_list("item_id", "number", "input_tokens", "output_tokens", "valid")
+        .values_list("id", "item_id", "number", "input_tokens", "output_tokens", "valid")
     ):
+        drafts_of[item_id].append((number, version_id, valid))
         seen = by_stratum[stratum_of[item_id]]
         seen.drafts += 1
         seen.input_tokens += input_tokens
@@ -157,17 +179,51 @@ def observe(pilot: Pilot, price: Price | None) -> dict[int, Observations]:
     for item_id in reprocessed:
         by_stratum[stratum_of[item_id]].reprocessed_items += 1
     _observe_events(job_id, stratum_of, by_stratum, failure_code)
-    for item_id, edited, draft, final in (
+    approved: set[int] = set()
+    for item_id, version_id, edited, draft, final in (
         Approval.objects.filter(item__job_id=job_id)
         .order_by()
-        .values_list("item_id", "edited", "version__content", "final_content")
+        .values_list("item_id", "version_id", "edited", "version__content", "final_content")
     ):
+        approved.add(version_id)
         seen = by_stratum[stratum_of[item_id]]
         seen.approvals += 1
         if edited:
             seen.edited += 1
             seen.edit_distances.append(word_edit_distance(draft, final))
+    for item_id, drafts in drafts_of.items():
+        _observe_use(by_stratum[stratum_of[item_id]], sorted(drafts), approved, state_of[item_id])
     return by_stratum
+
+
+def usable_draft(valid: bool | None, approved: bool, last: bool, item_state: str) -> bool | None:
+    """Whether a draft was usable: approved. Unusable: it failed validation, or was valid and not
+    approved while a later draft followed it or its item now stands rejected. None while unknown
+    (not judged yet, or waiting for a decision)."""
+    if approved:
+        return True
+    if valid is False or (valid and (not last or item_state == ItemState.REJECTED)):
+        return False
+    return None
+
+
+def _observe_use(
+    seen: Observations, drafts: list[tuple[int, int, bool | None]], approved: set[int], item_state: str
+) -> None:
+    """An item's drafts, in number order, counted as usable or not: its first, and its redrafts."""
+    any_usable = False
+    for position, (number, version_id, valid) in enumerate(drafts):
+        usable = usable_draft(valid, version_id in approved, position == len(drafts) - 1, item_state)
+        if usable is None:
+            continue
+        any_usable |= usable
+        if number == 1:
+            seen.first_drafts_settled += 1
+            seen.first_drafts_usable += usable
+        else:
+            seen.redrafts_settled += 1
+            seen.redrafts_usable += usable
+    seen.approved_items += any_usable
 
 
 def _observe_events(

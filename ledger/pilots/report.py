@@ -10,9 +10,11 @@ decision). Until then `decisions.needed` says how many more it needs at most.
 
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
+from functools import cached_property
 
 from ..models import Job, Pilot, PilotStratum
 from ..money.currency import PROVIDER_CURRENCY, business_currency, convert, rate_now
+from ..money.labour import review_hourly_rate
 from ..money.pricing import price_for, unknown_price
 from .drill_report import drill_report
 from .measure import (
@@ -23,7 +25,20 @@ from .measure import (
     provider_seconds_per_request,
     revision_history,
 )
-from .projection import CONFIDENCE, Projection, Range, Z, median_range, project
+from .projection import (
+    ALWAYS_FAILS,
+    CONFIDENCE,
+    MAX_REDRAFTS,
+    RISK_SHARE,
+    RISK_WORDS,
+    STAYS_UNUSABLE,
+    Projection,
+    Range,
+    StratumProjection,
+    Z,
+    median_range,
+    project,
+)
 
 MIN_DECISIONS = 30
 MONEY_PLACES = Decimal("0.000001")
@@ -158,6 +173,7 @@ class Report:
             "strata": strata,
         }
 
+    @cached_property
     def projection(self) -> tuple[Projection, RevisionHistory] | None:
         """None until enough drafts are decided."""
         if not self.decisions.enough:
@@ -175,21 +191,36 @@ class Report:
         )
 
     def projection_json(self) -> dict | None:
-        found = self.projection()
+        found = self.projection
         if found is None:
             return None
         projected, history = found
-
+        first_pass, reprocessing = projected.first_pass, projected.reprocessing
+        cost = self.money_range(projected.cost)
+        if cost is not None:
+            cost |= {
+                "first_pass": self.money_range(first_pass),
+                "reprocessing": self.money_range(reprocessing),
+            }
+            # The total is its parts' sum as shown, to the last digit (each is rounded to MONEY_PLACES).
+            cost["expected"] = cost["first_pass"]["expected"] + cost["reprocessing"]["expected"]
+            cost["provider"]["expected"] = (
+                cost["first_pass"]["provider"]["expected"] + cost["reprocessing"]["provider"]["expected"]
+            )
+        review_cost = self.review_cost(projected.review_hours)
         return {
             "scope_items": projected.scope_products,
             "confidence": float(CONFIDENCE),
-            "cost": self.money_range(projected.cost),
-            "inference_cost": self.money_range(projected.inference_cost),
-            "regeneration_cost": self.money_range(projected.regeneration_cost),
+            "cost": cost,
+            # The first pass and the reprocessing, under the names they had before issue 27.
+            "inference_cost": self.money_range(first_pass),
+            "regeneration_cost": self.money_range(reprocessing),
             "regeneration": {
-                "from_failures": self.money_range(projected.regeneration_from_failures),
+                "from_failures": self.money_range(reprocessing),
                 "from_revisions_per_month": self.money_range(projected.regeneration_from_revisions),
                 "unusable_share": figures(projected.unusable_share, RATE_PLACES),
+                "still_unusable_share": figures(projected.still_unusable, RATE_PLACES),
+                "max_redrafts": MAX_REDRAFTS,
                 "revisions_per_product_per_month": round(float(projected.revisions_per_product_per_month), 4),
                 "revision_history": {
                     "revisions": history.revisions,
@@ -199,15 +230,108 @@ class Report:
                     "months": round(float(history.months), 2),
                 },
             },
+            "strata": [
+                self.stratum_json(stratum, projected_stratum)
+                for stratum, projected_stratum in zip(self.strata, projected.strata, strict=True)
+            ],
             "validation_failure_rate": figures(projected.invalid_rate, RATE_PLACES),
             "acceptance_rate": figures(projected.acceptance_rate, RATE_PLACES),
             "decisions": figures(projected.decisions, Decimal(1)),
             "seconds_per_decision": figures(projected.seconds_per_decision, Decimal("0.1")),
             "review_hours": figures(projected.review_hours, HOURS_PLACES),
+            "review_cost": review_cost,
+            "review_cost_note": None if review_cost else REVIEW_UNPRICED,
+            "whole_workflow": self.whole_workflow(projected, review_cost),
             "provider_hours": hours(projected.provider_hours),
             "provider_hours_one_after_another": hours(projected.provider_hours_one_after_another),
             "method": METHOD,
         }
+
+    def stratum_json(self, stratum: PilotStratum, projected: StratumProjection) -> dict:
+        return {
+            "key": stratum.label,
+            "number": stratum.number,
+            "scope_products": projected.products,
+            "approved_in_pilot": projected.approved_in_pilot,
+            "first_draft_usable": figures(projected.first_draft_usable, RATE_PLACES),
+            "redraft_usable": figures(projected.redraft_usable, RATE_PLACES),
+            "redrafts_measured": projected.redrafts_measured,
+            "redrafts_per_product": figures(projected.redrafts_per_product, RATE_PLACES),
+            "still_unusable_share": figures(projected.still_unusable, RATE_PLACES),
+            "cost": self.money_range(projected.cost),
+        }
+
+    def review_cost(self, review_hours: Range) -> dict | None:
+        """Review hours at `BATCHDESK_REVIEW_HOURLY_RATE`, in the business currency; None when unset."""
+        rate = review_hourly_rate()
+        if rate is None:
+            return None
+        return {
+            "expected": (review_hours.expected * rate).quantize(MONEY_PLACES),
+            "low": (review_hours.low * rate).quantize(MONEY_PLACES),
+            "high": (review_hours.high * rate).quantize(MONEY_PLACES),
+            "currency": business_currency(),
+            "hourly_rate": rate,
+        }
+
+    def whole_workflow(self, projected: Projection, review_cost: dict | None) -> dict | None:
+        """The pilot's spend so far, the full job's projected cost (the scope without the products
+        whose pilot draft was approved) and, when priced in the same currency, the review."""
+        rest = projected.rest_cost
+        if rest is None or self.all.cost is None:
+            return None
+        pilot_spend = self.money(self.all.cost)
+        ends = {end: pilot_spend + self.money(getattr(rest, end)) for end in ("expected", "low", "high")}
+        with_review = review_cost is not None and review_cost["currency"] == self.currency
+        if with_review:
+            ends = {end: amount + review_cost[end] for end, amount in ends.items()}
+        return {
+            **ends,
+            "currency": self.currency,
+            "pilot_spend": pilot_spend,
+            "rest": self.money_range(rest),
+            "products_left_out": sum(stratum.approved_in_pilot for stratum in projected.strata),
+            "includes_review": with_review,
+        }
+
+    def risks(self) -> list[dict] | None:
+        """The strata whose products would stay unusable (`StratumProjection.at_risk`), with the money
+        spent on their unusable drafts; None until the report can project."""
+        found = self.projection
+        if found is None:
+            return None
+        projected, _ = found
+        risks = []
+        for stratum, seen in zip(self.strata, projected.strata, strict=True):
+            if not seen.at_risk:
+                continue
+            wasted = projected.wasted(seen)
+            amount = self.money(wasted.expected) if wasted else None
+            staying = seen.still_unusable.expected
+            kind = ALWAYS_FAILS if seen.always_failed else STAYS_UNUSABLE
+            staying_products = round(seen.products * staying)
+            risks.append(
+                {
+                    "stratum": stratum.label,
+                    "kind": kind,
+                    "message": RISK_WORDS[kind].format(
+                        stratum=stratum.label,
+                        products=seen.products,
+                        share=f"{100 * staying:.0f} %",
+                        staying=staying_products,
+                        redrafts=MAX_REDRAFTS,
+                        amount=f"{self.currency} {shown(amount)}"
+                        if amount is not None
+                        else "an unknown amount",
+                    ),
+                    "amount": amount,
+                    "currency": self.currency,
+                    "products": seen.products,
+                    "products_staying_unusable": staying_products,
+                    "still_unusable_share": figures(seen.still_unusable, RATE_PLACES),
+                }
+            )
+        return risks
 
     def as_json(self) -> dict:
         pilot = self.pilot
@@ -233,6 +357,7 @@ class Report:
             "sample": self.sample(),
             "measured": self.measured(self.all),
             "projection": self.projection_json(),
+            "risks": self.risks(),
             "drill": drill_report(pilot),
             "arms": self.arms_compared(),
         }
@@ -284,23 +409,45 @@ def figures(value: Range, places: Decimal) -> dict:
     }
 
 
+def shown(amount: Decimal) -> Decimal:
+    """An amount in a sentence: to the penny, or to four places under a pound, where pennies would
+    hide it."""
+    return amount.quantize(Decimal("0.01") if abs(amount) >= 1 else Decimal("0.0001"), rounding=ROUND_HALF_UP)
+
+
 def scope_words(pilot: Pilot) -> str:
     if pilot.scope_skus is None:
         return "every active product"
     return f"{len(pilot.scope_skus):,} SKUs named"
 
 
+REVIEW_UNPRICED = (
+    "Review is unpriced: set BATCHDESK_REVIEW_HOURLY_RATE (the business currency per hour of review) to "
+    "turn the review hours into money."
+)
+
 METHOD = (
-    f"Inference cost: a stratified estimate of the scope's first drafts (Σ over strata of the scope's "
-    f"products × the mean cost of the first drafts drawn there), its range ± {Z} × the standard error "
-    "(normal, 90 %, with the finite-population correction). Rates: the pilot's drafts and decisions in "
-    "all, with Wilson's 90 % interval. Regeneration: each unusable draft (invalid, or rejected) drafted "
-    "once more, and one month of the catalogue's revisions at the rate its history shows; its ends combine "
-    "the ends of the rates and of the cost. Review hours: a decision for every valid draft at the median "
-    "seconds a pilot decision took (from the draft shown to the decision), its range from the rates' ends "
-    "and the median's order-statistic 90 % interval; a decision is timed from its draft being ready, or "
-    "from the same reviewer's previous decision when that came later. Provider hours: the provider runs "
-    "the scope's units side by side, each as long as one of the job's unit size takes at the seconds per "
-    "request the pilot's units took from sending to collection; provider_hours_one_after_another: every "
-    "request in a row, the most it could take."
+    "Every measure is each stratum's own, weighted by its share of the scope. First pass: one draft for "
+    "every product of the scope (the pilot's products included), Σ over strata of the scope's products × "
+    "the mean cost of the first drafts drawn there. Reprocessing: a product whose draft is unusable "
+    "(failed validation, or rejected) is drafted again at its stratum's cost of a draft until one is usable, "
+    f"at most {MAX_REDRAFTS} redrafts; each stratum's first drafts' usable share and its redrafts' usable "
+    "share are measured on the pilot's drafts (a stratum whose redrafts were not measured takes its first "
+    "drafts' usable share as a redraft's; a stratum with nothing measured, the pilot's pooled share with "
+    f"the interval of a single observation). Products still unusable after {MAX_REDRAFTS} redrafts stay "
+    f"unusable; a stratum with {RISK_SHARE:.0%} or more of them, or whose every measured draft was "
+    "unusable, is named among the risks with what its unusable drafts would cost. Ranges: 90 %, Wilson's "
+    f"interval (z = {Z}) for each stratum's rates and ± {Z} × the standard error of its mean cost (with the "
+    "finite-population correction); a stratum's parts and the strata combine as independent errors (square "
+    "root of the sum of squares), so a total's ends are not the sums of its parts' ends. A month of the "
+    "catalogue's revisions, each drafting its product again, is shown beside the cost, not in it. Review "
+    "hours: a decision for every valid draft (first drafts and redrafts) at the median seconds a pilot "
+    "decision took (from the draft shown to the decision, or from the same reviewer's previous decision "
+    "when that came later), its range from the rates' ends and the median's order-statistic 90 % interval; "
+    "review cost: those hours at BATCHDESK_REVIEW_HOURLY_RATE. Whole workflow: the pilot's spend so far (its "
+    "drafts at the batch price) + the projected cost of the full job, which leaves out the products whose "
+    "pilot draft was approved (its ends combined as above), + the review cost when priced. Provider hours: "
+    "the provider runs the scope's units side by side, each as long as one of the job's unit size takes at "
+    "the seconds per request the pilot's units took from sending to collection; "
+    "provider_hours_one_after_another: every request in a row, the most it could take."
 )

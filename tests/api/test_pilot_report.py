@@ -4,11 +4,14 @@ projection, worked out by hand below; 409 with the decisions still needed; who m
 from decimal import Decimal
 
 import pytest
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
 
 from ledger.actions.core import change_state
 from ledger.actions.jobs import create_job
 from ledger.actions.reviewing import approve_version
 from ledger.models import ExchangeRate, Job
+from ledger.pilots.report import Report, pilot_of
 from ledger.pilots.sample import PilotPlan
 from ledger.states import ItemState
 from tests.api.conftest import assert_error
@@ -90,52 +93,128 @@ def test_what_was_measured_in_all_and_per_stratum(as_owner, owner):
 
 
 def test_the_projection_of_the_scope_worked_out_by_hand(as_owner, owner):
-    """z = 1.645. Inference: kitchen 8 × mean(0.225, 0.3) = 2.1, garden 4 × mean(0.375, 0.225) = 1.2,
+    """z = 1.645. First pass: kitchen 8 × mean(0.225, 0.3) = 2.1, garden 4 × mean(0.375, 0.225) = 1.2,
     3.3 in all; variance 8² × (1 − 2/8) × s² 0.0028125 / 2 + 4² × (1 − 2/4) × s² 0.01125 / 2 = 0.1125,
-    ± 1.645 × √0.1125 = ± 0.551750. Invalid 1 of 4: Wilson 0.057901–0.643860; accepted 2 of 3:
-    0.253510–0.921743. Unusable share 1 − 0.75 × 2/3 = 0.5 (0.131626–0.909715). Regeneration:
-    0.5 × 3.3 = 1.65 from failures, 0.25 × 3.3 = 0.825 a month from revisions. Decisions
-    12 × 0.75 × 1.5 = 13.5 at a median of 60 s: 0.225 hours; provider 12 × 150 s = 0.5 hours."""
-    projection = report_of(as_owner, known_pilot(owner))["projection"]
+    ± 1.645 × √0.1125 = ± 0.551750. Kitchen's 2 first drafts were usable, garden's 2 were not (one
+    invalid, one rejected) and no redraft was measured: a redraft is as usable as a first draft there,
+    so kitchen needs no redraft and garden 3 (the cap) for each product, all of which stay unusable:
+    reprocessing 4 × 0.3 × 3 = 3.6, 6.9 in all. Revisions: 0.25 × 3.3 = 0.825 a month, beside it.
+    Decisions: kitchen 8 × 1 draft × 1 valid, garden 4 × 4 drafts × ½ valid: 16 at a median of 60 s,
+    0.27 hours. Rates weighted by the scope: invalid (8 × 0 + 4 × ½) / 12, accepted (8 × 1 + 4 × 0) / 12."""
+    body = report_of(as_owner, known_pilot(owner))
+    projection = body["projection"]
 
     assert projection["scope_items"] == 12
-    inference = projection["inference_cost"]
-    assert (inference["expected"], inference["low"], inference["high"], inference["currency"]) == (
+    cost = projection["cost"]
+    assert (cost["expected"], cost["currency"]) == ("6.900000", "USD")
+    first_pass, reprocessing = cost["first_pass"], cost["reprocessing"]
+    assert (first_pass["expected"], first_pass["low"], first_pass["high"]) == (
         "3.300000",
         "2.748250",
         "3.851750",
-        "USD",
     )
-    assert projection["validation_failure_rate"] == {"expected": 0.25, "low": 0.0579, "high": 0.6439}
-    assert projection["acceptance_rate"] == {"expected": 0.6667, "low": 0.2535, "high": 0.9217}
+    assert reprocessing["expected"] == "3.600000"
+    for amounts in (cost, first_pass, reprocessing):
+        assert Decimal(amounts["low"]) < Decimal(amounts["expected"]) < Decimal(amounts["high"])
+    assert Decimal(cost["expected"]) == Decimal(first_pass["expected"]) + Decimal(reprocessing["expected"])
+    # The names the screen read before: the first pass and the reprocessing.
+    assert projection["inference_cost"]["expected"] == "3.300000"
+    assert projection["regeneration_cost"]["expected"] == "3.600000"
     regeneration = projection["regeneration"]
-    assert regeneration["unusable_share"] == {"expected": 0.5, "low": 0.1316, "high": 0.9097}
+    assert regeneration["from_revisions_per_month"]["expected"] == "0.825000"
     assert regeneration["revisions_per_product_per_month"] == 0.25  # 3 revisions, 12 products, 1 month
-    assert regeneration["revision_history"]["revisions"] == 3
-    failures, revisions = regeneration["from_failures"], regeneration["from_revisions_per_month"]
-    assert (failures["expected"], failures["low"], failures["high"]) == ("1.650000", "0.361742", "3.503994")
-    assert (revisions["expected"], revisions["low"], revisions["high"]) == (
-        "0.825000",
-        "0.687063",
-        "0.962937",
+    assert regeneration["max_redrafts"] == 3
+    assert regeneration["still_unusable_share"]["expected"] == 0.3333  # garden's 4 of 12
+    garden, kitchen = projection["strata"]
+    assert (garden["key"], garden["first_draft_usable"]["expected"], garden["redrafts_measured"]) == (
+        "category garden",
+        0.0,
+        0,
     )
-    total = projection["regeneration_cost"]
-    assert (total["expected"], total["low"], total["high"]) == ("2.475000", "1.048804", "4.466932")
-    cost = projection["cost"]
-    assert (cost["expected"], cost["low"], cost["high"], cost["currency"]) == (
-        "5.775000",
-        "3.797054",
-        "8.318682",
+    assert (garden["redrafts_per_product"]["expected"], garden["cost"]["expected"]) == (3.0, "4.800000")
+    assert (kitchen["redrafts_per_product"]["expected"], kitchen["cost"]["expected"]) == (0.0, "2.100000")
+    assert projection["validation_failure_rate"]["expected"] == 0.1667
+    assert projection["acceptance_rate"]["expected"] == 0.6667
+    assert projection["decisions"]["expected"] == 16.0
+    assert projection["seconds_per_decision"] == {"expected": 60.0, "low": 30.0, "high": 120.0}
+    assert projection["review_hours"]["expected"] == 0.27
+    assert projection["provider_hours"] == 0.5
+    assert "Wilson" in projection["method"] and "at most 3 redrafts" in projection["method"]
+
+
+def test_a_stratum_whose_drafts_all_fail_is_a_risk_with_the_money_it_would_waste(as_owner, owner):
+    """Garden: every draft unusable, 4 products × 0.3 a draft × 4 drafts (the first and 3 redrafts)."""
+    body = report_of(as_owner, known_pilot(owner))
+
+    [risk] = body["risks"]
+    assert risk | {"message": None, "still_unusable_share": None} == {
+        "stratum": "category garden",
+        "kind": "always_fails",
+        "message": None,
+        "amount": "4.800000",
+        "currency": "USD",
+        "products": 4,
+        "products_staying_unusable": 4,
+        "still_unusable_share": None,
+    }
+    assert "category garden" in risk["message"] and "4 of its 4 products" in risk["message"]
+
+
+def test_review_is_unpriced_without_an_hourly_rate_and_the_whole_workflow_counts_the_pilot(as_owner, owner):
+    """The pilot spent 0.225 + 0.3 + 0.375 + 0.225 = 1.125. The full job leaves out kitchen's 2
+    approved products: 6 × 0.2625 + 4 × 0.3 × 4 = 6.375. In all 7.5."""
+    projection = report_of(as_owner, known_pilot(owner))["projection"]
+
+    assert projection["review_cost"] is None
+    assert "unpriced" in projection["review_cost_note"]
+    workflow = projection["whole_workflow"]
+    assert (workflow["expected"], workflow["pilot_spend"], workflow["rest"]["expected"]) == (
+        "7.500000",
+        "1.125000",
+        "6.375000",
+    )
+    assert (workflow["products_left_out"], workflow["includes_review"], workflow["currency"]) == (
+        2,
+        False,
         "USD",
     )
-    # Decisions: 13.5, at the ends 12 × (1 − 0.643860) × (1 + 1 − 0.356140 × 0.921743) = 7.14 and
-    # 12 × (1 − 0.057901) × (1 + 1 − 0.942099 × 0.253510) = 19.91; seconds 30–120 (three decisions: the
-    # smallest and the largest).
-    assert projection["decisions"] == {"expected": 14.0, "low": 7.0, "high": 20.0}
-    assert projection["seconds_per_decision"] == {"expected": 60.0, "low": 30.0, "high": 120.0}
-    assert projection["review_hours"] == {"expected": 0.23, "low": 0.06, "high": 0.66}
-    assert projection["provider_hours"] == 0.5
-    assert "Wilson" in projection["method"]
+    assert Decimal(workflow["low"]) < Decimal(workflow["expected"]) < Decimal(workflow["high"])
+
+
+def test_review_priced_at_the_hourly_rate_joins_the_whole_workflow(as_owner, owner, settings):
+    """16 decisions × 60 s = 0.2667 hours at 30.00 an hour: 8.00. In pounds at 0.8: the pilot 0.9, the
+    full job 5.1, the review 8: 14."""
+    settings.BATCHDESK_CURRENCY = "GBP"
+    settings.BATCHDESK_REVIEW_HOURLY_RATE = "30.00"
+    ExchangeRate.objects.create(
+        currency="GBP", valid_from="2020-01-01", per_usd=Decimal("0.8"), source="test"
+    )
+
+    projection = report_of(as_owner, known_pilot(owner))["projection"]
+
+    review = projection["review_cost"]
+    assert (review["expected"], review["currency"]) == ("8.000000", "GBP")
+    assert Decimal(review["low"]) < Decimal(review["expected"]) < Decimal(review["high"])
+    assert projection["review_cost_note"] is None
+    workflow = projection["whole_workflow"]
+    assert (workflow["expected"], workflow["currency"], workflow["includes_review"]) == (
+        "14.000000",
+        "GBP",
+        True,
+    )
+
+
+@pytest.mark.parametrize("rate", ["0", "-5", "thirty", "NaN", "Infinity"])
+def test_an_hourly_rate_that_is_no_positive_amount_stops_the_processes_at_startup(settings, rate):
+    settings.BATCHDESK_REVIEW_HOURLY_RATE = rate
+    with pytest.raises(SystemCheckError, match="batchdesk.E007"):
+        call_command("check")
+
+
+def test_before_the_projection_there_are_no_risks(owner):
+    """The API answers 409 then; the screen shows the report so far, without a projection or risks."""
+    report = Report(pilot_of(pilot_waiting(owner, products=10, decided=4))).as_json()
+    assert report["projection"] is None and report["risks"] is None
 
 
 def test_the_projection_is_in_the_business_currency_when_a_rate_is_in_force(as_owner, owner, settings):
@@ -149,13 +228,10 @@ def test_the_projection_is_in_the_business_currency_when_a_rate_is_in_force(as_o
     assert body["currency"] == "GBP"
     assert body["rate"]["per_usd"] == "0.80000000"
     cost = body["projection"]["cost"]
-    assert (cost["expected"], cost["currency"]) == ("4.620000", "GBP")  # 5.775 × 0.8
-    assert cost["provider"] == {
-        "expected": "5.775000",
-        "low": "3.797054",
-        "high": "8.318682",
-        "currency": "USD",
-    }
+    assert (cost["expected"], cost["currency"]) == ("5.520000", "GBP")  # 6.9 × 0.8
+    assert cost["provider"]["expected"] == "6.900000"
+    assert cost["first_pass"]["expected"] == "2.640000"  # 3.3 × 0.8
+    assert body["risks"][0]["amount"] == "3.840000"  # 4.8 × 0.8
     assert body["measured"]["cost_per_item"] == "0.225000"  # 0.28125 × 0.8
 
 
@@ -168,7 +244,9 @@ def test_a_model_without_a_price_projects_no_cost_and_says_so(as_owner, owner):
     assert body["price_known"] is False and "price unknown" in body["price_note"]
     assert body["measured"]["cost_per_item"] is None
     assert body["projection"]["cost"] is None and body["projection"]["inference_cost"] is None
-    assert body["projection"]["review_hours"]["expected"] == 0.23
+    assert body["projection"]["whole_workflow"] is None
+    assert body["projection"]["review_hours"]["expected"] == 0.27
+    assert body["risks"][0]["amount"] is None
 
 
 def pilot_waiting(owner, *, products: int, decided: int) -> Job:

@@ -2,12 +2,13 @@
 sample's size and cost before it starts, and the report at `/jobs/{id}/pilot`."""
 
 import re
+from decimal import Decimal
 from uuid import uuid4
 
 import pytest
 from django.urls import reverse
 
-from ledger.models import Event, Item, Job, Pilot
+from ledger.models import Event, ExchangeRate, Item, Job, Pilot
 from ledger.pilots.drill import plan_drill
 from tests.factories import JobFactory, ProductFactory, UserFactory
 from tests.pilots import known_pilot
@@ -185,13 +186,43 @@ def test_the_report_shows_the_sample_the_measurements_and_the_projection(client,
     page = response.content.decode()
     assert "4 of 12 products drawn (the scope: 12 SKUs named)" in page
     assert "2 per stratum of category" in page and "seed 5" in page
-    assert re.search(r'data-testid="projected-cost">.*?\$5\.78.*?\$3\.80.*?\$8\.32', page, re.S)
-    assert re.search(r'data-testid="projected-review-hours">.*?0\.23.*?0\.06.*?0\.66', page, re.S)
+    assert re.search(r'data-testid="projected-first-pass">.*?\$3\.30.*?\$2\.75.*?\$3\.85', page, re.S)
+    assert re.search(r'data-testid="projected-reprocessing">.*?\$3\.60.*?\$0\.63.*?\$6\.13', page, re.S)
+    assert re.search(r'data-testid="projected-cost".*?\$6\.90.*?\$3\.76.*?\$9\.63', page, re.S)
+    assert re.search(r'data-testid="projected-review-hours">.*?0\.27.*?0\.06.*?0\.89', page, re.S)
+    # No hourly rate: review is unpriced, and the whole workflow is the pilot's $1.125 and the full job's.
+    assert re.search(r'data-testid="review-unpriced">Unpriced: Review is unpriced', page)
+    assert re.search(r'data-testid="whole-workflow".*?\$7\.50', page, re.S)
+    assert "the pilot's <span" in page and "leaves out the 2 products whose pilot draft was approved" in page
+    risk = re.search(r'data-testid="risk">(.*?)</li>', page, re.S).group(1)
+    assert "category garden" in risk and "every draft the pilot made for it was unusable" in risk
+    assert re.search(r"about 4 of its 4 products\s+\(100 %\) would stay unusable after 3 redrafts", risk)
+    assert re.search(r'data-testid="risk-amount">.*?\$4\.80', risk, re.S)
     rows = re.findall(r'data-testid="measured-row">\s*<th scope="row">(.*?)</th>', page)
     assert rows == ["category garden", "category kitchen", "<strong>All</strong>"]
     assert "25 %" in page and "66.7 %" in page  # invalid and accepted in all
     assert "Too long: 1 draft" in page
     assert "Amounts in USD, the provider's currency: no rate to the business currency is in force" in page
+
+
+def test_the_report_prices_review_at_the_hourly_rate_and_adds_it_to_the_whole_workflow(
+    client, owner, settings
+):
+    """16 decisions × 60 s at £30 an hour: £8; at 0.8 a dollar the pilot's £0.90 and the full job's £5.10."""
+    settings.BATCHDESK_CURRENCY = "GBP"
+    settings.BATCHDESK_REVIEW_HOURLY_RATE = "30"
+    ExchangeRate.objects.create(
+        currency="GBP", valid_from="2020-01-01", per_usd=Decimal("0.8"), source="test"
+    )
+    job = known_pilot(owner)
+    client.force_login(owner)
+
+    page = client.get(reverse("pilot_report", args=[job.pk])).content.decode()
+
+    assert re.search(r'data-testid="projected-review-cost">.*?£8\.00', page, re.S)
+    assert 'data-testid="review-unpriced"' not in page
+    assert re.search(r'data-testid="whole-workflow".*?£14\.00', page, re.S)
+    assert "0.27 hours at" in page and ", plus the review." in page
 
 
 def test_the_report_says_how_many_decisions_it_still_needs(client, owner, products):
@@ -203,6 +234,7 @@ def test_the_report_says_how_many_decisions_it_still_needs(client, owner, produc
 
     assert re.search(r'data-testid="decisions-needed">.*?5 more decisions.*?\(0 so far\)', page, re.S)
     assert 'data-testid="projected-cost"' not in page
+    assert "Named once the pilot's drafts are decided enough to project" in page
 
 
 def test_a_job_that_is_no_pilot_has_no_report_and_an_outsider_sees_none(client, owner, outsider):
