@@ -9,6 +9,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from ledger.actions.core import change_state
 from ledger.actions.prompts import create_prompt_version
 from ledger.actions.reviewing import approve_version, reject_version
 from ledger.models import Item, PromptVersion
@@ -25,6 +26,7 @@ from ledger.quality import (
     rejection_reasons,
     reviewers,
 )
+from ledger.states import ItemState
 from review.models import Preferences
 from tests.factories import ItemFactory, JobFactory, ProductFactory, UserFactory, add_version
 
@@ -167,6 +169,38 @@ def test_grouped_by_prompt_version_provider_model_and_category(world):
     assert (categories[NO_CATEGORY].approved, categories[NO_CATEGORY].rejected) == (1, 0)
 
 
+def test_first_drafts_that_failed_validation_are_counted_beside_the_decisions(world, wall_clock):
+    """Furniture: four products, three of whose first drafts failed validation and never reached a
+    reviewer; the fourth was approved. Acceptance says 100 %, the first-draft usable rate 25 %."""
+    wall_clock.at(10)  # the first day, with job one's drafts
+    furniture = []
+    for valid in (False, False, False, True):
+        item = ItemFactory(
+            job=world["one"],
+            product=ProductFactory(revision__fields={"category": "furniture"}),
+            state=ItemState.SUBMITTED,
+        )
+        add_version(item, valid=valid, reasons=[] if valid else ["Too short"])
+        furniture.append(item)
+    # A second draft of a failed one passes: it is no first draft, and leaves the rate alone.
+    add_version(furniture[0])
+    change_state(furniture[3].pk, to=ItemState.RETURNED)
+    change_state(furniture[3].pk, to=ItemState.AWAITING_REVIEW)
+    approve(Item.objects.get(pk=furniture[3].pk), world["ann"])
+
+    report = measure(Scope(), period=WEEK)
+    chairs = by_label(report.groups[CATEGORY])["furniture"]
+    assert (chairs.approved, chairs.rejected, chairs.acceptance_rate) == (1, 0, 1.0)
+    assert (chairs.first_drafts, chairs.usable_first_drafts) == (4, 1)
+    assert chairs.first_draft_usable_rate == pytest.approx(0.25)
+    assert (report.total.first_drafts, report.total.usable_first_drafts) == (10, 7)
+    v1 = by_label(report.groups[PROMPT_VERSION])["product_description v1"]
+    assert (v1.first_drafts, v1.usable_first_drafts) == (8, 5)
+    assert by_label(report.groups[MODEL])["gpt-4o-mini"].first_draft_usable_rate == pytest.approx(5 / 8)
+    # The first drafts count by when they arrived, as decisions count by when they were made.
+    assert measure(Scope(since=START.date() + timedelta(days=1)), period=WEEK).total.first_drafts == 2
+
+
 def test_over_time_by_week_or_day(world):
     weeks = measure(Scope(), period=WEEK).over_time
     # 1 December 2026 is a Tuesday: its week starts on Monday 30 November.
@@ -287,6 +321,9 @@ def test_the_csv_holds_the_grouped_figures(client, world):
         "approved": "3",
         "rejected": "3",
         "acceptance_rate": "0.5000",
+        "first_drafts": "6",
+        "usable_first_drafts": "6",
+        "first_draft_usable_rate": "1.0000",
         "edited": "1",
         "edit_rate": "0.3333",
         "edit_distance": f"{edit_distance(DRAFT, EDITED):.4f}",
