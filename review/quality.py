@@ -25,6 +25,7 @@ from ledger.money.cost_groups import (
     GroupCost,
     TooManyGroups,
     costs_across_jobs,
+    costs_by_set_up,
 )
 from ledger.money.currency import business_currency
 from ledger.quality import (
@@ -200,21 +201,30 @@ def cost_table(costs: CostsAcrossJobs) -> tuple[list[GroupCost], list[CostBar]]:
 
 
 def cost_context(scope: Scope, asked: str) -> dict:
-    """What the cost panel shows: the scope's jobs' cost by the field `asked` for, or by category
-    when none was (by the item's state when no product has a category), or why it cannot."""
-    by = asked or DEFAULT_COST_BY
+    """What the cost panel shows: the scope's jobs' cost by their prompt version and model, and by the
+    field `asked` for, or by category when none was (by the item's state when no product has a
+    category), or why it cannot be."""
+    jobs, currency = scope.jobs(), business_currency()
+    set_up_costs = costs_by_set_up(jobs, currency)
+    set_up_groups, set_up_bars = cost_table(set_up_costs)
+    context = {
+        "set_up_costs": set_up_costs,
+        "set_up_groups": set_up_groups,
+        "set_up_bars": set_up_bars,
+        "cost_by": asked or DEFAULT_COST_BY,
+    }
     try:
-        costs = costs_across_jobs(scope.jobs(), by, business_currency(), limit=COST_ROWS_READ)
+        costs = costs_across_jobs(jobs, context["cost_by"], currency, limit=COST_ROWS_READ)
         if not asked and costs.groups and all(group.key is None for group in costs.groups):
-            by = STATE
-            costs = costs_across_jobs(scope.jobs(), by, business_currency(), limit=COST_ROWS_READ)
+            context["cost_by"] = STATE
+            costs = costs_across_jobs(jobs, STATE, currency, limit=COST_ROWS_READ)
     except TooManyGroups:
-        return {
-            "cost_by": by,
-            "cost_problem": f"{by} has too many values to show here: each item's cost is in its job's export.",
-        }
-    groups, bars = cost_table(costs)
-    return {"cost_by": by, "costs": costs, "cost_groups": groups, "cost_bars": bars}
+        context["cost_problem"] = (
+            f"{context['cost_by']} has too many values to show here: each item's cost is in its job's export."
+        )
+        return context
+    context["cost_groups"], context["cost_bars"] = cost_table(costs)
+    return {**context, "field_costs": costs}
 
 
 @require_GET

@@ -20,7 +20,7 @@ from django.db.models import Count, Exists, F, OuterRef, Q, Sum
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 
-from ..models import GeneratedVersion, Item, Job
+from ..models import GeneratedVersion, Item, ItemTally, Job
 from .apportion import split_exactly
 from .pricing import DISCARDED_STATES, PLACES, UNDECIDED_STATES, Price, jobs_cost, price_for
 
@@ -222,5 +222,44 @@ def costs_across_jobs(
             if not counted:
                 part.amount = part.wasted = None
             groups.setdefault(part.key, GroupCost(key=part.key, currency=currency)).add(part)
+    across.groups = by_spend(groups.values())
+    return across
+
+
+def costs_by_set_up(jobs: models.QuerySet[Job], currency: str) -> CostsAcrossJobs:
+    """`jobs`' costs by their prompt version and model, in `currency`, the dearest first: a job is
+    wholly in one group, so its tallies and `jobs_cost` say it all, without reading its items."""
+    made_with = {
+        pk: f"{task} v{version} · {model}"
+        for pk, task, version, model in jobs.values_list(
+            "pk", "prompt_version__task", "prompt_version__version", "model"
+        )
+    }
+    tallies = (
+        ItemTally.objects.filter(job_id__in=jobs.values("pk"))
+        .order_by()
+        .values_list("job_id")
+        .annotate(items=Sum("items"), approved=Sum("approved_drafts"))
+    )
+    costs = jobs_cost(made_with)
+    across = CostsAcrossJobs(currency, jobs=len(made_with))
+    groups: dict[str | None, GroupCost] = {}
+    for job_id, items, approved in tallies:
+        cost = costs[job_id]
+        counted = cost["total"] is not None and cost["currency"] == currency
+        across.left_out += not counted
+        in_usd = cost["provider_currency"]
+        part = GroupCost(
+            key=made_with[job_id],
+            currency=currency,
+            items=items,
+            approved=approved,
+            amount=cost["total"] if counted else None,
+            wasted=cost["wasted"] if counted else None,
+            provider_amount=in_usd["total"],
+            provider_wasted=in_usd["wasted"],
+            drafts_usd=in_usd["total"] or Decimal(0),
+        )
+        groups.setdefault(part.key, GroupCost(key=part.key, currency=currency)).add(part)
     across.groups = by_spend(groups.values())
     return across

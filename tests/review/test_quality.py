@@ -4,6 +4,7 @@ known moments, their grouping, the quick approvals flagged by reviewer, the CSV,
 import csv
 import io
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 import pytest
 from django.urls import reverse
@@ -12,7 +13,8 @@ from django.utils import timezone
 from ledger.actions.core import change_state
 from ledger.actions.prompts import create_prompt_version
 from ledger.actions.reviewing import approve_version, reject_version
-from ledger.models import Item, PromptVersion
+from ledger.models import GeneratedVersion, Item, PromptVersion
+from ledger.money.pricing import job_cost
 from ledger.quality import (
     CATEGORY,
     MODEL,
@@ -385,3 +387,85 @@ def test_every_role_may_see_it_and_nobody_else(client, owner, operator, admin_pe
             assert client.get(address).status_code == 200
         client.force_login(outsider)
         assert client.get(address).status_code == 403
+
+
+# --- cost by a field -----------------------------------------------------------------------
+
+
+def drafted(job, category: str | None, *, tokens: int, state=ItemState.AWAITING_REVIEW) -> Item:
+    fields = {"material": "oak"} if category is None else {"material": "oak", "category": category}
+    item = ItemFactory(job=job, product=ProductFactory(revision__fields=fields), state=state)
+    version = add_version(item)
+    GeneratedVersion.objects.filter(pk=version.pk).update(input_tokens=tokens, output_tokens=tokens)
+    return item
+
+
+@pytest.fixture
+def spending(pounds, owner):
+    """Two jobs in pounds: furniture dear and mostly rejected, stationery cheap and approved."""
+    one, two = JobFactory(reference="one"), JobFactory(reference="two", model="gpt-4o")
+    for job in (one, two):
+        for _ in range(3):
+            item = drafted(job, "furniture", tokens=40_000)
+            reject_version(item_id=item.pk, version_id=item.versions.get().pk, reviewer=owner, reason="Vague")
+        approve(drafted(job, "furniture", tokens=40_000), owner)
+        approve(drafted(job, "stationery", tokens=300), owner)
+        drafted(job, None, tokens=1_000)
+    return one, two
+
+
+def test_the_page_shows_cost_by_category_with_its_chart(client, owner, spending):
+    client.force_login(owner)
+    response = client.get(reverse("quality"))
+    assert response.status_code == 200
+    costs = response.context["field_costs"]
+    assert [g.label for g in response.context["cost_groups"]] == ["furniture", NO_CATEGORY, "stationery"]
+    furniture, _, stationery = response.context["cost_groups"]
+    assert (furniture.items, furniture.approved, stationery.items, stationery.approved) == (8, 2, 2, 2)
+    # Each job's groups add up to its cost exactly, so the column adds up to the jobs' costs.
+    jobs = sum(job_cost(job)["total"] for job in spending)
+    assert costs.total.amount == jobs == sum(g.amount for g in response.context["cost_groups"])
+    assert furniture.wasted > 0 and stationery.wasted == 0
+    assert furniture.per_approved == (furniture.amount / 2).quantize(Decimal("0.000001"))
+    page = response.content.decode()
+    assert 'data-testid="table-cost"' in page and 'data-testid="cost-chart"' in page
+    assert '<th scope="row">stationery</th>' in page
+    # The dearest group's bar is the whole width; the cheapest's a sliver.
+    assert [bar.percent for bar in response.context["cost_bars"]][0] == "100.0"
+    assert 'style="width: 100.0%"' in page
+    assert "£" in page
+    # By prompt version and model, from each job's own figures: the same whole.
+    set_up = {g.label: g for g in response.context["set_up_groups"]}
+    assert list(set_up) == ["product_description v1 · gpt-4o", "product_description v1 · gpt-4o-mini"]
+    assert [g.amount for g in set_up.values()] == [job_cost(spending[1])["total"], job_cost(spending[0])["total"]]
+    assert [(g.items, g.approved) for g in set_up.values()] == [(6, 2), (6, 2)]
+    assert 'data-testid="table-cost-set-up"' in page
+
+
+def test_cost_by_another_field_or_by_state(client, owner, spending):
+    client.force_login(owner)
+    by_state = client.get(reverse("quality"), {"cost_by": "state"})
+    assert {g.label: g.items for g in by_state.context["cost_groups"]} == {
+        "rejected": 6,
+        "approved": 4,
+        "awaiting_review": 2,
+    }
+    by_material = client.get(reverse("quality"), {"cost_by": "material"})
+    assert [(g.label, g.items) for g in by_material.context["cost_groups"]] == [("oak", 12)]
+    narrowed = client.get(reverse("quality"), {"job": spending[1].pk})
+    assert narrowed.context["field_costs"].total.amount == job_cost(spending[1])["total"]
+
+
+def test_without_categories_cost_is_shown_by_state(client, owner, pounds):
+    drafted(JobFactory(), None, tokens=100)
+    client.force_login(owner)
+    response = client.get(reverse("quality"))
+    assert response.context["cost_by"] == "state"
+    assert [g.label for g in response.context["cost_groups"]] == ["awaiting_review"]
+
+
+def test_a_bad_cost_field_is_refused(client, owner):
+    client.force_login(owner)
+    page = client.get(reverse("quality"), {"cost_by": "fields.category"})
+    assert page.status_code == 400
+    assert "Cost by: Give a product field" in page.content.decode()
