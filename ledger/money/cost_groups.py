@@ -22,7 +22,7 @@ from django.db.models.functions import Cast
 
 from ..models import GeneratedVersion, Item, ItemTally, Job
 from .apportion import split_exactly
-from .pricing import DISCARDED_STATES, PLACES, UNDECIDED_STATES, Price, jobs_cost, price_for
+from .pricing import DISCARDED_STATES, PLACES, UNDECIDED_STATES, Price, job_cost, jobs_cost, price_for
 
 # What a cost can be grouped by besides a product field: the product's title, the item's state (a
 # product field named `title` or `state` is shadowed by these).
@@ -127,7 +127,11 @@ class GroupCost:
 
 
 def _split(whole: Decimal | None, weights: list[Decimal]) -> list[Decimal | None]:
-    return [None] * len(weights) if whole is None else split_exactly(whole, weights)
+    if whole is None:
+        return [None] * len(weights)
+    # In the ledger's places, or the whole's own if it has more: every digit of it is shared out.
+    places = min(PLACES, Decimal(1).scaleb(whole.as_tuple().exponent))
+    return split_exactly(whole, weights, places)
 
 
 def split_job_cost(cost: dict, price: Price | None, rows: list[dict]) -> list[GroupCost]:
@@ -179,7 +183,7 @@ def by_spend(groups: Iterable[GroupCost]) -> list[GroupCost]:
 def job_costs_by(job: Job, by: str) -> tuple[dict, list[GroupCost]]:
     """The job's cost (`pricing.job_cost`) and its split by `by`, the dearest group first."""
     rows = grouped_tokens([job.pk], by)
-    cost = jobs_cost([job.pk])[job.pk]
+    cost = job_cost(job)
     return cost, by_spend(split_job_cost(cost, price_for(job.provider, job.model), rows))
 
 

@@ -114,6 +114,17 @@ def test_by_state(as_operator, job):
     assert sum(Decimal(row["amount"]) for row in body["results"]) == job_cost(job)["total"]
 
 
+def test_a_worked_job_settled_at_its_units_rate_adds_up_too(as_owner, worked_job):
+    job, _ = worked_job
+    whole = job_cost(job)
+    assert whole["rate"]["source"] == "Bank of England daily spot, 4 pm"
+    for by in ("state", "material", "title"):
+        results = costs(as_owner, job, by)["results"]
+        assert sum(Decimal(row["amount"]) for row in results) == whole["total"]
+        assert sum(Decimal(row["wasted"]) for row in results) == whole["wasted"]
+        assert sum(row["items"] for row in results) == 6
+
+
 def test_by_title_and_by_a_field_no_product_has(as_owner, job):
     by_title = costs(as_owner, job, "title")
     assert len(by_title["results"]) == 6
