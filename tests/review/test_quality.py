@@ -437,7 +437,10 @@ def test_the_page_shows_cost_by_category_with_its_chart(client, owner, spending)
     # By prompt version and model, from each job's own figures: the same whole.
     set_up = {g.label: g for g in response.context["set_up_groups"]}
     assert list(set_up) == ["product_description v1 · gpt-4o", "product_description v1 · gpt-4o-mini"]
-    assert [g.amount for g in set_up.values()] == [job_cost(spending[1])["total"], job_cost(spending[0])["total"]]
+    assert [g.amount for g in set_up.values()] == [
+        job_cost(spending[1])["total"],
+        job_cost(spending[0])["total"],
+    ]
     assert [(g.items, g.approved) for g in set_up.values()] == [(6, 2), (6, 2)]
     assert 'data-testid="table-cost-set-up"' in page
 
@@ -469,3 +472,12 @@ def test_a_bad_cost_field_is_refused(client, owner):
     page = client.get(reverse("quality"), {"cost_by": "fields.category"})
     assert page.status_code == 400
     assert "Cost by: Give a product field" in page.content.decode()
+
+
+def test_a_field_with_too_many_values_is_said_instead_of_read(client, owner, spending, monkeypatch):
+    monkeypatch.setattr("review.quality.COST_ROWS_READ", 4)
+    client.force_login(owner)
+    response = client.get(reverse("quality"), {"cost_by": "title"})
+    assert response.status_code == 200
+    assert "title has too many values to show here" in response.content.decode()
+    assert response.context["set_up_groups"]  # the cost by prompt version and model is still there
