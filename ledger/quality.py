@@ -10,6 +10,10 @@ The words, defined here once:
 - *Edit distance* of an edited approval: the character edit distance (Levenshtein) between the draft
   and the final text, divided by the longer one's length: 0 the same text, 1 nothing left. Measured
   in Python on the most recent `EDIT_SAMPLE` edited approvals of the scope, never on all of them.
+- *First-draft usable rate*: items' first drafts (version 1) that passed validation ÷ first drafts,
+  counted by when the draft arrived. A draft that failed validation never reaches a reviewer, so the
+  acceptance rate alone says nothing of it: a category can show a high acceptance while most of its
+  first drafts were unusable.
 - *Time to decide*: from the draft being put before a person (its item's latest event into
   `awaiting_review`, or `validation_failed` for an unusable draft an edit repaired) to the decision.
 - A *quick approval* (possible rubber-stamping): an approval without edits made within
@@ -31,7 +35,7 @@ from django.db.models.functions import TruncDay, TruncWeek
 from django.utils import timezone
 from rapidfuzz.distance import Levenshtein
 
-from .models import Approval, Event, PromptVersion, category_text
+from .models import Approval, Event, GeneratedVersion, Job, PromptVersion, category_text
 from .states import DECIDABLE_STATES
 
 # Edited approvals whose edit distance is measured, the most recent first.
@@ -97,19 +101,26 @@ class Scope:
     def rejections(self) -> QuerySet[Event]:
         return self._narrowed(Event.objects.rejections().order_by(), "at")
 
-    def _narrowed(self, decisions: QuerySet, decided_at: str) -> QuerySet:
+    def first_drafts(self) -> QuerySet[GeneratedVersion]:
+        """Items' first drafts, by when they arrived."""
+        return self._narrowed(GeneratedVersion.objects.filter(number=1).order_by(), "created_at")
+
+    def jobs(self) -> QuerySet[Job]:
+        """The jobs whose costs are shown: started from `since` to `until`."""
+        return self._narrowed(Job.objects.order_by(), "created_at", job="")
+
+    def _narrowed(self, rows: QuerySet, moment: str, job: str = "item__job__") -> QuerySet:
+        """`rows` whose `moment` is within the dates and whose job (reached by `job`) is the scope's."""
         # Bounds on the column itself (not on its date), so its index serves them.
         if self.since:
-            decisions = decisions.filter(**{f"{decided_at}__gte": start_of_day(self.since)})
+            rows = rows.filter(**{f"{moment}__gte": start_of_day(self.since)})
         if self.until:
-            decisions = decisions.filter(
-                **{f"{decided_at}__lt": start_of_day(self.until + timedelta(days=1))}
-            )
+            rows = rows.filter(**{f"{moment}__lt": start_of_day(self.until + timedelta(days=1))})
         if self.job_id:
-            decisions = decisions.filter(item__job_id=self.job_id)
+            rows = rows.filter(**{f"{job}pk": self.job_id})
         if self.prompt_version_id:
-            decisions = decisions.filter(item__job__prompt_version_id=self.prompt_version_id)
-        return decisions
+            rows = rows.filter(**{f"{job}prompt_version_id": self.prompt_version_id})
+        return rows
 
 
 def start_of_day(day: date) -> datetime:
@@ -131,6 +142,9 @@ class Figures:
     # Edit distances of the sampled edited approvals, summed.
     distance: float = 0.0
     sampled: int = 0
+    # Items' first drafts, and those of them that passed validation.
+    first_drafts: int = 0
+    usable_first_drafts: int = 0
 
     @property
     def decided(self) -> int:
@@ -139,6 +153,10 @@ class Figures:
     @property
     def acceptance_rate(self) -> float | None:
         return self.approved / self.decided if self.decided else None
+
+    @property
+    def first_draft_usable_rate(self) -> float | None:
+        return self.usable_first_drafts / self.first_drafts if self.first_drafts else None
 
     @property
     def edit_rate(self) -> float | None:
@@ -154,12 +172,16 @@ class Figures:
         """The average time to decide, in seconds."""
         return self.waited.total_seconds() / self.timed if self.timed else None
 
-    def add(self, *, approved=0, edited=0, rejected=0, waited=None, timed=0) -> None:
+    def add(
+        self, *, approved=0, edited=0, rejected=0, waited=None, timed=0, first_drafts=0, usable_first_drafts=0
+    ) -> None:
         self.approved += approved
         self.edited += edited
         self.rejected += rejected
         self.waited += waited or timedelta(0)
         self.timed += timed
+        self.first_drafts += first_drafts
+        self.usable_first_drafts += usable_first_drafts
 
 
 @dataclass(frozen=True)
@@ -199,8 +221,8 @@ def latest_decision_day() -> date | None:
 
 
 def measure(scope: Scope, *, period: str) -> Report:
-    """The figures of `scope`'s decisions, in all and by group: four aggregate queries whose rows are
-    groups, and one bounded sample of edited approvals."""
+    """The figures of `scope`'s decisions and first drafts, in all and by group: six aggregate queries
+    whose rows are groups, and one bounded sample of edited approvals."""
     total = Figures(key=None, label="All decisions")
     groups: dict[str, dict[object, Figures]] = {dimension: {} for dimension in DIMENSIONS}
     over_time: dict[object, Figures] = {}
@@ -225,6 +247,18 @@ def measure(scope: Scope, *, period: str) -> Report:
         for row in decisions.values(when=period_of(decided_at, period)).annotate(**counts).iterator():
             key = row.pop("when")
             over_time.setdefault(key, Figures(key=key)).add(**row)
+
+    # Items' first drafts, usable or not, the same way: by group, and by when they arrived.
+    first_drafts = scope.first_drafts()
+    counts = {"first_drafts": Count("pk"), "usable_first_drafts": Count("pk", filter=Q(valid=True))}
+    for row in first_drafts.values(**group_keys()).annotate(**counts).iterator():
+        figures = {name: row.pop(name) for name in counts}
+        total.add(**figures)
+        for dimension, key in row.items():
+            groups[dimension].setdefault(key, Figures(key=key)).add(**figures)
+    for row in first_drafts.values(when=period_of("created_at", period)).annotate(**counts).iterator():
+        key = row.pop("when")
+        over_time.setdefault(key, Figures(key=key)).add(**row)
 
     for distance, keys in edit_distances(scope, period):
         for figures in (

@@ -5,6 +5,7 @@ is defined once, in `ledger/quality.py`; this module reads the filters and shows
 
 import csv
 import io
+from dataclasses import dataclass
 from datetime import timedelta
 
 from django import forms
@@ -16,6 +17,17 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from ledger.models import Job, PromptVersion
+from ledger.money.cost_groups import (
+    FIELD_NAME,
+    FIELD_NAME_RULE,
+    STATE,
+    CostsAcrossJobs,
+    GroupCost,
+    TooManyGroups,
+    costs_across_jobs,
+    costs_by_set_up,
+)
+from ledger.money.currency import business_currency
 from ledger.quality import (
     DIMENSIONS,
     EDIT_SAMPLE,
@@ -37,6 +49,13 @@ from .permissions import VIEWERS, role_required
 
 # What the page measures when nothing narrows it.
 DEFAULT_DAYS = 90
+# Cost is shown by this product field unless another is asked for; the dearest groups are shown, the
+# rest added up in one row.
+DEFAULT_COST_BY = "category"
+COST_GROUPS_SHOWN = 15
+# Pairs of a job and a group read for the cost table at most (a field with a value per product has
+# too many: each item's cost is in the job's export).
+COST_ROWS_READ = 10_000
 
 
 class QualityFilter(DatesFilter):
@@ -45,6 +64,12 @@ class QualityFilter(DatesFilter):
         required=False, coerce=int, empty_value=None, label="Prompt version"
     )
     period = forms.ChoiceField(required=False, choices=list(PERIODS.items()), label="Over time by")
+    cost_by = forms.CharField(
+        required=False,
+        label="Cost by",
+        max_length=64,
+        widget=forms.TextInput(attrs={"placeholder": DEFAULT_COST_BY, "size": 10}),
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -62,6 +87,12 @@ class QualityFilter(DatesFilter):
         if job is None:
             raise forms.ValidationError(f"There is no job {job_id}.")
         return job
+
+    def clean_cost_by(self) -> str:
+        by = self.cleaned_data["cost_by"].strip()
+        if by and not FIELD_NAME.fullmatch(by):
+            raise forms.ValidationError(f"Give {FIELD_NAME_RULE}.")
+        return by
 
     @property
     def problems(self) -> list[str]:
@@ -97,7 +128,8 @@ class QualityFilter(DatesFilter):
 
 
 def rate_series(groups: list[Figures]) -> list[dict]:
-    """Acceptance and edit rates in percent, for a chart (None where there is nothing to divide)."""
+    """Acceptance, edit and first-draft usable rates in percent, for a chart (None where there is
+    nothing to divide)."""
 
     def percent(value: float | None) -> float | None:
         return None if value is None else round(100 * value, 1)
@@ -105,6 +137,11 @@ def rate_series(groups: list[Figures]) -> list[dict]:
     return [
         {"label": "Acceptance rate", "tone": "ok", "values": [percent(f.acceptance_rate) for f in groups]},
         {"label": "Edit rate", "tone": "warn", "values": [percent(f.edit_rate) for f in groups]},
+        {
+            "label": "First drafts usable",
+            "tone": "usable",
+            "values": [percent(f.first_draft_usable_rate) for f in groups],
+        },
     ]
 
 
@@ -139,6 +176,57 @@ def charts(report: Report) -> dict[str, dict]:
     return shown
 
 
+@dataclass(frozen=True)
+class CostBar:
+    """One group's row of the cost chart: its share of the dearest group's amount, as a bar's width."""
+
+    group: GroupCost
+    percent: str
+
+
+def cost_table(costs: CostsAcrossJobs) -> tuple[list[GroupCost], list[CostBar]]:
+    """The dearest `COST_GROUPS_SHOWN` groups, the rest added up in one "other values" row, and the
+    chart's bars for them."""
+    shown = list(costs.groups[:COST_GROUPS_SHOWN])
+    if rest := costs.groups[COST_GROUPS_SHOWN:]:
+        other = GroupCost(key=f"Other values ({len(rest)})", currency=costs.currency)
+        for group in rest:
+            other.add(group)
+        shown.append(other)
+    dearest = max((group.amount or 0 for group in shown), default=0)
+    bars = [
+        CostBar(group, f"{100 * (group.amount or 0) / dearest:.1f}" if dearest else "0") for group in shown
+    ]
+    return shown, bars
+
+
+def cost_context(scope: Scope, asked: str) -> dict:
+    """What the cost panel shows: the scope's jobs' cost by their prompt version and model, and by the
+    field `asked` for, or by category when none was (by the item's state when no product has a
+    category), or why it cannot be."""
+    jobs, currency = scope.jobs(), business_currency()
+    set_up_costs = costs_by_set_up(jobs, currency)
+    set_up_groups, set_up_bars = cost_table(set_up_costs)
+    context = {
+        "set_up_costs": set_up_costs,
+        "set_up_groups": set_up_groups,
+        "set_up_bars": set_up_bars,
+        "cost_by": asked or DEFAULT_COST_BY,
+    }
+    try:
+        costs = costs_across_jobs(jobs, context["cost_by"], currency, limit=COST_ROWS_READ)
+        if not asked and costs.groups and all(group.key is None for group in costs.groups):
+            context["cost_by"] = STATE
+            costs = costs_across_jobs(jobs, STATE, currency, limit=COST_ROWS_READ)
+    except TooManyGroups:
+        context["cost_problem"] = (
+            f"{context['cost_by']} has too many values to show here: each item's cost is in its job's export."
+        )
+        return context
+    context["cost_groups"], context["cost_bars"] = cost_table(costs)
+    return {**context, "field_costs": costs}
+
+
 @require_GET
 @login_required
 @role_required(*VIEWERS)
@@ -167,6 +255,7 @@ def quality(request: HttpRequest) -> HttpResponse:
         "csv_query": request.GET.urlencode(),
         "sample_limit": EDIT_SAMPLE,
         "default_days": DEFAULT_DAYS if filters.default_window else None,
+        **cost_context(scope, filters.cleaned_data["cost_by"]),
     }
     return render(request, "quality.html", context)
 
@@ -180,6 +269,9 @@ CSV_COLUMNS = (
     "approved",
     "rejected",
     "acceptance_rate",
+    "first_drafts",
+    "usable_first_drafts",
+    "first_draft_usable_rate",
     "edited",
     "edit_rate",
     "edit_distance",
@@ -199,6 +291,9 @@ def csv_row(dimension: str, figures: Figures) -> list:
         figures.approved,
         figures.rejected,
         exact(figures.acceptance_rate, 4),
+        figures.first_drafts,
+        figures.usable_first_drafts,
+        exact(figures.first_draft_usable_rate, 4),
         figures.edited,
         exact(figures.edit_rate, 4),
         exact(figures.edit_distance, 4),

@@ -4,14 +4,17 @@ known moments, their grouping, the quick approvals flagged by reviewer, the CSV,
 import csv
 import io
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from ledger.actions.core import change_state
 from ledger.actions.prompts import create_prompt_version
 from ledger.actions.reviewing import approve_version, reject_version
-from ledger.models import Item, PromptVersion
+from ledger.models import GeneratedVersion, Item, PromptVersion
+from ledger.money.pricing import job_cost
 from ledger.quality import (
     CATEGORY,
     MODEL,
@@ -25,6 +28,7 @@ from ledger.quality import (
     rejection_reasons,
     reviewers,
 )
+from ledger.states import ItemState
 from review.models import Preferences
 from tests.factories import ItemFactory, JobFactory, ProductFactory, UserFactory, add_version
 
@@ -167,6 +171,38 @@ def test_grouped_by_prompt_version_provider_model_and_category(world):
     assert (categories[NO_CATEGORY].approved, categories[NO_CATEGORY].rejected) == (1, 0)
 
 
+def test_first_drafts_that_failed_validation_are_counted_beside_the_decisions(world, wall_clock):
+    """Furniture: four products, three of whose first drafts failed validation and never reached a
+    reviewer; the fourth was approved. Acceptance says 100 %, the first-draft usable rate 25 %."""
+    wall_clock.at(10)  # the first day, with job one's drafts
+    furniture = []
+    for valid in (False, False, False, True):
+        item = ItemFactory(
+            job=world["one"],
+            product=ProductFactory(revision__fields={"category": "furniture"}),
+            state=ItemState.SUBMITTED,
+        )
+        add_version(item, valid=valid, reasons=[] if valid else ["Too short"])
+        furniture.append(item)
+    # A second draft of a failed one passes: it is no first draft, and leaves the rate alone.
+    add_version(furniture[0])
+    change_state(furniture[3].pk, to=ItemState.RETURNED)
+    change_state(furniture[3].pk, to=ItemState.AWAITING_REVIEW)
+    approve(Item.objects.get(pk=furniture[3].pk), world["ann"])
+
+    report = measure(Scope(), period=WEEK)
+    chairs = by_label(report.groups[CATEGORY])["furniture"]
+    assert (chairs.approved, chairs.rejected, chairs.acceptance_rate) == (1, 0, 1.0)
+    assert (chairs.first_drafts, chairs.usable_first_drafts) == (4, 1)
+    assert chairs.first_draft_usable_rate == pytest.approx(0.25)
+    assert (report.total.first_drafts, report.total.usable_first_drafts) == (10, 7)
+    v1 = by_label(report.groups[PROMPT_VERSION])["product_description v1"]
+    assert (v1.first_drafts, v1.usable_first_drafts) == (8, 5)
+    assert by_label(report.groups[MODEL])["gpt-4o-mini"].first_draft_usable_rate == pytest.approx(5 / 8)
+    # The first drafts count by when they arrived, as decisions count by when they were made.
+    assert measure(Scope(since=START.date() + timedelta(days=1)), period=WEEK).total.first_drafts == 2
+
+
 def test_over_time_by_week_or_day(world):
     weeks = measure(Scope(), period=WEEK).over_time
     # 1 December 2026 is a Tuesday: its week starts on Monday 30 November.
@@ -287,6 +323,9 @@ def test_the_csv_holds_the_grouped_figures(client, world):
         "approved": "3",
         "rejected": "3",
         "acceptance_rate": "0.5000",
+        "first_drafts": "6",
+        "usable_first_drafts": "6",
+        "first_draft_usable_rate": "1.0000",
         "edited": "1",
         "edit_rate": "0.3333",
         "edit_distance": f"{edit_distance(DRAFT, EDITED):.4f}",
@@ -348,3 +387,97 @@ def test_every_role_may_see_it_and_nobody_else(client, owner, operator, admin_pe
             assert client.get(address).status_code == 200
         client.force_login(outsider)
         assert client.get(address).status_code == 403
+
+
+# --- cost by a field -----------------------------------------------------------------------
+
+
+def drafted(job, category: str | None, *, tokens: int, state=ItemState.AWAITING_REVIEW) -> Item:
+    fields = {"material": "oak"} if category is None else {"material": "oak", "category": category}
+    item = ItemFactory(job=job, product=ProductFactory(revision__fields=fields), state=state)
+    version = add_version(item)
+    GeneratedVersion.objects.filter(pk=version.pk).update(input_tokens=tokens, output_tokens=tokens)
+    return item
+
+
+@pytest.fixture
+def spending(pounds, owner):
+    """Two jobs in pounds: furniture dear and mostly rejected, stationery cheap and approved."""
+    one, two = JobFactory(reference="one"), JobFactory(reference="two", model="gpt-4o")
+    for job in (one, two):
+        for _ in range(3):
+            item = drafted(job, "furniture", tokens=40_000)
+            reject_version(item_id=item.pk, version_id=item.versions.get().pk, reviewer=owner, reason="Vague")
+        approve(drafted(job, "furniture", tokens=40_000), owner)
+        approve(drafted(job, "stationery", tokens=300), owner)
+        drafted(job, None, tokens=1_000)
+    return one, two
+
+
+def test_the_page_shows_cost_by_category_with_its_chart(client, owner, spending):
+    client.force_login(owner)
+    response = client.get(reverse("quality"))
+    assert response.status_code == 200
+    costs = response.context["field_costs"]
+    assert [g.label for g in response.context["cost_groups"]] == ["furniture", NO_CATEGORY, "stationery"]
+    furniture, _, stationery = response.context["cost_groups"]
+    assert (furniture.items, furniture.approved, stationery.items, stationery.approved) == (8, 2, 2, 2)
+    # Each job's groups add up to its cost exactly, so the column adds up to the jobs' costs.
+    jobs = sum(job_cost(job)["total"] for job in spending)
+    assert costs.total.amount == jobs == sum(g.amount for g in response.context["cost_groups"])
+    assert furniture.wasted > 0 and stationery.wasted == 0
+    assert furniture.per_approved == (furniture.amount / 2).quantize(Decimal("0.000001"))
+    page = response.content.decode()
+    assert 'data-testid="table-cost"' in page and 'data-testid="cost-chart"' in page
+    assert '<th scope="row">stationery</th>' in page
+    # The dearest group's bar is the whole width; the cheapest's a sliver.
+    assert [bar.percent for bar in response.context["cost_bars"]][0] == "100.0"
+    assert 'style="width: 100.0%"' in page
+    assert "£" in page
+    # By prompt version and model, from each job's own figures: the same whole.
+    set_up = {g.label: g for g in response.context["set_up_groups"]}
+    assert list(set_up) == ["product_description v1 · gpt-4o", "product_description v1 · gpt-4o-mini"]
+    assert [g.amount for g in set_up.values()] == [
+        job_cost(spending[1])["total"],
+        job_cost(spending[0])["total"],
+    ]
+    assert [(g.items, g.approved) for g in set_up.values()] == [(6, 2), (6, 2)]
+    assert 'data-testid="table-cost-set-up"' in page
+
+
+def test_cost_by_another_field_or_by_state(client, owner, spending):
+    client.force_login(owner)
+    by_state = client.get(reverse("quality"), {"cost_by": "state"})
+    assert {g.label: g.items for g in by_state.context["cost_groups"]} == {
+        "rejected": 6,
+        "approved": 4,
+        "awaiting_review": 2,
+    }
+    by_material = client.get(reverse("quality"), {"cost_by": "material"})
+    assert [(g.label, g.items) for g in by_material.context["cost_groups"]] == [("oak", 12)]
+    narrowed = client.get(reverse("quality"), {"job": spending[1].pk})
+    assert narrowed.context["field_costs"].total.amount == job_cost(spending[1])["total"]
+
+
+def test_without_categories_cost_is_shown_by_state(client, owner, pounds):
+    drafted(JobFactory(), None, tokens=100)
+    client.force_login(owner)
+    response = client.get(reverse("quality"))
+    assert response.context["cost_by"] == "state"
+    assert [g.label for g in response.context["cost_groups"]] == ["awaiting_review"]
+
+
+def test_a_bad_cost_field_is_refused(client, owner):
+    client.force_login(owner)
+    page = client.get(reverse("quality"), {"cost_by": "fields.category"})
+    assert page.status_code == 400
+    assert "Cost by: Give a product field" in page.content.decode()
+
+
+def test_a_field_with_too_many_values_is_said_instead_of_read(client, owner, spending, monkeypatch):
+    monkeypatch.setattr("review.quality.COST_ROWS_READ", 4)
+    client.force_login(owner)
+    response = client.get(reverse("quality"), {"cost_by": "title"})
+    assert response.status_code == 200
+    assert "title has too many values to show here" in response.content.decode()
+    assert response.context["set_up_groups"]  # the cost by prompt version and model is still there

@@ -87,3 +87,16 @@ def test_the_charts_are_drawn_and_the_page_fits_a_phone(page, live_server, opera
     page.wait_for_function("Chart.getChart(document.querySelector('canvas[data-chart]'))")
     assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
     assert blocked == []
+
+
+def test_the_cost_chart_fits_a_phone(page, live_server, operator, decisions, pounds):
+    page.set_viewport_size(PHONE)
+    log_in(page, live_server, operator, then=reverse("quality"))
+    chart = page.get_by_test_id("cost-chart")
+    bars = chart.locator(".cost-bar")
+    assert bars.count() == 2  # kitchen, garden and outdoor furniture
+    widths = [bar.bounding_box()["width"] for bar in bars.all()]
+    assert widths[0] > widths[1] > 0  # two kitchen drafts against one
+    assert "£" in chart.inner_text()
+    assert page.get_by_test_id("table-cost").is_visible()
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
