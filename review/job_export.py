@@ -10,10 +10,14 @@ read, so memory stays flat at a million items and the first bytes leave at once.
 it is then: an export of a job that is still working shows each item as it was when its chunk was
 read.
 
-An item's cost is every draft it produced (a retry's included), priced at the job's batch price and
-converted at the rate its unit was settled at (`UnitCharge`), as a job's cost is. While a draft's
-unit has no kept rate in the business currency (not settled yet, or no rate in force), the item's
-cost stays in the provider's currency and `cost_note` says why.
+An item's cost is its share of the job's cost (`pricing.job_cost`: what its settled units kept, plus
+its drafts not settled yet at today's rate), in proportion to what its drafts (a retry's included)
+cost at the job's batch price, split by `apportion.split_exactly`: the rows add up to the job's total
+exactly, and `cost_usd` to its total at the provider. The split needs every weight first: before the
+first chunk, one grouped query reads each item's tokens and the shares are kept as two arrays of
+whole millionths (16 bytes an item with drafts), read in id order as the chunks go; the split itself
+holds a few Decimals an item while it runs. `rate`, `rate_date` and `rate_source` say what its drafts'
+units kept; when the job's cost is in USD (a unit settled with no rate in force), `cost_note` says why.
 
 Model output is untrusted: in CSV a cell that a spreadsheet would run as a formula starts with `'`
 (`review.audit.FORMULA_STARTS`), and text that UTF-8 cannot carry becomes U+FFFD; JSONL carries every
@@ -23,6 +27,7 @@ string as it is, escaped by JSON where it must be.
 import csv
 import json
 import re
+from array import array
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -36,8 +41,9 @@ from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
 
 from ledger.models import Approval, DestinationAttempt, GeneratedVersion, Item, Job
+from ledger.money.apportion import split_exactly
 from ledger.money.currency import PROVIDER_CURRENCY, business_currency
-from ledger.money.pricing import PLACES, price_for, unknown_price
+from ledger.money.pricing import PLACES, job_cost, price_for, unknown_price
 from ledger.states import ItemState
 
 from .audit import BYTE_ORDER_MARK, FORMULA_STARTS, Echo
@@ -89,6 +95,7 @@ def utc_text(moment: datetime | None) -> str | None:
 
 def export_chunks(job: Job) -> Iterator[list[tuple]]:
     """The job's items as rows (values in the order of `COLUMNS`), in id order, a chunk at a time."""
+    shares = ItemShares(job)
     last_id = 0
     while True:
         items = list(
@@ -100,13 +107,56 @@ def export_chunks(job: Job) -> Iterator[list[tuple]]:
         )
         if not items:
             return
-        yield rows_of(job, items)
+        yield rows_of(job, items, shares)
         if len(items) < CHUNK_ITEMS:
             return
         last_id = items[-1][0]
 
 
-def rows_of(job: Job, items: list[tuple]) -> list[tuple]:
+class ItemShares:
+    """Each item's share of the job's cost and of its cost at the provider, split in proportion to
+    what its drafts cost at the batch price so that the shares add up to the totals exactly. Read in
+    item id order (`of`), as the chunks are."""
+
+    def __init__(self, job: Job):
+        self.cost = job_cost(job)
+        self.ids, self.amounts, self.amounts_usd = array("q"), array("q"), array("q")
+        self.next = 0
+        price = price_for(job.provider, job.model)
+        if price is None:
+            return
+        weights = []
+        tokens = (
+            GeneratedVersion.objects.filter(item__job=job)
+            .order_by("item_id")
+            .values("item_id")
+            .annotate(tokens_in=Sum("input_tokens"), tokens_out=Sum("output_tokens"))
+            .values_list("item_id", "tokens_in", "tokens_out")
+        )
+        for item_id, tokens_in, tokens_out in tokens.iterator(chunk_size=CHUNK_ITEMS):
+            self.ids.append(item_id)
+            weights.append(price.cost(tokens_in, tokens_out))
+        for parts, total in (
+            (self.amounts, self.cost["total"]),
+            (self.amounts_usd, self.cost["provider_currency"]["total"]),
+        ):
+            parts.extend(int(part / PLACES) for part in split_exactly(total, weights))
+
+    def of(self, item_id: int) -> tuple[str, str] | None:
+        """(amount, amount in USD) of the item, as text; None when it has no draft. Items are asked for
+        in id order."""
+        while self.next < len(self.ids) and self.ids[self.next] < item_id:
+            self.next += 1
+        if self.next == len(self.ids) or self.ids[self.next] != item_id:
+            return None
+        return millionths(self.amounts[self.next]), millionths(self.amounts_usd[self.next])
+
+
+def millionths(count: int) -> str:
+    return str(Decimal(count).scaleb(-6).quantize(PLACES))
+
+
+def rows_of(job: Job, items: list[tuple], shares: ItemShares) -> list[tuple]:
     # The chunk's rows of the other tables are found by the range of its item ids (each table's item
     # index), not by a list of thousands of ids: such a list took longer to send than the rows did.
     # Rows of another job's items in that range are read and left unused.
@@ -125,7 +175,7 @@ def rows_of(job: Job, items: list[tuple]) -> list[tuple]:
         .order_by("item_id", "started_at", "pk")  # each item's last attempt is the one kept
         .values_list("item_id", "destination", "outcome", "started_at", "finished_at")
     }
-    costs = drafts_cost(job, ids)
+    costs = drafts_cost(job, ids, shares)
     rows = []
     for item_id, sku, revision, state, reason, approved_version_id in items:
         number, text, edited, reviewer, approved_at = approvals.get(approved_version_id, NO_APPROVAL)
@@ -165,11 +215,10 @@ def at_rate(tokens: str) -> ExpressionWrapper:
     )
 
 
-def drafts_cost(job: Job, item_ids: tuple[int, int]) -> dict[int, tuple]:
-    """What the drafts of the items in this id range cost, each item's in one row of one grouped
-    query: tokens in USD at the job's batch price, and in the business currency at the rate each
-    draft's unit kept. Amounts as text, to keep their digits. Items without a draft are left out
-    (no cost yet)."""
+def drafts_cost(job: Job, item_ids: tuple[int, int], shares: ItemShares) -> dict[int, tuple]:
+    """The cost columns of the items in this id range that have drafts, from one grouped query: each
+    item's share of the job's cost (`ItemShares`), and the rate its drafts' units kept. Amounts as text,
+    to keep their digits."""
     currency = business_currency()
     kept = Q(
         submission__charge__settled_at__isnull=False,
@@ -179,14 +228,14 @@ def drafts_cost(job: Job, item_ids: tuple[int, int]) -> dict[int, tuple]:
     unsettled = Q(submission__charge__isnull=True) | Q(submission__charge__settled_at__isnull=True)
     sums = (
         GeneratedVersion.objects.filter(item_id__gte=item_ids[0], item_id__lte=item_ids[1])
-        .order_by()
+        .order_by("item_id")
         .values("item_id")
         .annotate(
             drafts=Count("pk"),
             unsettled=Count("pk", filter=unsettled),
             kept=Count("pk", filter=kept),
-            tokens_in=Sum("input_tokens"),
-            tokens_out=Sum("output_tokens"),
+            kept_in=Sum("input_tokens", filter=kept),
+            kept_out=Sum("output_tokens", filter=kept),
             input_at_rate=Sum(at_rate("input_tokens"), filter=kept),
             output_at_rate=Sum(at_rate("output_tokens"), filter=kept),
             lowest=Min("submission__charge__rate", filter=kept),
@@ -199,8 +248,8 @@ def drafts_cost(job: Job, item_ids: tuple[int, int]) -> dict[int, tuple]:
             "drafts",
             "unsettled",
             "kept",
-            "tokens_in",
-            "tokens_out",
+            "kept_in",
+            "kept_out",
             "input_at_rate",
             "output_at_rate",
             "lowest",
@@ -209,25 +258,42 @@ def drafts_cost(job: Job, item_ids: tuple[int, int]) -> dict[int, tuple]:
             "rate_source",
         )
     )
-    price = price_for(job.provider, job.model)
-    if price is None:
+    cost = shares.cost
+    if not cost["price_known"]:
         unpriced = (None,) * 6 + (unknown_price(job.provider, job.model),)
         return {row[0]: unpriced for row in sums}
+    in_usd = cost["currency"] == PROVIDER_CURRENCY and currency != PROVIDER_CURRENCY
     costs = {}
-    for item_id, drafts, unsettled_drafts, kept_drafts, *tokens, lowest, highest, rate_date, source in sums:
-        tokens_in, tokens_out, input_at_rate, output_at_rate = tokens
-        usd = price.cost(tokens_in, tokens_out).quantize(PLACES)
-        if kept_drafts < drafts:
-            why = "not settled yet" if unsettled_drafts else f"no rate to {currency} was in force"
-            note = f"{why}: amount in {PROVIDER_CURRENCY}"
-            costs[item_id] = (str(usd), PROVIDER_CURRENCY, str(usd), None, None, None, note)
+    price = price_for(job.provider, job.model)
+    for item_id, drafts, unsettled_drafts, kept_drafts, *tokens, lowest, highest, day, source in sums:
+        share = shares.of(item_id)
+        if share is None:  # a draft that arrived after the shares were taken: shown with the next export
             continue
-        converted = price.cost(input_at_rate, output_at_rate).quantize(PLACES)
-        if lowest == highest:  # every draft's unit at one rate: that rate, as it was kept
+        amount, amount_usd = share
+        if unsettled_drafts:
+            note = "not settled yet: amount in USD" if in_usd else "not settled yet: at today's rate"
+        elif kept_drafts < drafts:
+            note = f"no rate to {currency} was in force: amount in USD"
+        else:
+            note = "the job's cost is in USD: amount in USD" if in_usd else ""
+        if not kept_drafts:
+            rate = day = source = None
+        elif lowest == highest:  # every kept draft's unit at one rate: that rate, as it was kept
             rate = lowest
         else:
-            rate, source = (converted / usd).quantize(RATE_PLACES) if usd else highest, WEIGHTED_RATE
-        costs[item_id] = (str(converted), currency, str(usd), str(rate), rate_date.isoformat(), source, "")
+            kept_in, kept_out, input_at_rate, output_at_rate = tokens
+            usd = price.cost(kept_in, kept_out)
+            at_rates = price.cost(input_at_rate, output_at_rate)
+            rate, source = (at_rates / usd).quantize(RATE_PLACES) if usd else highest, WEIGHTED_RATE
+        costs[item_id] = (
+            amount,
+            cost["currency"],
+            amount_usd,
+            None if rate is None else str(rate),
+            None if day is None else day.isoformat(),
+            source,
+            note,
+        )
     return costs
 
 
