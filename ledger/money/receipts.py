@@ -56,6 +56,8 @@ class Receipt:
     provider_amount: Decimal | None
     provider_currency: str
     rate: Decimal | None
+    # The currency the rate converts USD into: the business currency when the unit settled.
+    rate_currency: str
     rate_date: date | None
     rate_source: str
     amount: Decimal | None
@@ -73,6 +75,7 @@ class Receipt:
             "provider_amount": self.provider_amount,
             "provider_currency": self.provider_currency,
             "rate": self.rate,
+            "rate_currency": self.rate_currency,
             "rate_date": self.rate_date,
             "rate_source": self.rate_source,
             "amount": self.amount,
@@ -109,6 +112,7 @@ def receipt(charge: UnitCharge, currency: str) -> Receipt:
         provider_amount=charge.cost_usd,
         provider_currency=PROVIDER_CURRENCY,
         rate=charge.rate,
+        rate_currency=charge.currency if charge.rate is not None else "",
         rate_date=charge.rate_date,
         rate_source=charge.rate_source,
         amount=amount,
