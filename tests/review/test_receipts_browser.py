@@ -12,6 +12,7 @@ from ledger.models import UnitCharge
 from ledger.money.pricing import job_cost
 from tests.exported_jobs import RATE, SOURCE
 from tests.review.browser import log_in
+from tests.review.test_narrow_screens import OVERFLOWING, PHONE
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -20,9 +21,10 @@ def test_the_receipts_table_and_its_csv(page, live_server, owner, worked_job):
     job, _items = worked_job
     refresh_job_state(job.pk)  # in review: the page neither polls nor streams
     charge = UnitCharge.objects.select_related("submission").get(job=job)
-    page.set_viewport_size({"width": 390, "height": 844})
+    page.set_viewport_size(PHONE)
     log_in(page, live_server, owner, then=reverse("job_detail", args=[job.pk]))
 
+    assert page.evaluate(OVERFLOWING) == []  # the receipts table scrolls inside its box
     receipts = page.get_by_test_id("receipts")
     row = receipts.get_by_test_id(f"receipt-{charge.submission_id}")
     row.scroll_into_view_if_needed()
