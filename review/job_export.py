@@ -12,12 +12,14 @@ read.
 
 An item's cost is its share of the job's cost (`pricing.job_cost`: what its settled units kept, plus
 its drafts not settled yet at today's rate), in proportion to what its drafts (a retry's included)
-cost at the job's batch price, split by `apportion.split_exactly`: the rows add up to the job's total
-exactly, and `cost_usd` to its total at the provider. The split needs every weight first: before the
-first chunk, one grouped query reads each item's tokens and the shares are kept as two arrays of
-whole millionths (16 bytes an item with drafts), read in id order as the chunks go; the split itself
-holds a few Decimals an item while it runs. `rate`, `rate_date` and `rate_source` say what its drafts'
-units kept; when the job's cost is in USD (a unit settled with no rate in force), `cost_note` says why.
+cost at the job's batch price, split by `apportion.split_exactly` so that the rows add up to the job's
+total exactly, and `cost_usd` to its total at the provider. The split is made in two steps, so memory
+stays flat: before the first chunk, one grouped query reads the job's items in id order with their
+drafts' tokens, and keeps only where each chunk starts and what its drafts cost (a few numbers per
+2,000 items); the total is split among the chunks, then each chunk's part among its items as the
+chunk is written. Each row is its exact share to within two millionths. `rate`, `rate_date` and
+`rate_source` say what its drafts' units kept; `cost_note` says when a draft has not settled yet, or
+why the job's cost is in USD.
 
 Model output is untrusted: in CSV a cell that a spreadsheet would run as a formula starts with `'`
 (`review.audit.FORMULA_STARTS`), and text that UTF-8 cannot carry becomes U+FFFD; JSONL carries every
@@ -27,8 +29,8 @@ string as it is, escaped by JSON where it must be.
 import csv
 import json
 import re
-from array import array
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -43,7 +45,7 @@ from django.views.decorators.http import require_GET
 from ledger.models import Approval, DestinationAttempt, GeneratedVersion, Item, Job
 from ledger.money.apportion import split_exactly
 from ledger.money.currency import PROVIDER_CURRENCY, business_currency
-from ledger.money.pricing import PLACES, job_cost, price_for, unknown_price
+from ledger.money.pricing import job_cost, price_for, unknown_price
 from ledger.states import ItemState
 
 from .audit import BYTE_ORDER_MARK, FORMULA_STARTS, Echo
@@ -95,68 +97,70 @@ def utc_text(moment: datetime | None) -> str | None:
 
 def export_chunks(job: Job) -> Iterator[list[tuple]]:
     """The job's items as rows (values in the order of `COLUMNS`), in id order, a chunk at a time."""
-    shares = ItemShares(job)
-    last_id = 0
-    while True:
-        items = list(
-            Item.objects.filter(job=job, pk__gt=last_id)
-            .order_by("pk")
-            .values_list(
-                "pk", "product__sku", "source_revision__number", "state", "reason", "approved_version_id"
-            )[:CHUNK_ITEMS]
+    shares = ChunkShares(job)
+    for number, first_id in enumerate(shares.first_ids):
+        items = Item.objects.filter(job=job, pk__gte=first_id)
+        if number + 1 < len(shares.first_ids):
+            items = items.filter(pk__lt=shares.first_ids[number + 1])
+        yield rows_of(
+            job,
+            list(
+                items.order_by("pk").values_list(
+                    "pk", "product__sku", "source_revision__number", "state", "reason", "approved_version_id"
+                )
+            ),
+            shares.chunk(number),
         )
-        if not items:
-            return
-        yield rows_of(job, items, shares)
-        if len(items) < CHUNK_ITEMS:
-            return
-        last_id = items[-1][0]
 
 
-class ItemShares:
-    """Each item's share of the job's cost and of its cost at the provider, split in proportion to
-    what its drafts cost at the batch price so that the shares add up to the totals exactly. Read in
-    item id order (`of`), as the chunks are."""
+@dataclass(frozen=True)
+class ChunkCost:
+    """A chunk's part of the job's cost and of its cost at the provider (None without a price), to be
+    split among its items; and the job's cost."""
+
+    amount: Decimal | None
+    amount_usd: Decimal | None
+    job_cost: dict
+
+
+class ChunkShares:
+    """Where each chunk of CHUNK_ITEMS items starts, and its part of the job's cost: the job's total
+    split among the chunks in proportion to what their drafts cost at the batch price (all weights
+    nought: to the chunks with drafts alike). One grouped query, read as it streams."""
 
     def __init__(self, job: Job):
         self.cost = job_cost(job)
-        self.ids, self.amounts, self.amounts_usd = array("q"), array("q"), array("q")
-        self.next = 0
-        price = price_for(job.provider, job.model)
-        if price is None:
-            return
-        weights = []
-        tokens = (
-            GeneratedVersion.objects.filter(item__job=job)
-            .order_by("item_id")
-            .values("item_id")
-            .annotate(tokens_in=Sum("input_tokens"), tokens_out=Sum("output_tokens"))
-            .values_list("item_id", "tokens_in", "tokens_out")
+        self.first_ids: list[int] = []
+        tokens: list[list[int]] = []  # a chunk's input tokens, output tokens and items with drafts
+        rows = (
+            Item.objects.filter(job=job)
+            .order_by("pk")
+            .values("pk")
+            .annotate(tokens_in=Sum("versions__input_tokens"), tokens_out=Sum("versions__output_tokens"))
+            .values_list("pk", "tokens_in", "tokens_out")
         )
-        for item_id, tokens_in, tokens_out in tokens.iterator(chunk_size=CHUNK_ITEMS):
-            self.ids.append(item_id)
-            weights.append(price.cost(tokens_in, tokens_out))
-        for parts, total in (
-            (self.amounts, self.cost["total"]),
-            (self.amounts_usd, self.cost["provider_currency"]["total"]),
-        ):
-            parts.extend(int(part / PLACES) for part in split_exactly(total, weights))
+        for n, (item_id, tokens_in, tokens_out) in enumerate(rows.iterator(chunk_size=CHUNK_ITEMS)):
+            if n % CHUNK_ITEMS == 0:
+                self.first_ids.append(item_id)
+                tokens.append([0, 0, 0])
+            if tokens_in is not None:
+                tokens[-1][0] += tokens_in
+                tokens[-1][1] += tokens_out
+                tokens[-1][2] += 1
+        self.amounts = self.amounts_usd = [None] * len(self.first_ids)
+        price = price_for(job.provider, job.model)
+        if price is not None and self.cost["total"] is not None and self.first_ids:
+            weights = [price.cost(tokens_in, tokens_out) for tokens_in, tokens_out, _ in tokens]
+            if not any(weights):
+                weights = [Decimal(drafted) for _, _, drafted in tokens]
+            self.amounts = split_exactly(self.cost["total"], weights)
+            self.amounts_usd = split_exactly(self.cost["provider_currency"]["total"], weights)
 
-    def of(self, item_id: int) -> tuple[str, str] | None:
-        """(amount, amount in USD) of the item, as text; None when it has no draft. Items are asked for
-        in id order."""
-        while self.next < len(self.ids) and self.ids[self.next] < item_id:
-            self.next += 1
-        if self.next == len(self.ids) or self.ids[self.next] != item_id:
-            return None
-        return millionths(self.amounts[self.next]), millionths(self.amounts_usd[self.next])
-
-
-def millionths(count: int) -> str:
-    return str(Decimal(count).scaleb(-6).quantize(PLACES))
+    def chunk(self, number: int) -> ChunkCost:
+        return ChunkCost(self.amounts[number], self.amounts_usd[number], self.cost)
 
 
-def rows_of(job: Job, items: list[tuple], shares: ItemShares) -> list[tuple]:
+def rows_of(job: Job, items: list[tuple], chunk: ChunkCost) -> list[tuple]:
     # The chunk's rows of the other tables are found by the range of its item ids (each table's item
     # index), not by a list of thousands of ids: such a list took longer to send than the rows did.
     # Rows of another job's items in that range are read and left unused.
@@ -175,7 +179,7 @@ def rows_of(job: Job, items: list[tuple], shares: ItemShares) -> list[tuple]:
         .order_by("item_id", "started_at", "pk")  # each item's last attempt is the one kept
         .values_list("item_id", "destination", "outcome", "started_at", "finished_at")
     }
-    costs = drafts_cost(job, ids, shares)
+    costs = drafts_cost(job, items, chunk)
     rows = []
     for item_id, sku, revision, state, reason, approved_version_id in items:
         number, text, edited, reviewer, approved_at = approvals.get(approved_version_id, NO_APPROVAL)
@@ -215,10 +219,11 @@ def at_rate(tokens: str) -> ExpressionWrapper:
     )
 
 
-def drafts_cost(job: Job, item_ids: tuple[int, int], shares: ItemShares) -> dict[int, tuple]:
-    """The cost columns of the items in this id range that have drafts, from one grouped query: each
-    item's share of the job's cost (`ItemShares`), and the rate its drafts' units kept. Amounts as text,
-    to keep their digits."""
+def drafts_cost(job: Job, items: list[tuple], chunk: ChunkCost) -> dict[int, tuple]:
+    """The cost columns of the chunk's items that have drafts, from one grouped query over their id
+    range: each item's share of the chunk's part of the job's cost (`ChunkShares`), in proportion to
+    what its drafts cost at the batch price, and the rate its drafts' units kept. Amounts as text, to
+    keep their digits."""
     currency = business_currency()
     kept = Q(
         submission__charge__settled_at__isnull=False,
@@ -227,11 +232,13 @@ def drafts_cost(job: Job, item_ids: tuple[int, int], shares: ItemShares) -> dict
     )
     unsettled = Q(submission__charge__isnull=True) | Q(submission__charge__settled_at__isnull=True)
     sums = (
-        GeneratedVersion.objects.filter(item_id__gte=item_ids[0], item_id__lte=item_ids[1])
+        GeneratedVersion.objects.filter(item_id__gte=items[0][0], item_id__lte=items[-1][0])
         .order_by("item_id")
         .values("item_id")
         .annotate(
             drafts=Count("pk"),
+            tokens_in=Sum("input_tokens"),
+            tokens_out=Sum("output_tokens"),
             unsettled=Count("pk", filter=unsettled),
             kept=Count("pk", filter=kept),
             kept_in=Sum("input_tokens", filter=kept),
@@ -246,6 +253,8 @@ def drafts_cost(job: Job, item_ids: tuple[int, int], shares: ItemShares) -> dict
         .values_list(
             "item_id",
             "drafts",
+            "tokens_in",
+            "tokens_out",
             "unsettled",
             "kept",
             "kept_in",
@@ -258,18 +267,20 @@ def drafts_cost(job: Job, item_ids: tuple[int, int], shares: ItemShares) -> dict
             "rate_source",
         )
     )
-    cost = shares.cost
+    cost = chunk.job_cost
     if not cost["price_known"]:
         unpriced = (None,) * 6 + (unknown_price(job.provider, job.model),)
         return {row[0]: unpriced for row in sums}
+    ours = {item[0] for item in items}  # the range may hold other jobs' items
+    sums = [row for row in sums if row[0] in ours]
+    price = price_for(job.provider, job.model)
+    weights = [price.cost(tokens_in, tokens_out) for _, _, tokens_in, tokens_out, *_ in sums]
+    amounts = split_exactly(chunk.amount, weights) if chunk.amount is not None else [None] * len(sums)
+    amounts_usd = split_exactly(chunk.amount_usd, weights) if chunk.amount_usd is not None else amounts
     in_usd = cost["currency"] == PROVIDER_CURRENCY and currency != PROVIDER_CURRENCY
     costs = {}
-    price = price_for(job.provider, job.model)
-    for item_id, drafts, unsettled_drafts, kept_drafts, *tokens, lowest, highest, day, source in sums:
-        share = shares.of(item_id)
-        if share is None:  # a draft that arrived after the shares were taken: shown with the next export
-            continue
-        amount, amount_usd = share
+    for row, amount, amount_usd in zip(sums, amounts, amounts_usd, strict=True):
+        item_id, drafts, _, _, unsettled_drafts, kept_drafts, *tokens, lowest, highest, day, source = row
         if unsettled_drafts:
             note = "not settled yet: amount in USD" if in_usd else "not settled yet: at today's rate"
         elif kept_drafts < drafts:
@@ -286,9 +297,9 @@ def drafts_cost(job: Job, item_ids: tuple[int, int], shares: ItemShares) -> dict
             at_rates = price.cost(input_at_rate, output_at_rate)
             rate, source = (at_rates / usd).quantize(RATE_PLACES) if usd else highest, WEIGHTED_RATE
         costs[item_id] = (
-            amount,
+            None if amount is None else str(amount),
             cost["currency"],
-            amount_usd,
+            None if amount_usd is None else str(amount_usd),
             None if rate is None else str(rate),
             None if day is None else day.isoformat(),
             source,

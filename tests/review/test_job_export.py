@@ -141,7 +141,11 @@ def test_the_csv_says_the_same_with_a_byte_order_mark_and_formulas_neutralised(c
     assert body.decode("utf-8-sig").splitlines()[1].startswith(f'"{items[0].pk}","')
 
 
-def test_the_rows_costs_add_up_to_the_jobs_cost_exactly(client, owner, settings, tmp_path):
+@pytest.mark.parametrize("chunk_items", [2000, 3])
+def test_the_rows_costs_add_up_to_the_jobs_cost_exactly(
+    client, owner, settings, tmp_path, monkeypatch, chunk_items
+):
+    monkeypatch.setattr("review.job_export.CHUNK_ITEMS", chunk_items)  # one chunk, or its part of four
     # Issue 27: each row rounded on its own, the rows of a job came to 0.000552 against a total of
     # 0.000549. Prices that round at the sixth place, drafts of different sizes, units settled at
     # two rates and one draft not settled yet: the column still adds up to the job's total.
