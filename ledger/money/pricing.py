@@ -349,7 +349,8 @@ def jobs_cost(job_ids: Iterable[int]) -> dict[int, dict]:
         row = rows.get(job_id) or {}
         input_tokens, output_tokens = row.get("all_input") or 0, row.get("all_output") or 0
         cost = {
-            "currency": PROVIDER_CURRENCY,
+            # Without a price there is no amount: only the currency it would be in.
+            "currency": business_currency() if today is not None else PROVIDER_CURRENCY,
             "price_known": price is not None,
             "price_note": unknown_price(provider, model) if price is None else price.note,
             "price": _price_json(price),
