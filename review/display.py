@@ -51,19 +51,22 @@ def money_title(money: Money) -> str:
 
 
 def money_text(amount: Decimal | int | str, currency: str) -> str:
-    """`$1,234.50`, `$0.00`, or `< $0.01` for a positive amount below a cent (the exact amount is
-    `exact_money_text`). A currency without a symbol is named after the figure: `12.00 CHF`."""
+    """`$1,234.50`, `$0.00`; an amount under a cent with the two significant digits that tell it apart
+    from its neighbours (`$0.0042`, `$0.00031`), never rounded away (SPEC §9); the exact amount is
+    `exact_money_text`. A currency without a symbol is named after the figure: `12.00 CHF`."""
     amount = Decimal(amount)
     symbol = SYMBOLS.get(currency)
 
-    def shown(value: Decimal) -> str:
-        figure = f"{abs(value):,.2f}"
-        sign = "-" if value < 0 else ""
+    def shown(figure: str, negative: bool) -> str:
+        sign = "-" if negative else ""
         return f"{sign}{symbol}{figure}" if symbol else f"{sign}{figure} {currency}"
 
     if 0 < abs(amount) < CENT:
-        return f"< {shown(CENT)}" if amount > 0 else f"> {shown(-CENT)}"
-    return shown(amount.quantize(CENT, rounding=ROUND_HALF_UP))
+        digits = abs(amount).quantize(Decimal(1).scaleb(amount.adjusted() - 1), rounding=ROUND_HALF_UP)
+        if digits < CENT:  # 0.0099999 rounds to a cent: shown as one below
+            return shown(f"{digits.normalize():f}", amount < 0)
+    rounded = amount.quantize(CENT, rounding=ROUND_HALF_UP)
+    return shown(f"{abs(rounded):,.2f}", rounded < 0)
 
 
 def exact_money_text(amount: Decimal | int | str, currency: str) -> str:

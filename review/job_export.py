@@ -10,10 +10,16 @@ read, so memory stays flat at a million items and the first bytes leave at once.
 it is then: an export of a job that is still working shows each item as it was when its chunk was
 read.
 
-An item's cost is every draft it produced (a retry's included), priced at the job's batch price and
-converted at the rate its unit was settled at (`UnitCharge`), as a job's cost is. While a draft's
-unit has no kept rate in the business currency (not settled yet, or no rate in force), the item's
-cost stays in the provider's currency and `cost_note` says why.
+An item's cost is its share of the job's cost (`pricing.job_cost`: what its settled units kept, plus
+its drafts not settled yet at today's rate), in proportion to what its drafts (a retry's included)
+cost at the job's batch price, split by `apportion.split_exactly` so that the rows add up to the job's
+total exactly, and `cost_usd` to its total at the provider. The split is made in two steps, so memory
+stays flat: before the first chunk, one grouped query reads the job's items in id order with their
+drafts' tokens, and keeps only where each chunk starts and what its drafts cost (a few numbers per
+2,000 items); the total is split among the chunks, then each chunk's part among its items as the
+chunk is written. Each row is its exact share to within two millionths. `rate`, `rate_date` and
+`rate_source` say what its drafts' units kept; `cost_note` says when a draft has not settled yet, or
+why the job's cost is in USD.
 
 Model output is untrusted: in CSV a cell that a spreadsheet would run as a formula starts with `'`
 (`review.audit.FORMULA_STARTS`), and text that UTF-8 cannot carry becomes U+FFFD; JSONL carries every
@@ -24,6 +30,7 @@ import csv
 import json
 import re
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -36,8 +43,9 @@ from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
 
 from ledger.models import Approval, DestinationAttempt, GeneratedVersion, Item, Job
+from ledger.money.apportion import split_exactly
 from ledger.money.currency import PROVIDER_CURRENCY, business_currency
-from ledger.money.pricing import PLACES, price_for, unknown_price
+from ledger.money.pricing import job_cost, price_for, unknown_price
 from ledger.states import ItemState
 
 from .audit import BYTE_ORDER_MARK, FORMULA_STARTS, Echo
@@ -89,24 +97,70 @@ def utc_text(moment: datetime | None) -> str | None:
 
 def export_chunks(job: Job) -> Iterator[list[tuple]]:
     """The job's items as rows (values in the order of `COLUMNS`), in id order, a chunk at a time."""
-    last_id = 0
-    while True:
-        items = list(
-            Item.objects.filter(job=job, pk__gt=last_id)
-            .order_by("pk")
-            .values_list(
-                "pk", "product__sku", "source_revision__number", "state", "reason", "approved_version_id"
-            )[:CHUNK_ITEMS]
+    shares = ChunkShares(job)
+    for number, first_id in enumerate(shares.first_ids):
+        items = Item.objects.filter(job=job, pk__gte=first_id)
+        if number + 1 < len(shares.first_ids):
+            items = items.filter(pk__lt=shares.first_ids[number + 1])
+        yield rows_of(
+            job,
+            list(
+                items.order_by("pk").values_list(
+                    "pk", "product__sku", "source_revision__number", "state", "reason", "approved_version_id"
+                )
+            ),
+            shares.chunk(number),
         )
-        if not items:
-            return
-        yield rows_of(job, items)
-        if len(items) < CHUNK_ITEMS:
-            return
-        last_id = items[-1][0]
 
 
-def rows_of(job: Job, items: list[tuple]) -> list[tuple]:
+@dataclass(frozen=True)
+class ChunkCost:
+    """A chunk's part of the job's cost and of its cost at the provider (None without a price), to be
+    split among its items; and the job's cost."""
+
+    amount: Decimal | None
+    amount_usd: Decimal | None
+    job_cost: dict
+
+
+class ChunkShares:
+    """Where each chunk of CHUNK_ITEMS items starts, and its part of the job's cost: the job's total
+    split among the chunks in proportion to what their drafts cost at the batch price (all weights
+    nought: to the chunks with drafts alike). One grouped query, read as it streams."""
+
+    def __init__(self, job: Job):
+        self.cost = job_cost(job)
+        self.first_ids: list[int] = []
+        tokens: list[list[int]] = []  # a chunk's input tokens, output tokens and items with drafts
+        rows = (
+            Item.objects.filter(job=job)
+            .order_by("pk")
+            .values("pk")
+            .annotate(tokens_in=Sum("versions__input_tokens"), tokens_out=Sum("versions__output_tokens"))
+            .values_list("pk", "tokens_in", "tokens_out")
+        )
+        for n, (item_id, tokens_in, tokens_out) in enumerate(rows.iterator(chunk_size=CHUNK_ITEMS)):
+            if n % CHUNK_ITEMS == 0:
+                self.first_ids.append(item_id)
+                tokens.append([0, 0, 0])
+            if tokens_in is not None:
+                tokens[-1][0] += tokens_in
+                tokens[-1][1] += tokens_out
+                tokens[-1][2] += 1
+        self.amounts = self.amounts_usd = [None] * len(self.first_ids)
+        price = price_for(job.provider, job.model)
+        if price is not None and self.cost["total"] is not None and self.first_ids:
+            weights = [price.cost(tokens_in, tokens_out) for tokens_in, tokens_out, _ in tokens]
+            if not any(weights):
+                weights = [Decimal(drafted) for _, _, drafted in tokens]
+            self.amounts = split_exactly(self.cost["total"], weights)
+            self.amounts_usd = split_exactly(self.cost["provider_currency"]["total"], weights)
+
+    def chunk(self, number: int) -> ChunkCost:
+        return ChunkCost(self.amounts[number], self.amounts_usd[number], self.cost)
+
+
+def rows_of(job: Job, items: list[tuple], chunk: ChunkCost) -> list[tuple]:
     # The chunk's rows of the other tables are found by the range of its item ids (each table's item
     # index), not by a list of thousands of ids: such a list took longer to send than the rows did.
     # Rows of another job's items in that range are read and left unused.
@@ -125,7 +179,7 @@ def rows_of(job: Job, items: list[tuple]) -> list[tuple]:
         .order_by("item_id", "started_at", "pk")  # each item's last attempt is the one kept
         .values_list("item_id", "destination", "outcome", "started_at", "finished_at")
     }
-    costs = drafts_cost(job, ids)
+    costs = drafts_cost(job, items, chunk)
     rows = []
     for item_id, sku, revision, state, reason, approved_version_id in items:
         number, text, edited, reviewer, approved_at = approvals.get(approved_version_id, NO_APPROVAL)
@@ -165,11 +219,11 @@ def at_rate(tokens: str) -> ExpressionWrapper:
     )
 
 
-def drafts_cost(job: Job, item_ids: tuple[int, int]) -> dict[int, tuple]:
-    """What the drafts of the items in this id range cost, each item's in one row of one grouped
-    query: tokens in USD at the job's batch price, and in the business currency at the rate each
-    draft's unit kept. Amounts as text, to keep their digits. Items without a draft are left out
-    (no cost yet)."""
+def drafts_cost(job: Job, items: list[tuple], chunk: ChunkCost) -> dict[int, tuple]:
+    """The cost columns of the chunk's items that have drafts, from one grouped query over their id
+    range: each item's share of the chunk's part of the job's cost (`ChunkShares`), in proportion to
+    what its drafts cost at the batch price, and the rate its drafts' units kept. Amounts as text, to
+    keep their digits."""
     currency = business_currency()
     kept = Q(
         submission__charge__settled_at__isnull=False,
@@ -178,15 +232,17 @@ def drafts_cost(job: Job, item_ids: tuple[int, int]) -> dict[int, tuple]:
     )
     unsettled = Q(submission__charge__isnull=True) | Q(submission__charge__settled_at__isnull=True)
     sums = (
-        GeneratedVersion.objects.filter(item_id__gte=item_ids[0], item_id__lte=item_ids[1])
-        .order_by()
+        GeneratedVersion.objects.filter(item_id__gte=items[0][0], item_id__lte=items[-1][0])
+        .order_by("item_id")
         .values("item_id")
         .annotate(
             drafts=Count("pk"),
-            unsettled=Count("pk", filter=unsettled),
-            kept=Count("pk", filter=kept),
             tokens_in=Sum("input_tokens"),
             tokens_out=Sum("output_tokens"),
+            unsettled=Count("pk", filter=unsettled),
+            kept=Count("pk", filter=kept),
+            kept_in=Sum("input_tokens", filter=kept),
+            kept_out=Sum("output_tokens", filter=kept),
             input_at_rate=Sum(at_rate("input_tokens"), filter=kept),
             output_at_rate=Sum(at_rate("output_tokens"), filter=kept),
             lowest=Min("submission__charge__rate", filter=kept),
@@ -197,10 +253,12 @@ def drafts_cost(job: Job, item_ids: tuple[int, int]) -> dict[int, tuple]:
         .values_list(
             "item_id",
             "drafts",
-            "unsettled",
-            "kept",
             "tokens_in",
             "tokens_out",
+            "unsettled",
+            "kept",
+            "kept_in",
+            "kept_out",
             "input_at_rate",
             "output_at_rate",
             "lowest",
@@ -209,25 +267,44 @@ def drafts_cost(job: Job, item_ids: tuple[int, int]) -> dict[int, tuple]:
             "rate_source",
         )
     )
-    price = price_for(job.provider, job.model)
-    if price is None:
+    cost = chunk.job_cost
+    if not cost["price_known"]:
         unpriced = (None,) * 6 + (unknown_price(job.provider, job.model),)
         return {row[0]: unpriced for row in sums}
+    ours = {item[0] for item in items}  # the range may hold other jobs' items
+    sums = [row for row in sums if row[0] in ours]
+    price = price_for(job.provider, job.model)
+    weights = [price.cost(tokens_in, tokens_out) for _, _, tokens_in, tokens_out, *_ in sums]
+    amounts = split_exactly(chunk.amount, weights) if chunk.amount is not None else [None] * len(sums)
+    amounts_usd = split_exactly(chunk.amount_usd, weights) if chunk.amount_usd is not None else amounts
+    in_usd = cost["currency"] == PROVIDER_CURRENCY and currency != PROVIDER_CURRENCY
     costs = {}
-    for item_id, drafts, unsettled_drafts, kept_drafts, *tokens, lowest, highest, rate_date, source in sums:
-        tokens_in, tokens_out, input_at_rate, output_at_rate = tokens
-        usd = price.cost(tokens_in, tokens_out).quantize(PLACES)
-        if kept_drafts < drafts:
-            why = "not settled yet" if unsettled_drafts else f"no rate to {currency} was in force"
-            note = f"{why}: amount in {PROVIDER_CURRENCY}"
-            costs[item_id] = (str(usd), PROVIDER_CURRENCY, str(usd), None, None, None, note)
-            continue
-        converted = price.cost(input_at_rate, output_at_rate).quantize(PLACES)
-        if lowest == highest:  # every draft's unit at one rate: that rate, as it was kept
+    for row, amount, amount_usd in zip(sums, amounts, amounts_usd, strict=True):
+        item_id, drafts, _, _, unsettled_drafts, kept_drafts, *tokens, lowest, highest, day, source = row
+        if unsettled_drafts:
+            note = "not settled yet: amount in USD" if in_usd else "not settled yet: at today's rate"
+        elif kept_drafts < drafts:
+            note = f"no rate to {currency} was in force: amount in USD"
+        else:
+            note = "the job's cost is in USD: amount in USD" if in_usd else ""
+        if not kept_drafts:
+            rate = day = source = None
+        elif lowest == highest:  # every kept draft's unit at one rate: that rate, as it was kept
             rate = lowest
         else:
-            rate, source = (converted / usd).quantize(RATE_PLACES) if usd else highest, WEIGHTED_RATE
-        costs[item_id] = (str(converted), currency, str(usd), str(rate), rate_date.isoformat(), source, "")
+            kept_in, kept_out, input_at_rate, output_at_rate = tokens
+            usd = price.cost(kept_in, kept_out)
+            at_rates = price.cost(input_at_rate, output_at_rate)
+            rate, source = (at_rates / usd).quantize(RATE_PLACES) if usd else highest, WEIGHTED_RATE
+        costs[item_id] = (
+            None if amount is None else str(amount),
+            cost["currency"],
+            None if amount_usd is None else str(amount_usd),
+            None if rate is None else str(rate),
+            None if day is None else day.isoformat(),
+            source,
+            note,
+        )
     return costs
 
 

@@ -41,6 +41,7 @@ from .job_notifications import job_notifications
 from .models import JobStartToken
 from .paging import COUNT_CAP, capped_count, screen_page
 from .permissions import ADMIN, APPROVERS, OPERATOR, VIEWERS, has_role, may_cancel, may_spend, role_required
+from .receipts import job_receipts
 from .recipients import shown_notify_url
 from .screen_forms import JobFilterForm, JobStartForm
 from .search import products_with_sku
@@ -449,6 +450,7 @@ def job_detail(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
         "page": page,
     }
     context["budget"] = job_budget_view(job, may_change=may_spend(request.user, job))
+    context["receipts"] = job_receipts(job, context["cost"])
     context["notifications"], context["notification_count"] = job_notifications(job)
     context["notify_url_shown"] = shown_notify_url(request.user, job)
     if job.state != JobState.CANCELLED and may_cancel(request.user, job):

@@ -11,6 +11,7 @@ from . import (
     pilots,
     prompts,
     quality,
+    receipts,
     review_list,
 )
 from .ids import register_id_converter
@@ -28,6 +29,7 @@ urlpatterns = [
     path("jobs/<id:job_id>/resume", jobs.job_resume, name="job_resume"),
     path("jobs/<id:job_id>/pilot", pilots.pilot_report, name="pilot_report"),
     path("jobs/<id:job_id>/export", job_export.job_export, name="job_export"),
+    path("jobs/<id:job_id>/receipts.csv", receipts.receipts_csv, name="job_receipts_csv"),
     path("items/<id:item_id>/", items.item_detail, name="item_detail"),
     path("items/<id:item_id>/approve", desk.approve, name="approve_item"),
     path("items/<id:item_id>/reject", desk.reject, name="reject_item"),

@@ -5,7 +5,7 @@ column disagree with its total."""
 
 from decimal import ROUND_FLOOR, Decimal
 
-from .pricing import PLACES
+from .currency import PLACES
 
 
 def split_exactly(total: Decimal, weights: list[Decimal], places: Decimal = PLACES) -> list[Decimal]:

@@ -8,7 +8,8 @@ and the API say "price unknown for <provider>/<model>", rather than pricing it l
 
 Costs are summed in the database: a job's token counts are added up per partition (approved,
 pending, all) in one aggregate query and priced afterwards, since one job has one provider and
-one model. Amounts are USD, as `Decimal`.
+one model; what its settled units kept is summed in another (`jobs_cost`). Prices are USD; a job's
+amounts are in the business currency, as `Decimal`.
 """
 
 import logging
@@ -20,18 +21,18 @@ from decimal import Decimal
 from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
-from django.db.models import Max, Min, Sum
+from django.db.models import Count, Max, Min, Q, Sum
 
 from ..models import GeneratedVersion, ItemTally, Job, UnitCharge
 from ..providers import provider_names
 from ..setting_files import WatchedFile, file_number, read_setting_file, setting_refused
 from ..states import ItemState
-from .currency import PROVIDER_CURRENCY, SAME_CURRENCY, Rate, business_currency, convert, rate_now
+from .apportion import split_exactly
+from .currency import PLACES, PROVIDER_CURRENCY, SAME_CURRENCY, Rate, business_currency, rate_now
 
 log = logging.getLogger(__name__)
 
 MILLION = Decimal(1_000_000)
-PLACES = Decimal("0.000001")
 HALF = Decimal("0.5")
 # The key of a price for every model of a provider that the table does not name.
 ANY_MODEL = "*"
@@ -325,7 +326,8 @@ def _price_json(price: Price | None) -> dict | None:
 
 
 def jobs_cost(job_ids: Iterable[int]) -> dict[int, dict]:
-    """`job_cost` for many jobs at once: two aggregate queries whatever their size."""
+    """`job_cost` for many jobs at once: three aggregate queries whatever their size (the jobs, their
+    tallies and their settled units), and today's rate."""
     job_ids = list(job_ids)
     jobs = {
         pk: (provider, model)
@@ -338,110 +340,149 @@ def jobs_cost(job_ids: Iterable[int]) -> dict[int, dict]:
         .values("job_id")
         .annotate(**TALLY_SUMS)
     }
-    rates = job_rates(job_ids)
+    settled = settled_units(job_ids)
+    today = rate_now()
     costs = {}
     for job_id in job_ids:
         provider, model = jobs.get(job_id, ("", ""))
         price = price_for(provider, model)
         row = rows.get(job_id) or {}
-        item_count = row.get("items") or 0
         input_tokens, output_tokens = row.get("all_input") or 0, row.get("all_output") or 0
         cost = {
-            "currency": "USD",
+            # Without a price there is no amount: only the currency it would be in.
+            "currency": business_currency() if today is not None else PROVIDER_CURRENCY,
             "price_known": price is not None,
             "price_note": unknown_price(provider, model) if price is None else price.note,
             "price": _price_json(price),
-            "total": None,
-            "approved": None,
-            "pending": None,
-            "wasted": None,
-            "per_item": None,
-            "per_approved_draft": None,
+            **dict.fromkeys(AMOUNTS),
+            "settled": None,
             "input_tokens": input_tokens,
             "output_tokens": output_tokens,
             "apportioned_drafts": row.get("apportioned_drafts") or 0,
+            "provider_currency": {"currency": PROVIDER_CURRENCY, **dict.fromkeys(AMOUNTS)},
+            "rate": None,
+            "rate_note": "",
         }
         if price is not None:
-            total = price.cost(input_tokens, output_tokens)
-            approved = price.cost(row.get("approved_input") or 0, row.get("approved_output") or 0)
-            pending = price.cost(row.get("pending_input") or 0, row.get("pending_output") or 0)
-            cost.update(
-                total=total.quantize(PLACES),
-                approved=approved.quantize(PLACES),
-                pending=pending.quantize(PLACES),
-                wasted=(total - approved - pending).quantize(PLACES),
-                per_item=_divide(total, item_count),
-                per_approved_draft=_divide(total, row.get("approved_drafts") or 0),
-            )
-        costs[job_id] = in_business_currency(cost, rates[job_id])
+            cost.update(priced_cost(price, row, settled.get(job_id) or {}, today))
+        costs[job_id] = cost
     return costs
 
 
 AMOUNTS = ("total", "approved", "pending", "wasted", "per_item", "per_approved_draft")
+WEIGHTED = "the rates its units were settled at, weighted"
+WEIGHTED_WITH_TODAY = "the rates its units were settled at and today's rate, weighted"
+RATE_PLACES = Decimal("0.00000001")
 
 
-def in_business_currency(cost: dict, rate: "Rate | None") -> dict:
-    """A job's cost (in USD, as priced above) shown in the business currency (SPEC §9): the USD
-    amounts stay beside it under `provider_currency`. With no rate, the amounts stay in USD and
-    `rate_note` says so."""
-    provider = {"currency": PROVIDER_CURRENCY, **{name: cost[name] for name in AMOUNTS}}
-    if rate is None:
-        return {
-            **cost,
-            "provider_currency": provider,
-            "rate": None,
-            "rate_note": f"no rate from USD to {business_currency()} is in force: amounts in USD",
-        }
+def settled_units(job_ids: list[int]) -> dict[int, dict]:
+    """What each job's settled units kept, in one grouped query: their tokens and provider amounts,
+    and, of those kept in the business currency (`kept`), the sum and the rates. A unit settled with
+    no known price is left out: its drafts are priced as if it had not settled."""
+    kept = Q(cost__isnull=False, currency=business_currency())
     return {
-        **cost,
-        **{name: convert(cost[name], rate) if cost[name] is not None else None for name in AMOUNTS},
-        "currency": business_currency() if rate is not SAME_CURRENCY else PROVIDER_CURRENCY,
-        "provider_currency": provider,
-        "rate": rate.as_json() if rate is not SAME_CURRENCY else None,
-        "rate_note": "",
-    }
-
-
-def job_rates(job_ids: list[int]) -> "dict[int, Rate | None]":
-    """The rate each job's costs are shown at: what its settled units were converted at (their
-    amounts' weighted rate, so the job's total is the sum of its units' kept costs), or today's for
-    a job none of whose units is settled yet."""
-    if business_currency() == PROVIDER_CURRENCY:
-        return dict.fromkeys(job_ids, SAME_CURRENCY)
-    settled = (
-        UnitCharge.objects.filter(
-            job_id__in=job_ids, settled_at__isnull=False, rate__isnull=False, cost_usd__gt=0
+        row["job_id"]: row
+        for row in UnitCharge.objects.filter(
+            job_id__in=job_ids, settled_at__isnull=False, cost_usd__isnull=False
         )
-        .filter(currency=business_currency())
         .order_by()
         .values("job_id")
         .annotate(
-            cost=Sum("cost"),
-            cost_usd=Sum("cost_usd"),
-            latest=Max("rate_date"),
-            lowest=Min("rate"),
-            highest=Max("rate"),
-            source=Max("rate_source"),
+            units=Count("pk"),
+            input_tokens=Sum("input_tokens"),
+            output_tokens=Sum("output_tokens"),
+            usd=Sum("cost_usd"),
+            kept_units=Count("pk", filter=kept),
+            kept=Sum("cost", filter=kept),
+            lowest=Min("rate", filter=kept),
+            highest=Max("rate", filter=kept),
+            latest=Max("rate_date", filter=kept),
+            source=Max("rate_source", filter=kept),
         )
+    }
+
+
+def priced_cost(price: Price, tallied: dict, settled: dict, today: Rate | None) -> dict:
+    """A job's amounts (SPEC §9): what its settled units kept, plus its drafts not settled yet at
+    today's rate, so the job's `total` is the sum of its receipts (`ledger.money.receipts`) and what is
+    still to settle. When a unit was settled with no rate in force (or today's is needed and there is
+    none), every amount is in USD and `rate_note` says so. `approved`, `pending` and `wasted` are the
+    total split by their drafts' USD cost, and add up to it exactly; `provider_currency` gives the
+    drafts' tokens at the price, in USD."""
+    approved_usd = price.cost(tallied.get("approved_input") or 0, tallied.get("approved_output") or 0)
+    pending_usd = price.cost(tallied.get("pending_input") or 0, tallied.get("pending_output") or 0)
+    all_usd = price.cost(tallied.get("all_input") or 0, tallied.get("all_output") or 0)
+    unsettled_usd = price.cost(
+        (tallied.get("all_input") or 0) - (settled.get("input_tokens") or 0),
+        (tallied.get("all_output") or 0) - (settled.get("output_tokens") or 0),
     )
-    today = rate_now()
-    rates: dict = dict.fromkeys(job_ids, today)
-    for row in settled:
-        if row["lowest"] == row["highest"]:  # every unit at one rate: that rate, as it was kept
-            rates[row["job_id"]] = Rate(row["lowest"], row["latest"], row["source"])
-        else:
-            per_usd = (row["cost"] / row["cost_usd"]).quantize(Decimal("0.00000001"))
-            rates[row["job_id"]] = Rate(
-                per_usd, row["latest"], "the rates its units were settled at, weighted"
+    items, approved_drafts = tallied.get("items") or 0, tallied.get("approved_drafts") or 0
+    units, kept_units = settled.get("units") or 0, settled.get("kept_units") or 0
+    # Every settled unit kept its amount in the business currency, and a rate is in force for the rest.
+    converted = kept_units == units and (today is not None or (units > 0 and not unsettled_usd))
+    rate, rate_note = None, ""
+    if converted:
+        currency = business_currency()
+        receipts = settled.get("kept") or Decimal(0)
+        total = receipts + ((unsettled_usd * today.per_usd).quantize(PLACES) if unsettled_usd else 0)
+        rate = job_rate(settled, today, total, all_usd, bool(unsettled_usd))
+    else:
+        currency = PROVIDER_CURRENCY
+        receipts = settled.get("usd") or Decimal(0)
+        total = receipts + unsettled_usd.quantize(PLACES)
+        if kept_units < units:
+            rate_note = (
+                f"{units - kept_units} of its units settled with no rate from USD to {business_currency()} "
+                "in force: amounts in USD"
             )
-    return rates
+        else:
+            rate_note = f"no rate from USD to {business_currency()} is in force: amounts in USD"
+    approved, pending, wasted = split_exactly(
+        total, [approved_usd, pending_usd, all_usd - approved_usd - pending_usd]
+    )
+    return {
+        "currency": currency,
+        "total": total,
+        "approved": approved,
+        "pending": pending,
+        "wasted": wasted,
+        "per_item": _divide(total, items),
+        "per_approved_draft": _divide(total, approved_drafts),
+        "settled": receipts,
+        "provider_currency": {
+            "currency": PROVIDER_CURRENCY,
+            "total": all_usd.quantize(PLACES),
+            "approved": approved_usd.quantize(PLACES),
+            "pending": pending_usd.quantize(PLACES),
+            "wasted": (all_usd - approved_usd - pending_usd).quantize(PLACES),
+            "per_item": _divide(all_usd, items),
+            "per_approved_draft": _divide(all_usd, approved_drafts),
+        },
+        "rate": rate.as_json() if rate is not None and rate is not SAME_CURRENCY else None,
+        "rate_note": rate_note,
+    }
+
+
+def job_rate(settled: dict, today: Rate, total: Decimal, all_usd: Decimal, unsettled: bool) -> Rate:
+    """The rate a job's amounts stand at: the one rate its settled units kept (and today's, for drafts
+    not settled yet, when it is the same), or else their weighted rate, the job's total over its USD."""
+    if not settled.get("units"):
+        return today
+    lowest, highest = settled["lowest"], settled["highest"]
+    if lowest == highest and (not unsettled or today.per_usd == lowest):
+        return Rate(lowest, settled["latest"], settled["source"])
+    latest = max(settled["latest"], today.valid_from) if unsettled else settled["latest"]
+    per_usd = (total / all_usd).quantize(RATE_PLACES) if all_usd else highest
+    return Rate(per_usd, latest, WEIGHTED_WITH_TODAY if unsettled else WEIGHTED)
 
 
 def job_cost(job) -> dict:
     """What a job's drafts cost: `total` = `approved` + `pending` (drafts still to be decided on)
-    + `wasted` (rejected, invalid, obsolete, withdrawn, or replaced by a retry). `per_approved_draft`
-    is the whole spend divided by the drafts approved, so waste raises it. When the job's model has
-    no known price, every amount is None and `price_note` says so."""
+    + `wasted` (rejected, invalid, obsolete, withdrawn, or replaced by a retry), exactly. `total` is
+    also what its settled units kept (`settled`, the sum of its receipts) plus its drafts not settled
+    yet: the one figure every column of amounts splits (the export, costs by category).
+    `per_approved_draft` is the whole spend divided by the drafts approved, so waste raises it. When
+    the job's model has no known price, every amount is None and `price_note` says so."""
     return jobs_cost([job.pk])[job.pk]
 
 

@@ -5,7 +5,7 @@ door."""
 from django.urls import path, re_path
 
 from ..ids import register_id_converter
-from . import costs, exports, health, items, jobs, notifications, pilots, products, prompts, stream
+from . import charges, costs, exports, health, items, jobs, notifications, pilots, products, prompts, stream
 from .errors import unknown
 
 register_id_converter()
@@ -25,6 +25,7 @@ urlpatterns = [
     path("jobs/<id:job_id>/notifications", notifications.notifications, name="job_notifications"),
     path("jobs/<id:job_id>/export", exports.job_export, name="job_export"),
     path("jobs/<id:job_id>/costs", costs.job_costs, name="job_costs"),
+    path("jobs/<id:job_id>/charges", charges.charges, name="job_charges"),
     path("items/<id:item_id>", items.item_detail, name="item"),
     path("items/<id:item_id>/versions/<id:version_id>/approve", items.approve, name="approve"),
     path("items/<id:item_id>/versions/<id:version_id>/reject", items.reject, name="reject"),

@@ -1,6 +1,6 @@
 """Template face of review/display.py: `{% load display %}`, then
 
-- `{{ amount|money }}` or `{{ amount|money:cost.currency }}`: `<span title="0.000031 USD">< $0.01</span>`
+- `{{ amount|money }}` or `{{ amount|money:cost.currency }}`: `<span title="0.000031 USD">$0.000031</span>`
 - `{{ price|unit_price }}`: a price per million tokens, never rounded away
 - `{{ moment|when }}` or `{{ moment|when:"seconds" }}`: `<time datetime=…>2026-12-03 09:14 CET</time>`;
   `when_text` the same words alone, for a title

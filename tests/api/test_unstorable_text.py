@@ -25,6 +25,7 @@ READ_ONLY = {
     "job_stream",
     "job_notifications",
     "job_export",
+    "job_charges",
 }
 
 

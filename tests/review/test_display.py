@@ -40,8 +40,13 @@ def render(source: str, **context) -> str:
     "amount, shown",
     [
         ("0", "$0.00"),
-        ("0.000031", "< $0.01"),
-        ("0.006213", "< $0.01"),
+        ("0.000031", "$0.000031"),
+        ("0.006213", "$0.0062"),
+        ("0.0042", "$0.0042"),
+        ("0.00031", "$0.00031"),
+        ("0.004", "$0.004"),
+        ("0.0099999", "$0.01"),  # two digits make a cent: shown as one
+        ("-0.0042", "-$0.0042"),
         ("0.01", "$0.01"),
         ("0.014999", "$0.01"),
         ("0.015", "$0.02"),
@@ -50,13 +55,14 @@ def render(source: str, **context) -> str:
         ("-2.5", "-$2.50"),
     ],
 )
-def test_money_has_a_symbol_and_two_decimals_or_says_less_than_a_cent(amount, shown):
+def test_money_has_a_symbol_and_two_decimals_or_under_a_cent_the_digits_that_tell_it_apart(amount, shown):
     assert money_text(Decimal(amount), "USD") == shown
 
 
 def test_money_in_another_currency_is_one_parameter():
     assert money_text(Decimal("1.5"), "GBP") == "£1.50"
-    assert money_text(Decimal("0.004"), "GBP") == "< £0.01"
+    assert money_text(Decimal("0.0042"), "GBP") == "£0.0042"
+    assert money_text(Decimal("0.00031"), "CHF") == "0.00031 CHF"
     assert money_text(Decimal("12"), "CHF") == "12.00 CHF"
 
 
@@ -92,7 +98,7 @@ def test_an_amount_with_no_rate_is_shown_in_dollars_and_says_so(settings):
     settings.BATCHDESK_CURRENCY, settings.BATCHDESK_FX_FILE = "GBP", ""
     html = render("{{ amount|money }}", amount=Decimal("0.000031"))
     assert html.startswith('<span class="money" title="0.000031 USD: no rate from USD to GBP is in force')
-    assert "&lt; $0.01</span>" in html and "(no GBP rate)" in html
+    assert ">$0.000031</span>" in html and "(no GBP rate)" in html
 
 
 def test_a_price_per_million_tokens_is_never_rounded_away():

@@ -21,7 +21,8 @@ from ledger.models import (
     UnitCharge,
 )
 from ledger.money import budgets
-from ledger.money.pricing import price_for
+from ledger.money.currency import forget_entered_rates
+from ledger.money.pricing import job_cost, price_for
 from ledger.states import ItemState
 from review.job_export import COLUMNS, csv_stream, file_name, jsonl_stream
 from tests.exported_jobs import (
@@ -81,20 +82,22 @@ def test_each_column_of_items_in_several_states_as_jsonl(client, owner, worked_j
     assert rejected["reason"] == FORMULA_REASON
     assert rejected["approved_text"] is None and rejected["reviewer"] is None
     assert waiting["approved_text"] is None
-    # Cost: the draft's tokens at the batch price, in pounds at the rate its unit was settled at.
+    # Cost: the item's share of the job's cost, in proportion to its draft's tokens at the batch price:
+    # within a millionth of those tokens in pounds at the rate its unit was settled at.
     price = price_for(job.provider, job.model)
+    millionth = Decimal("0.000001")
     for row, item in zip(rows[:4], items[:4], strict=True):
         version = item.versions.get()
         exact = price.cost(version.input_tokens, version.output_tokens)
-        assert Decimal(row["cost_usd"]) == exact.quantize(Decimal("0.000001")) > 0
-        # Converted before rounding: the rounded USD amount times the rate may differ in the last place.
-        assert Decimal(row["cost"]) == (exact * RATE).quantize(Decimal("0.000001"))
+        assert abs(Decimal(row["cost_usd"]) - exact) < millionth and Decimal(row["cost_usd"]) > 0
+        assert abs(Decimal(row["cost"]) - exact * RATE) < millionth
         assert (row["currency"], Decimal(row["rate"]), row["rate_date"], row["rate_source"]) == (
             "GBP",
             RATE,
             "2020-01-01",
             SOURCE,
         )
+        assert row["cost_note"] == ""
     # No draft yet: no cost, no approval, no destination.
     assert {key: unsent[key] for key in COLUMNS if key not in ("item_id", "sku", "state", "label")} == {
         "source_revision": 1,
@@ -136,6 +139,54 @@ def test_the_csv_says_the_same_with_a_byte_order_mark_and_formulas_neutralised(c
         assert row["cost"] == (same["cost"] or "") and row["approved_at"] == (same["approved_at"] or "")
     # Every cell quoted, as the audit's CSV.
     assert body.decode("utf-8-sig").splitlines()[1].startswith(f'"{items[0].pk}","')
+
+
+@pytest.mark.parametrize("chunk_items", [2000, 3])
+def test_the_rows_costs_add_up_to_the_jobs_cost_exactly(
+    client, owner, settings, tmp_path, monkeypatch, chunk_items
+):
+    monkeypatch.setattr("review.job_export.CHUNK_ITEMS", chunk_items)  # one chunk, or its part of four
+    # Issue 27: each row rounded on its own, the rows of a job came to 0.000552 against a total of
+    # 0.000549. Prices that round at the sixth place, drafts of different sizes, units settled at
+    # two rates and one draft not settled yet: the column still adds up to the job's total.
+    prices = tmp_path / "prices.json"
+    prices.write_text(
+        json.dumps(
+            {
+                "openai": {
+                    "models": {"gpt-4o-mini": {"input_per_million": "0.37", "output_per_million": "1.13"}}
+                }
+            }
+        )
+    )
+    settings.BATCHDESK_PRICE_FILE, settings.BATCHDESK_CURRENCY = str(prices), "GBP"
+    job = JobFactory(owner=owner)
+    for n in range(9):
+        item = ItemFactory(job=job, awaiting_review=True)
+        version = add_version(item)
+        GeneratedVersion.objects.filter(pk=version.pk).update(
+            input_tokens=101 + 7 * n, output_tokens=33 + 5 * n
+        )
+        if n < 8:
+            rates = tmp_path / f"rates-{n % 2}.json"
+            rates.write_text(
+                json.dumps({"source": "bank", "per_usd": {"2020-01-01": ("0.7913", "0.80017")[n % 2]}})
+            )
+            settings.BATCHDESK_FX_FILE = str(rates)
+            settled_unit(job, item, version, f"bd_unit_{n}")
+    ItemFactory(job=job)  # no draft: no cost
+    cost = job_cost(job)
+    client.force_login(owner)
+    for format, read in (("csv", csv_rows), ("jsonl", jsonl_rows)):
+        rows = read(export(client, job, format))
+        assert sum(Decimal(row["cost"]) for row in rows if row["cost"]) == cost["total"] > 0
+        assert (
+            sum(Decimal(row["cost_usd"]) for row in rows if row["cost_usd"])
+            == cost["provider_currency"]["total"]
+        )
+        assert {row["currency"] for row in rows if row["cost"]} == {"GBP"}
+    notes = [row["cost_note"] for row in rows]
+    assert notes.count("not settled yet: at today's rate") == 1 and notes.count("") == 8
 
 
 def test_a_draft_whose_unit_is_not_settled_is_costed_in_dollars_and_says_so(client, owner):
@@ -246,6 +297,7 @@ def test_queries_stay_flat_as_items_grow(client, owner):
             add_version(item)
         applied = ItemFactory(job=job, state=ItemState.APPLIED)
         Item.objects.filter(pk=applied.pk).update(approved_version=add_version(applied))
+        forget_entered_rates()  # read again each time, rather than once within a few seconds
         with CaptureQueriesContext(connection) as queries:
             rows = jsonl_rows(export(client, job, "jsonl"))
         assert len(rows) == count + 1

@@ -145,7 +145,7 @@ def test_retrying_an_unusable_draft_says_it_will_probably_fail_again_and_its_cos
     assert 'data-testid="retry-warning"' in html
     assert "1 draft failed the checks of prompt version product_description v1" in html
     assert (
-        "which will probably fail the same way, and pays for 1 request again: about &lt; $0.01 (no GBP rate)."
+        "which will probably fail the same way, and pays for 1 request again: about $0.0001 (no GBP rate)."
         in html
     )
     assert Item.objects.get(pk=unusable.pk).state == S.VALIDATION_FAILED  # nothing yet
@@ -163,7 +163,7 @@ def test_a_bulk_retry_of_unusable_drafts_warns_in_its_confirmation(client, opera
     client.force_login(operator)
     html = client.get(reverse("operations"), {"confirm": group.key}).content.decode()
     assert "2 drafts failed the checks of prompt version product_description v1" in html
-    assert "pays for 2 requests again: about &lt; $0.01 (no GBP rate)." in html
+    assert "pays for 2 requests again: about $0.0002 (no GBP rate)." in html
 
 
 def test_retrying_a_draft_that_is_not_unusable_asks_nothing_more(client, operator):

@@ -85,6 +85,8 @@ EXPECTED: dict[str, dict[str, dict]] = {
     "pilot_report": {"GET": viewers(404), "POST": NOT_ALLOWED},
     # A job's outcome as CSV (no format named): every role, as the job's page.
     "job_export": {"GET": viewers(), "POST": NOT_ALLOWED},
+    # A job's receipts as CSV, for the finance team: every role, as the job's page.
+    "job_receipts_csv": {"GET": viewers(), "POST": NOT_ALLOWED},
     # The providers' batch webhooks: no login, the signature is the authentication; off (404 to
     # everyone) while their secret is unset, as here (tests/review/test_provider_hooks.py signs).
     "openai_hook": {"GET": everyone(404), "POST": everyone(404)},
