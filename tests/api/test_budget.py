@@ -48,7 +48,15 @@ def test_a_job_started_with_a_budget_keeps_it_in_the_business_currency(pounds, a
     job = Job.objects.get()
     assert (job.budget, job.budget_currency) == (Decimal("12.50"), "GBP")
     shown = as_owner.get(f"/api/jobs/{job.pk}").json()
-    assert shown["budget"] == {"amount": "12.50", "currency": "GBP", "spent_or_held": "0.00", "left": "12.50"}
+    assert shown["budget"] == {
+        "amount": "12.50",
+        "currency": "GBP",
+        "spent": "0.000000",
+        "held": "0.000000",
+        "units_in_flight": 0,
+        "spent_or_held": "0.000000",
+        "left": "12.500000",
+    }
     assert shown["pause"] is None
 
 
