@@ -261,8 +261,7 @@ def set_budget(job_id: int, budget: Decimal, *, actor) -> Job:
         held = committed(job.pk)
         if budget < held:
             raise NotAllowed(
-                f"The job has already spent or holds {held} {business_currency()}: the budget can be "
-                "no lower"
+                f"The job has already spent or holds {held} {business_currency()}: the budget can be no lower"
             )
         Job.objects.filter(pk=job.pk).update(
             budget=budget, budget_currency=business_currency(), updated_at=timezone.now()
