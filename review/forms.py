@@ -3,6 +3,7 @@
 from django import forms
 from django.core.validators import RegexValidator
 
+from ledger.money.budgets import budget_amount_problem
 from ledger.states import ItemState
 
 from .ids import INVALID_ID, IdField, parse_id
@@ -10,6 +11,20 @@ from .ids import INVALID_ID, IdField, parse_id
 # The limits of a decision, for the review screens and the API alike.
 MAX_CONTENT_LENGTH = 65536
 MAX_NOTE_LENGTH = 2000
+
+
+class BudgetField(forms.DecimalField):
+    """A budget in the business currency, on the start screen, the job page and in the API's bodies:
+    refused with its rule's words (SPEC §9) when it has more than two decimal places or is below 0.01."""
+
+    def __init__(self, **kwargs):
+        super().__init__(max_digits=14, **kwargs)
+
+    def validate(self, value) -> None:
+        super().validate(value)
+        if value is not None and (problem := budget_amount_problem(value)):
+            raise forms.ValidationError(problem + ".", code="budget_rule")
+
 
 sha256_hex = RegexValidator(r"^[0-9a-f]{64}$", "The draft's content hash must be 64 hexadecimal characters.")
 

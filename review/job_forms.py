@@ -7,7 +7,6 @@ again in its transaction: a form is here for clear, per-field messages. `StartTo
 screen's one-time token: the API's reference plays that part for machines."""
 
 import uuid
-from decimal import Decimal
 
 from django import forms
 from django.conf import settings
@@ -36,6 +35,7 @@ from ledger.providers import (
 )
 from ledger.providers.model_names import model_name_problem
 
+from .forms import BudgetField
 from .pilot_forms import ApiPilotForm, PilotObjectField
 
 # Unknown SKUs are listed in an error up to this many; the rest are counted.
@@ -101,11 +101,8 @@ class JobForm(forms.Form):
         help_text="Requests per provider batch.",
     )
 
-    budget = forms.DecimalField(
+    budget = BudgetField(
         required=False,
-        min_value=Decimal("0.01"),
-        max_digits=14,
-        decimal_places=2,
         help_text="Spend never passes it: the job pauses first (empty: no budget).",
     )
     notify_url = forms.CharField(

@@ -23,10 +23,12 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django_htmx.http import HttpResponseStopPolling
 
 from ledger.actions import CANCELLABLE_ITEM_STATES, NotAllowed, cancel_job, create_job, resume_job, set_budget
+from ledger.actions.budgeting import next_request_need
 from ledger.database.setwise import among
 from ledger.database.table_statistics import analyse_after_bulk_change
-from ledger.models import Event, GeneratedVersion, Item, ItemTally, Job, Submission
-from ledger.money.budgets import committed
+from ledger.models import Event, GeneratedVersion, Item, ItemTally, Job, PauseReason, Submission
+from ledger.money import budgets
+from ledger.money.budgets import BudgetFigures
 from ledger.money.currency import business_currency, in_business_currency
 from ledger.money.estimates import request_estimate
 from ledger.money.pricing import PLACES, DraftSpend, Price, job_cost, price_for, priced_spend, unknown_price
@@ -35,7 +37,7 @@ from ledger.states import ItemState, JobState, SubmissionState, waiting_for_oper
 
 from .common import WORKING_JOB_STATES, HtmxHttpRequest, progress_of, state_counts, url_of, wants_partial
 from .display import money_text
-from .forms import ItemFilterForm
+from .forms import BudgetField, ItemFilterForm
 from .job_forms import StartTokenForm
 from .job_notifications import job_notifications
 from .models import JobStartToken
@@ -373,21 +375,34 @@ def job_progress(job: Job, submissions_page: str | None = None) -> dict:
 
 @dataclass
 class BudgetView:
-    amount: Decimal | None
+    """The job's budget as it stands now (`figures`, None without a budget), whether this person may
+    change it, and, for a job its budget paused, what it waits for."""
+
     currency: str
-    spent_or_held: Decimal
+    figures: BudgetFigures | None
     may_change: bool
+    paused_by_budget: bool = False
 
     @property
-    def left(self) -> Decimal | None:
-        return None if self.amount is None else max(self.amount - self.spent_or_held, Decimal(0))
+    def waiting_for(self) -> str:
+        """What a job its budget paused waits for, with the figures of now ("" otherwise)."""
+        if not self.paused_by_budget or self.figures is None:
+            return ""
+        return self.figures.waiting_for(lambda amount: money_text(amount, self.currency))
 
 
 def job_budget_view(job: Job, *, may_change: bool) -> BudgetView | None:
-    """The job's budget and what is spent or held against it; None when there is none to show."""
+    """The job's budget and what is spent, held and left now; None when there is none to show."""
     if job.budget is None and not (may_change and job.state not in (JobState.CANCELLED, JobState.COMPLETED)):
         return None
-    return BudgetView(job.budget, job.budget_currency or business_currency(), committed(job.pk), may_change)
+    paused_by_budget = job.state == JobState.PAUSED and job.pause_reason == PauseReason.BUDGET_REACHED
+    next_needs = next_request_need(job) if paused_by_budget else None
+    return BudgetView(
+        job.budget_currency or business_currency(),
+        budgets.figures(job, next_needs=next_needs),
+        may_change,
+        paused_by_budget,
+    )
 
 
 @require_GET
@@ -473,7 +488,7 @@ def job_to_spend_on(request: HtmxHttpRequest, job_id: int) -> Job:
 
 
 class BudgetForm(forms.Form):
-    budget = forms.DecimalField(min_value=Decimal("0.01"), max_digits=14, decimal_places=2)
+    budget = BudgetField()
 
 
 @require_POST

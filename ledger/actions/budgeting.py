@@ -1,14 +1,59 @@
-"""Holding a job to its budget (rule 18) as its units are sent: each unit's worst case reserved
-before it goes, or the job paused when it does not fit; and a job paused by its provider's billing
-refusal. What a unit costs and holds is `ledger.money.budgets`'; pausing is a change of the job's state."""
+"""Holding a job to its budget (rule 18) as its units are sent: the worst case of each unit (or of the
+head of it that fits what is left) reserved before it goes, or the job paused when not even one
+request fits; a job its budget paused going on by itself once settled units free enough; drafts a
+lowered `max_tokens` cut off drafted again at the prompt's own; and a job paused by its provider's
+billing refusal. What a unit costs and holds is `ledger.money.budgets`'; pausing is a change of the
+job's state."""
+
+import math
+from decimal import Decimal
 
 from django.db import transaction
+from django.db.models import F, Max
 
 from ..drafts.scrubbing import stored_text
-from ..models import Job, PauseReason, Submission
+from ..models import GeneratedVersion, Item, Job, PauseReason, Submission
 from ..money import budgets
-from ..states import JobState
+from ..providers import capabilities
+from ..providers.base import Delivery
+from ..states import ItemState, JobState, ReasonCode, SubmissionState
+from .core import enqueue, move_items
 from .job_states import change_job_state
+from .jobs import go_on
+
+# A job with a budget asks for at most the largest output measured for its prompt version, provider
+# and model, a quarter more and 16 tokens besides: answers vary around what was measured (a product
+# with more facts says more), and the 16 tokens give a very short largest answer room for its
+# closing JSON. A draft the lowered limit cuts off all the same is drafted again at the prompt's own
+# `max_output_tokens` (`redraft_cut_off`).
+MEASURED_OUTPUT_MARGIN = Decimal("1.25")
+MEASURED_OUTPUT_SPARE_TOKENS = 16
+
+
+def output_cap(job: Job) -> int:
+    """The `max_tokens` the requests of `job` are sent with (rule 18): the prompt version's
+    `max_output_tokens`, lowered for a job with a budget to the largest output its own drafts, and
+    drafts of other jobs of the same prompt version, provider and model (a pilot among them),
+    produced, with a margin; never above the prompt version's, and not lowered before anything was
+    measured. One query, for a job with a budget only. Not lowered where a draft's output cannot be
+    measured or its cut-off told (usage only for the whole unit), nor where requests are sent as the
+    unit is collected (a server answering each request: the cap would be judged twice)."""
+    prompt_cap = job.prompt_version.max_output_tokens
+    if job.budget is None:
+        return prompt_cap
+    provider = capabilities(job.provider)
+    if not provider.usage_per_request or provider.delivery == Delivery.PER_REQUEST:
+        return prompt_cap
+    largest = GeneratedVersion.objects.filter(
+        item__job__prompt_version_id=job.prompt_version_id,
+        item__job__provider=job.provider,
+        item__job__model=job.model,
+        output_tokens__gt=0,
+    ).aggregate(largest=Max("output_tokens"))["largest"]
+    if largest is None:
+        return prompt_cap
+    lowered = math.ceil(largest * MEASURED_OUTPUT_MARGIN) + MEASURED_OUTPUT_SPARE_TOKENS
+    return min(prompt_cap, lowered)
 
 
 class BudgetReached(Exception):
@@ -16,9 +61,11 @@ class BudgetReached(Exception):
     for the person."""
 
 
-def reserve(submission: Submission, requests) -> None:
-    """Hold the unit's worst case against its job's budget before it is sent; BudgetReached (the job
-    paused) when it does not fit. A unit sent again after a lost answer keeps its one reservation."""
+def reserve(submission: Submission, requests) -> int:
+    """Hold the worst case of the longest head of the unit's requests that fits what is left of its
+    job's budget, before it is sent; returns how many requests that is (all of them when the job has
+    no budget). BudgetReached (the job paused) when not even one fits. A unit sent again after a lost
+    answer keeps its one reservation."""
     paused = ""
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=submission.job_id)
@@ -31,14 +78,16 @@ def reserve(submission: Submission, requests) -> None:
             pause(job, PauseReason.BUDGET_REACHED, unit.problem)
             paused = unit.problem
         else:
-            budgets.hold(submission, job, len(requests), unit)
+            budgets.hold(submission, job, unit)
     if paused:  # raised once the pause is committed
         raise BudgetReached(paused)
+    return unit.requests
 
 
 def pause(job: Job, reason: str, detail: str) -> None:
-    """Nothing new of the job is sent until someone acts (SPEC §2); within the caller's transaction,
-    the job's row locked."""
+    """Nothing new of the job is sent until someone acts, or, paused by its budget, until settled
+    units free enough (SPEC §2); within the caller's transaction, the job's row locked. `detail` is
+    kept with the event, as things stood: pages show the budget's figures as they stand now."""
     detail = stored_text(detail)
     change_job_state(
         job,
@@ -63,3 +112,98 @@ def pause_for_billing(job_id: int, provider_said: str) -> None:
             f"The provider refused to bill the account: {provider_said[:500]}. Add credit or raise "
             "the spend limit at the provider, then resume the job",
         )
+
+
+def next_request_need(job: Job) -> Decimal | None:
+    """What the job's next request to be sent holds at worst, as it would be sent now: the first
+    request of its first unit waiting to be sent (None when none waits, or it cannot be priced)."""
+    # submitting holds its units through this module: imported here, a real cycle
+    from .submitting import build_requests
+
+    waiting = (
+        Submission.objects.filter(
+            job=job, state=SubmissionState.INTENT, entries__item__state=ItemState.PREPARED
+        )
+        .select_related("job__prompt_version")
+        .order_by("id")
+        .first()
+    )
+    if waiting is None:
+        return None
+    requests = build_requests(waiting, limit=1)
+    return budgets.request_need(job, requests[0]) if requests else None
+
+
+def after_settling(job: Job, submission: Submission) -> None:
+    """Once a unit of a job with a budget has settled: its drafts that the lowered `max_tokens` cut
+    off are drafted again, and the job, if its budget paused it, goes on when its next request now
+    fits. In the settling transaction."""
+    if submission.state == SubmissionState.COLLECTED:
+        redraft_cut_off(job, submission)
+    if job.state == JobState.PAUSED and job.pause_reason == PauseReason.BUDGET_REACHED:
+        resume_when_it_fits(job.pk)
+
+
+def redraft_cut_off(job: Job, submission: Submission) -> list[int]:
+    """Items of the unit whose draft was cut off below the prompt version's own `max_output_tokens`:
+    the lowered limit of a job with a budget cut them off (`output_cap`), not the model's
+    answer, so each is drafted again, sent with the prompt's own limit (its reason code says why:
+    `submitting.build_requests`). A draft cut off at the prompt's own limit stays unusable (rule 8)."""
+    prompt_cap = job.prompt_version.max_output_tokens
+    cut_off = list(
+        Item.objects.filter(
+            submission=submission,
+            state=ItemState.VALIDATION_FAILED,
+            reason_code=ReasonCode.TRUNCATED,
+            versions__submission_id=submission.pk,
+            versions__output_tokens__lt=prompt_cap,
+        ).values_list("pk", flat=True)
+    )
+    if not cut_off:
+        return []
+    moved = move_items(
+        cut_off,
+        from_state=ItemState.VALIDATION_FAILED,
+        to=ItemState.PREPARED,
+        reason=(
+            "Cut off at the max_tokens lowered to what the job had measured: drafted again with the "
+            f"prompt version's own {prompt_cap}"
+        ),
+        code=ReasonCode.TRUNCATED,
+        inference_attempt=F("inference_attempt") + 1,
+        submission=None,
+        approved_version=None,
+        next_attempt_at=None,
+    )
+    enqueue("ledger.tasks.submit_job", job.pk)
+    return moved
+
+
+def resume_when_it_fits(job_id: int) -> bool:
+    """A job its budget paused goes on by itself once what settled units freed lets its next request
+    fit; its event says so, with the figures. The job's row is locked, as `reserve` locks it: two
+    clusters settling units of one job at once resume it once."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job_id)
+        if job.state != JobState.PAUSED or job.pause_reason != PauseReason.BUDGET_REACHED:
+            return False
+        figures = budgets.figures(job, next_needs=next_request_need(job))
+        if not figures.next_fits:
+            return False
+        currency = figures.currency
+        go_on(
+            job,
+            actor=None,
+            reason=(
+                f"Resumed by itself: settled units freed enough of the budget; the next request needs "
+                f"up to {figures.next_needs} {currency} and {figures.left} {currency} is left"
+            ),
+            data={
+                "resumed": "budget_freed",
+                "spent": str(figures.spent),
+                "held": str(figures.held),
+                "left": str(figures.left),
+                "next_needs": str(figures.next_needs),
+            },
+        )
+    return True

@@ -261,8 +261,7 @@ def set_budget(job_id: int, budget: Decimal, *, actor) -> Job:
         held = committed(job.pk)
         if budget < held:
             raise NotAllowed(
-                f"The job has already spent or holds {held:.2f} {business_currency()}: the budget can be "
-                "no lower"
+                f"The job has already spent or holds {held} {business_currency()}: the budget can be no lower"
             )
         Job.objects.filter(pk=job.pk).update(
             budget=budget, budget_currency=business_currency(), updated_at=timezone.now()
@@ -289,12 +288,18 @@ def resume_job(job_id: int, *, actor) -> str:
         job = Job.objects.select_for_update().get(pk=job_id)
         if job.state != JobState.PAUSED:
             raise NotAllowed(f"The job is {job.state}, not paused")
-        change_job_state(
-            job, to=JobState.RUNNING, actor=actor, reason="Resumed", pause_reason="", pause_detail=""
-        )
-        # Sent by the next pass rather than waiting out a claim taken before the pause.
-        Submission.objects.filter(job=job, state=SubmissionState.INTENT).filter(
-            Q(claimed_until__isnull=False)
-        ).update(claimed_until=None)
-        enqueue("ledger.tasks.submit_job", job.pk)
+        go_on(job, actor=actor, reason="Resumed")
     return refresh_job_state(job_id)
+
+
+def go_on(job: Job, *, actor, reason: str, data: dict | None = None) -> None:
+    """The paused `job` (read locked, in the caller's transaction) runs again, and its units waiting
+    to be sent are sent by the next pass."""
+    change_job_state(
+        job, to=JobState.RUNNING, actor=actor, reason=reason, data=data, pause_reason="", pause_detail=""
+    )
+    # Sent by the next pass rather than waiting out a claim taken before the pause.
+    Submission.objects.filter(job=job, state=SubmissionState.INTENT).filter(
+        Q(claimed_until__isnull=False)
+    ).update(claimed_until=None)
+    enqueue("ledger.tasks.submit_job", job.pk)

@@ -40,7 +40,12 @@ def files_marked(submission: Submission, fields: dict) -> bool:
 
 
 def settle(submission: Submission, fields: dict) -> None:
-    budgets.settle(submission)
+    charge = budgets.settle(submission)
+    if charge is not None and charge.job.budget is not None:
+        # budgeting changes a job's state through job_states, which reacts through this module
+        from .budgeting import after_settling
+
+        after_settling(charge.job, submission)
 
 
 def delete_files_once_committed(submission: Submission, fields: dict) -> None:
@@ -49,7 +54,8 @@ def delete_files_once_committed(submission: Submission, fields: dict) -> None:
 
 # Once a unit has changed state (given the unit, now in its new state, and the fields recorded).
 ON_SUBMISSION_STATE: list[tuple[Callable[[Submission, dict], bool], Callable[[Submission, dict], None]]] = [
-    # What the unit held against its job's budget becomes what it cost.
+    # What the unit held against its job's budget becomes what it cost; a job its budget paused goes
+    # on once its next request fits, and drafts a lowered max_tokens cut off are drafted again.
     (entering(SubmissionState.COLLECTED, SubmissionState.FAILED), settle),
     (files_marked, delete_files_once_committed),
 ]

@@ -26,7 +26,7 @@ from ..providers.base import (
     ResultLine,
 )
 from ..states import SUBMISSION_TRANSITIONS, ItemState, JobState, ReasonCode, SubmissionState
-from .budgeting import BudgetReached, pause_for_billing, reserve
+from .budgeting import BudgetReached, output_cap, pause_for_billing, reserve
 from .core import NotAllowed, backoff, enqueue, move_items
 from .job_states import refresh_job_state
 from .jobs import judge_currency
@@ -154,10 +154,13 @@ def set_submission_state(submission: Submission, to: str, *, reason: str = "", *
     react(ON_SUBMISSION_STATE, submission, fields)
 
 
-def build_requests(submission: Submission, state: str = ItemState.PREPARED):
-    """The unit's requests for its items still in `state`: when sending, only items still waiting
-    to be sent (one withdrawn, revised or cancelled since planning is not paid for)."""
+def build_requests(submission: Submission, state: str = ItemState.PREPARED, *, limit: int | None = None):
+    """The unit's requests for its items still in `state` (the first `limit` of them): when sending,
+    only items still waiting to be sent (one withdrawn, revised or cancelled since planning is not
+    paid for). Sent with the `max_tokens` of `budgeting.output_cap`, lowered for a job with a budget,
+    but for an item a lowered limit cut off before, which is sent with the prompt version's own."""
     prompt = submission.job.prompt_version
+    cap = output_cap(submission.job)
     # Read as values: a unit's thousands of entries, items and revisions made no model objects. The
     # fields are read as their JSON text, by read_json (Django's JSONField reads each by the json
     # module, several times slower).
@@ -165,7 +168,7 @@ def build_requests(submission: Submission, state: str = ItemState.PREPARED):
         submission.entries.filter(item__state=state)
         .order_by("id")
         .annotate(fields_text=Cast("item__source_revision__fields", TextField()))
-        .values_list("custom_id", "item__source_revision__title", "fields_text")
+        .values_list("custom_id", "item__source_revision__title", "fields_text", "item__reason_code")
     )
     return [
         InferenceRequest(
@@ -174,9 +177,9 @@ def build_requests(submission: Submission, state: str = ItemState.PREPARED):
             system_message=prompt.system_message,
             user_message=render_prompt(prompt, title=title, fields=read_json(fields)),
             output_schema=prompt.output_schema,
-            max_output_tokens=prompt.max_output_tokens,
+            max_output_tokens=prompt.max_output_tokens if code == ReasonCode.TRUNCATED else cap,
         )
-        for custom_id, title, fields in entries
+        for custom_id, title, fields, code in (entries[:limit] if limit else entries)
     ]
 
 
@@ -266,10 +269,14 @@ def send_submission(submission_id: int, *, provider=None, held: str = "") -> str
         if not renewed:
             return "claim lost"
         try:
-            reserve(submission, requests)  # rule 18: held before anything can be spent
+            held = reserve(submission, requests)  # rule 18: held before anything can be spent
         except BudgetReached:
             Submission.objects.release(submission_id)  # sent by a pass once the job goes on
             return "paused"
+        if held < len(requests):  # only a head of the unit fits what is left of the budget
+            release_entries(submission, [r.custom_id for r in requests[held:]])
+            item_ids = list(submission.entries.values_list("item_id", flat=True))
+            requests = requests[:held]
         sent_at = timezone.now()
         # Stored before the call: from now on a unit may exist at the provider.
         Submission.objects.filter(pk=submission_id).update(sent_at=sent_at, requests_sent=len(requests))

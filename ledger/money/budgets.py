@@ -2,20 +2,25 @@
 
 Before a unit is sent, its worst case is reserved: every request's input at most one token per
 byte of what is sent (no tokenizer makes more tokens than bytes), plus its `max_tokens` of output,
-at the batch price, in the business currency at today's rate (`UnitCharge`). A unit that would take
-a job's spend and holds past its budget is not sent: the job is paused (`budget_reached`) with what
-it would take to go on (`actions.budgeting.reserve`). The job's row is locked while it is checked and
-reserved, so two clusters sending units of one job at once never pass the budget together. When the unit's results are
-recorded (or it ends without running) the usage its drafts carry settles the reservation, priced
-and converted then, and kept with the rate, its date and its source.
+at the batch price, in the business currency at today's rate (`UnitCharge`). A job with a budget
+sends its requests with `max_tokens` lowered to the largest output measured for its prompt version
+and model (`actions.budgeting.output_cap`), so that what is held stays close to what units cost.
+Of a unit that would take a job's spend and holds past its budget, only the head that fits is held
+and sent; when not even one request fits, the job is paused (`budget_reached`)
+(`actions.budgeting.reserve`). The job's
+row is locked while it is checked and reserved, so two clusters sending units of one job at once
+never pass the budget together. When the unit's results are recorded (or it ends without running)
+the usage its drafts carry settles the reservation, priced and converted then, and kept with the
+rate, its date and its source. `figures` are what a job has spent, holds and has left, now.
 """
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 
 from django.db import connection
-from django.db.models import Case, DecimalField, F, Sum, When
+from django.db.models import Case, Count, DecimalField, F, Q, Sum, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -37,25 +42,44 @@ class WorstCase:
 def worst_case(requests) -> WorstCase:
     """The most tokens `requests` can be billed for."""
     input_tokens = output_tokens = 0
+    for tokens in worst_cases(requests):
+        input_tokens += tokens.input_tokens
+        output_tokens += tokens.output_tokens
+    return WorstCase(input_tokens, output_tokens)
+
+
+def worst_cases(requests):
+    """The most tokens each of `requests` can be billed for, in their order."""
     schema_bytes: dict[int, int] = {}  # a unit's requests share their prompt's schema: sized once
     for request in requests:
         schema = request.output_schema
         if id(schema) not in schema_bytes:
             schema_bytes[id(schema)] = len(json.dumps(schema, ensure_ascii=False).encode()) if schema else 0
-        input_tokens += (
+        yield WorstCase(
             REQUEST_OVERHEAD_TOKENS
             + len(request.system_message.encode())
             + len(request.user_message.encode())
-            + schema_bytes[id(schema)]
+            + schema_bytes[id(schema)],
+            request.max_output_tokens,
         )
-        output_tokens += request.max_output_tokens
-    return WorstCase(input_tokens, output_tokens)
+
+
+# SPEC §9: a budget is an amount of the business currency a person can pay.
+BUDGET_RULE = "A budget has at most two decimal places and is at least 0.01"
+
+
+def budget_amount_problem(budget: Decimal) -> str | None:
+    """BUDGET_RULE when `budget` breaks it, or None."""
+    # Read by its exponent, not quantized: an amount too large to quantize is refused by its size.
+    if not budget.is_finite() or budget < CENT or budget.normalize().as_tuple().exponent < -2:
+        return BUDGET_RULE
+    return None
 
 
 def budget_problem(budget: Decimal, provider: str, model: str) -> str | None:
     """Why a job of `provider`/`model` cannot be held to `budget`, or None."""
-    if not budget.is_finite() or budget <= 0:
-        return "A budget is an amount above 0"
+    if problem := budget_amount_problem(budget):
+        return problem
     if price_for(provider, model) is None:
         return f"A budget cannot be held without a price: {unknown_price(provider, model)}"
     if rate_now() is None:
@@ -85,69 +109,186 @@ def committed(job_id: int, *, excluding_submission: int | None = None) -> Decima
     return charges.aggregate(total=SPENT_OR_HELD)["total"] or Decimal(0)
 
 
-def committed_by_job(job_ids: list[int]) -> dict[int, Decimal]:
-    """`committed` for many jobs in one query (a page or an API list of jobs)."""
-    rows = (
-        UnitCharge.objects.filter(job_id__in=job_ids)
-        .order_by()
-        .values_list("job_id")
-        .annotate(total=SPENT_OR_HELD)
-    )
-    return {job_id: Decimal(0) for job_id in job_ids} | {job_id: total for job_id, total in rows}
-
-
 @dataclass(frozen=True)
 class UnitHold:
-    """What holding a unit against its job's budget takes: its worst case in USD at the batch price,
-    and in the business currency at today's rate (None without a price or a rate), and why it does
-    not fit the job's budget (None when it fits, or the job has none)."""
+    """What holding a unit against its job's budget takes: how many of its requests, from the first,
+    are held (all of them for a job without a budget; fewer when only a head of the unit fits what is
+    left), their worst case in USD at the batch price and in the business currency at today's rate
+    (None without a price or a rate), and why not even one request fits the job's budget (None when
+    some fit, or the job has none)."""
 
+    requests: int
     worst_usd: Decimal | None
     worst: Decimal | None
     problem: str | None
 
 
 def unit_hold(job: Job, submission: Submission, requests) -> UnitHold:
-    """The hold `requests`, the unit `submission` of `job`, would take. Read with the job's row locked:
-    what its other units spent or hold is part of the answer."""
+    """The hold of the longest head of `requests`, the unit `submission` of `job`, that fits what is
+    left of the job's budget. Read with the job's row locked: what its other units spent or hold is
+    part of the answer."""
     price = price_for(job.provider, job.model)
     rate = rate_now()
-    tokens = worst_case(requests)
-    worst_usd = price.cost(tokens.input_tokens, tokens.output_tokens).quantize(PLACES) if price else None
-    worst = convert(worst_usd, rate) if worst_usd is not None else None
-    problem = None
-    if job.budget is not None:
-        if worst_usd is None:
-            problem = f"No unit can be held to the budget: {unknown_price(job.provider, job.model)}"
-        elif job.budget_currency != business_currency():
-            problem = (
-                f"The budget is in {job.budget_currency} and costs are now kept in "
-                f"{business_currency()}: set the budget again"
-            )
-        elif worst is None:
-            problem = (
-                f"No unit can be held to the budget: no rate from USD to {business_currency()} is in force"
-            )
-        else:
-            held = committed(job.pk, excluding_submission=submission.pk)
-            if held + worst > job.budget:
-                short = (held + worst - job.budget).quantize(CENT, rounding=ROUND_CEILING)
+    if job.budget is None:
+        tokens = worst_case(requests)
+        worst_usd = price.cost(tokens.input_tokens, tokens.output_tokens).quantize(PLACES) if price else None
+        return UnitHold(
+            len(requests), worst_usd, convert(worst_usd, rate) if worst_usd is not None else None, None
+        )
+    if price is None:
+        return UnitHold(
+            0, None, None, f"No unit can be held to the budget: {unknown_price(job.provider, job.model)}"
+        )
+    if job.budget_currency != business_currency():
+        return UnitHold(
+            0,
+            None,
+            None,
+            f"The budget is in {job.budget_currency} and costs are now kept in "
+            f"{business_currency()}: set the budget again",
+        )
+    if rate is None:
+        return UnitHold(
+            0,
+            None,
+            None,
+            f"No unit can be held to the budget: no rate from USD to {business_currency()} is in force",
+        )
+    held = committed(job.pk, excluding_submission=submission.pk)
+    left = job.budget - held
+    fitting, fitting_usd, fitting_worst = 0, Decimal(0), Decimal(0)
+    input_tokens = output_tokens = 0
+    for tokens in worst_cases(requests):
+        input_tokens += tokens.input_tokens
+        output_tokens += tokens.output_tokens
+        worst_usd = price.cost(input_tokens, output_tokens).quantize(PLACES)
+        worst = convert(worst_usd, rate)
+        if worst > left:
+            if not fitting:
+                short = (worst - left).quantize(CENT, rounding=ROUND_CEILING)
                 problem = (
-                    f"The next unit ({len(requests):,} requests) could cost up to "
-                    f"{worst.quantize(CENT, rounding=ROUND_CEILING)} {job.budget_currency}; "
-                    f"{held.quantize(CENT, rounding=ROUND_CEILING)} is spent or held of the "
-                    f"{job.budget} budget. Raise it by at least {short} {job.budget_currency} to go on"
+                    f"The next request could cost up to {worst} {job.budget_currency}; {held} is spent "
+                    f"or held of the {job.budget} budget. Raise it by at least {short} "
+                    f"{job.budget_currency} to go on"
                 )
-    return UnitHold(worst_usd, worst, problem)
+                return UnitHold(0, None, None, problem)
+            break
+        fitting, fitting_usd, fitting_worst = fitting + 1, worst_usd, worst
+    return UnitHold(fitting, fitting_usd, fitting_worst, None)
 
 
-def hold(submission: Submission, job: Job, requests: int, unit: UnitHold) -> None:
+def request_need(job: Job, request) -> Decimal | None:
+    """What one request of `job` holds at worst, in the business currency at today's rate (None
+    without a price or a rate)."""
+    price = price_for(job.provider, job.model)
+    rate = rate_now()
+    if price is None or rate is None:
+        return None
+    [tokens] = worst_cases([request])
+    return convert(price.cost(tokens.input_tokens, tokens.output_tokens).quantize(PLACES), rate)
+
+
+@dataclass(frozen=True)
+class BudgetFigures:
+    """A job's budget as it stands now, in its currency: spent (its settled units' costs), held (the
+    reservations of its units in flight, `in_flight` of them), left, and what its next request needs
+    (None when nothing waits to be sent, or it cannot be priced)."""
+
+    budget: Decimal
+    currency: str
+    spent: Decimal
+    held: Decimal
+    in_flight: int
+    next_needs: Decimal | None
+
+    @property
+    def spent_or_held(self) -> Decimal:
+        return self.spent + self.held
+
+    @property
+    def left(self) -> Decimal:
+        return max(self.budget - self.spent_or_held, Decimal(0))
+
+    @property
+    def next_fits(self) -> bool:
+        return self.next_needs is not None and self.next_needs <= self.left
+
+    def waiting_for(self, show: Callable[[Decimal], str] | None = None) -> str:
+        """What a job its budget paused waits for, in these figures; amounts written by `show`
+        (a screen's money), else as exact decimals with the currency."""
+        show = show or (lambda amount: f"{amount} {self.currency}")
+        if self.next_needs is None:
+            return f"{show(self.spent_or_held)} is spent or held of the {show(self.budget)} budget; {show(self.left)} is left"
+        needs = f"the next request needs up to {show(self.next_needs)}, {show(self.left)} is left"
+        if self.next_fits:
+            return f"Ready to go on: {needs}"
+        units = f"{self.in_flight} unit{'s' if self.in_flight != 1 else ''}"
+        if self.in_flight:
+            return (
+                f"Waiting for {units} in flight to settle: {show(self.held)} held; {needs}. It goes on "
+                f"by itself once enough is freed, or raise the budget by at least {show(self.short)}"
+            )
+        return (
+            f"Nothing in flight will free any of the budget: {show(self.spent)} spent; {needs}. Raise "
+            f"the budget by at least {show(self.short)} to go on"
+        )
+
+    @property
+    def short(self) -> Decimal:
+        """What the budget must be raised by, at least, for the next request to fit as things stand
+        (nothing of what is held coming back)."""
+        if self.next_needs is None or self.next_fits:
+            return Decimal(0)
+        return (self.next_needs - self.left).quantize(CENT, rounding=ROUND_CEILING)
+
+
+SPENT = Sum(Coalesce(F("cost"), F("reserved"), Decimal(0)), filter=Q(settled_at__isnull=False))
+HELD = Sum(Coalesce(F("reserved"), Decimal(0)), filter=Q(settled_at__isnull=True))
+
+
+def figures(job: Job, *, next_needs: Decimal | None = None) -> BudgetFigures | None:
+    """The job's budget as it stands now (one query), or None without a budget. `next_needs`: what
+    its next request needs (`actions.budgeting.next_request_need`)."""
+    return figures_by_job([job], next_needs={job.pk: next_needs}).get(job.pk)
+
+
+def figures_by_job(
+    jobs: list[Job], *, next_needs: dict[int, Decimal | None] | None = None
+) -> dict[int, BudgetFigures]:
+    """`figures` of each of `jobs` that has a budget, in one query (a page or an API list of jobs)."""
+    budgeted = {job.pk: job for job in jobs if job.budget is not None}
+    if not budgeted:
+        return {}
+    rows = {
+        job_id: (spent, held, in_flight)
+        for job_id, spent, held, in_flight in UnitCharge.objects.filter(job_id__in=list(budgeted))
+        .order_by()
+        .values("job_id")
+        .annotate(spent=SPENT, held=HELD, in_flight=Count("id", filter=Q(settled_at__isnull=True)))
+        .values_list("job_id", "spent", "held", "in_flight")
+    }
+    shown = {}
+    for job_id, job in budgeted.items():
+        spent, held, in_flight = rows.get(job_id, (None, None, 0))
+        shown[job_id] = BudgetFigures(
+            budget=job.budget,
+            currency=job.budget_currency,
+            # At the ledger's own precision (a millionth), never rounded to the penny.
+            spent=(spent or Decimal(0)).quantize(PLACES),
+            held=(held or Decimal(0)).quantize(PLACES),
+            in_flight=in_flight,
+            next_needs=(next_needs or {}).get(job_id),
+        )
+    return shown
+
+
+def hold(submission: Submission, job: Job, unit: UnitHold) -> None:
     """Keep the unit's hold (`unit_hold`) as its charge; a unit sent again keeps its one charge."""
     UnitCharge.objects.update_or_create(
         submission=submission,
         defaults={
             "job": job,
-            "requests": requests,
+            "requests": unit.requests,
             "currency": business_currency(),
             "reserved_usd": unit.worst_usd if unit.worst_usd is not None else Decimal(0),
             "reserved": unit.worst,
@@ -156,18 +297,19 @@ def hold(submission: Submission, job: Job, requests: int, unit: UnitHold) -> Non
     )
 
 
-def settle(submission: Submission) -> None:
+def settle(submission: Submission) -> UnitCharge | None:
     """Price the usage the unit's drafts carry, at the rate in force today, and keep it; a unit that
-    ran nothing settles at nothing. Called as the unit reaches its end (collected or failed)."""
-    charge = UnitCharge.objects.filter(submission=submission).first()
+    ran nothing settles at nothing. Called as the unit reaches its end (collected or failed). Returns
+    the charge settled, read with its job (None when there was none to settle)."""
+    charge = UnitCharge.objects.select_related("job__prompt_version").filter(submission=submission).first()
     if charge is None or charge.settled_at is not None:
-        return
+        return None
     input_tokens, output_tokens = unit_usage(submission.pk)
     price = price_for(submission.provider, submission.model)
     cost_usd = price.cost(input_tokens, output_tokens).quantize(PLACES) if price else None
     today = timezone.localdate()
     rate = rate_on(today)
-    UnitCharge.objects.filter(pk=charge.pk, settled_at__isnull=True).update(
+    settled = UnitCharge.objects.filter(pk=charge.pk, settled_at__isnull=True).update(
         input_tokens=input_tokens,
         output_tokens=output_tokens,
         cost_usd=cost_usd,
@@ -177,6 +319,7 @@ def settle(submission: Submission) -> None:
         rate_source=rate.source if rate else "",
         settled_at=timezone.now(),
     )
+    return charge if settled else None
 
 
 def unit_usage(submission_id: int) -> tuple[int, int]:

@@ -5,7 +5,6 @@ must not silently mean "use the default". The body of `POST /api/jobs` is `revie
 
 import json
 from collections.abc import Iterable
-from decimal import Decimal, InvalidOperation
 from typing import Any, Self
 
 from django import forms
@@ -14,7 +13,7 @@ from django.http import HttpRequest
 
 from ledger.drafts.json_values import refuse_json_constant, text_problem, unique_json_keys
 
-from ..forms import MAX_CONTENT_LENGTH, MAX_NOTE_LENGTH
+from ..forms import MAX_CONTENT_LENGTH, MAX_NOTE_LENGTH, BudgetField
 from .errors import ApiError, invalid
 
 # A prompt version number is a PostgreSQL integer.
@@ -148,38 +147,6 @@ class JsonWhole(forms.Field):
             raise forms.ValidationError(self.message, code="invalid")
 
 
-def read_amount(value: Any) -> Decimal | None:
-    """An amount of money above 0 with at most two decimals, from JSON text or a number."""
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        return None
-    try:
-        amount = Decimal(str(value).strip())
-    except InvalidOperation:
-        return None
-    if (
-        not amount.is_finite()
-        or amount <= 0
-        or amount >= Decimal("1e12")
-        or amount != amount.quantize(Decimal("0.01"))
-    ):
-        return None
-    return amount
-
-
-class JsonAmount(forms.Field):
-    """An amount of money above 0 with at most two decimals, as text ("12.50") or a JSON number."""
-
-    def __init__(self, *, message: str, **kwargs):
-        super().__init__(required=False, **kwargs)
-        self.message = message
-
-    def to_python(self, value: Any) -> Decimal:
-        amount = read_amount(value)
-        if amount is None:
-            raise forms.ValidationError(self.message, code="invalid")
-        return amount
-
-
 # --- the bodies ----------------------------------------------------------------------------
 
 
@@ -216,7 +183,7 @@ class RetryBody(JsonBody):
 class BudgetBody(JsonBody):
     """`{budget}` in the business currency."""
 
-    budget = JsonAmount(message='must be an amount above 0 such as "12.50"')
+    budget = BudgetField()
 
 
 class PromptChoiceBody(JsonBody):

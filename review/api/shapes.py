@@ -3,13 +3,13 @@ versions, approvals, destination attempts and events; products; a task's current
 notifications; and one page of a list. Times and amounts are written by Django's JSON encoder."""
 
 from collections.abc import Callable
-from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 
 from django.db.models import Count, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils import timezone
 
+from ledger.actions.budgeting import next_request_need
 from ledger.models import (
     CurrentPromptChoice,
     GeneratedVersion,
@@ -17,6 +17,7 @@ from ledger.models import (
     ItemTally,
     Job,
     JobNotification,
+    PauseReason,
     Pilot,
     Product,
     Submission,
@@ -96,8 +97,8 @@ def submission_json(submission: Submission) -> dict:
 
 
 def jobs_json(request: HttpRequest, jobs: list[Job]) -> list[dict]:
-    """Jobs with their counts, first submissions and cost: a fixed number of queries, and one for each
-    job's first SUBMISSIONS_SHOWN submissions."""
+    """Jobs with their counts, first submissions, cost and budget: a fixed number of queries, and one
+    for each job's first SUBMISSIONS_SHOWN submissions (and for what a job its budget paused waits for)."""
     ids = [job.pk for job in jobs]
     counts = ItemTally.objects.counts_by_job(ids)
     submission_counts = dict(
@@ -110,7 +111,18 @@ def jobs_json(request: HttpRequest, jobs: list[Job]) -> list[dict]:
         for job in jobs
     }
     costs = pricing.jobs_cost(ids)
-    spent_or_held = budgets.committed_by_job([job.pk for job in jobs if job.budget is not None])
+    # What a job its budget paused waits for is told with its next request's need as it stands now:
+    # like its first submissions, a query for each such job that has a unit.
+    paused_by_budget = [
+        job
+        for job in jobs
+        if job.state == JobState.PAUSED
+        and job.pause_reason == PauseReason.BUDGET_REACHED
+        and submission_counts.get(job.pk)
+    ]
+    standing = budgets.figures_by_job(
+        jobs, next_needs={job.pk: next_request_need(job) for job in paused_by_budget}
+    )
     pilots = {pilot.job_id: pilot for pilot in Pilot.objects.filter(job_id__in=ids)}
     return [
         {
@@ -136,10 +148,8 @@ def jobs_json(request: HttpRequest, jobs: list[Job]) -> list[dict]:
             "submission_count": submission_counts.get(job.pk, 0),
             "submissions_url": request.build_absolute_uri(reverse("api:job_submissions", args=[job.pk])),
             "cost": costs[job.pk],
-            "budget": budget_json(job, spent_or_held.get(job.pk)),
-            "pause": {"reason": job.pause_reason, "detail": job.pause_detail}
-            if job.state == JobState.PAUSED
-            else None,
+            "budget": budget_json(standing.get(job.pk)),
+            "pause": pause_json(job, standing.get(job.pk)),
             "pilot": pilot_json(request, pilots.get(job.pk)),
             "notify_url": shown_notify_url(request.user, job) or None,
             "notifications_url": request.build_absolute_uri(reverse("api:job_notifications", args=[job.pk])),
@@ -149,17 +159,30 @@ def jobs_json(request: HttpRequest, jobs: list[Job]) -> list[dict]:
     ]
 
 
-def budget_json(job: Job, held) -> dict | None:
-    """The job's budget and what it has spent or holds against it (rule 18), or None without one."""
-    if job.budget is None:
+def budget_json(figures: budgets.BudgetFigures | None) -> dict | None:
+    """The job's budget and what it has spent, holds and has left now (rule 18), as exact decimals;
+    None without one."""
+    if figures is None:
         return None
-    held = held or Decimal(0)
     return {
-        "amount": job.budget,
-        "currency": job.budget_currency,
-        "spent_or_held": held.quantize(Decimal("0.01"), rounding=ROUND_CEILING),
-        "left": max(job.budget - held, Decimal(0)).quantize(Decimal("0.01"), rounding=ROUND_FLOOR),
+        "amount": figures.budget,
+        "currency": figures.currency,
+        "spent": figures.spent,
+        "held": figures.held,
+        "units_in_flight": figures.in_flight,
+        "spent_or_held": figures.spent_or_held,
+        "left": figures.left,
     }
+
+
+def pause_json(job: Job, figures: budgets.BudgetFigures | None) -> dict | None:
+    """Why the job is paused: for its budget, what it waits for with the figures of now (the words
+    of the moment it paused stay on its event)."""
+    if job.state != JobState.PAUSED:
+        return None
+    if job.pause_reason == PauseReason.BUDGET_REACHED and figures is not None:
+        return {"reason": job.pause_reason, "detail": figures.waiting_for()}
+    return {"reason": job.pause_reason, "detail": job.pause_detail}
 
 
 def pilot_json(request: HttpRequest, pilot: Pilot | None) -> dict | None:

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from ledger.actions.budgeting import pause
 from ledger.models import Item, Job, PauseReason, UnitCharge
+from ledger.money.budgets import BUDGET_RULE
 from ledger.states import JobState
 from tests.api.conftest import assert_error
 from tests.factories import JobFactory, ProductFactory, add_version
@@ -48,7 +49,15 @@ def test_a_job_started_with_a_budget_keeps_it_in_the_business_currency(pounds, a
     job = Job.objects.get()
     assert (job.budget, job.budget_currency) == (Decimal("12.50"), "GBP")
     shown = as_owner.get(f"/api/jobs/{job.pk}").json()
-    assert shown["budget"] == {"amount": "12.50", "currency": "GBP", "spent_or_held": "0.00", "left": "12.50"}
+    assert shown["budget"] == {
+        "amount": "12.50",
+        "currency": "GBP",
+        "spent": "0.000000",
+        "held": "0.000000",
+        "units_in_flight": 0,
+        "spent_or_held": "0.000000",
+        "left": "12.500000",
+    }
     assert shown["pause"] is None
 
 
@@ -206,3 +215,58 @@ def test_a_list_of_budgeted_jobs_takes_the_same_queries_however_many(pounds, as_
     for _ in range(3):
         paused_job(owner)
     assert list_queries() == one, "queries grow with the jobs"
+
+
+@pytest.mark.parametrize("budget", ["0.001", 0.001, "12.505", "0.00", "-5"])
+def test_a_budget_that_breaks_its_rule_is_refused_with_the_rules_words(pounds, as_owner, owner, budget):
+    ProductFactory()
+    job = paused_job(owner)
+
+    started = assert_error(
+        as_owner.post_json("/api/jobs", {**BODY, "budget": budget}), 400, fields={"budget"}
+    )
+    raised = assert_error(
+        as_owner.post_json(f"/api/jobs/{job.pk}/budget", {"budget": budget}), 400, fields={"budget"}
+    )
+
+    assert started["fields"]["budget"] == raised["fields"]["budget"] == f"{BUDGET_RULE}."
+    assert Job.objects.count() == 1 and Job.objects.get().budget == Decimal("1.00")
+
+
+def test_spent_held_and_left_are_exact_as_the_ledger_keeps_them(pounds, as_owner, owner):
+    job = paused_job(owner)
+    spent, held = (
+        job.submissions.create(provider=job.provider, model=job.model, intent_key=f"bd_{n}") for n in "ab"
+    )
+    UnitCharge.objects.create(
+        job=job,
+        submission=spent,
+        currency="GBP",
+        reserved_usd=Decimal("0.01"),
+        reserved=Decimal("0.008"),
+        cost=Decimal("0.000549"),
+        settled_at=timezone.now(),
+    )
+    UnitCharge.objects.create(
+        job=job, submission=held, currency="GBP", reserved_usd=Decimal("0.01"), reserved=Decimal("0.004")
+    )
+
+    shown = as_owner.get(f"/api/jobs/{job.pk}").json()
+
+    # Rounded to the penny, spent or held read 0.01 and left 0.99: not what the ledger keeps.
+    assert shown["budget"] == {
+        "amount": "1.00",
+        "currency": "GBP",
+        "spent": "0.000549",
+        "held": "0.004000",
+        "units_in_flight": 1,
+        "spent_or_held": "0.004549",
+        "left": "0.995451",
+    }
+    # The pause says what the job waits for with these figures, not the words it paused with.
+    assert shown["pause"]["reason"] == "budget_reached"
+    assert (
+        shown["pause"]["detail"]
+        == "0.004549 GBP is spent or held of the 1.00 GBP budget; 0.995451 GBP is left"
+    )
+    assert "2.00" not in shown["pause"]["detail"]

@@ -6,6 +6,7 @@ from decimal import Decimal
 
 import pytest
 from django.urls import reverse
+from django.utils import timezone
 
 from ledger.actions.budgeting import pause
 from ledger.models import Item, Job, PauseReason, UnitCharge
@@ -41,8 +42,10 @@ def test_a_job_started_on_the_screen_keeps_its_budget(client, owner, pounds):
     ProductFactory.create_batch(2)
     client.force_login(owner)
 
-    page = client.post(reverse("job_start"), start(step="estimate", budget="0.000001")).content.decode()
-    assert "Ensure that there are no more than 2 decimal places" in page and not Job.objects.exists()
+    page = client.post(reverse("job_start"), start(step="estimate", budget="0.001")).content.decode()
+    assert (
+        "A budget has at most two decimal places and is at least 0.01." in page and not Job.objects.exists()
+    )
     answer = client.post(reverse("job_start"), start(step="start", budget="25.00"))
 
     job = Job.objects.get()
@@ -71,9 +74,34 @@ def test_the_job_page_says_why_it_is_paused_and_what_is_spent_or_held(client, ow
 
     html = client.get(reverse("job_detail", args=[job.pk])).content.decode()
 
-    assert 'data-testid="paused"' in html and "raise it by at least 0.30 GBP" in html
-    assert 'data-testid="spent-or-held"' in html and "£0.40" in html and "£0.60" in html  # held, left
+    assert 'data-testid="paused"' in html and 'data-testid="budget-waiting"' in html
+    assert "£0.40 is spent or held of the £1.00 budget; £0.60 is left" in html
+    assert 'data-testid="spent-or-held"' in html and 'data-testid="budget-held"' in html
     assert 'data-testid="set-budget"' in html
+
+
+def test_the_pause_and_the_budget_are_shown_with_the_figures_of_now(client, owner, pounds):
+    job = paused(owner)  # paused when its unit held 0.40 GBP, with the words of that moment
+    UnitCharge.objects.filter(job=job).update(settled_at=timezone.now(), cost=Decimal("0.0042"))
+    client.force_login(owner)
+
+    html = client.get(reverse("job_detail", args=[job.pk])).content.decode()
+
+    assert "0.30 GBP" not in html and "£0.40" not in html  # the words kept at the pause are the event's
+    # (how an amount under a penny is written is the money filter's: the figures are what count here)
+    assert "is spent or held of the £1.00 budget" in html
+    held = html.split('data-testid="budget-held">')[1].split("</dd>")[0]
+    assert ">£0.00<" in held and "in flight" not in held
+
+
+def test_a_budget_of_a_tenth_of_a_penny_is_refused_with_its_rule_on_the_job_page(client, owner, pounds):
+    job = paused(owner)
+    client.force_login(owner)
+
+    refused = client.post(reverse("job_budget", args=[job.pk]), {"budget": "0.001"}, follow=True)
+
+    assert "A budget has at most two decimal places and is at least 0.01." in refused.content.decode()
+    assert Job.objects.get(pk=job.pk).budget == Decimal("1.00")
 
 
 def test_raising_the_budget_on_the_job_page_lets_it_go_on(client, owner, pounds):

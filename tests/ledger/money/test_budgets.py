@@ -3,25 +3,44 @@ pass the budget is not sent (the job pauses), returned usage settles the reserva
 refusal pauses the job, and two clusters sending at once never pass the budget together."""
 
 import json
+import math
 import threading
 from decimal import Decimal
 
+import httpx
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from ledger.actions.budgeting import BudgetReached, reserve
+from ledger.actions.budgeting import (
+    MEASURED_OUTPUT_MARGIN,
+    MEASURED_OUTPUT_SPARE_TOKENS,
+    BudgetReached,
+    next_request_need,
+    reserve,
+    resume_when_it_fits,
+)
 from ledger.actions.collecting import poll_submission
 from ledger.actions.core import NotAllowed
 from ledger.actions.job_states import refresh_job_state
 from ledger.actions.jobs import resume_job, set_budget
 from ledger.actions.submitting import build_requests, plan_submissions, send_submission
-from ledger.models import Event, GeneratedVersion, Item, Job, PauseReason, Submission, UnitCharge
+from ledger.models import (
+    Event,
+    GeneratedVersion,
+    Item,
+    Job,
+    PauseReason,
+    PromptVersion,
+    Submission,
+    UnitCharge,
+)
 from ledger.money import budgets
 from ledger.money.pricing import job_cost, price_for
-from ledger.states import ItemState, JobState, SubmissionState
+from ledger.states import ItemState, JobState, ReasonCode, SubmissionState
 from ledger.tasks import claim_due_submissions
-from tests.factories import JobFactory, ProductFactory
+from tests.factories import JobFactory, ProductFactory, add_version
 from tests.provider_emulators import BY_NAME, ONE_PER_PROTOCOL, serving
 
 pytestmark = pytest.mark.django_db
@@ -253,3 +272,215 @@ def test_a_job_cancelled_after_its_unit_was_planned_stays_cancelled_and_holds_no
     assert Job.objects.get(pk=job.pk).state == JobState.CANCELLED
     assert not UnitCharge.objects.filter(submission_id=unit).exists()
     assert not Event.objects.filter(job_id=job.pk, to_state=JobState.PAUSED).exists()
+
+
+# --- budgets that flow (issue 27 point 5) --------------------------------------------------------
+
+
+def sent_max_tokens(emulator, submission_id: int) -> list[int]:
+    """The `max_completion_tokens` of each request the emulator received in the unit, read back over
+    its own HTTP API (the batch's input file)."""
+    ref = Submission.objects.get(pk=submission_id).provider_ref
+    with httpx.Client(base_url=emulator.base_url, headers={"Authorization": "Bearer k"}) as client:
+        batch = client.get(f"/batches/{ref}").json()
+        lines = client.get(f"/files/{batch['input_file_id']}/content").text.splitlines()
+    return [json.loads(line)["body"]["max_completion_tokens"] for line in lines if line.strip()]
+
+
+def measured(job: Job, *output_tokens: int) -> None:
+    """Drafts of `job` that produced these output tokens (settled units' drafts, as measured)."""
+    for tokens in output_tokens:
+        product = ProductFactory()
+        item = Item.objects.create(job=job, product=product, source_revision=product.current_revision)
+        GeneratedVersion.objects.filter(pk=add_version(item).pk).update(output_tokens=tokens)
+
+
+def test_a_budgeted_job_sends_max_tokens_lowered_to_the_largest_output_measured(pounds, emulator, provider):
+    # A pilot of the same prompt version, provider and model measured answers of 60 and 100 tokens.
+    pilot = JobFactory()
+    measured(pilot, 60, 100)
+    measured(JobFactory(model="gpt-4o"), 500)  # another model's answers say nothing of this one's
+    job = job_with_items(3, unit_size=3, budget=Decimal("100.00"))
+    [unit] = plan_submissions(job.pk)
+    lowered = math.ceil(100 * MEASURED_OUTPUT_MARGIN) + MEASURED_OUTPUT_SPARE_TOKENS
+    assert lowered == 141 < job.prompt_version.max_output_tokens == 600
+    assert budgets.worst_case(build_requests(Submission.objects.get(pk=unit))).output_tokens == 3 * lowered
+    expected = unit_worst_case_pounds(unit)
+
+    assert send_submission(unit, provider=provider) == "sent"
+
+    assert sent_max_tokens(emulator, unit) == [lowered] * 3
+    # The hold is the worst case of the requests as sent: at the lowered max_tokens.
+    assert UnitCharge.objects.get(submission_id=unit).reserved == expected.quantize(Decimal("0.000001"))
+
+
+def test_max_tokens_is_the_prompts_without_a_budget_or_before_anything_was_measured(
+    pounds, emulator, provider
+):
+    unmeasured = job_with_items(2, unit_size=2, budget=Decimal("100.00"))
+    [first] = plan_submissions(unmeasured.pk)
+    assert send_submission(first, provider=provider) == "sent"
+    measured(JobFactory(), 100)
+    unbudgeted = job_with_items(2, unit_size=2, budget=None)
+    [second] = plan_submissions(unbudgeted.pk)
+
+    with CaptureQueriesContext(connection) as queries:
+        build_requests(Submission.objects.select_related("job__prompt_version").get(pk=second))
+    assert send_submission(second, provider=provider) == "sent"
+
+    assert sent_max_tokens(emulator, first) == [600, 600]
+    assert sent_max_tokens(emulator, second) == [600, 600]
+    assert not [q for q in queries.captured_queries if "MAX(" in q["sql"].upper()]  # no measure asked for
+
+
+def test_a_hold_at_the_lowered_max_tokens_is_close_to_what_the_unit_costs(pounds, clock, emulator, provider):
+    first = job_with_items(5, unit_size=5, budget=Decimal("1000.00"))
+    [unmeasured] = plan_submissions(first.pk)
+    send_submission(unmeasured, provider=provider)
+    collect(clock, unmeasured, provider)
+    second = job_with_items(5, unit_size=5, budget=Decimal("1000.00"))
+    [lowered] = plan_submissions(second.pk)
+    send_submission(lowered, provider=provider)
+    collect(clock, lowered, provider)
+
+    before, after = (UnitCharge.objects.get(submission_id=unit) for unit in (unmeasured, lowered))
+    largest = max(
+        GeneratedVersion.objects.filter(submission_id=unmeasured).values_list("output_tokens", flat=True)
+    )
+    assert sent_max_tokens(emulator, lowered) == [math.ceil(largest * MEASURED_OUTPUT_MARGIN) + 16] * 5
+    # At max_tokens 600 a unit held 12 times what it cost; at the measured limit 4 times, the rest being
+    # its input counted at a token a byte (the emulator's words are few tokens for their bytes).
+    assert before.reserved > 10 * before.cost
+    assert after.reserved < 5 * after.cost
+    assert after.reserved < before.reserved / 3
+
+
+def test_a_unit_that_does_not_fit_sends_the_head_that_fits_and_plans_the_rest_again(
+    pounds, emulator, provider
+):
+    job = job_with_items(4, unit_size=4, budget=Decimal("100.00"))
+    [unit] = plan_submissions(job.pk)
+    submission = Submission.objects.select_related("job__prompt_version").get(pk=unit)
+    two = budgets.worst_case(build_requests(submission)[:2])
+    usd = (
+        price_for("emulator", "gpt-4o-mini")
+        .cost(two.input_tokens, two.output_tokens)
+        .quantize(Decimal("0.000001"))
+    )
+    # Room for two requests' worst case, not three.
+    Job.objects.filter(pk=job.pk).update(
+        budget=(usd * RATE).quantize(Decimal("0.01"), rounding="ROUND_CEILING")
+    )
+
+    assert send_submission(unit, provider=provider) == "sent"
+
+    assert emulator.stats()["batches"] == 1
+    assert len(sent_max_tokens(emulator, unit)) == 2
+    assert UnitCharge.objects.get(submission_id=unit).requests == 2
+    assert Job.objects.get(pk=job.pk).state != JobState.PAUSED
+    assert Item.objects.filter(submission_id=unit, state=ItemState.SUBMITTED).count() == 2
+    # The other two wait to be planned into a unit of their own; sent, not one of it fits: the job pauses.
+    waiting = Item.objects.filter(job=job, state=ItemState.PREPARED, submission__isnull=True)
+    assert waiting.count() == 2
+    [rest] = plan_submissions(job.pk)
+    assert send_submission(rest, provider=provider) == "paused"
+    assert Job.objects.get(pk=job.pk).pause_reason == PauseReason.BUDGET_REACHED
+    assert budgets.committed(job.pk) <= Job.objects.get(pk=job.pk).budget
+
+
+def paused_with_one_unit_in_flight(provider) -> tuple[Job, int, int]:
+    """A job of two units whose budget holds the first unit's worst case and a little: the second
+    does not fit, not even one request of it, so the job pauses with the first in flight."""
+    job = job_with_items(4, unit_size=2, budget=Decimal("100.00"))
+    first, second = plan_submissions(job.pk)
+    Job.objects.filter(pk=job.pk).update(
+        budget=(unit_worst_case_pounds(first) * Decimal("1.05")).quantize(Decimal("0.01"))
+    )
+    assert send_submission(first, provider=provider) == "sent"
+    assert send_submission(second, provider=provider) == "paused"
+    return Job.objects.get(pk=job.pk), first, second
+
+
+def test_a_job_its_budget_paused_resumes_by_itself_once_a_settled_unit_frees_enough(
+    pounds, clock, emulator, provider
+):
+    job, first, second = paused_with_one_unit_in_flight(provider)
+    assert job.state == JobState.PAUSED
+
+    collect(clock, first, provider)  # settles far below its hold
+
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING and job.pause_reason == ""
+    resumed = Event.objects.filter(job=job, item=None, from_state=JobState.PAUSED).get()
+    assert resumed.actor_name == "system"
+    assert resumed.reason.startswith("Resumed by itself: settled units freed enough of the budget")
+    assert resumed.data["resumed"] == "budget_freed"
+    assert Decimal(resumed.data["next_needs"]) <= Decimal(resumed.data["left"])
+    assert Submission.objects.get(pk=second).claimed_until is None  # the next pass sends it
+    assert send_submission(second, provider=provider) == "sent"
+    assert budgets.committed(job.pk) <= job.budget
+
+
+def test_a_job_stays_paused_while_what_settles_frees_too_little(pounds, emulator, provider):
+    job, first, _ = paused_with_one_unit_in_flight(provider)
+    charge = UnitCharge.objects.get(submission_id=first)
+    # The unit cost all it held: settling it frees nothing.
+    UnitCharge.objects.filter(pk=charge.pk).update(settled_at=timezone.now(), cost=charge.reserved)
+
+    assert resume_when_it_fits(job.pk) is False
+
+    assert Job.objects.get(pk=job.pk).state == JobState.PAUSED
+    assert not Event.objects.filter(job=job, from_state=JobState.PAUSED).exists()
+
+
+def test_what_a_paused_job_waits_for_is_told_with_the_figures_of_now(pounds, emulator, provider):
+    job, first, _ = paused_with_one_unit_in_flight(provider)
+    held = UnitCharge.objects.get(submission_id=first).reserved
+    figures = budgets.figures(job, next_needs=next_request_need(job))
+
+    assert (figures.spent, figures.held, figures.in_flight) == (Decimal("0.000000"), held, 1)
+    assert figures.left == job.budget - held
+    assert not figures.next_fits and figures.short > 0
+    told = figures.waiting_for()
+    assert told.startswith(
+        f"Waiting for 1 unit in flight to settle: {held} GBP held; the next request needs up to"
+    )
+    assert f"{figures.left} GBP is left" in told
+    # The words kept at the pause are the event's; once the unit is in flight no longer, the words change.
+    UnitCharge.objects.filter(submission_id=first).update(settled_at=timezone.now(), cost=held)
+    told_now = budgets.figures(job, next_needs=next_request_need(job)).waiting_for()
+    assert told_now.startswith("Nothing in flight will free any of the budget")
+    assert "Raise the budget by at least" in told_now
+
+
+def test_a_lowered_max_tokens_that_cut_a_draft_off_has_it_drafted_again_at_the_prompts_own(
+    pounds, clock, emulator, provider
+):
+    measured(JobFactory(), 8)  # a short answer measured: the limit becomes 26 tokens
+    job = job_with_items(2, unit_size=2, budget=Decimal("100.00"))
+    [unit] = plan_submissions(job.pk)
+    assert send_submission(unit, provider=provider) == "sent"
+    assert sent_max_tokens(emulator, unit) == [26, 26]
+
+    collect(clock, unit, provider)  # every answer ran into the 26 tokens
+
+    items = Item.objects.filter(job=job)
+    assert set(items.values_list("state", "reason_code")) == {(ItemState.PREPARED, ReasonCode.TRUNCATED)}
+    assert set(items.values_list("inference_attempt", flat=True)) == {2}
+    [again] = plan_submissions(job.pk)
+    assert send_submission(again, provider=provider) == "sent"
+    assert sent_max_tokens(emulator, again) == [600, 600]
+    collect(clock, again, provider)
+    assert set(items.values_list("state", flat=True)) == {ItemState.AWAITING_REVIEW}
+
+
+def test_a_draft_cut_off_at_the_prompts_own_max_tokens_is_not_drafted_again(
+    pounds, clock, emulator, provider
+):
+    PromptVersion.objects.filter(task="product_description", version=1).update(max_output_tokens=20)
+    job = job_with_items(1, unit_size=1, budget=Decimal("100.00"))
+    [unit] = plan_submissions(job.pk)
+    send_submission(unit, provider=provider)
+    collect(clock, unit, provider)
+
+    assert Item.objects.get(job=job).state == ItemState.VALIDATION_FAILED
