@@ -26,6 +26,7 @@ READ_ONLY = {
     "job_notifications",
     "job_export",
     "job_charges",
+    "job_costs",
 }
 
 
