@@ -1079,6 +1079,9 @@ class UnitCharge(models.Model):
     reserved_at = models.DateTimeField(default=timezone.now)
     input_tokens = models.BigIntegerField(default=0)
     output_tokens = models.BigIntegerField(default=0)
+    # The longest answer among the unit's drafts, in output tokens, kept as it settles: what a job with
+    # a budget lowers its `max_tokens` to (`actions.budgeting.output_cap`) without reading every draft.
+    largest_output = models.PositiveIntegerField(null=True, blank=True)
     cost_usd = models.DecimalField(max_digits=20, decimal_places=6, null=True, blank=True)
     cost = models.DecimalField(max_digits=20, decimal_places=6, null=True, blank=True)
     settled_at = models.DateTimeField(null=True, blank=True)

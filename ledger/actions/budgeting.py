@@ -12,7 +12,7 @@ from django.db import transaction
 from django.db.models import F, Max
 
 from ..drafts.scrubbing import stored_text
-from ..models import GeneratedVersion, Item, Job, PauseReason, Submission
+from ..models import Item, Job, PauseReason, Submission, UnitCharge
 from ..money import budgets
 from ..providers import capabilities
 from ..providers.base import Delivery
@@ -37,19 +37,21 @@ def output_cap(job: Job) -> int:
     produced, with a margin; never above the prompt version's, and not lowered before anything was
     measured. One query, for a job with a budget only. Not lowered where a draft's output cannot be
     measured or its cut-off told (usage only for the whole unit), nor where requests are sent as the
-    unit is collected (a server answering each request: the cap would be judged twice)."""
+    unit is collected (a server answering each request: the cap would be judged twice). Read from the
+    settled units' longest answers (`UnitCharge.largest_output`), one row a unit: not every draft of
+    every such job, which a million-item job would read again for each unit it sends."""
     prompt_cap = job.prompt_version.max_output_tokens
     if job.budget is None:
         return prompt_cap
     provider = capabilities(job.provider)
     if not provider.usage_per_request or provider.delivery == Delivery.PER_REQUEST:
         return prompt_cap
-    largest = GeneratedVersion.objects.filter(
-        item__job__prompt_version_id=job.prompt_version_id,
-        item__job__provider=job.provider,
-        item__job__model=job.model,
-        output_tokens__gt=0,
-    ).aggregate(largest=Max("output_tokens"))["largest"]
+    largest = UnitCharge.objects.filter(
+        job__prompt_version_id=job.prompt_version_id,
+        job__provider=job.provider,
+        job__model=job.model,
+        largest_output__gt=0,
+    ).aggregate(largest=Max("largest_output"))["largest"]
     if largest is None:
         return prompt_cap
     lowered = math.ceil(largest * MEASURED_OUTPUT_MARGIN) + MEASURED_OUTPUT_SPARE_TOKENS

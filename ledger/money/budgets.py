@@ -304,7 +304,7 @@ def settle(submission: Submission) -> UnitCharge | None:
     charge = UnitCharge.objects.select_related("job__prompt_version").filter(submission=submission).first()
     if charge is None or charge.settled_at is not None:
         return None
-    input_tokens, output_tokens = unit_usage(submission.pk)
+    input_tokens, output_tokens, largest_output = unit_usage(submission.pk)
     price = price_for(submission.provider, submission.model)
     cost_usd = price.cost(input_tokens, output_tokens).quantize(PLACES) if price else None
     today = timezone.localdate()
@@ -312,6 +312,7 @@ def settle(submission: Submission) -> UnitCharge | None:
     settled = UnitCharge.objects.filter(pk=charge.pk, settled_at__isnull=True).update(
         input_tokens=input_tokens,
         output_tokens=output_tokens,
+        largest_output=largest_output,
         cost_usd=cost_usd,
         cost=convert(cost_usd, rate) if cost_usd is not None else None,
         rate=rate.per_usd if rate else None,
@@ -322,20 +323,22 @@ def settle(submission: Submission) -> UnitCharge | None:
     return charge if settled else None
 
 
-def unit_usage(submission_id: int) -> tuple[int, int]:
+def unit_usage(submission_id: int) -> tuple[int, int, int | None]:
     """Tokens of the drafts the unit returned, found through its entries (versions are not indexed
-    by their submission): one probe per request."""
+    by their submission): one probe per request. In all, in and out, and the longest answer's (None
+    when no draft returned)."""
     versions = GeneratedVersion._meta.db_table
     entries = SubmissionItem._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT COALESCE(SUM(v.input_tokens), 0), COALESCE(SUM(v.output_tokens), 0) "
+            f"SELECT COALESCE(SUM(v.input_tokens), 0), COALESCE(SUM(v.output_tokens), 0), "
+            f"MAX(v.output_tokens) "
             f"FROM {entries} e JOIN {versions} v ON v.item_id = e.item_id AND v.custom_id = e.custom_id "
             f"WHERE e.submission_id = %s AND v.submission_id = %s",
             [submission_id, submission_id],
         )
-        input_tokens, output_tokens = cursor.fetchone()
-    return int(input_tokens), int(output_tokens)
+        input_tokens, output_tokens, largest = cursor.fetchone()
+    return int(input_tokens), int(output_tokens), largest
 
 
 def settled_spend_by_currency() -> dict[str, Decimal]:

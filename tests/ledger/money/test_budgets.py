@@ -288,11 +288,27 @@ def sent_max_tokens(emulator, submission_id: int) -> list[int]:
 
 
 def measured(job: Job, *output_tokens: int) -> None:
-    """Drafts of `job` that produced these output tokens (settled units' drafts, as measured)."""
+    """Drafts of `job` that produced these output tokens, in a unit settled as `budgets.settle` keeps
+    it: its longest answer on its charge."""
+    unit = Submission.objects.create(
+        job=job,
+        provider=job.provider,
+        model=job.model,
+        intent_key=f"bd_measured_{job.pk}_{len(output_tokens)}",
+    )
     for tokens in output_tokens:
         product = ProductFactory()
         item = Item.objects.create(job=job, product=product, source_revision=product.current_revision)
-        GeneratedVersion.objects.filter(pk=add_version(item).pk).update(output_tokens=tokens)
+        GeneratedVersion.objects.filter(pk=add_version(item).pk).update(output_tokens=tokens, submission=unit)
+    UnitCharge.objects.create(
+        job=job,
+        submission=unit,
+        currency="GBP",
+        reserved_usd=Decimal(0),
+        output_tokens=sum(output_tokens),
+        largest_output=max(output_tokens),
+        settled_at=timezone.now(),
+    )
 
 
 def test_a_budgeted_job_sends_max_tokens_lowered_to_the_largest_output_measured(pounds, emulator, provider):
@@ -347,6 +363,7 @@ def test_a_hold_at_the_lowered_max_tokens_is_close_to_what_the_unit_costs(pounds
     largest = max(
         GeneratedVersion.objects.filter(submission_id=unmeasured).values_list("output_tokens", flat=True)
     )
+    assert before.largest_output == largest  # kept as the unit settled
     assert sent_max_tokens(emulator, lowered) == [math.ceil(largest * MEASURED_OUTPUT_MARGIN) + 16] * 5
     # At max_tokens 600 a unit held 12 times what it cost; at the measured limit 4 times, the rest being
     # its input counted at a token a byte (the emulator's words are few tokens for their bytes).
