@@ -98,13 +98,13 @@ def measured_estimate(prompt: PromptVersion, provider: str, model: str) -> Reque
 
 
 def measured_words(basis: EstimateBasis, drafts: dict, references: dict[int, str]) -> str:
-    """ "measured on 180 first drafts of pilot P-1", "… of 3 earlier jobs of this prompt version and model"."""
+    """ "measured on 180 first drafts of pilot P-1", "… of 3 jobs of this prompt version and model"."""
     count = drafts["drafts"]
     if drafts["first_job"] == drafts["last_job"]:
-        kind = "pilot" if basis == EstimateBasis.PILOT else "earlier job"
+        kind = "pilot" if basis == EstimateBasis.PILOT else "job"
         measured = f"{kind} {references[drafts['first_job']]}"
     else:
-        kind = "pilots" if basis == EstimateBasis.PILOT else "earlier jobs"
+        kind = "pilots" if basis == EstimateBasis.PILOT else "jobs"
         measured = f"{drafts['jobs']} {kind} of this prompt version and model"
     words = f"measured on {count:,} first draft{'s' if count != 1 else ''} of {measured}"
     if count == MEASURED_DRAFTS:
