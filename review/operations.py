@@ -291,7 +291,9 @@ def retry_cost(items: list[Item]) -> RetryCost:
         ).values_list("title", "fields")
         per_request = request_estimate(job.prompt_version, sample, provider=job.provider, model=job.model)
         cost = work_cost(price_for(job.provider, job.model), len(job_items), per_request)
-        sources.append(f"job {job.reference}: {per_request.source}")
+        sources.append(
+            per_request.source if len(by_job) == 1 else f"job {job.reference}: {per_request.source}"
+        )
         total = None if cost is None or total is None else total + cost
     return RetryCost(total, sources)
 
@@ -306,7 +308,7 @@ def same_version_warning(items: list[Item]) -> str:
     cost = retry_cost(unusable)
     n = len(unusable)
     price = (
-        f"about {shown_money_text(cost.amount)} ({'; '.join(cost.sources)})"
+        f"about {shown_money_text(cost.amount)}, {'; '.join(cost.sources)}"
         if cost.amount is not None
         else "an unknown amount (no price for the model)"
     )
