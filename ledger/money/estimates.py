@@ -98,7 +98,8 @@ def measured_estimate(prompt: PromptVersion, provider: str, model: str) -> Reque
 
 
 def measured_words(basis: EstimateBasis, drafts: dict, references: dict[int, str]) -> str:
-    """ "measured on 180 first drafts of pilot P-1", "… of 3 jobs of this prompt version and model"."""
+    """The basis in words: 'measured on 180 first drafts of pilot P-1', or '… of 3 jobs of this prompt
+    version and model'."""
     count = drafts["drafts"]
     if drafts["first_job"] == drafts["last_job"]:
         kind = "pilot" if basis == EstimateBasis.PILOT else "job"
@@ -122,7 +123,7 @@ def template_estimate(prompt: PromptVersion, contents: Iterable[tuple[str, dict]
         output_tokens=prompt.max_output_tokens // 2,
         basis=EstimateBasis.TEMPLATE,
         source=(
-            f"no drafts measured yet for {prompt} on this model: from the template and "
+            f"not measured yet for {prompt} on this model: guessed from the template and "
             f"max_tokens {prompt.max_output_tokens}"
         ),
     )

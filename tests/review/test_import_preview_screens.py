@@ -91,7 +91,7 @@ def test_the_preview_estimates_the_work_queued_again_from_the_drafts_measured(cl
     sources = re.findall(r'data-testid="rework-estimate-source">([^<]*)<', page)
     assert sources == [
         "measured on 1 first draft of job spring",
-        "no drafts measured yet for product_description v1 on this model: from the template and max_tokens 600",
+        "not measured yet for product_description v1 on this model: guessed from the template and max_tokens 600",
     ]
     spring = next(job for job in report_of(stored).rework.values() if job.reference == "spring")
     assert spring.cost == price_for("emulator", "gpt-4o-mini").cost(1_000, 400).quantize(Decimal("0.000001"))

@@ -55,7 +55,7 @@ def test_the_item_page_offers_each_prompt_version_with_its_cost_to_an_operator(
     assert "for one request" in html and 'about <span class="money"' in html
     # Version 1 was measured on this draft; version 2 has measured nothing yet.
     assert re.findall(r'data-testid="regenerate-estimate-source">\(([^<]*)\)<', html) == [
-        "no drafts measured yet for product_description v2 on this model: from the template and max_tokens 600",
+        "not measured yet for product_description v2 on this model: guessed from the template and max_tokens 600",
         f"measured on 1 first draft of job {unusable.job.reference}",
     ]
     client.force_login(owner)

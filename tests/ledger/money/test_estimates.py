@@ -41,7 +41,7 @@ def test_with_nothing_measured_the_template_and_max_tokens_say_so(prompt):
     assert guessed.output_tokens == prompt.max_output_tokens // 2 == 300
     assert guessed.input_tokens > 50
     assert guessed.source == (
-        "no drafts measured yet for product_description v1 on this model: from the template and max_tokens 600"
+        "not measured yet for product_description v1 on this model: guessed from the template and max_tokens 600"
     )
 
 
