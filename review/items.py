@@ -100,23 +100,31 @@ def may_regenerate(user, item: Item) -> bool:
 @dataclass(frozen=True)
 class PromptChoice:
     """A prompt version an unusable or rejected draft may be asked again with, and what one request
-    with it is expected to cost (the provider's currency; None without a known price)."""
+    with it is expected to cost (the provider's currency; None without a known price) and on what
+    that rests, in words (`ledger.money.estimates`)."""
 
     prompt: PromptVersion
     cost: Decimal | None
     used: bool  # the version the draft was written with
+    estimate_source: str
 
 
 def regenerate_choices(item: Item) -> list[PromptChoice]:
     job = item.job
     price = price_for(job.provider, job.model)
     sample = [(item.product.current_revision.title, item.product.current_revision.fields)]
-    return [
-        PromptChoice(
-            prompt, work_cost(price, 1, request_estimate(prompt, sample)), prompt.pk == job.prompt_version_id
+    choices = []
+    for prompt in PromptVersion.objects.filter(task=job.task).order_by("-version"):
+        per_request = request_estimate(prompt, sample, provider=job.provider, model=job.model)
+        choices.append(
+            PromptChoice(
+                prompt,
+                work_cost(price, 1, per_request),
+                prompt.pk == job.prompt_version_id,
+                per_request.source,
+            )
         )
-        for prompt in PromptVersion.objects.filter(task=job.task).order_by("-version")
-    ]
+    return choices
 
 
 @require_POST

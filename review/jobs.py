@@ -30,7 +30,7 @@ from ledger.models import Event, GeneratedVersion, Item, ItemTally, Job, PauseRe
 from ledger.money import budgets
 from ledger.money.budgets import BudgetFigures
 from ledger.money.currency import business_currency, in_business_currency
-from ledger.money.estimates import request_estimate
+from ledger.money.estimates import RequestEstimate, request_estimate
 from ledger.money.pricing import PLACES, DraftSpend, Price, job_cost, price_for, priced_spend, unknown_price
 from ledger.providers import answers_at_once, capabilities
 from ledger.states import ItemState, JobState, SubmissionState, waiting_for_operator
@@ -161,16 +161,16 @@ ESTIMATE_SAMPLE = 50
 class Estimate:
     """What a job would cost before it starts, from `ledger.money.pricing` at the batch price.
 
-    Tokens per request as `ledger.money.estimates.request_estimate` guesses them (the one rule, shared
-    with an import's preview and a regeneration's cost), over a sample of the products. A model
-    without a known price has no cost: `price_note` says so.
+    Tokens per request as `ledger.money.estimates.request_estimate` finds them (the one rule, shared
+    with an import's preview, a retry's and a regeneration's cost): measured on the prompt version and
+    model's pilot or earlier jobs, else guessed over a sample of the products; `per_request` says
+    which. A model without a known price has no cost: `price_note` says so.
     """
 
     requests: int
     submissions: int
     sample_size: int
-    input_tokens_per_request: int
-    output_tokens_per_request: int
+    per_request: RequestEstimate
     price: Price | None
     provider: str
     model: str
@@ -185,6 +185,14 @@ class Estimate:
             return False
         shown = in_business_currency(self.cost)
         return shown.converted and shown.amount > self.budget
+
+    @property
+    def input_tokens_per_request(self) -> int:
+        return self.per_request.input_tokens
+
+    @property
+    def output_tokens_per_request(self) -> int:
+        return self.per_request.output_tokens
 
     @property
     def input_tokens(self) -> int:
@@ -211,13 +219,11 @@ def estimate_job(form: JobStartForm) -> Estimate:
     requests = form.products.count()
     sample = form.products.select_related("current_revision").order_by("sku")[:ESTIMATE_SAMPLE]
     contents = [(product.current_revision.title, product.current_revision.fields) for product in sample]
-    per_request = request_estimate(prompt, contents)
     return Estimate(
         requests=requests,
         submissions=math.ceil(requests / data["unit_size"]),
         sample_size=len(contents),
-        input_tokens_per_request=per_request.input_tokens,
-        output_tokens_per_request=per_request.output_tokens,
+        per_request=request_estimate(prompt, contents, provider=data["provider"], model=data["model"]),
         price=price_for(data["provider"], data["model"]),
         provider=data["provider"],
         model=data["model"],

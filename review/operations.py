@@ -268,25 +268,34 @@ def operations(request: HtmxHttpRequest) -> HttpResponse:
 ESTIMATE_SAMPLE = 20
 
 
-def retry_cost(items: list[Item]) -> Decimal | None:
-    """What sending these items to the model again would cost (the provider's currency), estimated as a
-    job's cost is before it starts (ledger.money.estimates); None when a job's model has no known price."""
+@dataclass(frozen=True)
+class RetryCost:
+    """What sending items to the model again would cost (the provider's currency; None when a job's
+    model has no known price), and what each job's estimate rests on, in words."""
+
+    amount: Decimal | None
+    sources: list[str]
+
+
+def retry_cost(items: list[Item]) -> RetryCost:
+    """Estimated as a job's cost is before it starts (ledger.money.estimates)."""
     by_job: dict[int, list[Item]] = defaultdict(list)
     for item in items:
         by_job[item.job_id].append(item)
-    total = Decimal(0)
+    total: Decimal | None = Decimal(0)
+    sources = []
     for job_items in by_job.values():
         job = job_items[0].job
         sample = SourceRevision.objects.filter(
             pk__in=[item.source_revision_id for item in job_items[:ESTIMATE_SAMPLE]]
         ).values_list("title", "fields")
-        cost = work_cost(
-            price_for(job.provider, job.model), len(job_items), request_estimate(job.prompt_version, sample)
+        per_request = request_estimate(job.prompt_version, sample, provider=job.provider, model=job.model)
+        cost = work_cost(price_for(job.provider, job.model), len(job_items), per_request)
+        sources.append(
+            per_request.source if len(by_job) == 1 else f"job {job.reference}: {per_request.source}"
         )
-        if cost is None:
-            return None
-        total += cost
-    return total
+        total = None if cost is None or total is None else total + cost
+    return RetryCost(total, sources)
 
 
 def same_version_warning(items: list[Item]) -> str:
@@ -299,8 +308,8 @@ def same_version_warning(items: list[Item]) -> str:
     cost = retry_cost(unusable)
     n = len(unusable)
     price = (
-        f"about {shown_money_text(cost)}"
-        if cost is not None
+        f"about {shown_money_text(cost.amount)}, {'; '.join(cost.sources)}"
+        if cost.amount is not None
         else "an unknown amount (no price for the model)"
     )
     return (

@@ -125,7 +125,15 @@ class ItemFactory(factory.django.DjangoModelFactory):
         return item
 
 
-def add_version(item: Item, content: str = "", *, valid: bool = True, reasons=None) -> GeneratedVersion:
+def add_version(
+    item: Item,
+    content: str = "",
+    *,
+    valid: bool = True,
+    reasons=None,
+    input_tokens: int = 120,
+    output_tokens: int = 60,
+) -> GeneratedVersion:
     content = content or (
         f"A sturdy board made from oak for {item.product.sku}. It measures 40 x 25 cm and suits daily use."
     )
@@ -137,8 +145,8 @@ def add_version(item: Item, content: str = "", *, valid: bool = True, reasons=No
         content=content,
         raw_output=content,
         content_hash=content_hash(content),
-        input_tokens=120,
-        output_tokens=60,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
         valid=valid,
         validation_reasons=reasons or [],
     )

@@ -80,6 +80,8 @@ class JobRework:
     withdrawn: int = 0
     cost: Decimal | None = None
     price_note: str = ""
+    # What the estimate's tokens rest on, in words (`ledger.money.estimates`): measured, or the template.
+    estimate_source: str = ""
     # A few of the products queued again, (title, fields), to estimate the size of their prompts.
     sample: list[tuple[str, dict]] = field(default_factory=list, repr=False)
 

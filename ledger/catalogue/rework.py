@@ -15,6 +15,9 @@ def price_rework(report: ImportReport) -> None:
         rework.reference = job.reference
         if not rework.requeued:
             continue
-        per_request = request_estimate(job.prompt_version, rework.sample)
+        per_request = request_estimate(
+            job.prompt_version, rework.sample, provider=job.provider, model=job.model
+        )
         rework.cost = work_cost(price_for(job.provider, job.model), rework.requeued, per_request)
+        rework.estimate_source = per_request.source
         rework.price_note = price_note(job.provider, job.model)

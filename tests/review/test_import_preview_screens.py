@@ -4,16 +4,19 @@ at a preview (counts, changed fields, the unfinished jobs' items and the estimat
 is queued until the person confirms; past imports are listed, newest first."""
 
 import re
+from decimal import Decimal
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from ledger.catalogue import import_catalogue
+from ledger.catalogue.uploads import report_of
 from ledger.models import CatalogueImport, CatalogueImportChunk, Event, ImportState, Item, Product
+from ledger.money.pricing import price_for
 from ledger.states import ItemState
 from ledger.tasks import import_catalogue_file
-from tests.factories import ItemFactory, JobFactory
+from tests.factories import ItemFactory, JobFactory, add_version
 
 pytestmark = pytest.mark.django_db
 
@@ -71,6 +74,27 @@ def lamp_at_work(lamp):
     product = Product.objects.get(sku="LAMP-1")
     ItemFactory(job=JobFactory(reference="spring"), product=product, state=ItemState.AWAITING_REVIEW)
     ItemFactory(job=JobFactory(reference="summer"), product=product, state=ItemState.PREPARED)
+
+
+def test_the_preview_estimates_the_work_queued_again_from_the_drafts_measured(client, owner, lamp):
+    product = Product.objects.get(sku="LAMP-1")
+    drafted = ItemFactory(
+        job=JobFactory(reference="spring"), product=product, state=ItemState.AWAITING_REVIEW
+    )
+    add_version(drafted, input_tokens=1_000, output_tokens=400)
+    ItemFactory(job=JobFactory(reference="summer", model="gpt-4o"), product=product, state=ItemState.PREPARED)
+    client.force_login(owner)
+
+    stored = send(client, PRICES)
+
+    page = client.get(reverse("import_detail", args=[stored.pk])).content.decode()
+    sources = re.findall(r'data-testid="rework-estimate-source">([^<]*)<', page)
+    assert sources == [
+        "measured on 1 first draft of job spring",
+        "not measured yet for product_description v1 on this model: guessed from the template and max_tokens 600",
+    ]
+    spring = next(job for job in report_of(stored).rework.values() if job.reference == "spring")
+    assert spring.cost == price_for("emulator", "gpt-4o-mini").cost(1_000, 400).quantize(Decimal("0.000001"))
 
 
 def test_a_csv_with_some_columns_changes_only_those_on_the_screen(client, owner, lamp):

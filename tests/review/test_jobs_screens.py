@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from ledger.actions.prompts import make_prompt_current
-from ledger.models import Event, Item, Job, ProductStatus, PromptVersion, Submission
+from ledger.models import Event, Item, Job, Pilot, ProductStatus, PromptVersion, Submission
 from ledger.money.pricing import price_for
 from ledger.states import ItemState, JobState, SubmissionState
 from review.jobs import SUBMISSIONS_PER_PAGE
@@ -144,6 +144,40 @@ def test_the_estimate_step_shows_requests_and_cost_and_starts_nothing(client, ow
     assert "50% batch discount" in html
     assert 'value="start"' in html  # the confirm step offers to start
     assert ledger_size() == before
+
+
+def basis_of(html: str) -> tuple[str, str]:
+    """The estimate's basis and its words, as the start screen shows them."""
+    found = re.search(r'data-testid="estimate-basis" data-basis="(\w+)">\s*Tokens ([^<]*?)\.\s*</p>', html)
+    return found[1], found[2]
+
+
+def test_the_estimate_uses_the_tokens_measured_on_a_pilot_and_says_so(client, owner, products):
+    client.force_login(owner)
+    guessed = client.post(reverse("job_start"), start())
+    assert basis_of(guessed.content.decode()) == (
+        "template",
+        "not measured yet for product_description v1 on this model: guessed from the template and max_tokens 600",
+    )
+    pilot = JobFactory(reference="PILOT-7")
+    Pilot.objects.create(job=pilot, per_stratum=1, strata=["category"], seed=1)
+    for input_tokens, output_tokens in [(210, 70), (230, 90)]:
+        add_version(
+            ItemFactory(job=pilot, awaiting_review=True),
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+        )
+
+    measured = client.post(reverse("job_start"), start())
+
+    html = measured.content.decode()
+    assert basis_of(html) == ("pilot", "measured on 2 first drafts of pilot PILOT-7")
+    estimate = measured.context["estimate"]
+    assert (estimate.input_tokens_per_request, estimate.output_tokens_per_request) == (220, 80)
+    assert "≈ 220 input and 80 output tokens a request" in html
+    # Another model has measured nothing.
+    other = client.post(reverse("job_start"), start(model="gpt-4o"))
+    assert basis_of(other.content.decode())[0] == "template"
 
 
 def test_the_estimate_says_when_a_providers_usage_will_be_apportioned(client, owner, products, monkeypatch):

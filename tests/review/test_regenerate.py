@@ -3,6 +3,7 @@ draft with the prompt version they choose (a one-item job, the item cancelled wi
 it), and retrying unusable drafts with the same version says first that it will probably fail again
 and what it costs."""
 
+import re
 import threading
 
 import pytest
@@ -52,6 +53,11 @@ def test_the_item_page_offers_each_prompt_version_with_its_cost_to_an_operator(
     assert 'value="2" required checked' in html
     assert "product_description v1 (this draft's: it will probably fail again the same way)" in html
     assert "for one request" in html and 'about <span class="money"' in html
+    # Version 1 was measured on this draft; version 2 has measured nothing yet.
+    assert re.findall(r'data-testid="regenerate-estimate-source">\(([^<]*)\)<', html) == [
+        "not measured yet for product_description v2 on this model: guessed from the template and max_tokens 600",
+        f"measured on 1 first draft of job {unusable.job.reference}",
+    ]
     client.force_login(owner)
     assert (
         'data-testid="regenerate"'
@@ -145,8 +151,8 @@ def test_retrying_an_unusable_draft_says_it_will_probably_fail_again_and_its_cos
     assert 'data-testid="retry-warning"' in html
     assert "1 draft failed the checks of prompt version product_description v1" in html
     assert (
-        "which will probably fail the same way, and pays for 1 request again: about $0.0001 (no GBP rate)."
-        in html
+        "which will probably fail the same way, and pays for 1 request again: about $0.000027 (no GBP rate), "
+        f"measured on 1 first draft of job {unusable.job.reference}." in html
     )
     assert Item.objects.get(pk=unusable.pk).state == S.VALIDATION_FAILED  # nothing yet
 
@@ -163,7 +169,10 @@ def test_a_bulk_retry_of_unusable_drafts_warns_in_its_confirmation(client, opera
     client.force_login(operator)
     html = client.get(reverse("operations"), {"confirm": group.key}).content.decode()
     assert "2 drafts failed the checks of prompt version product_description v1" in html
-    assert "pays for 2 requests again: about $0.0002 (no GBP rate)." in html
+    assert (
+        "pays for 2 requests again: about $0.000054 (no GBP rate), "
+        f"measured on 1 first draft of job {unusable.job.reference}." in html
+    )
 
 
 def test_retrying_a_draft_that_is_not_unusable_asks_nothing_more(client, operator):

@@ -78,7 +78,7 @@ def changes_in_words(report: ImportReport) -> list[str]:
             f"{report.items_withdrawn} items withdrawn"
         )
         for job in report.rework.values():
-            estimate = f", estimated {_usd(job.cost)}" if job.requeued else ""
+            estimate = f", estimated {_usd(job.cost)} ({job.estimate_source})" if job.requeued else ""
             lines.append(
                 f"  job {job.reference}: {job.obsolete} obsolete, {job.requeued} queued again{estimate}, "
                 f"{job.withdrawn} withdrawn"
