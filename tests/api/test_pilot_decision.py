@@ -245,3 +245,13 @@ def test_two_deciding_at_once_make_one_decision_and_one_job(owner):
     assert PilotDecision.objects.count() == 1
     assert Job.objects.filter(reference__startswith="known-pilot-full").count() == 1
     assert Item.objects.exclude(job=pilot_job).count() == 10
+
+
+def test_a_budget_given_that_cannot_be_held_is_409_and_decides_nothing(as_owner, owner):
+    pilot_job = known_pilot(owner)  # no rate in force: a budget in GBP cannot be held
+    jobs = Job.objects.count()
+
+    error = assert_error(decide(as_owner, pilot_job, {"decision": "go", "budget": "25.00"}), 409)
+
+    assert "without a rate" in error["message"]
+    assert (Job.objects.count(), PilotDecision.objects.count()) == (jobs, 0)
