@@ -1167,6 +1167,46 @@ class PilotProduct(models.Model):
         constraints = [models.UniqueConstraint(fields=["pilot", "product"], name="pilot_product_unique")]
 
 
+MAX_DECISION_NOTE_LENGTH = 2000
+
+
+class PilotVerdict(models.TextChoices):
+    """Go or no-go on a pilot's report (SPEC §1 "pilot decision")."""
+
+    GO = "go", "Go: start the full job"
+    NO_GO = "no_go", "No-go: start nothing"
+
+
+class PilotDecision(models.Model):
+    """Go or no-go on a pilot's report, once (`ledger.actions.pilot_decisions`): who decided, when, with
+    a note and the report's figures as they stood; a go names the full job it started."""
+
+    pilot = models.OneToOneField(Pilot, on_delete=models.PROTECT, related_name="decision")
+    decision = models.CharField(max_length=8, choices=PilotVerdict.choices)
+    by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    at = models.DateTimeField(default=timezone.now)
+    note = models.TextField(blank=True, max_length=MAX_DECISION_NOTE_LENGTH)
+    # The projection and what was measured when the decision was made, and the budget go gave.
+    figures = models.JSONField(default=dict)
+    full_job = models.OneToOneField(
+        Job, on_delete=models.PROTECT, null=True, blank=True, related_name="started_by_decision"
+    )
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(decision__in=PilotVerdict.values), name="pilot_decision_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(full_job__isnull=True) | Q(decision=PilotVerdict.GO),
+                name="pilot_decision_only_go_starts",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_decision_display()} on {self.pilot}"
+
+
 class DrillKind(models.TextChoices):
     """The steps of a pilot's acceptance drill (SPEC §6 `drill`), each with its business words."""
 

@@ -11,7 +11,7 @@ from django import forms
 from django.db.models import QuerySet
 
 from ledger.actions.jobs import MAX_ARMS, Arm
-from ledger.models import Pilot, Product
+from ledger.models import MAX_DECISION_NOTE_LENGTH, Pilot, PilotVerdict, Product
 from ledger.pilots.sample import (
     MAX_PER_STRATUM,
     MAX_STRATA_FIELDS,
@@ -23,6 +23,8 @@ from ledger.pilots.sample import (
     strata_of,
     unknown_fields,
 )
+
+from .forms import BudgetField
 
 # A seed is stored as a PostgreSQL bigint.
 MIN_SEED, MAX_SEED = -(2**63), 2**63 - 1
@@ -232,3 +234,17 @@ def same_pilot(pilot: Pilot | None, asked) -> bool:
         and (asked["strata"] is None or list(asked["strata"]) == pilot.strata)
         and (asked["seed"] is None or asked["seed"] == pilot.seed)
     )
+
+
+class PilotDecisionForm(forms.Form):
+    """Go or no-go on the pilot screen (SPEC §8): the same decision as `POST /api/jobs/{id}/pilot/decision`."""
+
+    decision = forms.ChoiceField(
+        choices=PilotVerdict.choices,
+        widget=forms.RadioSelect,
+        error_messages={"required": "Say go or no-go."},
+    )
+    note = forms.CharField(
+        required=False, max_length=MAX_DECISION_NOTE_LENGTH, widget=forms.Textarea(attrs={"rows": 3})
+    )
+    budget = BudgetField(required=False)

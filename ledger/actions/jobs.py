@@ -14,6 +14,7 @@ from ..destinations import destination_names
 from ..models import (
     DEFAULT_DESTINATION,
     MAX_NAMED_SKUS,
+    Approval,
     Event,
     Item,
     Job,
@@ -51,12 +52,15 @@ def create_job(
     budget: Decimal | None = None,
     pilot: PilotPlan | None = None,
     notify_url: str = "",
+    leaving_out_approved_in: int | None = None,
 ) -> Job:
     """Freeze the set of items (each product's current revision) and queue their submission. No
     model or unit size: the provider's default model, and the usual size within its limit. No prompt
     version: the task's current one. A `pilot`: the items are a stratified sample of those products
     (`ledger.pilots.sample`), recorded with the job. A `notify_url` is told of the job's events
-    (`ledger.notices.notifications`; the forms check the address)."""
+    (`ledger.notices.notifications`; the forms check the address). `leaving_out_approved_in`, a job's
+    id: the products with a draft approved in that job are left out (a pilot's full job: nobody pays
+    twice for a product)."""
     if provider not in provider_names():
         raise NotAllowed(f"Unknown provider {provider!r}; known: {', '.join(provider_names())}")
     if destination not in destination_names():
@@ -88,6 +92,12 @@ def create_job(
             raise NotAllowed(f"Not active products or unknown SKUs: {', '.join(sorted(missing))}")
         products_sql += f" AND sku IN ({', '.join(['%s'] * len(wanted))})" if wanted else " AND 1 = 0"
         products_params += wanted
+    if leaving_out_approved_in is not None:
+        products_sql += (
+            f" AND id NOT IN (SELECT item.product_id FROM {Item._meta.db_table} item"
+            f" JOIN {Approval._meta.db_table} approval ON approval.item_id = item.id WHERE item.job_id = %s)"
+        )
+        products_params.append(leaving_out_approved_in)
     if pilot is not None:  # the scope its sample is drawn from
         scope = Product.objects.filter(status=ProductStatus.ACTIVE)
         if skus is not None:

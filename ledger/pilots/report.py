@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from functools import cached_property
 
-from ..models import Job, Pilot, PilotStratum
+from ..models import Job, Pilot, PilotDecision, PilotStratum
 from ..money.currency import PROVIDER_CURRENCY, business_currency, convert, rate_now
 from ..money.labour import review_hourly_rate
 from ..money.pricing import price_for, unknown_price
+from .accuracy import accuracy, decision_json
 from .drill_report import drill_report
 from .measure import (
     Observations,
@@ -360,7 +361,16 @@ class Report:
             "risks": self.risks(),
             "drill": drill_report(pilot),
             "arms": self.arms_compared(),
+            **self.what_followed(),
         }
+
+    def what_followed(self) -> dict:
+        """The decision on the report and how its projection held (`ledger.pilots.accuracy`)."""
+        decision = (
+            PilotDecision.objects.filter(pilot=self.pilot).select_related("by", "full_job", "pilot").first()
+        )
+        measured, note = accuracy(decision, self)
+        return {"decision": decision_json(decision), "accuracy": measured, "accuracy_note": note}
 
     def arms_compared(self) -> list[dict] | None:
         """A pilot of several arms: each arm's settings and what it showed side by side, cost per

@@ -12,6 +12,7 @@ from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest
 
 from ledger.drafts.json_values import refuse_json_constant, text_problem, unique_json_keys
+from ledger.models import MAX_DECISION_NOTE_LENGTH, PilotVerdict
 
 from ..forms import MAX_CONTENT_LENGTH, MAX_NOTE_LENGTH, BudgetField
 from .errors import ApiError, invalid
@@ -184,6 +185,14 @@ class BudgetBody(JsonBody):
     """`{budget}` in the business currency."""
 
     budget = BudgetField()
+
+
+class PilotDecisionBody(JsonBody):
+    """`{decision: "go"|"no_go", note?, budget?}` (SPEC §6): go may name the full job's budget."""
+
+    decision = JsonChoice(choices=PilotVerdict.values, message="required: go or no_go")
+    note = JsonText(required=False, max_length=MAX_DECISION_NOTE_LENGTH, blank=True)
+    budget = BudgetField(required=False)
 
 
 class PromptChoiceBody(JsonBody):

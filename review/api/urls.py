@@ -21,6 +21,7 @@ urlpatterns = [
     path("jobs/<id:job_id>/items", jobs.job_items, name="job_items"),
     path("jobs/<id:job_id>/submissions", jobs.job_submissions, name="job_submissions"),
     path("jobs/<id:job_id>/pilot", pilots.pilot_report, name="pilot_report"),
+    path("jobs/<id:job_id>/pilot/decision", pilots.pilot_decision, name="pilot_decision"),
     path("jobs/<id:job_id>/stream", stream.job_stream, name="job_stream"),
     path("jobs/<id:job_id>/notifications", notifications.notifications, name="job_notifications"),
     path("jobs/<id:job_id>/export", exports.job_export, name="job_export"),

@@ -72,6 +72,13 @@ def endpoints(world) -> list[tuple[str, str, str, dict]]:
         # job that can be held to a budget, or is paused (tests/api/test_budget.py).
         ("job_budget", "post", f"/api/jobs/{world['job']}/budget", {"budget": "12.50"}),
         ("resume_job", "post", f"/api/jobs/{world['job']}/resume", {}),
+        # Accepted only for a pilot whose report can project (tests/api/test_pilot_decision.py).
+        (
+            "pilot_decision",
+            "post",
+            f"/api/jobs/{world['job']}/pilot/decision",
+            {"decision": "go", "note": "worth it", "budget": "12.50"},
+        ),
     ]
 
 

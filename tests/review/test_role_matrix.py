@@ -83,6 +83,7 @@ EXPECTED: dict[str, dict[str, dict]] = {
     "job_detail": {"GET": viewers(), "POST": NOT_ALLOWED},
     # This job is no pilot: it has no report (a pilot's: tests/review/test_pilot_screens.py).
     "pilot_report": {"GET": viewers(404), "POST": NOT_ALLOWED},
+    "pilot_decision": {"GET": NOT_ALLOWED, "POST": approvers(404)},
     # A job's outcome as CSV (no format named): every role, as the job's page.
     "job_export": {"GET": viewers(), "POST": NOT_ALLOWED},
     # A job's receipts as CSV, for the finance team: every role, as the job's page.

@@ -1,0 +1,112 @@
+"""The full job a go starts (issue 27 point 3): the products approved in the pilot are left out by the
+database itself, in the items' one INSERT … SELECT; once its first pass has settled, the pilot report
+says how the projection held (`ledger.pilots.accuracy`)."""
+
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from ledger.actions.jobs import create_job
+from ledger.actions.pilot_decisions import decide_pilot
+from ledger.models import Item, PilotDecision, Submission, UnitCharge
+from ledger.pilots.report import Report, pilot_of
+from ledger.states import ItemState, SubmissionState
+from tests.factories import ProductFactory
+from tests.pilots import draft, known_pilot
+
+pytestmark = pytest.mark.django_db
+
+
+def full_job_of(owner, pilot_job, reference: str):
+    return create_job(
+        reference=reference,
+        owner=owner,
+        task="product_description",
+        provider="emulator",
+        model="gpt-4o-mini",
+        leaving_out_approved_in=pilot_job.pk,
+    )
+
+
+def test_the_products_approved_in_the_pilot_are_left_out_by_the_items_insert(owner):
+    pilot_job = known_pilot(owner)
+    ProductFactory(sku="zz-new")
+    approved = set(pilot_job.items.filter(approvals__isnull=False).values_list("product_id", flat=True))
+
+    with CaptureQueriesContext(connection) as queries:
+        job = full_job_of(owner, pilot_job, "everything-but-approved")
+
+    products = set(job.items.values_list("product_id", flat=True))
+    assert len(approved) == 2 and not products & approved
+    assert len(products) == 13 - 2  # the pilot's 12 and one more, but the approved two
+    # No product id passes through Python: the exclusion is a subquery of the one INSERT … SELECT.
+    inserts = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("WITH new_items")]
+    assert len(inserts) == 1 and "NOT IN (SELECT item.product_id" in inserts[0]
+
+
+def test_a_rejected_or_failed_pilot_draft_is_drafted_again(owner):
+    pilot_job = known_pilot(owner)
+    not_approved = set(pilot_job.items.filter(approvals__isnull=True).values_list("product_id", flat=True))
+
+    job = full_job_of(owner, pilot_job, "again")
+
+    assert not_approved <= set(job.items.values_list("product_id", flat=True))
+
+
+def test_accuracy_waits_for_the_first_pass_then_compares_it_with_the_projection(owner):
+    pilot_job = known_pilot(owner)
+    decision = decide_pilot(pilot_id=pilot_of(pilot_job).pk, decision="go", by=owner)
+    full = decision.full_job
+    items = list(full.items.order_by("id"))
+    assert len(items) == 10
+
+    body = Report(pilot_of(pilot_job)).as_json()
+    assert body["accuracy"] is None
+    assert (
+        body["accuracy_note"]
+        == "Accuracy waits for the full job's first pass: 10 items still to get a first draft"
+    )
+
+    for item in items:
+        draft(item, 1_000_000, 500_000)  # 0.075 + 0.15 USD at gpt-4o-mini's batch price
+    unit = Submission.objects.create(
+        job=full,
+        provider="emulator",
+        model=full.model,
+        intent_key="full-unit",
+        state=SubmissionState.COLLECTED,
+    )
+    charge = UnitCharge.objects.create(job=full, submission=unit, currency="GBP", reserved_usd=Decimal("5"))
+    assert Report(pilot_of(pilot_job)).as_json()["accuracy_note"].endswith("1 unit still to settle")
+
+    UnitCharge.objects.filter(pk=charge.pk).update(settled_at=unit.created_at)
+    body = Report(pilot_of(pilot_job)).as_json()
+
+    projected = PilotDecision.objects.get(pk=decision.pk).figures["projection"]["cost"]["first_pass"]
+    # The full job's 10 first drafts (2.25) and the pilot's 4 (0.225 + 0.3 + 0.375 + 0.225 = 1.125).
+    actual = Decimal("3.375000")
+    expected = Decimal(projected["expected"])
+    assert body["accuracy"] == {
+        "projected": {end: Decimal(projected[end]) for end in ("expected", "low", "high")},
+        "actual": actual,
+        "error_percent": float((100 * (actual - expected) / expected).quantize(Decimal("0.1"))),
+        "currency": "USD",
+    }
+    assert body["accuracy_note"] is None
+
+
+def test_a_redraft_is_not_part_of_the_first_pass(owner):
+    pilot_job = known_pilot(owner)
+    decision = decide_pilot(pilot_id=pilot_of(pilot_job).pk, decision="go", by=owner)
+    items = list(decision.full_job.items.order_by("id"))
+    for item in items:
+        draft(item, 1_000_000, 500_000)
+    before = Report(pilot_of(pilot_job)).as_json()["accuracy"]["actual"]
+
+    # A redraft of the first item: its first attempt is done; the second is not the first pass.
+    Item.objects.filter(pk=items[0].pk).update(state=ItemState.PREPARED, inference_attempt=2)
+    draft(items[0], 5_000_000, 5_000_000)
+
+    assert Report(pilot_of(pilot_job)).as_json()["accuracy"]["actual"] == before
