@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("ledger", "0042_provider_hooks"),
+        ("ledger", "0043_unit_charge_largest_output"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
