@@ -85,7 +85,7 @@ def catalogue(products: int) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--products", type=int, default=3000)
-    parser.add_argument("--redrafts", type=int, default=2)
+    parser.add_argument("--redrafts", type=int, default=3)
     parser.add_argument("--per-stratum", type=int, default=15)
     parser.add_argument("--prose-rate", default="0.15")
     parser.add_argument("--seed", type=int, default=7)
@@ -113,7 +113,7 @@ def main() -> None:
 
     from ledger.actions.prompts import create_prompt_version
     from ledger.bootstrap import DEFAULT_PROMPT
-    from ledger.models import GeneratedVersion, Item
+    from ledger.models import GeneratedVersion, Item, Job
     from tests.processes import Processes, wait_until
 
     call_command("migrate", verbosity=0)
@@ -156,6 +156,11 @@ def main() -> None:
             started = time.monotonic()
 
             def done() -> bool:
+                job = Job.objects.get(pk=job_id)
+                if job.state == "paused":
+                    raised = (job.budget * Decimal("1.5")).quantize(Decimal("0.01"))
+                    print(f"{what} paused: {job.pause_detail}; the budget raised to {raised}", flush=True)
+                    post(f"/api/jobs/{job_id}/budget", {"budget": str(raised)})
                 states = dict(Item.objects.filter(job_id=job_id).values_list("id", "state"))
                 for item_id, state in states.items():
                     if state == "awaiting_review":
