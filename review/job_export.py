@@ -3,21 +3,19 @@
 order, with what became of it: its state, the text approved for it and by whom, what its drafts cost,
 and what the destination last said.
 
-The rows are read a chunk of items at a time, by key (`item_job`: the job's items in id order), with
-four queries a chunk whatever its size: the items, the approvals that stand, their last destination
-attempts, and their drafts' tokens and rates summed. Each chunk is written out before the next is
-read, so memory stays flat at a million items and the first bytes leave at once. A chunk is read as
-it is then: an export of a job that is still working shows each item as it was when its chunk was
-read.
+The rows are read a chunk of items at a time, by key (`item_job`: the job's items in id order, the
+next chunk after the last id written), with four queries a chunk whatever its size: the items, the
+approvals that stand, their last destination attempts, and their drafts' tokens and rates summed.
+Each chunk is written out before the next is read, so memory stays flat at a million items and the
+first bytes leave at once: nothing is read ahead. The job's cost and every chunk are read in one
+snapshot (PostgreSQL's REPEATABLE READ), so an export of a job that is still working shows the job
+as it was when the export began.
 
 An item's cost is its share of the job's cost (`pricing.job_cost`: what its settled units kept, plus
 its drafts not settled yet at today's rate), in proportion to what its drafts (a retry's included)
-cost at the job's batch price, split by `apportion.split_exactly` so that the rows add up to the job's
-total exactly, and `cost_usd` to its total at the provider. The split is made in two steps, so memory
-stays flat: before the first chunk, one grouped query reads the job's items in id order with their
-drafts' tokens, and keeps only where each chunk starts and what its drafts cost (a few numbers per
-2,000 items); the total is split among the chunks, then each chunk's part among its items as the
-chunk is written. Each row is its exact share to within two millionths. `rate`, `rate_date` and
+cost at the job's batch price, and `cost_usd` its share of the job's total at the provider. The
+shares are rounded cumulatively as the rows are written (`CostShares`), so the rows add up to the
+job's totals exactly and each is its exact share to within a millionth. `rate`, `rate_date` and
 `rate_source` say what its drafts' units kept; `cost_note` says when a draft has not settled yet, or
 why the job's cost is in USD.
 
@@ -30,12 +28,13 @@ import csv
 import json
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from decimal import Decimal
 
 from django.contrib.auth.decorators import login_required
 from django.core.serializers.json import DjangoJSONEncoder
+from django.db import connection, transaction
 from django.db.models import Count, DecimalField, ExpressionWrapper, F, Max, Min, Q, Sum
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404
@@ -43,8 +42,7 @@ from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
 
 from ledger.models import Approval, DestinationAttempt, GeneratedVersion, Item, Job
-from ledger.money.apportion import split_exactly
-from ledger.money.currency import PROVIDER_CURRENCY, business_currency
+from ledger.money.currency import PLACES, PROVIDER_CURRENCY, business_currency
 from ledger.money.pricing import job_cost, price_for, unknown_price
 from ledger.states import ItemState
 
@@ -96,71 +94,82 @@ def utc_text(moment: datetime | None) -> str | None:
 
 
 def export_chunks(job: Job) -> Iterator[list[tuple]]:
-    """The job's items as rows (values in the order of `COLUMNS`), in id order, a chunk at a time."""
-    shares = ChunkShares(job)
-    for number, first_id in enumerate(shares.first_ids):
-        items = Item.objects.filter(job=job, pk__gte=first_id)
-        if number + 1 < len(shares.first_ids):
-            items = items.filter(pk__lt=shares.first_ids[number + 1])
-        yield rows_of(
-            job,
-            list(
-                items.order_by("pk").values_list(
+    """The job's items as rows (values in the order of `COLUMNS`), in id order, a chunk at a time,
+    all read in one snapshot: the job's cost and every chunk as they stood when the export began."""
+    with snapshot():
+        shares = CostShares(job)
+        after = 0
+        while True:
+            items = list(
+                Item.objects.filter(job=job, pk__gt=after)
+                .order_by("pk")
+                .values_list(
                     "pk", "product__sku", "source_revision__number", "state", "reason", "approved_version_id"
-                )
-            ),
-            shares.chunk(number),
-        )
+                )[:CHUNK_ITEMS]
+            )
+            if not items:
+                return
+            yield rows_of(job, items, shares)
+            if len(items) < CHUNK_ITEMS:
+                return
+            after = items[-1][0]
 
 
-@dataclass(frozen=True)
-class ChunkCost:
-    """A chunk's part of the job's cost and of its cost at the provider (None without a price), to be
-    split among its items; and the job's cost."""
+@contextmanager
+def snapshot() -> Iterator[None]:
+    """One transaction whose reads all see the database as it was at its first (PostgreSQL's
+    REPEATABLE READ, read only): the job's totals, read from its tallies first, then agree with the
+    drafts its chunks read, however long the export takes and whatever is drafted meanwhile. Within
+    a transaction already open (a test's), that transaction's view is the one read."""
+    outermost = not connection.in_atomic_block
+    with transaction.atomic():
+        if outermost and connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        yield
 
-    amount: Decimal | None
-    amount_usd: Decimal | None
-    job_cost: dict
 
-
-class ChunkShares:
-    """Where each chunk of CHUNK_ITEMS items starts, and its part of the job's cost: the job's total
-    split among the chunks in proportion to what their drafts cost at the batch price (all weights
-    nought: to the chunks with drafts alike). One grouped query, read as it streams."""
+class CostShares:
+    """Each item's share of the job's cost (`pricing.job_cost`) and of its cost at the provider, in
+    proportion to what its drafts cost at the batch price (its weight), handed out in id order as the
+    rows are written, with nothing read ahead. The job's weight W is known before the first row: what
+    all its drafts cost at the batch price, from its tallies (the price is linear in tokens, so that is
+    the sum of its items' weights, apportioned drafts included). The rows are rounded cumulatively:
+    with C the running sum of the weights up to and including an item, its amount is
+    Q(T × C / W) − Q(T × C' / W), C' the sum before it and Q rounding to the ledger's places. The
+    amounts telescope to Q(T) = T, the total, exactly, and each is its exact share to within a
+    millionth. All weights nought: each item with drafts weighs one (counted up front then)."""
 
     def __init__(self, job: Job):
         self.cost = job_cost(job)
-        self.first_ids: list[int] = []
-        tokens: list[list[int]] = []  # a chunk's input tokens, output tokens and items with drafts
-        rows = (
-            Item.objects.filter(job=job)
-            .order_by("pk")
-            .values("pk")
-            .annotate(tokens_in=Sum("versions__input_tokens"), tokens_out=Sum("versions__output_tokens"))
-            .values_list("pk", "tokens_in", "tokens_out")
-        )
-        for n, (item_id, tokens_in, tokens_out) in enumerate(rows.iterator(chunk_size=CHUNK_ITEMS)):
-            if n % CHUNK_ITEMS == 0:
-                self.first_ids.append(item_id)
-                tokens.append([0, 0, 0])
-            if tokens_in is not None:
-                tokens[-1][0] += tokens_in
-                tokens[-1][1] += tokens_out
-                tokens[-1][2] += 1
-        self.amounts = self.amounts_usd = [None] * len(self.first_ids)
-        price = price_for(job.provider, job.model)
-        if price is not None and self.cost["total"] is not None and self.first_ids:
-            weights = [price.cost(tokens_in, tokens_out) for tokens_in, tokens_out, _ in tokens]
-            if not any(weights):
-                weights = [Decimal(drafted) for _, _, drafted in tokens]
-            self.amounts = split_exactly(self.cost["total"], weights)
-            self.amounts_usd = split_exactly(self.cost["provider_currency"]["total"], weights)
+        self.price = price_for(job.provider, job.model)
+        self.totals = (None, None)
+        self.weight, self.whole, self.alike = Decimal(0), Decimal(0), False
+        if self.price is not None and self.cost["total"] is not None:
+            self.totals = (self.cost["total"], self.cost["provider_currency"]["total"])
+            self.whole = self.price.cost(self.cost["input_tokens"], self.cost["output_tokens"])
+            self.alike = not self.whole
+            if self.alike:
+                self.whole = Decimal(
+                    GeneratedVersion.objects.filter(item__job=job).values("item_id").distinct().count()
+                )
 
-    def chunk(self, number: int) -> ChunkCost:
-        return ChunkCost(self.amounts[number], self.amounts_usd[number], self.cost)
+    def next(self, tokens_in: int, tokens_out: int) -> tuple[Decimal | None, Decimal | None]:
+        """The next item's amount and amount at the provider (None without a price or a total)."""
+        if self.totals[0] is None:
+            return self.totals
+        before = self.weight
+        self.weight += Decimal(1) if self.alike else self.price.cost(tokens_in, tokens_out)
+        return tuple(self.point(total, self.weight) - self.point(total, before) for total in self.totals)
+
+    def point(self, total: Decimal, weight: Decimal) -> Decimal:
+        """Q(T × C / W): the part of `total` the items so far have had, rounded."""
+        if weight == self.whole:
+            return total
+        return (total * weight / self.whole).quantize(PLACES)
 
 
-def rows_of(job: Job, items: list[tuple], chunk: ChunkCost) -> list[tuple]:
+def rows_of(job: Job, items: list[tuple], shares: CostShares) -> list[tuple]:
     # The chunk's rows of the other tables are found by the range of its item ids (each table's item
     # index), not by a list of thousands of ids: such a list took longer to send than the rows did.
     # Rows of another job's items in that range are read and left unused.
@@ -179,7 +188,7 @@ def rows_of(job: Job, items: list[tuple], chunk: ChunkCost) -> list[tuple]:
         .order_by("item_id", "started_at", "pk")  # each item's last attempt is the one kept
         .values_list("item_id", "destination", "outcome", "started_at", "finished_at")
     }
-    costs = drafts_cost(job, items, chunk)
+    costs = drafts_cost(job, items, shares)
     rows = []
     for item_id, sku, revision, state, reason, approved_version_id in items:
         number, text, edited, reviewer, approved_at = approvals.get(approved_version_id, NO_APPROVAL)
@@ -219,11 +228,10 @@ def at_rate(tokens: str) -> ExpressionWrapper:
     )
 
 
-def drafts_cost(job: Job, items: list[tuple], chunk: ChunkCost) -> dict[int, tuple]:
+def drafts_cost(job: Job, items: list[tuple], shares: CostShares) -> dict[int, tuple]:
     """The cost columns of the chunk's items that have drafts, from one grouped query over their id
-    range: each item's share of the chunk's part of the job's cost (`ChunkShares`), in proportion to
-    what its drafts cost at the batch price, and the rate its drafts' units kept. Amounts as text, to
-    keep their digits."""
+    range: each item's share of the job's cost (`CostShares`, handed out in id order), and the rate its
+    drafts' units kept. Amounts as text, to keep their digits."""
     currency = business_currency()
     kept = Q(
         submission__charge__settled_at__isnull=False,
@@ -267,20 +275,29 @@ def drafts_cost(job: Job, items: list[tuple], chunk: ChunkCost) -> dict[int, tup
             "rate_source",
         )
     )
-    cost = chunk.job_cost
+    cost = shares.cost
     if not cost["price_known"]:
         unpriced = (None,) * 6 + (unknown_price(job.provider, job.model),)
         return {row[0]: unpriced for row in sums}
     ours = {item[0] for item in items}  # the range may hold other jobs' items
     sums = [row for row in sums if row[0] in ours]
-    price = price_for(job.provider, job.model)
-    weights = [price.cost(tokens_in, tokens_out) for _, _, tokens_in, tokens_out, *_ in sums]
-    amounts = split_exactly(chunk.amount, weights) if chunk.amount is not None else [None] * len(sums)
-    amounts_usd = split_exactly(chunk.amount_usd, weights) if chunk.amount_usd is not None else amounts
+    price = shares.price
     in_usd = cost["currency"] == PROVIDER_CURRENCY and currency != PROVIDER_CURRENCY
     costs = {}
-    for row, amount, amount_usd in zip(sums, amounts, amounts_usd, strict=True):
-        item_id, drafts, _, _, unsettled_drafts, kept_drafts, *tokens, lowest, highest, day, source = row
+    for row in sums:
+        (
+            item_id,
+            drafts,
+            tokens_in,
+            tokens_out,
+            unsettled_drafts,
+            kept_drafts,
+            *tokens,
+            lowest,
+            highest,
+            day,
+            source,
+        ) = row
         if unsettled_drafts:
             note = "not settled yet: amount in USD" if in_usd else "not settled yet: at today's rate"
         elif kept_drafts < drafts:
@@ -296,6 +313,7 @@ def drafts_cost(job: Job, items: list[tuple], chunk: ChunkCost) -> dict[int, tup
             usd = price.cost(kept_in, kept_out)
             at_rates = price.cost(input_at_rate, output_at_rate)
             rate, source = (at_rates / usd).quantize(RATE_PLACES) if usd else highest, WEIGHTED_RATE
+        amount, amount_usd = shares.next(tokens_in, tokens_out)
         costs[item_id] = (
             None if amount is None else str(amount),
             cost["currency"],
