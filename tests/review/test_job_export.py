@@ -189,6 +189,57 @@ def test_the_rows_costs_add_up_to_the_jobs_cost_exactly(
     assert notes.count("not settled yet: at today's rate") == 1 and notes.count("") == 8
 
 
+def test_thirds_of_a_millionth_are_rounded_as_they_run_and_still_add_up(
+    client, owner, settings, tmp_path, monkeypatch
+):
+    # Three drafts of 0.0000015 each: the job's total rounds to 0.000004. Each row rounded on its
+    # own makes 0.000002 three times (or a third of the total, 0.000001, three times): neither is the
+    # total. Rounded as the rows run, Q(T × C / W) − Q(T × C' / W), with a chunk's edge between them,
+    # they are 1, 2 and 1 millionths: each within a millionth of its third, and together the total.
+    monkeypatch.setattr("review.job_export.CHUNK_ITEMS", 2)
+    prices = tmp_path / "prices.json"
+    prices.write_text(
+        json.dumps(
+            {"openai": {"models": {"gpt-4o-mini": {"input_per_million": "1", "output_per_million": "1"}}}}
+        )
+    )
+    settings.BATCHDESK_PRICE_FILE = str(prices)
+    job = JobFactory(owner=owner)
+    for _ in range(3):
+        add_version(ItemFactory(job=job, awaiting_review=True), input_tokens=2, output_tokens=1)
+    cost = job_cost(job)
+    assert cost["total"] == cost["provider_currency"]["total"] == Decimal("0.000004")
+    millionth = Decimal("0.000001")
+    assert 3 * Decimal("0.0000015").quantize(millionth) != cost["total"]
+    assert 3 * (cost["total"] / 3).quantize(millionth) != cost["total"]
+    client.force_login(owner)
+    rows = jsonl_rows(export(client, job, "jsonl"))
+    assert [Decimal(row["cost"]) for row in rows] == [millionth, 2 * millionth, millionth]
+    assert [Decimal(row["cost_usd"]) for row in rows] == [millionth, 2 * millionth, millionth]
+    assert all(abs(Decimal(row["cost"]) - cost["total"] / 3) < millionth for row in rows)
+
+
+def test_the_first_rows_stream_before_anything_else_of_the_job_is_read(client, owner, monkeypatch):
+    # Issue 27: a grouped pass over every item and draft of the job ran before the first byte left.
+    # While the first chunk is read and written, no query reads the job's items but that chunk's,
+    # and none groups them: what the rows' costs add up to comes from the job's tallies.
+    monkeypatch.setattr("review.job_export.CHUNK_ITEMS", 3)
+    job = JobFactory(owner=owner)
+    items = [ItemFactory(job=job, awaiting_review=True) for _ in range(7)]
+    for item in items:
+        add_version(item)
+    client.force_login(owner)
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(reverse("job_export", args=[job.pk]), {"format": "jsonl"})
+        first = next(iter(response.streaming_content))
+    response.close()
+    assert [row["item_id"] for row in jsonl_rows(first)] == [item.pk for item in items[:3]]
+    reading_items = [query["sql"] for query in queries if 'FROM "ledger_item"' in query["sql"]]
+    assert reading_items and all("GROUP BY" not in sql and "LIMIT 3" in sql for sql in reading_items)
+    drafts = [query["sql"] for query in queries if 'FROM "ledger_generatedversion"' in query["sql"]]
+    assert len(drafts) == 1 and '"item_id" <= ' in drafts[0]  # the chunk's, by its ids
+
+
 def test_a_draft_whose_unit_is_not_settled_is_costed_in_dollars_and_says_so(client, owner):
     job = JobFactory(owner=owner)
     add_version(ItemFactory(job=job, state=ItemState.VALIDATION_FAILED), valid=False, reasons=["too short"])
