@@ -4,6 +4,7 @@ destination outcome, as CSV and JSONL, streamed a chunk of items at a time, with
 in CSV and every string kept in JSONL."""
 
 import json
+import threading
 from decimal import Decimal
 
 import pytest
@@ -238,6 +239,40 @@ def test_the_first_rows_stream_before_anything_else_of_the_job_is_read(client, o
     assert reading_items and all("GROUP BY" not in sql and "LIMIT 3" in sql for sql in reading_items)
     drafts = [query["sql"] for query in queries if 'FROM "ledger_generatedversion"' in query["sql"]]
     assert len(drafts) == 1 and '"item_id" <= ' in drafts[0]  # the chunk's, by its ids
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_draft_recorded_while_the_job_streams_is_left_to_the_next_export(client, owner, monkeypatch):
+    # The rows' costs are shares of the job's total read before the first row; a draft another
+    # worker records after the first chunk left would add a weight the total never had. The export
+    # reads in one snapshot: it shows the job as it was when it began, and still adds up.
+    monkeypatch.setattr("review.job_export.CHUNK_ITEMS", 2)
+    job = JobFactory(owner=owner)
+    items = [ItemFactory(job=job, awaiting_review=True) for _ in range(4)]
+    for item in items[:3]:
+        add_version(item)
+    before = job_cost(job)
+    client.force_login(owner)
+    response = client.get(reverse("job_export", args=[job.pk]), {"format": "jsonl"})
+    chunks = iter(response.streaming_content)
+    first = next(chunks)
+
+    def another_worker():
+        add_version(items[3], input_tokens=5000, output_tokens=5000)
+        connection.close()
+
+    worker = threading.Thread(target=another_worker)
+    worker.start()
+    worker.join()
+    rows = jsonl_rows(first + b"".join(chunks))
+    response.close()
+    assert job_cost(job)["total"] > before["total"]  # the draft was recorded
+    assert [row["cost"] for row in rows][3] is None
+    assert sum(Decimal(row["cost"]) for row in rows if row["cost"]) == before["total"] > 0
+    assert (
+        sum(Decimal(row["cost_usd"]) for row in rows if row["cost_usd"])
+        == (before["provider_currency"]["total"])
+    )
 
 
 def test_a_draft_whose_unit_is_not_settled_is_costed_in_dollars_and_says_so(client, owner):
