@@ -8,8 +8,8 @@ items spread over the states an export meets (applied, approved, rejected, valid
 review, not sent yet) with drafts, approvals, destination attempts and one settled unit. Then, for
 each size, it starts a fresh gunicorn (one worker, as `make serve` runs it: threaded, gunicorn's
 default 30 s timeout, which a longer export must outlive), warms it up with an export of a 1,000-item
-job, and downloads the job's export with curl to /dev/null, once as CSV and
-once as JSONL. It prints the wall time of each download and the worker's peak resident memory
+job, and downloads the job's export with curl to /dev/null, once as CSV and once as JSONL. It prints
+the time to the first byte and the wall time of each download, and the worker's peak resident memory
 (VmHWM from /proc) after the warm-up and after each download. The jobs stay in the database (their
 references say `export-bench-`); run it on a database of your own. `--jobs ID…` measures jobs made
 by an earlier run instead of making new ones.
@@ -23,6 +23,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+if {"-h", "--help"} & set(sys.argv[1:]):
+    print(__doc__)
+    sys.exit(0)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -197,20 +201,20 @@ def peak_kb(pid: int) -> int:
     raise RuntimeError(f"no VmHWM for {pid}")
 
 
-def download(port: int, job: Job, format: str) -> tuple[float, int]:
-    """(seconds, bytes) of one export fetched with curl to /dev/null."""
+def download(port: int, job: Job, format: str) -> tuple[float, float, int]:
+    """(seconds to the first byte, seconds in all, bytes) of one export fetched with curl to /dev/null."""
     answer = subprocess.run(
         [
-            "curl", "-sS", "-o", "/dev/null", "-w", "%{http_code} %{size_download} %{time_total}",
+            "curl", "-sS", "-o", "/dev/null", "-w", "%{http_code} %{size_download} %{time_starttransfer} %{time_total}",
             "-H", f"Authorization: Bearer {TOKEN}",
             f"http://127.0.0.1:{port}/api/jobs/{job.pk}/export?format={format}",
         ],
         capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
-    status, size, seconds = answer
+    status, size, first_byte, seconds = answer
     if status != "200":
         raise RuntimeError(f"export answered {status}")
-    return float(seconds), int(size)
+    return float(first_byte), float(seconds), int(size)
 
 
 def measure(job: Job, items: int, warm_up: Job) -> None:
@@ -238,9 +242,10 @@ def measure(job: Job, items: int, warm_up: Job) -> None:
                 f"{items:>9,} items: worker peak after a {WARM_UP_ITEMS:,}-item export: {warmed / 1024:,.0f} MB"
             )
             for format in ("csv", "jsonl"):
-                seconds, size = download(port, job, format)
+                first_byte, seconds, size = download(port, job, format)
                 print(
-                    f"{items:>9,} items, {format:<5}: {seconds:,.1f} s, {size / 1e6:,.0f} MB "
+                    f"{items:>9,} items, {format:<5}: first byte {first_byte:,.2f} s, all {seconds:,.1f} s, "
+                    f"{size / 1e6:,.0f} MB "
                     f"({items / seconds:,.0f} items/s); worker peak {peak_kb(int(worker)) / 1024:,.0f} MB",
                     flush=True,
                 )
