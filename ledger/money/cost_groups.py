@@ -85,7 +85,9 @@ def group_key(by: str) -> models.Expression:
 
 
 # A draft of the item (joined as `versions`) counted as its approved draft, and as the draft still to
-# be decided on: the item's latest, while it waits for a decision.
+# be decided on: the item's latest, while it waits for a decision. The tallies' triggers count the same
+# (their SQL: ledger/database/tallies.py, migrations 0013 and 0018), from the same state lists
+# (ledger/states.py); tests/ledger/money/test_cost_groups.py holds the two to each other, state by state.
 APPROVED_DRAFT = Q(versions__id=F("approved_version_id")) & ~Q(state__in=DISCARDED_STATES)
 PENDING_DRAFT = Q(state__in=UNDECIDED_STATES) & ~Q(
     Exists(GeneratedVersion.objects.filter(item_id=OuterRef("pk"), number__gt=OuterRef("versions__number")))
