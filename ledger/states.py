@@ -216,6 +216,19 @@ SUBMISSION_TRANSITIONS: dict[str, frozenset[str]] = {
 # catalogue owner, edit an unusable draft into a valid text and approve it (SPEC §3 rule 6).
 DECIDABLE_STATES = frozenset({S.AWAITING_REVIEW, S.VALIDATION_FAILED})
 
+# How a job's drafts are tallied (the `ItemTally` triggers, and the cost split by group in
+# ledger/money/cost_groups.py): the approved draft of an item in a DISCARDED state will never be
+# published, whatever was decided about it; the latest draft of an item in an UNDECIDED state is still
+# waiting for a decision. Migrations 0013 and 0018 (PostgreSQL's triggers) hold these lists as they
+# were written then: a change here needs a migration that installs the triggers again.
+DISCARDED_STATES = (S.OBSOLETE, S.WITHDRAWN, S.CANCELLED)
+UNDECIDED_STATES = (S.RETURNED, S.AWAITING_REVIEW)
+
+
+def sql_list(states) -> str:
+    """States as an SQL list of literals, for the tally triggers' text: `('returned', 'awaiting_review')`."""
+    return "(" + ", ".join(f"'{state.value}'" for state in states) + ")"
+
 
 @dataclass(frozen=True)
 class StopWords:

@@ -11,7 +11,7 @@ from datetime import timedelta
 from django import forms
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
@@ -49,8 +49,8 @@ from .permissions import VIEWERS, role_required
 
 # What the page measures when nothing narrows it.
 DEFAULT_DAYS = 90
-# Cost is shown by this product field unless another is asked for; the dearest groups are shown, the
-# rest added up in one row.
+# Cost by a product field is read only when asked for (or one job is chosen): by this one unless
+# another is asked for; the dearest groups are shown, the rest added up in one row.
 DEFAULT_COST_BY = "category"
 COST_GROUPS_SHOWN = 15
 # Pairs of a job and a group read for the cost table at most (a field with a value per product has
@@ -200,10 +200,12 @@ def cost_table(costs: CostsAcrossJobs) -> tuple[list[GroupCost], list[CostBar]]:
     return shown, bars
 
 
-def cost_context(scope: Scope, asked: str) -> dict:
-    """What the cost panel shows: the scope's jobs' cost by their prompt version and model, and by the
-    field `asked` for, or by category when none was (by the item's state when no product has a
-    category), or why it cannot be."""
+def cost_context(scope: Scope, asked: str, query: QueryDict) -> dict:
+    """What the cost panel shows: the scope's jobs' cost by their prompt version and model, from each
+    job's tallies, whatever its size. By a product field only when one is asked for (`asked`) or one
+    job is chosen (by category then, or by the item's state when no product has a category): that reads
+    every item of the jobs, so a visit never reads a million items it was not asked to. Without it,
+    `cost_by_query` is the page's query asking for the cost by category."""
     jobs, currency = scope.jobs(), business_currency()
     set_up_costs = costs_by_set_up(jobs, currency)
     set_up_groups, set_up_bars = cost_table(set_up_costs)
@@ -213,6 +215,10 @@ def cost_context(scope: Scope, asked: str) -> dict:
         "set_up_bars": set_up_bars,
         "cost_by": asked or DEFAULT_COST_BY,
     }
+    if not (asked or scope.job_id):
+        by_category = query.copy()
+        by_category["cost_by"] = DEFAULT_COST_BY
+        return {**context, "cost_by_query": by_category.urlencode()}
     try:
         costs = costs_across_jobs(jobs, context["cost_by"], currency, limit=COST_ROWS_READ)
         if not asked and costs.groups and all(group.key is None for group in costs.groups):
@@ -255,7 +261,7 @@ def quality(request: HttpRequest) -> HttpResponse:
         "csv_query": request.GET.urlencode(),
         "sample_limit": EDIT_SAMPLE,
         "default_days": DEFAULT_DAYS if filters.default_window else None,
-        **cost_context(scope, filters.cleaned_data["cost_by"]),
+        **cost_context(scope, filters.cleaned_data["cost_by"], request.GET),
     }
     return render(request, "quality.html", context)
 

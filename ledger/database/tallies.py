@@ -8,10 +8,12 @@ counted again from the rows and the triggers installed (`after_migrate`). A demo
 
 from django.db import connections
 
-# A draft of an item in these states waits for a decision (pricing.UNDECIDED_STATES), and an
-# approved draft of an item in these may never be published (pricing.DISCARDED_STATES).
-UNDECIDED = "('returned', 'awaiting_review')"
-DISCARDED = "('obsolete', 'withdrawn', 'cancelled')"
+from ..states import DISCARDED_STATES, UNDECIDED_STATES, sql_list
+
+# A draft of an item in these states waits for a decision, and an approved draft of an item in these
+# may never be published: the lists ledger/money/cost_groups.py splits a job's cost by, too.
+UNDECIDED = sql_list(UNDECIDED_STATES)
+DISCARDED = sql_list(DISCARDED_STATES)
 COLUMNS = (
     "job_id, state, items, pending_input, pending_output, approved_drafts, approved_input, "
     "approved_output, all_input, all_output, apportioned_drafts"

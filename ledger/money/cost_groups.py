@@ -10,19 +10,20 @@ cost as `pricing.job_cost` gives it (`total` and `wasted`, in the business curre
 then split over the groups in proportion to each group's drafts at the job's price, with
 `split_exactly`, so the groups add up to the job's figures to the last digit."""
 
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 
 from django.db import models
-from django.db.models import Count, Exists, F, OuterRef, Q, Sum
-from django.db.models.fields.json import KeyTextTransform
+from django.db.models import Count, Exists, F, Func, OuterRef, Q, Sum, Value
 from django.db.models.functions import Cast
 
 from ..models import GeneratedVersion, Item, ItemTally, Job
+from ..states import DISCARDED_STATES, UNDECIDED_STATES
 from .apportion import split_exactly
-from .pricing import DISCARDED_STATES, PLACES, UNDECIDED_STATES, Price, job_cost, jobs_cost, price_for
+from .pricing import PLACES, Price, job_cost, jobs_cost, price_for
 
 # What a cost can be grouped by besides a product field: the product's title, the item's state (a
 # product field named `title` or `state` is shadowed by these).
@@ -44,6 +45,33 @@ class TooManyGroups(Exception):
         self.limit = limit
 
 
+class FieldText(Func):
+    """The value of the key `name` of the JSON object at `fields`, as text; NULL without it. The name
+    is always a key, never an array's index: a field named "0" is read as a field, and so is one
+    named with more digits than any number (Django's key lookups take an all-digit name for an index).
+    `name` must match FIELD_NAME (it is quoted into SQLite's JSON path)."""
+
+    output_field = models.TextField()
+
+    def __init__(self, fields: str, name: str):
+        if not FIELD_NAME.fullmatch(name):
+            raise ValueError(f"not a field name: {name!r}")
+        super().__init__(F(fields), Value(name, output_field=models.TextField()))
+
+    def as_postgresql(self, compiler, connection, **extra):
+        # jsonb_extract_path_text takes its path as text: the name is a parameter, a key whatever it is.
+        return self.as_sql(compiler, connection, function="jsonb_extract_path_text", **extra)
+
+    def as_sqlite(self, compiler, connection, **extra):
+        # `$."name"`: a quoted key, so digits are a key too; quoted as Django writes the stored JSON
+        # (`é` as `\u00e9`), as its own key lookups quote it.
+        fields, name = self.get_source_expressions()
+        path = Value(f"$.{json.dumps(name.value)}", output_field=models.TextField())
+        clone = self.copy()
+        clone.set_source_expressions([fields, path])
+        return clone.as_sql(compiler, connection, function="json_extract", **extra)
+
+
 def group_key(by: str) -> models.Expression:
     """The value each item is grouped under: the item's state, its product's title, or the field `by`
     of the revision it was made from, as text (a number, a list or an object as its JSON); NULL when
@@ -52,11 +80,14 @@ def group_key(by: str) -> models.Expression:
         return F("state")
     if by == TITLE:
         return F("source_revision__title")
-    return Cast(KeyTextTransform(by, "source_revision__fields"), output_field=models.TextField())
+    # Cast, because on SQLite the key's value keeps its JSON type (a number stays a number).
+    return Cast(FieldText("source_revision__fields", by), output_field=models.TextField())
 
 
 # A draft of the item (joined as `versions`) counted as its approved draft, and as the draft still to
-# be decided on: the item's latest, while it waits for a decision.
+# be decided on: the item's latest, while it waits for a decision. The tallies' triggers count the same
+# (their SQL: ledger/database/tallies.py, migrations 0013 and 0018), from the same state lists
+# (ledger/states.py); tests/ledger/money/test_cost_groups.py holds the two to each other, state by state.
 APPROVED_DRAFT = Q(versions__id=F("approved_version_id")) & ~Q(state__in=DISCARDED_STATES)
 PENDING_DRAFT = Q(state__in=UNDECIDED_STATES) & ~Q(
     Exists(GeneratedVersion.objects.filter(item_id=OuterRef("pk"), number__gt=OuterRef("versions__number")))

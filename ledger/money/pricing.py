@@ -26,7 +26,6 @@ from django.db.models import Count, Max, Min, Q, Sum
 from ..models import GeneratedVersion, ItemTally, Job, UnitCharge
 from ..providers import provider_names
 from ..setting_files import WatchedFile, file_number, read_setting_file, setting_refused
-from ..states import ItemState
 from .apportion import split_exactly
 from .currency import PLACES, PROVIDER_CURRENCY, SAME_CURRENCY, Rate, business_currency, rate_now
 
@@ -285,10 +284,8 @@ def version_cost(version: GeneratedVersion) -> Decimal | None:
 
 # --- sums over many versions ---------------------------------------------------------------
 
-# A draft of an item in these states will never be published, whatever was decided about it.
-DISCARDED_STATES = (ItemState.OBSOLETE, ItemState.WITHDRAWN, ItemState.CANCELLED)
-# The latest draft of an item in these states is still waiting for a decision.
-UNDECIDED_STATES = (ItemState.RETURNED, ItemState.AWAITING_REVIEW)
+# A draft of an item in DISCARDED_STATES will never be published; the latest draft of an item in
+# UNDECIDED_STATES is still waiting for a decision (ledger/states.py: the tallies' own lists).
 
 # Every token sum comes from the job's item tallies (`ItemTally`), which the database keeps with
 # every change: approved (the draft an item's approval names, unless the product moved on or went

@@ -163,6 +163,22 @@ def test_a_field_name_in_any_alphabet(as_owner, pounds, owner):
     assert [row["key"] for row in costs(as_owner, job, "catégorie")["results"]] == ["cuisine"]
 
 
+@pytest.mark.parametrize("name", ["0", "7", "999999999999999999999999999999", "-1"])
+def test_a_field_named_with_digits_is_a_field_never_an_index(as_owner, pounds, owner, name):
+    """A name of digits is a key of the product's fields, not an index into a list, and never a 500."""
+    job = JobFactory(owner=owner)
+    for fields in ({name: "kitchen"}, {name: "kitchen"}, {"other": "garden"}):
+        drafted(ItemFactory(job=job, product=ProductFactory(revision__fields=fields)), 10, 10)
+    body = costs(as_owner, job, name)
+    assert body["by"] == name
+    assert {row["key"]: row["items"] for row in body["results"]} == {"kitchen": 2, None: 1}
+
+
+def test_a_field_named_with_digits_of_a_job_without_it(as_owner, job):
+    [everything] = costs(as_owner, job, "999999999999999999999999999999")["results"]
+    assert (everything["key"], everything["items"]) == (None, 6)
+
+
 def test_a_model_without_a_price_has_null_amounts(as_owner, owner):
     job = JobFactory(owner=owner, model="no-such-model")
     drafted(made(job, "kitchen"), 100, 100)
@@ -181,6 +197,10 @@ def test_a_model_without_a_price_has_null_amounts(as_owner, owner):
         ({"by": "fields.category"}, "not a field name"),
         ({"by": "x" * 65}, "not a field name"),
         ({"by": "category'--"}, "not a field name"),
+        ({"by": 'cat"egory'}, "not a field name"),
+        ({"by": "cat\\egory"}, "not a field name"),
+        ({"by": "$.category"}, "not a field name"),
+        ({"by": "0.1"}, "not a field name"),
     ],
 )
 def test_a_bad_or_missing_field_is_a_400(as_owner, job, query, problem):

@@ -7,6 +7,9 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from django.db import connection
+from django.http import QueryDict
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
@@ -414,9 +417,34 @@ def spending(pounds, owner):
     return one, two
 
 
+def test_by_default_the_page_shows_cost_by_set_up_without_reading_items(client, owner, spending):
+    """Cost by a field reads every item of the jobs: a visit does so only when asked (a job of a
+    million items would be read at each one); the cost by prompt version and model is from tallies."""
+    client.force_login(owner)
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(reverse("quality"), {"period": "day"})
+    assert response.status_code == 200
+    grouped_items = [q["sql"] for q in queries if 'FROM "ledger_item"' in q["sql"] and "GROUP BY" in q["sql"]]
+    assert grouped_items == []
+    assert "field_costs" not in response.context
+    assert [g.amount for g in response.context["set_up_groups"]] == [
+        job_cost(spending[1])["total"],
+        job_cost(spending[0])["total"],
+    ]
+    page = response.content.decode()
+    assert 'data-testid="table-cost-set-up"' in page and 'data-testid="table-cost"' not in page
+    # The link asks for the cost by category, keeping the filter.
+    ask = QueryDict(response.context["cost_by_query"])
+    assert (ask["cost_by"], ask["period"]) == ("category", "day")
+    assert "reads every item of the jobs in the filter" in page
+    asked = client.get(reverse("quality"), ask)
+    assert [g.label for g in asked.context["cost_groups"]] == ["furniture", NO_CATEGORY, "stationery"]
+    assert "Read from every item of the jobs in the filter" in asked.content.decode()
+
+
 def test_the_page_shows_cost_by_category_with_its_chart(client, owner, spending):
     client.force_login(owner)
-    response = client.get(reverse("quality"))
+    response = client.get(reverse("quality"), {"cost_by": "category"})
     assert response.status_code == 200
     costs = response.context["field_costs"]
     assert [g.label for g in response.context["cost_groups"]] == ["furniture", NO_CATEGORY, "stationery"]
@@ -459,10 +487,11 @@ def test_cost_by_another_field_or_by_state(client, owner, spending):
     assert narrowed.context["field_costs"].total.amount == job_cost(spending[1])["total"]
 
 
-def test_without_categories_cost_is_shown_by_state(client, owner, pounds):
-    drafted(JobFactory(), None, tokens=100)
+def test_one_job_chosen_shows_its_cost_by_category_or_by_state_without_any(client, owner, pounds):
+    job = JobFactory()
+    drafted(job, None, tokens=100)
     client.force_login(owner)
-    response = client.get(reverse("quality"))
+    response = client.get(reverse("quality"), {"job": job.pk})
     assert response.context["cost_by"] == "state"
     assert [g.label for g in response.context["cost_groups"]] == ["awaiting_review"]
 

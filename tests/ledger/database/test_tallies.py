@@ -17,7 +17,7 @@ from ledger.actions.reviewing import approve_version, reject_version
 from ledger.catalogue import import_catalogue
 from ledger.models import GeneratedVersion, Item, ItemTally, Job
 from ledger.money import pricing
-from ledger.states import ItemState
+from ledger.states import DISCARDED_STATES, UNDECIDED_STATES, ItemState
 from tests.factories import ItemFactory, JobFactory, ProductFactory, add_version
 
 S = ItemState
@@ -25,8 +25,8 @@ S = ItemState
 
 # --- the reference: what the screens computed before, row by row --------------------------
 
-APPROVED = Q(item__approved_version=F("pk")) & ~Q(item__state__in=pricing.DISCARDED_STATES)
-PENDING = Q(item__state__in=pricing.UNDECIDED_STATES) & ~Exists(
+APPROVED = Q(item__approved_version=F("pk")) & ~Q(item__state__in=DISCARDED_STATES)
+PENDING = Q(item__state__in=UNDECIDED_STATES) & ~Exists(
     GeneratedVersion.objects.filter(item=OuterRef("item"), number__gt=OuterRef("number"))
 )
 

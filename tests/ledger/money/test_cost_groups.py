@@ -3,8 +3,13 @@ has, the parts add up to it."""
 
 from decimal import Decimal
 
-from ledger.money.cost_groups import split_job_cost
-from ledger.money.pricing import price_for
+import pytest
+
+from ledger.models import Item, ItemTally
+from ledger.money.cost_groups import STATE, grouped_tokens, split_job_cost
+from ledger.money.pricing import TALLY_SUMS, price_for
+from ledger.states import ItemState
+from tests.factories import ItemFactory, JobFactory, add_version
 
 
 def rows(*tokens: int) -> list[dict]:
@@ -46,3 +51,37 @@ def test_without_a_price_every_amount_is_none():
     }
     [group] = split_job_cost(cost, None, rows(100))
     assert (group.amount, group.wasted, group.per_approved, group.items) == (None, None, None, 1)
+
+
+@pytest.mark.django_db
+def test_the_groups_count_tokens_as_the_tallies_do_in_every_state():
+    """The groups' approved, pending and all-draft tokens are the tallies' (the database's triggers),
+    state by state: approved drafts of discarded items, redrafts waiting for a decision, drafts a retry
+    replaced. A rule changed on one side only fails here."""
+    job = JobFactory()
+    for number, state in enumerate(ItemState):
+        for approved in (False, True):
+            item = ItemFactory(job=job, state=state)
+            first = add_version(item, input_tokens=100 + number, output_tokens=10 + number)
+            second = add_version(item, input_tokens=1_000 + number, output_tokens=20 + number)
+            if approved:
+                Item.objects.filter(pk=item.pk).update(approved_version=first if number % 2 else second)
+    tallies = {
+        row.pop("state"): row
+        for row in ItemTally.objects.filter(job=job).order_by().values("state").annotate(**TALLY_SUMS)
+    }
+    for row in grouped_tokens([job.pk], STATE):
+        tally = tallies[row["key"]]
+        assert (row["items"], row["approved_drafts"]) == (tally["items"], tally["approved_drafts"]), row[
+            "key"
+        ]
+        for name in (
+            "all_input",
+            "all_output",
+            "approved_input",
+            "approved_output",
+            "pending_input",
+            "pending_output",
+        ):
+            assert row[name] == tally[name], (row["key"], name)
+    assert len(tallies) == len(ItemState)
