@@ -67,6 +67,9 @@ FINAL_STATES = frozenset(state for state, nxt in ALLOWED_TRANSITIONS.items() if 
 # States in which the provider still owes us a result.
 OUTSTANDING_STATES = frozenset({S.PREPARED, S.SUBMITTED, S.SUBMISSION_UNCERTAIN, S.RETURNED})
 
+# A draft of an item in these states will never be published, whatever was decided about it.
+DISCARDED_STATES = (S.OBSOLETE, S.WITHDRAWN, S.CANCELLED)
+
 # A person decides next: a reviewer on a draft, or an approved draft on its way to the destination.
 REVIEW_STATES = frozenset({S.AWAITING_REVIEW, S.APPROVED, S.APPLYING})
 

@@ -9,7 +9,7 @@ counted again from the rows and the triggers installed (`after_migrate`). A demo
 from django.db import connections
 
 # A draft of an item in these states waits for a decision (pricing.UNDECIDED_STATES), and an
-# approved draft of an item in these may never be published (pricing.DISCARDED_STATES).
+# approved draft of an item in these may never be published (states.DISCARDED_STATES).
 UNDECIDED = "('returned', 'awaiting_review')"
 DISCARDED = "('obsolete', 'withdrawn', 'cancelled')"
 COLUMNS = (

@@ -21,8 +21,9 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 
 from ..models import GeneratedVersion, Item, ItemTally, Job
+from ..states import DISCARDED_STATES
 from .apportion import split_exactly
-from .pricing import DISCARDED_STATES, PLACES, UNDECIDED_STATES, Price, job_cost, jobs_cost, price_for
+from .pricing import PLACES, UNDECIDED_STATES, Price, job_cost, jobs_cost, price_for
 
 # What a cost can be grouped by besides a product field: the product's title, the item's state (a
 # product field named `title` or `state` is shadowed by these).

@@ -285,8 +285,6 @@ def version_cost(version: GeneratedVersion) -> Decimal | None:
 
 # --- sums over many versions ---------------------------------------------------------------
 
-# A draft of an item in these states will never be published, whatever was decided about it.
-DISCARDED_STATES = (ItemState.OBSOLETE, ItemState.WITHDRAWN, ItemState.CANCELLED)
 # The latest draft of an item in these states is still waiting for a decision.
 UNDECIDED_STATES = (ItemState.RETURNED, ItemState.AWAITING_REVIEW)
 
