@@ -7,12 +7,14 @@ from decimal import Decimal
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from ledger.actions.jobs import create_job
 from ledger.actions.pilot_decisions import decide_pilot, plan_full_job
 from ledger.actions.reviewing import reject_version
 from ledger.catalogue import revise_product
-from ledger.models import GeneratedVersion, Item, PilotDecision, Submission, UnitCharge
+from ledger.models import ExchangeRate, GeneratedVersion, Item, PilotDecision, Submission, UnitCharge
+from ledger.money.currency import forget_entered_rates
 from ledger.pilots.accuracy import first_pass_waits_for
 from ledger.pilots.report import Report, pilot_of
 from ledger.states import ItemState, SubmissionState
@@ -173,3 +175,29 @@ def test_a_redraft_is_not_part_of_the_first_pass(owner):
     draft(items[0], 5_000_000, 5_000_000)
 
     assert Report(pilot_of(pilot_job)).as_json()["accuracy"]["actual"] == before
+
+
+def test_accuracy_is_converted_at_the_rate_the_projection_was_so_a_new_rate_is_no_forecast_error(
+    owner, settings
+):
+    """Projected in pounds at 0.8 when decided; a rate of 0.5 since: the first pass's 2.775 USD is
+    compared at 0.8 (2.22), as the projection was, not at today's rate."""
+    settings.BATCHDESK_CURRENCY = "GBP"
+    ExchangeRate.objects.create(
+        currency="GBP", valid_from="2020-01-01", per_usd=Decimal("0.8"), source="test"
+    )
+    pilot_job = known_pilot(owner)
+    decision = decide_pilot(pilot_id=pilot_of(pilot_job).pk, decision="go", by=owner)
+    for item in decision.full_job.items.all():
+        draft(item, 1_000_000, 500_000)
+    ExchangeRate.objects.create(
+        currency="GBP", valid_from=timezone.localdate(), per_usd=Decimal("0.5"), source="test, later"
+    )
+    forget_entered_rates()
+
+    measured = Report(pilot_of(pilot_job)).as_json()["accuracy"]
+
+    projected = PilotDecision.objects.get(pk=decision.pk).figures["projection"]["cost"]["first_pass"]
+    assert projected["currency"] == measured["currency"] == "GBP"
+    assert measured["actual"] == Decimal("2.220000")
+    assert measured["projected"]["expected"] == Decimal(projected["expected"])
