@@ -11,13 +11,21 @@ import orjson
 from django.conf import settings
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import connection, models, transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 from django.utils import timezone
 
 from .retrying import PERMANENT_REFUSAL_PATIENCE
-from .states import NEEDS_ATTENTION_STATES, DraftNote, ItemState, JobState, ReasonCode, SubmissionState
+from .states import (
+    DISCARDED_STATES,
+    NEEDS_ATTENTION_STATES,
+    DraftNote,
+    ItemState,
+    JobState,
+    ReasonCode,
+    SubmissionState,
+)
 
 # One encoder for every rendering: json.dumps with these options builds a new one each call.
 _CANONICAL = json.JSONEncoder(sort_keys=True, ensure_ascii=False, separators=(",", ":"))
@@ -287,6 +295,18 @@ class ItemQuerySet(models.QuerySet):
         count these. A cancelled job's items are never sent again, so they need nobody."""
         return self.filter(state__in=NEEDS_ATTENTION_STATES).exclude(job__state=JobState.CANCELLED)
 
+    def approved_products(self) -> "models.QuerySet":
+        """The product ids of these items whose approved draft stands: approved, for the product's
+        current revision, and not obsolete, withdrawn or cancelled since. The one rule of "the products
+        a pilot approved": the pilot decision counts them (`plan_full_job`) and the full job leaves them
+        out (`create_job(leaving_out_approved_in=...)`) with this query, so nobody pays twice for a
+        product whose pilot draft stands, and a product whose approval fell is drafted again."""
+        return (
+            self.filter(approved_version__isnull=False, source_revision_id=F("product__current_revision_id"))
+            .exclude(state__in=DISCARDED_STATES)
+            .values("product_id")
+        )
+
     def counts_by_state(self) -> dict[str, int]:
         """Items by state, counted row by row (the tallies' reference: `ItemTally` answers the screens)."""
         rows = self.order_by().values_list("state").annotate(n=models.Count("id"))
@@ -412,6 +432,18 @@ class Item(models.Model):
 
 
 class ItemTallyQuerySet(models.QuerySet):
+    def approved_products(self) -> "models.QuerySet":
+        """The product ids of these items whose approved draft stands: approved, for the product's
+        current revision, and not obsolete, withdrawn or cancelled since. The one rule of "the products
+        a pilot approved": the pilot decision counts them (`plan_full_job`) and the full job leaves them
+        out (`create_job(leaving_out_approved_in=...)`) with this query, so nobody pays twice for a
+        product whose pilot draft stands, and a product whose approval fell is drafted again."""
+        return (
+            self.filter(approved_version__isnull=False, source_revision_id=F("product__current_revision_id"))
+            .exclude(state__in=DISCARDED_STATES)
+            .values("product_id")
+        )
+
     def counts_by_state(self) -> dict[str, int]:
         """Items by state of the tallied jobs (filter by `job` first, or none for every job): a sum over
         a few rows per job and state, however many items there are."""
@@ -1191,6 +1223,10 @@ class PilotDecision(models.Model):
     full_job = models.OneToOneField(
         Job, on_delete=models.PROTECT, null=True, blank=True, related_name="started_by_decision"
     )
+    # How the projection held (`ledger.pilots.accuracy`), kept once the full job's first pass settled:
+    # it never changes after, and the report reads it instead of scanning the full job again.
+    accuracy = models.JSONField(null=True, blank=True)
+    accuracy_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [

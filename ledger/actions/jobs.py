@@ -14,7 +14,6 @@ from ..destinations import destination_names
 from ..models import (
     DEFAULT_DESTINATION,
     MAX_NAMED_SKUS,
-    Approval,
     Event,
     Item,
     Job,
@@ -59,8 +58,8 @@ def create_job(
     version: the task's current one. A `pilot`: the items are a stratified sample of those products
     (`ledger.pilots.sample`), recorded with the job. A `notify_url` is told of the job's events
     (`ledger.notices.notifications`; the forms check the address). `leaving_out_approved_in`, a job's
-    id: the products with a draft approved in that job are left out (a pilot's full job: nobody pays
-    twice for a product)."""
+    id: the products whose draft approved in that job stands are left out (`Item.objects.approved_products`,
+    the rule the pilot decision counts them by; a pilot's full job: nobody pays twice for a product)."""
     if provider not in provider_names():
         raise NotAllowed(f"Unknown provider {provider!r}; known: {', '.join(provider_names())}")
     if destination not in destination_names():
@@ -93,11 +92,11 @@ def create_job(
         products_sql += f" AND sku IN ({', '.join(['%s'] * len(wanted))})" if wanted else " AND 1 = 0"
         products_params += wanted
     if leaving_out_approved_in is not None:
-        products_sql += (
-            f" AND id NOT IN (SELECT item.product_id FROM {Item._meta.db_table} item"
-            f" JOIN {Approval._meta.db_table} approval ON approval.item_id = item.id WHERE item.job_id = %s)"
+        approved_sql, approved_params = (
+            Item.objects.filter(job_id=leaving_out_approved_in).approved_products().query.sql_with_params()
         )
-        products_params.append(leaving_out_approved_in)
+        products_sql += f" AND id NOT IN ({approved_sql})"
+        products_params += approved_params
     if pilot is not None:  # the scope its sample is drawn from
         scope = Product.objects.filter(status=ProductStatus.ACTIVE)
         if skus is not None:

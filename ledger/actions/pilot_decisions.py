@@ -15,7 +15,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import transaction
 from django.utils import timezone
 
-from ..models import Event, Job, Pilot, PilotDecision, PilotVerdict, Product, ProductStatus
+from ..models import Event, Item, Job, Pilot, PilotDecision, PilotVerdict, Product, ProductStatus
 from ..money.budgets import CENT, budget_problem
 from ..pilots.report import Report
 from .core import NotAllowed, actor_name
@@ -88,8 +88,8 @@ def plan_full_job(report: Report, budget: Decimal | None = None) -> FullJobPlan:
     scope = Product.objects.filter(status=ProductStatus.ACTIVE)
     if pilot.scope_skus is not None:
         scope = scope.filter(sku__in=pilot.scope_skus)
-    approved = scope.filter(items__job=job, items__approvals__isnull=False).distinct()
-    left_out = approved.count()
+    # The rule go's `create_job(leaving_out_approved_in=...)` leaves them out by.
+    left_out = scope.filter(pk__in=Item.objects.filter(job=job).approved_products()).count()
     products = scope.count() - left_out
     budget_from = "given"
     if budget is None:
