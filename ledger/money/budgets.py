@@ -177,15 +177,23 @@ def unit_hold(job: Job, submission: Submission, requests) -> UnitHold:
     return UnitHold(fitting, fitting_usd, fitting_worst, None)
 
 
-def request_need(job: Job, request) -> Decimal | None:
-    """What one request of `job` holds at worst, in the business currency at today's rate (None
+def requests_need(job: Job, requests) -> Decimal | None:
+    """What `requests` of `job` hold at worst, in the business currency at today's rate (None
     without a price or a rate)."""
     price = price_for(job.provider, job.model)
     rate = rate_now()
     if price is None or rate is None:
         return None
-    [tokens] = worst_cases([request])
+    tokens = worst_case(requests)
     return convert(price.cost(tokens.input_tokens, tokens.output_tokens).quantize(PLACES), rate)
+
+
+def in_flight(job_id: int, *, excluding_submission: int | None = None) -> bool:
+    """Whether a unit of the job holds part of its budget and has not settled yet."""
+    charges = UnitCharge.objects.filter(job_id=job_id, settled_at__isnull=True)
+    if excluding_submission is not None:
+        charges = charges.exclude(submission_id=excluding_submission)
+    return charges.exists()
 
 
 @dataclass(frozen=True)
