@@ -18,6 +18,7 @@ from ledger.actions.budgeting import (
     MEASURED_OUTPUT_SPARE_TOKENS,
     BudgetReached,
     next_request_need,
+    redraft_cut_off,
     reserve,
     resume_when_it_fits,
 )
@@ -34,6 +35,7 @@ from ledger.models import (
     PauseReason,
     PromptVersion,
     Submission,
+    SubmissionItem,
     UnitCharge,
 )
 from ledger.money import budgets
@@ -478,6 +480,7 @@ def test_a_lowered_max_tokens_that_cut_a_draft_off_has_it_drafted_again_at_the_p
     [unit] = plan_submissions(job.pk)
     assert send_submission(unit, provider=provider) == "sent"
     assert sent_max_tokens(emulator, unit) == [26, 26]
+    assert sent_limits(unit) == [26, 26]  # kept as sent
 
     collect(clock, unit, provider)  # every answer ran into the 26 tokens
 
@@ -487,8 +490,63 @@ def test_a_lowered_max_tokens_that_cut_a_draft_off_has_it_drafted_again_at_the_p
     [again] = plan_submissions(job.pk)
     assert send_submission(again, provider=provider) == "sent"
     assert sent_max_tokens(emulator, again) == [600, 600]
+    assert sent_limits(again) == [600, 600]
     collect(clock, again, provider)
     assert set(items.values_list("state", flat=True)) == {ItemState.AWAITING_REVIEW}
+
+
+def sent_limits(submission_id: int) -> list[int]:
+    return list(
+        Submission.objects.get(pk=submission_id)
+        .entries.order_by("id")
+        .values_list("max_output_tokens", flat=True)
+    )
+
+
+def test_a_draft_cut_off_at_the_limit_it_was_sent_with_is_not_drafted_again_whatever_tokens_it_counts(
+    pounds, clock, emulator, provider
+):
+    # Nothing measured: the unit is sent at the prompt's own 20 tokens, and its drafts are cut off there.
+    PromptVersion.objects.filter(task="product_description", version=1).update(max_output_tokens=20)
+    job = job_with_items(1, unit_size=1, budget=Decimal("100.00"))
+    [unit] = plan_submissions(job.pk)
+    send_submission(unit, provider=provider)
+    collect(clock, unit, provider)
+    item = Item.objects.get(job=job)
+    assert (item.state, item.reason_code) == (ItemState.VALIDATION_FAILED, ReasonCode.TRUNCATED)
+    # A provider that counts only the answer's own tokens, not its thinking (Gemini), records fewer
+    # than the limit the draft stopped at.
+    GeneratedVersion.objects.filter(item=item).update(output_tokens=12)
+
+    assert redraft_cut_off(job, Submission.objects.get(pk=unit)) == []
+
+    assert Item.objects.get(pk=item.pk).state == ItemState.VALIDATION_FAILED
+    assert sent_limits(unit) == [20]
+
+
+def test_an_item_once_sent_at_the_prompts_own_limit_is_not_drafted_again(pounds, clock, emulator, provider):
+    measured(JobFactory(), 8)  # the limit becomes 26 tokens
+    job = job_with_items(1, unit_size=1, budget=Decimal("100.00"))
+    [unit] = plan_submissions(job.pk)
+    send_submission(unit, provider=provider)
+    collect(clock, unit, provider)  # cut off at 26: drafted again at 600
+    [again] = plan_submissions(job.pk)
+    send_submission(again, provider=provider)
+    collect(clock, again, provider)
+    item = Item.objects.get(job=job)
+    assert sent_limits(again) == [600]
+    # Sent once more at the lowered limit (its reason since changed, say) and cut off there again.
+    third = Submission.objects.create(
+        job=job, provider=job.provider, model=job.model, intent_key="bd_third", state=SubmissionState.COLLECTED
+    )
+    SubmissionItem.objects.create(submission=third, item=item, custom_id="bd-third", max_output_tokens=26)
+    Item.objects.filter(pk=item.pk).update(
+        state=ItemState.VALIDATION_FAILED, reason_code=ReasonCode.TRUNCATED, submission=third
+    )
+
+    assert redraft_cut_off(job, third) == []
+    SubmissionItem.objects.filter(submission_id=again).update(max_output_tokens=26)  # never sent at 600
+    assert redraft_cut_off(job, third) == [item.pk]  # then it is drafted again
 
 
 def test_a_draft_cut_off_at_the_prompts_own_max_tokens_is_not_drafted_again(
