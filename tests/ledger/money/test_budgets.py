@@ -17,6 +17,7 @@ from ledger.actions.budgeting import (
     MEASURED_OUTPUT_MARGIN,
     MEASURED_OUTPUT_SPARE_TOKENS,
     BudgetReached,
+    after_settling,
     next_request_need,
     redraft_cut_off,
     reserve,
@@ -41,7 +42,7 @@ from ledger.models import (
 from ledger.money import budgets
 from ledger.money.pricing import job_cost, price_for
 from ledger.states import ItemState, JobState, ReasonCode, SubmissionState
-from ledger.tasks import claim_due_submissions
+from ledger.tasks import claim_due_submissions, poll_everything
 from tests.factories import JobFactory, ProductFactory, add_version
 from tests.provider_emulators import BY_NAME, ONE_PER_PROTOCOL, serving
 
@@ -537,7 +538,11 @@ def test_an_item_once_sent_at_the_prompts_own_limit_is_not_drafted_again(pounds,
     assert sent_limits(again) == [600]
     # Sent once more at the lowered limit (its reason since changed, say) and cut off there again.
     third = Submission.objects.create(
-        job=job, provider=job.provider, model=job.model, intent_key="bd_third", state=SubmissionState.COLLECTED
+        job=job,
+        provider=job.provider,
+        model=job.model,
+        intent_key="bd_third",
+        state=SubmissionState.COLLECTED,
     )
     SubmissionItem.objects.create(submission=third, item=item, custom_id="bd-third", max_output_tokens=26)
     Item.objects.filter(pk=item.pk).update(
@@ -559,3 +564,58 @@ def test_a_draft_cut_off_at_the_prompts_own_max_tokens_is_not_drafted_again(
     collect(clock, unit, provider)
 
     assert Item.objects.get(job=job).state == ItemState.VALIDATION_FAILED
+
+
+def test_a_job_paused_on_a_hold_that_settled_meanwhile_is_resumed_by_that_settle(pounds, emulator, provider):
+    job, first, second = paused_with_one_unit_in_flight(provider)
+    # The settling cluster read the job before the other cluster's pause was committed: running.
+    read_before_the_pause = Job.objects.get(pk=job.pk)
+    read_before_the_pause.state, read_before_the_pause.pause_reason = JobState.RUNNING, ""
+    unit = Submission.objects.get(pk=first)
+    assert budgets.settle(unit) is not None  # no drafts came back: it cost nothing
+
+    after_settling(read_before_the_pause, unit)
+
+    assert Job.objects.get(pk=job.pk).state == JobState.RUNNING
+
+
+def test_the_collector_resumes_a_job_its_budget_paused_once_its_next_requests_fit(pounds, emulator, provider):
+    job, first, second = paused_with_one_unit_in_flight(provider)
+    started = []
+    poll_everything(start=lambda *task: started.append(task))
+    assert Job.objects.get(pk=job.pk).state == JobState.PAUSED  # its unit is still in flight
+    # Settled by a cluster that never saw the pause.
+    UnitCharge.objects.filter(submission_id=first).update(settled_at=timezone.now(), cost=Decimal(0))
+
+    poll_everything(start=lambda *task: started.append(task))
+
+    assert Job.objects.get(pk=job.pk).state == JobState.RUNNING
+
+
+def test_a_head_under_a_tenth_of_the_unit_waits_for_the_units_in_flight_and_goes_once_none_are(
+    pounds, emulator, provider
+):
+    job = job_with_items(40, unit_size=20, budget=Decimal("100.00"))
+    first, second = plan_submissions(job.pk)
+    one = budgets.requests_need(job, build_requests(Submission.objects.get(pk=second))[:1])
+    budget = (unit_worst_case_pounds(first) + one * Decimal("1.5")).quantize(
+        Decimal("0.01"), rounding="ROUND_CEILING"
+    )
+    Job.objects.filter(pk=job.pk).update(budget=budget)  # room for one request of the second unit, not two
+    assert send_submission(first, provider=provider) == "sent"
+
+    # One request fits, fewer than a tenth of the unit (2), and a unit in flight may free more: no batch of one.
+    assert send_submission(second, provider=provider) == "paused"
+    assert emulator.stats()["batches"] == 1
+    job.refresh_from_db()
+    assert job.pause_reason == PauseReason.BUDGET_REACHED
+    assert "rather than sending a batch of fewer than 2" in job.pause_detail
+    assert next_request_need(job) > job.budget - budgets.committed(job.pk)  # it waits for two to fit
+
+    # The unit in flight settles at all it held: nothing freed, nothing in flight. The one that fits is sent.
+    charge = UnitCharge.objects.get(submission_id=first)
+    UnitCharge.objects.filter(pk=charge.pk).update(settled_at=timezone.now(), cost=charge.reserved)
+    assert resume_when_it_fits(job.pk) is True
+    assert send_submission(second, provider=provider) == "sent"
+    assert UnitCharge.objects.get(submission_id=second).requests == 1
+    assert budgets.committed(job.pk) <= budget
