@@ -49,6 +49,8 @@ from tests.provider_emulators import BY_NAME, ONE_PER_PROTOCOL, serving
 pytestmark = pytest.mark.django_db
 
 RATE = Decimal("0.7890")
+# Units are held at the rate and a margin for its rise before they settle.
+HELD_AT = RATE * (1 + budgets.RATE_RISE_MARGIN)
 
 
 @pytest.fixture
@@ -85,7 +87,8 @@ def job_with_items(n: int, *, unit_size: int, budget: Decimal | None, **fields) 
 
 def unit_worst_case_pounds(submission_id: int) -> Decimal:
     """Computed here from the requests as sent: one token per byte of the messages and the schema,
-    16 tokens of overhead, and `max_tokens` out, at the price file's batch price, in pounds."""
+    16 tokens of overhead, and `max_tokens` out, at the price file's batch price, in pounds at the
+    rate held at."""
     submission = Submission.objects.get(pk=submission_id)
     requests = build_requests(submission)
     tokens_in = sum(
@@ -97,7 +100,7 @@ def unit_worst_case_pounds(submission_id: int) -> Decimal:
     )
     tokens_out = sum(r.max_output_tokens for r in requests)
     usd = (Decimal(tokens_in) * 1000 + Decimal(tokens_out) * 4000) / 1_000_000 / 2
-    return usd.quantize(Decimal("0.000001")) * RATE
+    return usd.quantize(Decimal("0.000001")) * HELD_AT
 
 
 def collect(clock, submission_id, provider):
@@ -389,7 +392,7 @@ def test_a_unit_that_does_not_fit_sends_the_head_that_fits_and_plans_the_rest_ag
     )
     # Room for two requests' worst case, not three.
     Job.objects.filter(pk=job.pk).update(
-        budget=(usd * RATE).quantize(Decimal("0.01"), rounding="ROUND_CEILING")
+        budget=(usd * HELD_AT).quantize(Decimal("0.01"), rounding="ROUND_CEILING")
     )
 
     assert send_submission(unit, provider=provider) == "sent"
@@ -619,3 +622,17 @@ def test_a_head_under_a_tenth_of_the_unit_waits_for_the_units_in_flight_and_goes
     assert send_submission(second, provider=provider) == "sent"
     assert UnitCharge.objects.get(submission_id=second).requests == 1
     assert budgets.committed(job.pk) <= budget
+
+
+def test_a_unit_held_today_still_covers_its_worst_case_after_the_rate_rises_two_percent(
+    pounds, clock, emulator, provider
+):
+    job = job_with_items(2, unit_size=2, budget=Decimal("100.00"))
+    [unit] = plan_submissions(job.pk)
+    assert send_submission(unit, provider=provider) == "sent"
+    charge = UnitCharge.objects.get(submission_id=unit)
+    # The unit settles a day later, the pound 2 % weaker: its worst case, converted then.
+    risen = (charge.reserved_usd * RATE * Decimal("1.02")).quantize(Decimal("0.000001"))
+
+    assert charge.reserved >= risen
+    assert charge.reserved_usd * RATE < risen  # held at today's rate alone, it would not
