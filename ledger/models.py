@@ -690,6 +690,10 @@ class SubmissionItem(models.Model):
     custom_id = models.CharField(max_length=64)
     # Set once a line for this request has been recorded.
     outcome = models.CharField(max_length=32, blank=True)
+    # The `max_tokens` the request was sent with (rule 18: lowered for a job with a budget), kept as
+    # the unit is sent: only a draft cut off at a limit below its prompt version's own is drafted
+    # again (`budgeting.redraft_cut_off`). None until sent.
+    max_output_tokens = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         constraints = [

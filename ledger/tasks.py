@@ -28,7 +28,7 @@ from django.utils import timezone
 from django_q.tasks import async_task
 
 from . import catalogue
-from .actions import applying, collecting, drilling, operating, submitting
+from .actions import applying, budgeting, collecting, drilling, operating, submitting
 from .database import table_statistics
 from .lifecycle import provider_files, retention
 from .models import CollectorHeartbeat, Item, Job, ProviderHint, Submission, lease_end
@@ -303,6 +303,9 @@ def poll_everything(start: Start = async_task) -> int:
     for job_id in due_jobs:
         if submitting.claim_planning(job_id):
             started += attempt(start, "ledger.tasks.submit_job", job_id)
+    # Jobs their budget paused that settled units freed enough for: `after_settling` resumes them as
+    # a unit settles; this catches one that settled as another cluster paused the job.
+    budgeting.resume_paused_that_fit()
     mark, items = claim_due_applications(now)
     for first in range(0, len(items), ITEMS_PER_APPLY_TASK):
         started += attempt(

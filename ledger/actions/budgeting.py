@@ -6,13 +6,14 @@ billing refusal. What a unit costs and holds is `ledger.money.budgets`'; pausing
 job's state."""
 
 import math
+from dataclasses import replace
 from decimal import Decimal
 
 from django.db import transaction
-from django.db.models import F, Max
+from django.db.models import Exists, F, Max, OuterRef
 
 from ..drafts.scrubbing import stored_text
-from ..models import Item, Job, PauseReason, Submission, UnitCharge
+from ..models import Item, Job, PauseReason, Submission, SubmissionItem, UnitCharge
 from ..money import budgets
 from ..providers import capabilities
 from ..providers.base import Delivery
@@ -28,6 +29,20 @@ from .jobs import go_on
 # `max_output_tokens` (`redraft_cut_off`).
 MEASURED_OUTPUT_MARGIN = Decimal("1.25")
 MEASURED_OUTPUT_SPARE_TOKENS = 16
+
+
+# Near the end of its budget only a few requests of a unit fit, and each unit that settles frees a
+# little: sending whatever fits sent batch after batch of one request, each a provider batch that
+# may take a day to run. A job with units in flight waits instead until at least a tenth of its unit
+# fits (all that is left of the unit, when less); with nothing in flight to free more, what fits is
+# sent, so the job can finish.
+SMALLEST_SHARE_OF_UNIT = 10
+
+
+def smallest_head(job: Job, waiting: int) -> int:
+    """The fewest requests a unit of `job` is sent with while its other units are in flight: a tenth
+    of its unit size (at least one), or the `waiting` requests when fewer."""
+    return min(max(1, job.unit_size // SMALLEST_SHARE_OF_UNIT), waiting)
 
 
 def output_cap(job: Job) -> int:
@@ -66,8 +81,9 @@ class BudgetReached(Exception):
 def reserve(submission: Submission, requests) -> int:
     """Hold the worst case of the longest head of the unit's requests that fits what is left of its
     job's budget, before it is sent; returns how many requests that is (all of them when the job has
-    no budget). BudgetReached (the job paused) when not even one fits. A unit sent again after a lost
-    answer keeps its one reservation."""
+    no budget). BudgetReached (the job paused) when not even one fits, or, while other units of the
+    job are in flight, fewer than `smallest_head`. A unit sent again after a lost answer keeps its
+    one reservation."""
     paused = ""
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=submission.job_id)
@@ -76,6 +92,20 @@ def reserve(submission: Submission, requests) -> int:
         if job.state == JobState.CANCELLED:  # cancelled since the unit was planned: a cancelled job stays so
             raise BudgetReached("The job was cancelled")
         unit = budgets.unit_hold(job, submission, requests)
+        smallest = smallest_head(job, len(requests))
+        if (
+            not unit.problem
+            and unit.requests < smallest
+            and budgets.in_flight(job.pk, excluding_submission=submission.pk)
+        ):
+            unit = replace(
+                unit,
+                problem=(
+                    f"Only {unit.requests} of the unit's {len(requests)} requests fit what is left of "
+                    f"the budget: waiting for the units in flight to settle rather than sending a "
+                    f"batch of fewer than {smallest}"
+                ),
+            )
         if unit.problem:
             pause(job, PauseReason.BUDGET_REACHED, unit.problem)
             paused = unit.problem
@@ -117,8 +147,9 @@ def pause_for_billing(job_id: int, provider_said: str) -> None:
 
 
 def next_request_need(job: Job) -> Decimal | None:
-    """What the job's next request to be sent holds at worst, as it would be sent now: the first
-    request of its first unit waiting to be sent (None when none waits, or it cannot be priced)."""
+    """What the job's next requests to be sent hold at worst, as they would be sent now: the first
+    request of its first unit waiting to be sent, or, while units of the job are in flight, its
+    `smallest_head` (None when none waits, or it cannot be priced)."""
     # submitting holds its units through this module: imported here, a real cycle
     from .submitting import build_requests
 
@@ -132,34 +163,50 @@ def next_request_need(job: Job) -> Decimal | None:
     )
     if waiting is None:
         return None
-    requests = build_requests(waiting, limit=1)
-    return budgets.request_need(job, requests[0]) if requests else None
+    head = smallest_head(job, job.unit_size) if budgets.in_flight(job.pk) else 1
+    requests = build_requests(waiting, limit=head)
+    return budgets.requests_need(job, requests) if requests else None
 
 
 def after_settling(job: Job, submission: Submission) -> None:
     """Once a unit of a job with a budget has settled: its drafts that the lowered `max_tokens` cut
     off are drafted again, and the job, if its budget paused it, goes on when its next request now
-    fits. In the settling transaction."""
+    fits. In the settling transaction. The job's state is judged with its row locked, whatever it
+    was read as: another cluster's `reserve` may have paused it on this unit's hold a moment ago."""
     if submission.state == SubmissionState.COLLECTED:
         redraft_cut_off(job, submission)
-    if job.state == JobState.PAUSED and job.pause_reason == PauseReason.BUDGET_REACHED:
-        resume_when_it_fits(job.pk)
+    resume_when_it_fits(job.pk)
+
+
+def resume_paused_that_fit() -> int:
+    """The collector's backstop for `after_settling`: every job its budget paused whose next
+    requests fit now goes on. How many did."""
+    paused = Job.objects.filter(state=JobState.PAUSED, pause_reason=PauseReason.BUDGET_REACHED)
+    return sum(resume_when_it_fits(job_id) for job_id in paused.values_list("pk", flat=True))
 
 
 def redraft_cut_off(job: Job, submission: Submission) -> list[int]:
-    """Items of the unit whose draft was cut off below the prompt version's own `max_output_tokens`:
-    the lowered limit of a job with a budget cut them off (`output_cap`), not the model's
-    answer, so each is drafted again, sent with the prompt's own limit (its reason code says why:
-    `submitting.build_requests`). A draft cut off at the prompt's own limit stays unusable (rule 8)."""
+    """Items of the unit cut off whose request was sent with a `max_tokens` below the prompt
+    version's own (`SubmissionItem.max_output_tokens`, kept as it was sent): the lowered limit of a
+    job with a budget cut them off (`output_cap`), not the model's answer, so each is drafted again,
+    once, sent with the prompt's own limit (its reason code says why: `submitting.build_requests`).
+    Judged by the limit sent, not by the draft's output tokens: a provider may count fewer than it
+    stopped at (Gemini counts the answer's tokens without its thinking). A draft cut off at the
+    prompt's own limit stays unusable (rule 8), and an item once sent at it is not drafted again."""
     prompt_cap = job.prompt_version.max_output_tokens
+    sent_at_prompts_own = SubmissionItem.objects.filter(
+        item_id=OuterRef("pk"), max_output_tokens__gte=prompt_cap
+    )
     cut_off = list(
         Item.objects.filter(
             submission=submission,
             state=ItemState.VALIDATION_FAILED,
             reason_code=ReasonCode.TRUNCATED,
-            versions__submission_id=submission.pk,
-            versions__output_tokens__lt=prompt_cap,
-        ).values_list("pk", flat=True)
+            submission_entries__submission_id=submission.pk,
+            submission_entries__max_output_tokens__lt=prompt_cap,
+        )
+        .exclude(Exists(sent_at_prompts_own))
+        .values_list("pk", flat=True)
     )
     if not cut_off:
         return []
@@ -197,7 +244,7 @@ def resume_when_it_fits(job_id: int) -> bool:
             job,
             actor=None,
             reason=(
-                f"Resumed by itself: settled units freed enough of the budget; the next request needs "
+                f"Resumed by itself: settled units freed enough of the budget; the next requests need "
                 f"up to {figures.next_needs} {currency} and {figures.left} {currency} is left"
             ),
             data={

@@ -183,6 +183,16 @@ def build_requests(submission: Submission, state: str = ItemState.PREPARED, *, l
     ]
 
 
+def record_max_tokens(submission: Submission, requests) -> None:
+    """Keep on each entry the `max_tokens` its request is sent with: one statement for each limit
+    the unit's requests carry (the job's, and the prompt version's own for drafts sent again)."""
+    by_limit: dict[int, list[str]] = {}
+    for request in requests:
+        by_limit.setdefault(request.max_output_tokens, []).append(request.custom_id)
+    for limit, custom_ids in by_limit.items():
+        submission.entries.filter(custom_id__in=custom_ids).update(max_output_tokens=limit)
+
+
 def fit_to_limits(requests: list, provider) -> list:
     """The longest head of `requests` one unit of this provider can carry, by its request and
     byte limits (the rest are planned into the next unit)."""
@@ -280,6 +290,7 @@ def send_submission(submission_id: int, *, provider=None, held: str = "") -> str
         sent_at = timezone.now()
         # Stored before the call: from now on a unit may exist at the provider.
         Submission.objects.filter(pk=submission_id).update(sent_at=sent_at, requests_sent=len(requests))
+        record_max_tokens(submission, requests)
         submission.sent_at, submission.requests_sent = sent_at, len(requests)
         provider_ref = provider.submit(
             requests=requests,

@@ -2,7 +2,8 @@
 
 Before a unit is sent, its worst case is reserved: every request's input at most one token per
 byte of what is sent (no tokenizer makes more tokens than bytes), plus its `max_tokens` of output,
-at the batch price, in the business currency at today's rate (`UnitCharge`). A job with a budget
+at the batch price, in the business currency at today's rate and a margin for its rise before
+the unit settles (`UnitCharge`). A job with a budget
 sends its requests with `max_tokens` lowered to the largest output measured for its prompt version
 and model (`actions.budgeting.output_cap`), so that what is held stays close to what units cost.
 Of a unit that would take a job's spend and holds past its budget, only the head that fits is held
@@ -16,7 +17,7 @@ rate, its date and its source. `figures` are what a job has spent, holds and has
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import ROUND_CEILING, Decimal
 
 from django.db import connection
@@ -25,7 +26,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from ..models import GeneratedVersion, Job, Submission, SubmissionItem, UnitCharge
-from .currency import PROVIDER_CURRENCY, business_currency, convert, rate_now, rate_on
+from .currency import PROVIDER_CURRENCY, Rate, business_currency, convert, rate_now, rate_on
 from .pricing import PLACES, price_for, unknown_price
 
 # Tokens a provider adds around each request's messages (roles, the chat template).
@@ -62,6 +63,21 @@ def worst_cases(requests):
             + schema_bytes[id(schema)],
             request.max_output_tokens,
         )
+
+
+# A unit is held at today's rate and settles at the rate of the day it settles, a day or so later
+# (a batch may run 24 hours): a rise between would take the job past its budget. So it is held at
+# the rate 2 % higher, more than a major currency's daily rate against the dollar moves in a day
+# but in a crisis. Not held where the business currency is the provider's (nothing converts).
+RATE_RISE_MARGIN = Decimal("0.02")
+
+
+def holding_rate() -> Rate | None:
+    """The rate a unit is held at: today's, with the margin for a rise before it settles."""
+    rate = rate_now()
+    if rate is None or business_currency() == PROVIDER_CURRENCY:
+        return rate
+    return replace(rate, per_usd=rate.per_usd * (1 + RATE_RISE_MARGIN))
 
 
 # SPEC §9: a budget is an amount of the business currency a person can pay.
@@ -128,7 +144,7 @@ def unit_hold(job: Job, submission: Submission, requests) -> UnitHold:
     left of the job's budget. Read with the job's row locked: what its other units spent or hold is
     part of the answer."""
     price = price_for(job.provider, job.model)
-    rate = rate_now()
+    rate = holding_rate()
     if job.budget is None:
         tokens = worst_case(requests)
         worst_usd = price.cost(tokens.input_tokens, tokens.output_tokens).quantize(PLACES) if price else None
@@ -177,15 +193,23 @@ def unit_hold(job: Job, submission: Submission, requests) -> UnitHold:
     return UnitHold(fitting, fitting_usd, fitting_worst, None)
 
 
-def request_need(job: Job, request) -> Decimal | None:
-    """What one request of `job` holds at worst, in the business currency at today's rate (None
+def requests_need(job: Job, requests) -> Decimal | None:
+    """What `requests` of `job` hold at worst, in the business currency at today's rate (None
     without a price or a rate)."""
     price = price_for(job.provider, job.model)
-    rate = rate_now()
+    rate = holding_rate()
     if price is None or rate is None:
         return None
-    [tokens] = worst_cases([request])
+    tokens = worst_case(requests)
     return convert(price.cost(tokens.input_tokens, tokens.output_tokens).quantize(PLACES), rate)
+
+
+def in_flight(job_id: int, *, excluding_submission: int | None = None) -> bool:
+    """Whether a unit of the job holds part of its budget and has not settled yet."""
+    charges = UnitCharge.objects.filter(job_id=job_id, settled_at__isnull=True)
+    if excluding_submission is not None:
+        charges = charges.exclude(submission_id=excluding_submission)
+    return charges.exists()
 
 
 @dataclass(frozen=True)

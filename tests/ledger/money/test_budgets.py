@@ -17,7 +17,9 @@ from ledger.actions.budgeting import (
     MEASURED_OUTPUT_MARGIN,
     MEASURED_OUTPUT_SPARE_TOKENS,
     BudgetReached,
+    after_settling,
     next_request_need,
+    redraft_cut_off,
     reserve,
     resume_when_it_fits,
 )
@@ -34,18 +36,21 @@ from ledger.models import (
     PauseReason,
     PromptVersion,
     Submission,
+    SubmissionItem,
     UnitCharge,
 )
 from ledger.money import budgets
 from ledger.money.pricing import job_cost, price_for
 from ledger.states import ItemState, JobState, ReasonCode, SubmissionState
-from ledger.tasks import claim_due_submissions
+from ledger.tasks import claim_due_submissions, poll_everything
 from tests.factories import JobFactory, ProductFactory, add_version
 from tests.provider_emulators import BY_NAME, ONE_PER_PROTOCOL, serving
 
 pytestmark = pytest.mark.django_db
 
 RATE = Decimal("0.7890")
+# Units are held at the rate and a margin for its rise before they settle.
+HELD_AT = RATE * (1 + budgets.RATE_RISE_MARGIN)
 
 
 @pytest.fixture
@@ -82,7 +87,8 @@ def job_with_items(n: int, *, unit_size: int, budget: Decimal | None, **fields) 
 
 def unit_worst_case_pounds(submission_id: int) -> Decimal:
     """Computed here from the requests as sent: one token per byte of the messages and the schema,
-    16 tokens of overhead, and `max_tokens` out, at the price file's batch price, in pounds."""
+    16 tokens of overhead, and `max_tokens` out, at the price file's batch price, in pounds at the
+    rate held at."""
     submission = Submission.objects.get(pk=submission_id)
     requests = build_requests(submission)
     tokens_in = sum(
@@ -94,7 +100,7 @@ def unit_worst_case_pounds(submission_id: int) -> Decimal:
     )
     tokens_out = sum(r.max_output_tokens for r in requests)
     usd = (Decimal(tokens_in) * 1000 + Decimal(tokens_out) * 4000) / 1_000_000 / 2
-    return usd.quantize(Decimal("0.000001")) * RATE
+    return usd.quantize(Decimal("0.000001")) * HELD_AT
 
 
 def collect(clock, submission_id, provider):
@@ -386,7 +392,7 @@ def test_a_unit_that_does_not_fit_sends_the_head_that_fits_and_plans_the_rest_ag
     )
     # Room for two requests' worst case, not three.
     Job.objects.filter(pk=job.pk).update(
-        budget=(usd * RATE).quantize(Decimal("0.01"), rounding="ROUND_CEILING")
+        budget=(usd * HELD_AT).quantize(Decimal("0.01"), rounding="ROUND_CEILING")
     )
 
     assert send_submission(unit, provider=provider) == "sent"
@@ -478,6 +484,7 @@ def test_a_lowered_max_tokens_that_cut_a_draft_off_has_it_drafted_again_at_the_p
     [unit] = plan_submissions(job.pk)
     assert send_submission(unit, provider=provider) == "sent"
     assert sent_max_tokens(emulator, unit) == [26, 26]
+    assert sent_limits(unit) == [26, 26]  # kept as sent
 
     collect(clock, unit, provider)  # every answer ran into the 26 tokens
 
@@ -487,8 +494,67 @@ def test_a_lowered_max_tokens_that_cut_a_draft_off_has_it_drafted_again_at_the_p
     [again] = plan_submissions(job.pk)
     assert send_submission(again, provider=provider) == "sent"
     assert sent_max_tokens(emulator, again) == [600, 600]
+    assert sent_limits(again) == [600, 600]
     collect(clock, again, provider)
     assert set(items.values_list("state", flat=True)) == {ItemState.AWAITING_REVIEW}
+
+
+def sent_limits(submission_id: int) -> list[int]:
+    return list(
+        Submission.objects.get(pk=submission_id)
+        .entries.order_by("id")
+        .values_list("max_output_tokens", flat=True)
+    )
+
+
+def test_a_draft_cut_off_at_the_limit_it_was_sent_with_is_not_drafted_again_whatever_tokens_it_counts(
+    pounds, clock, emulator, provider
+):
+    # Nothing measured: the unit is sent at the prompt's own 20 tokens, and its drafts are cut off there.
+    PromptVersion.objects.filter(task="product_description", version=1).update(max_output_tokens=20)
+    job = job_with_items(1, unit_size=1, budget=Decimal("100.00"))
+    [unit] = plan_submissions(job.pk)
+    send_submission(unit, provider=provider)
+    collect(clock, unit, provider)
+    item = Item.objects.get(job=job)
+    assert (item.state, item.reason_code) == (ItemState.VALIDATION_FAILED, ReasonCode.TRUNCATED)
+    # A provider that counts only the answer's own tokens, not its thinking (Gemini), records fewer
+    # than the limit the draft stopped at.
+    GeneratedVersion.objects.filter(item=item).update(output_tokens=12)
+
+    assert redraft_cut_off(job, Submission.objects.get(pk=unit)) == []
+
+    assert Item.objects.get(pk=item.pk).state == ItemState.VALIDATION_FAILED
+    assert sent_limits(unit) == [20]
+
+
+def test_an_item_once_sent_at_the_prompts_own_limit_is_not_drafted_again(pounds, clock, emulator, provider):
+    measured(JobFactory(), 8)  # the limit becomes 26 tokens
+    job = job_with_items(1, unit_size=1, budget=Decimal("100.00"))
+    [unit] = plan_submissions(job.pk)
+    send_submission(unit, provider=provider)
+    collect(clock, unit, provider)  # cut off at 26: drafted again at 600
+    [again] = plan_submissions(job.pk)
+    send_submission(again, provider=provider)
+    collect(clock, again, provider)
+    item = Item.objects.get(job=job)
+    assert sent_limits(again) == [600]
+    # Sent once more at the lowered limit (its reason since changed, say) and cut off there again.
+    third = Submission.objects.create(
+        job=job,
+        provider=job.provider,
+        model=job.model,
+        intent_key="bd_third",
+        state=SubmissionState.COLLECTED,
+    )
+    SubmissionItem.objects.create(submission=third, item=item, custom_id="bd-third", max_output_tokens=26)
+    Item.objects.filter(pk=item.pk).update(
+        state=ItemState.VALIDATION_FAILED, reason_code=ReasonCode.TRUNCATED, submission=third
+    )
+
+    assert redraft_cut_off(job, third) == []
+    SubmissionItem.objects.filter(submission_id=again).update(max_output_tokens=26)  # never sent at 600
+    assert redraft_cut_off(job, third) == [item.pk]  # then it is drafted again
 
 
 def test_a_draft_cut_off_at_the_prompts_own_max_tokens_is_not_drafted_again(
@@ -501,3 +567,72 @@ def test_a_draft_cut_off_at_the_prompts_own_max_tokens_is_not_drafted_again(
     collect(clock, unit, provider)
 
     assert Item.objects.get(job=job).state == ItemState.VALIDATION_FAILED
+
+
+def test_a_job_paused_on_a_hold_that_settled_meanwhile_is_resumed_by_that_settle(pounds, emulator, provider):
+    job, first, second = paused_with_one_unit_in_flight(provider)
+    # The settling cluster read the job before the other cluster's pause was committed: running.
+    read_before_the_pause = Job.objects.get(pk=job.pk)
+    read_before_the_pause.state, read_before_the_pause.pause_reason = JobState.RUNNING, ""
+    unit = Submission.objects.get(pk=first)
+    assert budgets.settle(unit) is not None  # no drafts came back: it cost nothing
+
+    after_settling(read_before_the_pause, unit)
+
+    assert Job.objects.get(pk=job.pk).state == JobState.RUNNING
+
+
+def test_the_collector_resumes_a_job_its_budget_paused_once_its_next_requests_fit(pounds, emulator, provider):
+    job, first, second = paused_with_one_unit_in_flight(provider)
+    started = []
+    poll_everything(start=lambda *task: started.append(task))
+    assert Job.objects.get(pk=job.pk).state == JobState.PAUSED  # its unit is still in flight
+    # Settled by a cluster that never saw the pause.
+    UnitCharge.objects.filter(submission_id=first).update(settled_at=timezone.now(), cost=Decimal(0))
+
+    poll_everything(start=lambda *task: started.append(task))
+
+    assert Job.objects.get(pk=job.pk).state == JobState.RUNNING
+
+
+def test_a_head_under_a_tenth_of_the_unit_waits_for_the_units_in_flight_and_goes_once_none_are(
+    pounds, emulator, provider
+):
+    job = job_with_items(40, unit_size=20, budget=Decimal("100.00"))
+    first, second = plan_submissions(job.pk)
+    one = budgets.requests_need(job, build_requests(Submission.objects.get(pk=second))[:1])
+    budget = (unit_worst_case_pounds(first) + one * Decimal("1.5")).quantize(
+        Decimal("0.01"), rounding="ROUND_CEILING"
+    )
+    Job.objects.filter(pk=job.pk).update(budget=budget)  # room for one request of the second unit, not two
+    assert send_submission(first, provider=provider) == "sent"
+
+    # One request fits, fewer than a tenth of the unit (2), and a unit in flight may free more: no batch of one.
+    assert send_submission(second, provider=provider) == "paused"
+    assert emulator.stats()["batches"] == 1
+    job.refresh_from_db()
+    assert job.pause_reason == PauseReason.BUDGET_REACHED
+    assert "rather than sending a batch of fewer than 2" in job.pause_detail
+    assert next_request_need(job) > job.budget - budgets.committed(job.pk)  # it waits for two to fit
+
+    # The unit in flight settles at all it held: nothing freed, nothing in flight. The one that fits is sent.
+    charge = UnitCharge.objects.get(submission_id=first)
+    UnitCharge.objects.filter(pk=charge.pk).update(settled_at=timezone.now(), cost=charge.reserved)
+    assert resume_when_it_fits(job.pk) is True
+    assert send_submission(second, provider=provider) == "sent"
+    assert UnitCharge.objects.get(submission_id=second).requests == 1
+    assert budgets.committed(job.pk) <= budget
+
+
+def test_a_unit_held_today_still_covers_its_worst_case_after_the_rate_rises_two_percent(
+    pounds, clock, emulator, provider
+):
+    job = job_with_items(2, unit_size=2, budget=Decimal("100.00"))
+    [unit] = plan_submissions(job.pk)
+    assert send_submission(unit, provider=provider) == "sent"
+    charge = UnitCharge.objects.get(submission_id=unit)
+    # The unit settles a day later, the pound 2 % weaker: its worst case, converted then.
+    risen = (charge.reserved_usd * RATE * Decimal("1.02")).quantize(Decimal("0.000001"))
+
+    assert charge.reserved >= risen
+    assert charge.reserved_usd * RATE < risen  # held at today's rate alone, it would not
