@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("ledger", "0044_pilot_decision"),
+        ("ledger", "0045_entry_max_output_tokens"),
     ]
 
     operations = [
