@@ -692,7 +692,7 @@ class SubmissionItem(models.Model):
     outcome = models.CharField(max_length=32, blank=True)
     # The `max_tokens` the request was sent with (rule 18: lowered for a job with a budget), kept as
     # the unit is sent: only a draft cut off at a limit below its prompt version's own is drafted
-    # again (`budgeting.redraft_cut_off`). None until sent.
+    # again (`redrafting.redraft_cut_off`). None until sent.
     max_output_tokens = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
@@ -1116,7 +1116,7 @@ class UnitCharge(models.Model):
     input_tokens = models.BigIntegerField(default=0)
     output_tokens = models.BigIntegerField(default=0)
     # The longest answer among the unit's drafts, in output tokens, kept as it settles: what a job with
-    # a budget lowers its `max_tokens` to (`actions.budgeting.output_cap`) without reading every draft.
+    # a budget lowers its `max_tokens` to (`actions.requests.output_cap`) without reading every draft.
     largest_output = models.PositiveIntegerField(null=True, blank=True)
     cost_usd = models.DecimalField(max_digits=20, decimal_places=6, null=True, blank=True)
     cost = models.DecimalField(max_digits=20, decimal_places=6, null=True, blank=True)

@@ -84,6 +84,11 @@ def submit_job(job_id: int) -> list[int]:
     )
 
 
+def resume_if_it_fits(job_id: int) -> bool:
+    """Queued by each settled unit of a job with a budget (`reactions.settle`)."""
+    return budgeting.resume_when_it_fits(job_id)
+
+
 def plan_ahead(job_id: int) -> list[int]:
     """A unit of the job left its intents waiting (sent, or given up): plan the next here, at once,
     if items are left and no other planner holds the job (its task would plan it anyway)."""
@@ -303,8 +308,9 @@ def poll_everything(start: Start = async_task) -> int:
     for job_id in due_jobs:
         if submitting.claim_planning(job_id):
             started += attempt(start, "ledger.tasks.submit_job", job_id)
-    # Jobs their budget paused that settled units freed enough for: `after_settling` resumes them as
-    # a unit settles; this catches one that settled as another cluster paused the job.
+    # Jobs their budget paused that settled units freed enough for: each settled unit queues
+    # `resume_if_it_fits`; this catches one whose task was lost, or that settled as another cluster
+    # paused the job.
     budgeting.resume_paused_that_fit()
     mark, items = claim_due_applications(now)
     for first in range(0, len(items), ITEMS_PER_APPLY_TASK):

@@ -17,7 +17,8 @@ import pytest
 from django.db import connection
 
 from ledger.actions.jobs import create_job, set_budget
-from ledger.actions.submitting import build_requests, plan_submissions
+from ledger.actions.requests import build_requests
+from ledger.actions.submitting import plan_submissions
 from ledger.models import Event, Job, PauseReason, Submission, UnitCharge
 from ledger.money import budgets
 from ledger.money.pricing import price_for

@@ -18,8 +18,9 @@ from django.utils import timezone
 from django_q.tasks import async_task
 
 from ledger.actions.jobs import create_job
+from ledger.actions.requests import build_requests
 from ledger.actions.reviewing import approve_version
-from ledger.actions.submitting import build_requests, plan_submissions
+from ledger.actions.submitting import plan_submissions
 from ledger.models import (
     DestinationAttempt,
     Event,

@@ -31,7 +31,8 @@ from .core import backoff, change_state, enqueue
 from .job_states import refresh_job_state
 from .jobs import judge_currency
 from .recording import CheckedDraft, checked_draft, record_chunk
-from .submitting import build_requests, set_submission_state
+from .requests import build_requests
+from .submitting import set_submission_state
 
 # A worker reading a long unit renews its lease this often.
 LEASE_RENEWAL = timedelta(seconds=30)

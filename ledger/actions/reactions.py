@@ -11,6 +11,7 @@ from ..money import budgets
 from ..notices.notifications import BUDGET_REACHED, announce, job_state_changed, pilot_report_checked
 from ..states import JobState, SubmissionState
 from .core import enqueue
+from .redrafting import redraft_cut_off
 
 # --- a unit's state ------------------------------------------------------------------------------
 
@@ -40,12 +41,16 @@ def files_marked(submission: Submission, fields: dict) -> bool:
 
 
 def settle(submission: Submission, fields: dict) -> None:
+    """What the unit held becomes what it cost. For a job with a budget, drafts the lowered
+    `max_tokens` cut off are drafted again, and once this commits the job is looked at again: paused
+    by its budget, it goes on if its next requests now fit (`budgeting.resume_when_it_fits`, with the
+    job's row locked whatever this worker read it as; the collector's pass is the backstop)."""
     charge = budgets.settle(submission)
-    if charge is not None and charge.job.budget is not None:
-        # budgeting changes a job's state through job_states, which reacts through this module
-        from .budgeting import after_settling
-
-        after_settling(charge.job, submission)
+    if charge is None or charge.job.budget is None:
+        return
+    if submission.state == SubmissionState.COLLECTED:
+        redraft_cut_off(charge.job, submission)
+    enqueue("ledger.tasks.resume_if_it_fits", charge.job_id)
 
 
 def delete_files_once_committed(submission: Submission, fields: dict) -> None:

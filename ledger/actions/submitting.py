@@ -7,30 +7,28 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q, TextField
-from django.db.models.functions import Cast
+from django.db.models import F, Q
 from django.utils import timezone
 
 from ..database.setwise import among, insert_from_select
 from ..drafts.scrubbing import stored_text
-from ..drafts.validation import read_json, render_prompt
 from ..models import Event, Item, Job, ProductStatus, Submission, SubmissionItem, lease_end
 from ..providers import capabilities, get_provider
 from ..providers.base import (
     AnswerLost,
     Delivery,
     Finding,
-    InferenceRequest,
     NotSent,
     ProviderError,
     ResultLine,
 )
 from ..states import SUBMISSION_TRANSITIONS, ItemState, JobState, ReasonCode, SubmissionState
-from .budgeting import BudgetReached, output_cap, pause_for_billing, reserve
+from .budgeting import BudgetReached, pause_for_billing, reserve
 from .core import NotAllowed, backoff, enqueue, move_items
 from .job_states import refresh_job_state
 from .jobs import judge_currency
 from .reactions import ON_SUBMISSION_STATE, fields_on_entering, react
+from .requests import build_requests
 
 # An item's custom_id (`Item.custom_id`), as SQL over its row.
 CUSTOM_ID_SQL = "'bd-' || id || '-' || inference_attempt"
@@ -152,35 +150,6 @@ def set_submission_state(submission: Submission, to: str, *, reason: str = "", *
     )
     submission.state = to
     react(ON_SUBMISSION_STATE, submission, fields)
-
-
-def build_requests(submission: Submission, state: str = ItemState.PREPARED, *, limit: int | None = None):
-    """The unit's requests for its items still in `state` (the first `limit` of them): when sending,
-    only items still waiting to be sent (one withdrawn, revised or cancelled since planning is not
-    paid for). Sent with the `max_tokens` of `budgeting.output_cap`, lowered for a job with a budget,
-    but for an item a lowered limit cut off before, which is sent with the prompt version's own."""
-    prompt = submission.job.prompt_version
-    cap = output_cap(submission.job)
-    # Read as values: a unit's thousands of entries, items and revisions made no model objects. The
-    # fields are read as their JSON text, by read_json (Django's JSONField reads each by the json
-    # module, several times slower).
-    entries = (
-        submission.entries.filter(item__state=state)
-        .order_by("id")
-        .annotate(fields_text=Cast("item__source_revision__fields", TextField()))
-        .values_list("custom_id", "item__source_revision__title", "fields_text", "item__reason_code")
-    )
-    return [
-        InferenceRequest(
-            custom_id=custom_id,
-            model=submission.model,
-            system_message=prompt.system_message,
-            user_message=render_prompt(prompt, title=title, fields=read_json(fields)),
-            output_schema=prompt.output_schema,
-            max_output_tokens=prompt.max_output_tokens if code == ReasonCode.TRUNCATED else cap,
-        )
-        for custom_id, title, fields, code in (entries[:limit] if limit else entries)
-    ]
 
 
 def record_max_tokens(submission: Submission, requests) -> None:

@@ -5,7 +5,7 @@ byte of what is sent (no tokenizer makes more tokens than bytes), plus its `max_
 at the batch price, in the business currency at today's rate and a margin for its rise before
 the unit settles (`UnitCharge`). A job with a budget
 sends its requests with `max_tokens` lowered to the largest output measured for its prompt version
-and model (`actions.budgeting.output_cap`), so that what is held stays close to what units cost.
+and model (`actions.requests.output_cap`), so that what is held stays close to what units cost.
 Of a unit that would take a job's spend and holds past its budget, only the head that fits is held
 and sent; when not even one request fits, the job is paused (`budget_reached`)
 (`actions.budgeting.reserve`). The job's

@@ -9,8 +9,8 @@ from django.utils import timezone
 from django_q.models import OrmQ
 
 from ledger import tasks
+from ledger.actions.requests import build_requests
 from ledger.actions.submitting import (
-    build_requests,
     claim_planning,
     intents_waiting,
     plan_submissions,

@@ -21,10 +21,10 @@ from ledger.actions.applying import apply_item
 from ledger.actions.collecting import collect_submission, observe_submission, poll_submission
 from ledger.actions.operating import cancel_job, retry_item
 from ledger.actions.products import withdraw_product
+from ledger.actions.requests import build_requests
 from ledger.actions.reviewing import approve_version
 from ledger.actions.submitting import (
     RESEND_RISK,
-    build_requests,
     plan_submissions,
     reconcile_uncertain,
     resend_uncertain,

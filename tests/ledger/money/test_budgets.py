@@ -13,21 +13,15 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from ledger.actions.budgeting import (
-    MEASURED_OUTPUT_MARGIN,
-    MEASURED_OUTPUT_SPARE_TOKENS,
-    BudgetReached,
-    after_settling,
-    next_request_need,
-    redraft_cut_off,
-    reserve,
-    resume_when_it_fits,
-)
+from ledger.actions.budgeting import BudgetReached, next_request_need, reserve, resume_when_it_fits
 from ledger.actions.collecting import poll_submission
 from ledger.actions.core import NotAllowed
 from ledger.actions.job_states import refresh_job_state
 from ledger.actions.jobs import resume_job, set_budget
-from ledger.actions.submitting import build_requests, plan_submissions, send_submission
+from ledger.actions.reactions import settle
+from ledger.actions.redrafting import redraft_cut_off
+from ledger.actions.requests import MEASURED_OUTPUT_MARGIN, MEASURED_OUTPUT_SPARE_TOKENS, build_requests
+from ledger.actions.submitting import plan_submissions, send_submission
 from ledger.models import (
     Event,
     GeneratedVersion,
@@ -42,7 +36,7 @@ from ledger.models import (
 from ledger.money import budgets
 from ledger.money.pricing import job_cost, price_for
 from ledger.states import ItemState, JobState, ReasonCode, SubmissionState
-from ledger.tasks import claim_due_submissions, poll_everything
+from ledger.tasks import claim_due_submissions, poll_everything, resume_if_it_fits
 from tests.factories import JobFactory, ProductFactory, add_version
 from tests.provider_emulators import BY_NAME, ONE_PER_PROTOCOL, serving
 
@@ -431,6 +425,7 @@ def test_a_job_its_budget_paused_resumes_by_itself_once_a_settled_unit_frees_eno
     assert job.state == JobState.PAUSED
 
     collect(clock, first, provider)  # settles far below its hold
+    resume_if_it_fits(job.pk)  # the task the settling queued
 
     job.refresh_from_db()
     assert job.state == JobState.RUNNING and job.pause_reason == ""
@@ -569,15 +564,24 @@ def test_a_draft_cut_off_at_the_prompts_own_max_tokens_is_not_drafted_again(
     assert Item.objects.get(job=job).state == ItemState.VALIDATION_FAILED
 
 
-def test_a_job_paused_on_a_hold_that_settled_meanwhile_is_resumed_by_that_settle(pounds, emulator, provider):
+def test_a_job_paused_on_a_hold_that_settled_meanwhile_is_resumed_by_that_settle(
+    pounds, emulator, provider, django_capture_on_commit_callbacks
+):
     job, first, second = paused_with_one_unit_in_flight(provider)
     # The settling cluster read the job before the other cluster's pause was committed: running.
     read_before_the_pause = Job.objects.get(pk=job.pk)
     read_before_the_pause.state, read_before_the_pause.pause_reason = JobState.RUNNING, ""
     unit = Submission.objects.get(pk=first)
-    assert budgets.settle(unit) is not None  # no drafts came back: it cost nothing
+    unit.job = read_before_the_pause
+    unit.state = SubmissionState.FAILED
 
-    after_settling(read_before_the_pause, unit)
+    with django_capture_on_commit_callbacks() as queued:
+        settle(unit, {})  # no drafts came back: it cost nothing
+    assert UnitCharge.objects.get(submission=unit).settled_at is not None
+    assert len(queued) == 1  # the job is looked at again once the settling commits
+    assert Job.objects.get(pk=job.pk).state == JobState.PAUSED
+
+    assert resume_if_it_fits(job.pk) is True  # the task it queued, which locks the job and reads it anew
 
     assert Job.objects.get(pk=job.pk).state == JobState.RUNNING
 
