@@ -24,6 +24,7 @@ from .models import (
     JobNotification,
     NotificationAttempt,
     Pilot,
+    PilotDecision,
     PilotProduct,
     PilotStratum,
     Product,
@@ -287,6 +288,15 @@ class DrillStepAdmin(LedgerAdmin):
 
     list_display = ("id", "pilot", "kind", "submission", "item", "taken_at", "done_at")
     list_select_related = ("pilot__job", "submission", "item")
+
+
+@admin.register(PilotDecision)
+class PilotDecisionAdmin(LedgerAdmin):
+    """Who decided go or no-go on a pilot, when, with which figures, and the full job go started."""
+
+    list_display = ("id", "pilot", "decision", "by", "at", "full_job", "accuracy_at")
+    list_select_related = ("pilot__job", "by", "full_job")
+    search_fields = ("pilot__job__reference",)
 
 
 @admin.register(ApiToken)

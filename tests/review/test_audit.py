@@ -26,6 +26,7 @@ from ledger.models import (
     JobNotification,
     NotificationAttempt,
     Pilot,
+    PilotDecision,
     PilotProduct,
     PilotStratum,
     ProviderHint,
@@ -390,6 +391,7 @@ def one_of_each(owner, item, draft) -> None:
     )
     PilotProduct.objects.create(pilot=pilot, product=item.product, stratum=1)
     DrillStep.objects.create(pilot=pilot, kind=DrillKind.INTERRUPTED_COLLECTION, submission=submission)
+    PilotDecision.objects.create(pilot=pilot, decision="no_go", by=owner, note="<b>not yet</b>")
     notification = JobNotification.objects.create(
         job=item.job,
         channel="webhook",
