@@ -420,12 +420,13 @@ def priced_cost(price: Price, tallied: dict, settled: dict, today: Rate | None) 
     rate, rate_note = None, ""
     if converted:
         currency = business_currency()
-        receipts = settled.get("kept") or Decimal(0)
+        # Quantized: SQLite (the demo's database) sums decimals as floats.
+        receipts = Decimal(settled.get("kept") or 0).quantize(PLACES)
         total = receipts + ((unsettled_usd * today.per_usd).quantize(PLACES) if unsettled_usd else 0)
         rate = job_rate(settled, today, total, all_usd, bool(unsettled_usd))
     else:
         currency = PROVIDER_CURRENCY
-        receipts = settled.get("usd") or Decimal(0)
+        receipts = Decimal(settled.get("usd") or 0).quantize(PLACES)
         total = receipts + unsettled_usd.quantize(PLACES)
         if kept_units < units:
             rate_note = (

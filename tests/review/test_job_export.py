@@ -241,6 +241,7 @@ def test_the_first_rows_stream_before_anything_else_of_the_job_is_read(client, o
     assert len(drafts) == 1 and '"item_id" <= ' in drafts[0]  # the chunk's, by its ids
 
 
+@pytest.mark.postgresql_only  # a snapshot of the job as the export began: SQLite locks the table instead
 @pytest.mark.django_db(transaction=True)
 def test_a_draft_recorded_while_the_job_streams_is_left_to_the_next_export(client, owner, monkeypatch):
     # The rows' costs are shares of the job's total read before the first row; a draft another
