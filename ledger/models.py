@@ -432,18 +432,6 @@ class Item(models.Model):
 
 
 class ItemTallyQuerySet(models.QuerySet):
-    def approved_products(self) -> "models.QuerySet":
-        """The product ids of these items whose approved draft stands: approved, for the product's
-        current revision, and not obsolete, withdrawn or cancelled since. The one rule of "the products
-        a pilot approved": the pilot decision counts them (`plan_full_job`) and the full job leaves them
-        out (`create_job(leaving_out_approved_in=...)`) with this query, so nobody pays twice for a
-        product whose pilot draft stands, and a product whose approval fell is drafted again."""
-        return (
-            self.filter(approved_version__isnull=False, source_revision_id=F("product__current_revision_id"))
-            .exclude(state__in=DISCARDED_STATES)
-            .values("product_id")
-        )
-
     def counts_by_state(self) -> dict[str, int]:
         """Items by state of the tallied jobs (filter by `job` first, or none for every job): a sum over
         a few rows per job and state, however many items there are."""
@@ -692,7 +680,8 @@ class SubmissionItem(models.Model):
     outcome = models.CharField(max_length=32, blank=True)
     # The `max_tokens` the request was sent with (rule 18: lowered for a job with a budget), kept as
     # the unit is sent: only a draft cut off at a limit below its prompt version's own is drafted
-    # again (`redrafting.redraft_cut_off`). None until sent.
+    # again (`redrafting.redraft_cut_off`). None until sent, and for a job without a budget (sent with
+    # the prompt version's own limit, nothing lowered).
     max_output_tokens = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:

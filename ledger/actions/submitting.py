@@ -153,11 +153,19 @@ def set_submission_state(submission: Submission, to: str, *, reason: str = "", *
 
 
 def record_max_tokens(submission: Submission, requests) -> None:
-    """Keep on each entry the `max_tokens` its request is sent with: one statement for each limit
-    the unit's requests carry (the job's, and the prompt version's own for drafts sent again)."""
+    """Keep on each entry of a job with a budget the `max_tokens` its request is sent with (the job's
+    lowered limit, or the prompt version's own for drafts sent again): what `redrafting` judges a
+    cut-off draft by. One statement for the whole unit when its requests share one limit, else one
+    for each limit. A job without a budget is sent with the prompt version's own limit: nothing to
+    keep, and nothing written on the way out of its units."""
+    if submission.job.budget is None:
+        return
     by_limit: dict[int, list[str]] = {}
     for request in requests:
         by_limit.setdefault(request.max_output_tokens, []).append(request.custom_id)
+    if len(by_limit) == 1:
+        submission.entries.update(max_output_tokens=next(iter(by_limit)))
+        return
     for limit, custom_ids in by_limit.items():
         submission.entries.filter(custom_id__in=custom_ids).update(max_output_tokens=limit)
 

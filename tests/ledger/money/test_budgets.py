@@ -346,6 +346,11 @@ def test_max_tokens_is_the_prompts_without_a_budget_or_before_anything_was_measu
 
     assert sent_max_tokens(emulator, first) == [600, 600]
     assert sent_max_tokens(emulator, second) == [600, 600]
+    # A job without a budget is sent with the prompt's own limit: nothing is written to its entries.
+    assert not SubmissionItem.objects.filter(submission_id=second, max_output_tokens__isnull=False).exists()
+    assert set(
+        SubmissionItem.objects.filter(submission_id=first).values_list("max_output_tokens", flat=True)
+    ) == {600}
     assert not [q for q in queries.captured_queries if "MAX(" in q["sql"].upper()]  # no measure asked for
 
 
