@@ -111,6 +111,10 @@ def test_by_state(as_operator, job):
     }
     assert Decimal(results["prepared"]["amount"]) == 0
     assert results["approved"]["approved"] == 2
+    # Its spend over its two approved drafts, exactly as the ledger divides (`pricing._divide`).
+    approved_amount = Decimal(results["approved"]["amount"])
+    assert approved_amount > 0
+    assert Decimal(results["approved"]["per_approved"]) == (approved_amount / 2).quantize(Decimal("0.000001"))
     assert sum(Decimal(row["amount"]) for row in body["results"]) == job_cost(job)["total"]
 
 

@@ -330,6 +330,16 @@ def test_a_budgeted_job_sends_max_tokens_lowered_to_the_largest_output_measured(
     assert UnitCharge.objects.get(submission_id=unit).reserved == expected.quantize(Decimal("0.000001"))
 
 
+def test_a_lowered_max_tokens_is_never_above_the_prompt_versions_own(pounds, emulator, provider):
+    measured(JobFactory(), 590)  # 590 × 1.25 + 16 = 754 would pass the prompt's 600
+    job = job_with_items(2, unit_size=2, budget=Decimal("100.00"))
+    [unit] = plan_submissions(job.pk)
+
+    assert send_submission(unit, provider=provider) == "sent"
+
+    assert sent_max_tokens(emulator, unit) == [600, 600]
+
+
 def test_max_tokens_is_the_prompts_without_a_budget_or_before_anything_was_measured(
     pounds, emulator, provider
 ):
@@ -644,4 +654,3 @@ def test_a_unit_held_today_still_covers_its_worst_case_after_the_rate_rises_two_
     risen = (charge.reserved_usd * RATE * Decimal("1.02")).quantize(Decimal("0.000001"))
 
     assert charge.reserved >= risen
-    assert charge.reserved_usd * RATE < risen  # held at today's rate alone, it would not
