@@ -42,21 +42,20 @@ run: $(PY)
 	DEBUG=$${DEBUG:-1} $(PY) manage.py runserver 127.0.0.1:8000
 
 .PHONY: serve
-# Production: gunicorn, static files served by the application (WhiteNoise). The environment gives
-# SECRET_KEY, ALLOWED_HOSTS, DATABASE_URL… (README, "Production set-up"); DEBUG stays off. Each
-# gunicorn has a control socket of its own (var/run/gunicorn-$PORT.ctl): two on one machine never
-# take each other's (gunicorn's default is one path in $HOME); GUNICORN_CONTROL_SOCKET chooses another.
-# Threaded workers (gthread): a worker tells gunicorn it is alive from its own loop while a thread
-# streams a long answer (a million-item export); a sync worker streaming for more than gunicorn's
-# 30 s timeout was killed mid-file.
+# Production: granian running the ASGI application (batchdesk/asgi.py), static files served by the
+# application (WhiteNoise). The environment gives SECRET_KEY, ALLOWED_HOSTS, DATABASE_URL… (README,
+# "Production set-up"); DEBUG stays off. A client sending its request slowly holds a coroutine, not a
+# thread: hundreds of dripping connections leave it answering (README, "What fronts the web tier").
+# It listens on 127.0.0.1 unless BIND_ADDRESS says otherwise (a proxy in front, or 0.0.0.0 in a container).
+# WEB_CONCURRENCY processes, each running at most BATCHDESK_WEB_REQUESTS requests at once (more wait
+# their turn without a thread) with at most BATCHDESK_WEB_DB_CONNECTIONS database connections.
 serve: $(PY)
 	$(PY) manage.py migrate --verbosity 0
 	$(PY) manage.py collectstatic --noinput --verbosity 0
-	@mkdir -p var/run
-	exec $(VENV)/bin/gunicorn batchdesk.wsgi --bind $${BIND_ADDRESS:-0.0.0.0}:$${PORT:-8000} \
-		--workers $${WEB_CONCURRENCY:-2} --worker-class gthread --threads $${GUNICORN_THREADS:-8} \
-		--access-logfile - \
-		--control-socket $${GUNICORN_CONTROL_SOCKET:-$(CURDIR)/var/run/gunicorn-$${PORT:-8000}.ctl}
+	exec $(VENV)/bin/granian batchdesk.asgi:application --interface asginl \
+		--host $${BIND_ADDRESS:-127.0.0.1} --port $${PORT:-8000} --workers $${WEB_CONCURRENCY:-2} \
+		--backpressure 1000 --http1-header-read-timeout 10000 \
+		--respawn-failed-workers --workers-kill-timeout 30 --access-log
 
 # The background workers (qcluster), in development and in production (with DEBUG=0 there).
 worker: $(PY)

@@ -98,6 +98,25 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # The job page's cost aggregate spent about a second in PostgreSQL's JIT compiler and a few
     # milliseconds running; these queries are short, so compiling them never pays off.
     DATABASES["default"]["OPTIONS"] = {"options": "-c jit=off"}
+# The web tier (`make serve`: granian running batchdesk/asgi.py, which sets BATCHDESK_PROCESS=web) runs
+# each request in a thread of its own, so a connection kept by a thread would be one per request ever
+# served. Its connections come from a pool instead: at most BATCHDESK_WEB_DB_CONNECTIONS per web
+# process, handed back when a request ends; a request finding none free waits up to
+# BATCHDESK_DB_POOL_TIMEOUT seconds. Workers (qcluster) are processes and keep one connection each
+# (CONN_MAX_AGE). README, "Database connections", gives the sum.
+BATCHDESK_WEB_DB_CONNECTIONS = int(os.environ.get("BATCHDESK_WEB_DB_CONNECTIONS", "4"))
+if (
+    os.environ.get("BATCHDESK_PROCESS") == "web"
+    and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
+):
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"]["OPTIONS"]["pool"] = {
+        "min_size": 1,
+        "max_size": BATCHDESK_WEB_DB_CONNECTIONS,
+        "timeout": float(os.environ.get("BATCHDESK_DB_POOL_TIMEOUT", "5")),
+        # An idle connection beyond the first is closed after a minute.
+        "max_idle": 60,
+    }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # The demo runs web server and workers against one file: wait for locks instead of failing.
     DATABASES["default"]["OPTIONS"] = {"timeout": 30, "transaction_mode": "IMMEDIATE"}
@@ -341,15 +360,17 @@ BATCHDESK_NOTIFY_TIMEOUT = float(os.environ.get("BATCHDESK_NOTIFY_TIMEOUT", "5")
 # First wait before a failed delivery is tried again; it doubles with each attempt, up to an hour.
 BATCHDESK_NOTIFY_RETRY_SECONDS = float(os.environ.get("BATCHDESK_NOTIFY_RETRY_SECONDS", "30"))
 # How long one response of `GET /api/jobs/{id}/stream` lasts before the client reconnects: a stream
-# holds one of gunicorn's threads (GUNICORN_THREADS) while it is open.
+# holds one of the web process's request threads while it is open (never a database connection while
+# it waits).
 BATCHDESK_STREAM_SECONDS = float(os.environ.get("BATCHDESK_STREAM_SECONDS", "30"))
-# How many streams one web server process keeps open at once: half its threads, so that open job
-# pages never take every thread from everyone else. A stream asked for beyond this says the job once
-# and asks the browser to come back later (`review.api.stream`).
+# Requests one web process runs at once (`make serve` passes it to granian as its backpressure; more
+# wait their turn without a thread).
+BATCHDESK_WEB_REQUESTS = int(os.environ.get("BATCHDESK_WEB_REQUESTS", "32"))
+# How many streams one web server process keeps open at once: a quarter of its requests, so that open
+# job pages never take every request slot from everyone else. A stream asked for beyond this says the
+# job once and asks the browser to come back later (`review.api.stream`).
 BATCHDESK_STREAMS_PER_PROCESS = int(
-    os.environ.get(
-        "BATCHDESK_STREAMS_PER_PROCESS", str(max(1, int(os.environ.get("GUNICORN_THREADS", "8")) // 2))
-    )
+    os.environ.get("BATCHDESK_STREAMS_PER_PROCESS", str(max(1, BATCHDESK_WEB_REQUESTS // 4)))
 )
 
 # Owners' e-mail (their job reaches review, needs attention or is completed) goes through Django's

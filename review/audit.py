@@ -15,7 +15,7 @@ from django.contrib.auth.decorators import login_required
 from django.db.models import BigIntegerField, OuterRef, Q, QuerySet, Subquery
 from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
@@ -26,6 +26,7 @@ from .common import DatesFilter, url_of, word_diff
 from .display import time_text
 from .paging import capped_screen_page
 from .permissions import ADMIN, role_required
+from .streaming import StreamedResponse
 
 APPROVALS_PER_PAGE = 50
 # Comparing word by word costs up to the square of the length; longer texts are shown without a diff.
@@ -358,7 +359,7 @@ def approvals_csv(request: HttpRequest) -> HttpResponse:
         problems = "; ".join(str(e) for errors in filters.errors.values() for e in errors)
         return HttpResponse(f"Nothing was exported: {problems}\n", status=400, content_type="text/plain")
     stamp = timezone.now().strftime("%Y%m%d-%H%M")
-    return StreamingHttpResponse(
+    return StreamedResponse(
         csv_lines(filters.approvals(), filters.rejections()),
         content_type="text/csv; charset=utf-8",
         headers={"Content-Disposition": f'attachment; filename="decisions-{stamp}.csv"'},

@@ -36,7 +36,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection, transaction
 from django.db.models import Count, DecimalField, ExpressionWrapper, F, Max, Min, Q, Sum
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
@@ -48,6 +48,7 @@ from ledger.states import ItemState
 
 from .audit import BYTE_ORDER_MARK, FORMULA_STARTS, Echo
 from .permissions import VIEWERS, role_required
+from .streaming import StreamedResponse
 
 FORMATS = ("csv", "jsonl")
 CONTENT_TYPES = {"csv": "text/csv; charset=utf-8", "jsonl": "application/jsonl; charset=utf-8"}
@@ -396,8 +397,8 @@ def requested_format(request: HttpRequest) -> str | None:
 BAD_FORMAT = "format must be csv or jsonl"
 
 
-def export_response(job: Job, format: str) -> StreamingHttpResponse:
-    return StreamingHttpResponse(
+def export_response(job: Job, format: str) -> StreamedResponse:
+    return StreamedResponse(
         WRITERS[format](export_chunks(job)),
         content_type=CONTENT_TYPES[format],
         headers={

@@ -8,7 +8,7 @@ import csv
 from collections.abc import Iterator
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
@@ -20,6 +20,7 @@ from ledger.money.pricing import job_cost
 from .audit import BYTE_ORDER_MARK, Echo
 from .job_export import csv_values, file_name, utc_text
 from .permissions import VIEWERS, role_required
+from .streaming import StreamedResponse
 
 RECEIPTS_SHOWN = 50
 # Read from the database a batch at a time while the CSV streams.
@@ -78,7 +79,7 @@ def csv_lines(job: Job) -> Iterator[bytes]:
 @role_required(*VIEWERS)
 def receipts_csv(request: HttpRequest, job_id: int) -> HttpResponse:
     job = get_object_or_404(Job.objects.only("pk", "reference", "provider", "model"), pk=job_id)
-    return StreamingHttpResponse(
+    return StreamedResponse(
         csv_lines(job),
         content_type="text/csv; charset=utf-8",
         headers={

@@ -5,6 +5,7 @@ import re
 import runpy
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 
@@ -95,18 +96,15 @@ def test_through_the_proxy_pages_carry_hsts_and_secure_cookies(client, behind_tl
 # --- make serve ----------------------------------------------------------------------------
 
 
-def test_make_serve_runs_gunicorn_and_serves_the_static_files_itself(tmp_path):
+def test_make_serve_runs_granian_and_serves_the_static_files_itself(tmp_path):
     port = free_port()
     env = production_env(
         # A database of its own: `make serve` migrates it, as on a fresh machine.
         DATABASE_URL=f"sqlite:///{tmp_path / 'serve.sqlite3'}",
         ALLOWED_HOSTS="127.0.0.1",
-        BIND_ADDRESS="127.0.0.1",
         PORT=str(port),
         WEB_CONCURRENCY="1",
-        HOME=str(tmp_path),  # where gunicorn would put its one control socket by default
     )
-    control_socket = ROOT / "var" / "run" / f"gunicorn-{port}.ctl"
     log = tmp_path / "serve.log"
     with log.open("w") as output:
         # `-o`: the virtualenv this test runs in is the one to use; make does not reinstall it.
@@ -130,7 +128,7 @@ def test_make_serve_runs_gunicorn_and_serves_the_static_files_itself(tmp_path):
 
         page = wait_until(login_page, timeout=120, what="make serve to answer")
         assert page.status_code == 200
-        assert page.headers["server"].startswith("gunicorn")
+        assert page.headers["server"] == "granian"
         assert "Log in" in page.text
         # Collected, with a content hash in the name, served by WhiteNoise and cacheable for ever.
         script = re.search(r'<script src="(/static/vendor/htmx-2\.0\.8\.min\.[0-9a-f]{12}\.js)"', page.text)
@@ -140,11 +138,9 @@ def test_make_serve_runs_gunicorn_and_serves_the_static_files_itself(tmp_path):
         assert "immutable" in static.headers["cache-control"]
         assert static.headers["content-encoding"] == "gzip"
         assert "htmx" in static.text
-        # A control socket of its own, named by its port: a second gunicorn never takes it over.
-        assert control_socket.is_socket(), log.read_text()
-        assert not (tmp_path / ".gunicorn").exists()
-        # Threaded workers: a job's event stream (GET /api/jobs/{id}/stream) holds a thread, not a process.
-        assert "Using worker: gthread" in log.read_text()
+        # Only on the loopback address unless BIND_ADDRESS says otherwise.
+        with pytest.raises(httpx.TransportError):
+            httpx.get(f"http://{outward_address()}:{port}/api/health", timeout=2)
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         server.wait(timeout=30)
@@ -153,19 +149,25 @@ def test_make_serve_runs_gunicorn_and_serves_the_static_files_itself(tmp_path):
 # --- a production start without collectstatic (issue 18, point 7) ---------------------------
 
 
-def gunicorn(env: dict[str, str], tmp_path, log) -> subprocess.Popen:
+def outward_address() -> str:
+    """This machine's address on its network (not the loopback one)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(("192.0.2.1", 9))  # no packet is sent: this only picks the outgoing address
+        return probe.getsockname()[0]
+
+
+def web_server(env: dict[str, str], log) -> subprocess.Popen:
     """The web server as `make serve` starts it, without the steps before it."""
-    port = env["PORT"]
     return subprocess.Popen(
         [
-            str(ROOT / ".venv" / "bin" / "gunicorn"),
-            "batchdesk.wsgi",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            "1",
-            "--control-socket",
-            str(tmp_path / "gunicorn.ctl"),
+            str(ROOT / ".venv" / "bin" / "granian"),
+            "batchdesk.asgi:application",
+            "--interface",
+            "asginl",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            env["PORT"],
         ],
         cwd=ROOT,
         env=env,
@@ -183,7 +185,7 @@ def answering(server: subprocess.Popen, url: str, log_path):
         except httpx.TransportError:
             return None
 
-    return wait_until(page, timeout=120, what="gunicorn to answer")
+    return wait_until(page, timeout=120, what="the web server to answer")
 
 
 def uncollected_env(tmp_path, **extra: str) -> dict[str, str]:
@@ -191,7 +193,6 @@ def uncollected_env(tmp_path, **extra: str) -> dict[str, str]:
     return production_env(
         ALLOWED_HOSTS="127.0.0.1",
         PORT=str(free_port()),
-        HOME=str(tmp_path),
         BATCHDESK_STATIC_ROOT=str(static_root),
         **extra,
     )
@@ -206,10 +207,10 @@ def test_without_collectstatic_pages_render_and_link_static_files_by_their_plain
         check=True,
         timeout=300,
     )
-    log_path = tmp_path / "gunicorn.log"
+    log_path = tmp_path / "web.log"
     base = f"http://127.0.0.1:{env['PORT']}"
     with log_path.open("w") as log:
-        server = gunicorn(env, tmp_path, log)
+        server = web_server(env, log)
     try:
         page = answering(server, f"{base}/accounts/login/", log_path)
         assert page.status_code == 200, page.text
@@ -239,14 +240,15 @@ def test_without_collectstatic_pages_render_and_link_static_files_by_their_plain
 def test_a_fault_answers_the_applications_500_page_even_without_a_database(tmp_path):
     # A database server that is up, and a database on it that does not exist: every query fails.
     env = uncollected_env(tmp_path, DATABASE_URL="postgres://127.0.0.1:5432/batchdesk_no_such_database")
-    log_path = tmp_path / "gunicorn.log"
+    log_path = tmp_path / "web.log"
     base = f"http://127.0.0.1:{env['PORT']}"
     with log_path.open("w") as log:
-        server = gunicorn(env, tmp_path, log)
+        server = web_server(env, log)
     try:
         answering(server, f"{base}/accounts/login/", log_path)
         # A session cookie makes the request ask the database who is signed in.
-        page = httpx.get(f"{base}/jobs/", cookies={"sessionid": "x" * 32}, timeout=5)
+        # (The web tier waits BATCHDESK_DB_POOL_TIMEOUT, 5 s, for a connection its pool cannot open.)
+        page = httpx.get(f"{base}/jobs/", cookies={"sessionid": "x" * 32}, timeout=30)
         assert page.status_code == 500
         assert "<title>Something went wrong · BatchDesk</title>" in page.text
         assert '<link rel="stylesheet" href="/static/batchdesk.css">' in page.text

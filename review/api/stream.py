@@ -3,10 +3,10 @@ change, for an API client (its bearer token) and for the screens (the signed-in 
 read, like any page): the door's `TOKEN_OR_SESSION`. Counts are read as the job API reads them, from
 the job's few tally rows.
 
-The web server runs gunicorn's threaded workers (`make serve`): a stream holds one thread, not a whole
-process, and only for STREAM_SECONDS; then it ends with a `retry:` hint and EventSource reconnects by
+A stream holds one thread of the web server (`make serve`), never a database connection while it
+waits, and only for STREAM_SECONDS; then it ends with a `retry:` hint and EventSource reconnects by
 itself. While nothing changes, a comment line every HEARTBEAT_SECONDS keeps proxies from closing it and
-finds a client that has gone. Its database connection is given back when it ends."""
+finds a client that has gone."""
 
 import json
 import threading
@@ -15,11 +15,12 @@ from collections.abc import Iterator
 
 from django.conf import settings
 from django.db import connection
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse
 
 from ledger.models import ItemTally, Job
 
 from ..permissions import VIEWERS
+from ..streaming import EventStreamResponse
 from .doors import TOKEN_OR_SESSION, door
 from .errors import not_found
 
@@ -36,7 +37,7 @@ BUSY_RECONNECT_MS = 5000
 def job_stream(request: HttpRequest, job_id: int) -> HttpResponse:
     if not Job.objects.filter(pk=job_id).exists():
         return not_found(request, "No job")
-    response = StreamingHttpResponse(job_events(job_id), content_type="text/event-stream")
+    response = EventStreamResponse(job_events(job_id), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # a proxy in front (nginx) passes each event on at once
     return response
@@ -106,10 +107,16 @@ def job_events(job_id: int) -> Iterator[str]:
                 quiet_since = time.monotonic()
             if time.monotonic() + CHECK_SECONDS > ends:
                 return
+            # Its connection goes back to the web process's pool (or is closed) while the stream waits:
+            # open streams never hold the connections every other request needs.
+            give_back_connection()
             time.sleep(CHECK_SECONDS)
     finally:
         open_streams.give_back()
-        # The thread's connection, idle while the stream waited, is not kept for its next request
-        # (inside a transaction, a test's, it is not ours to close).
-        if not connection.in_atomic_block:
-            connection.close()
+        give_back_connection()
+
+
+def give_back_connection() -> None:
+    # Inside a transaction (a test's) the connection is not ours to close.
+    if not connection.in_atomic_block:
+        connection.close()
