@@ -6,8 +6,8 @@
 On the (migrated) database DATABASE_URL names, it makes one job per size given, set-wise with SQL, its
 items spread over the states an export meets (applied, approved, rejected, validation failed, awaiting
 review, not sent yet) with drafts, approvals, destination attempts and one settled unit. Then, for
-each size, it starts a fresh gunicorn (one worker, as `make serve` runs it: threaded, gunicorn's
-default 30 s timeout, which a longer export must outlive), warms it up with an export of a 1,000-item
+each size, it starts a fresh web server (granian with one worker process, as `make serve` runs it),
+warms it up with an export of a 1,000-item
 job, and downloads the job's export with curl to /dev/null, once as CSV and once as JSONL. It prints
 the time to the first byte and the wall time of each download, and the worker's peak resident memory
 (VmHWM from /proc) after the warm-up and after each download. The jobs stay in the database (their
@@ -223,9 +223,8 @@ def measure(job: Job, items: int, warm_up: Job) -> None:
     with tempfile.TemporaryDirectory(prefix="bd_export_bench_") as folder:
         server = subprocess.Popen(
             [
-                str(Path(sys.executable).parent / "gunicorn"), "batchdesk.wsgi", "--bind", f"127.0.0.1:{port}",
-                "--workers", "1", "--worker-class", "gthread", "--threads", "4",
-                "--control-socket", f"{folder}/gunicorn.ctl",
+                str(Path(sys.executable).parent / "granian"), "batchdesk.asgi:application",
+                "--interface", "asginl", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
             ],
             cwd=ROOT, env=env,
         )  # fmt: skip

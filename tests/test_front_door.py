@@ -17,11 +17,13 @@ import sys
 import threading
 import time
 import uuid
+from datetime import UTC, datetime
 
 import httpx
 import psycopg
 import pytest
 from django.conf import settings
+from standardwebhooks.webhooks import Webhook
 
 from tests.processes import ROOT, free_port, reachable, wait_until
 
@@ -32,6 +34,7 @@ CONNECTION_BUDGET = 20
 # Generous: a starved server does not answer at all (the threaded server this replaced timed out
 # on every request); a healthy one answers in milliseconds.
 ANSWER_SECONDS = 5
+WEBHOOK_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 
 class Deployment:
@@ -51,6 +54,7 @@ class Deployment:
             "BATCHDESK_POLL_SECONDS": "1",
             "BATCHDESK_EMULATOR_URL": f"http://127.0.0.1:{self.emulator_port}/v1",
             "DJANGO_SUPERUSER_PASSWORD": "Front-Door-4417",
+            "OPENAI_WEBHOOK_SECRET": WEBHOOK_SECRET,
             "PYTHONUNBUFFERED": "1",
         }
         self.started: list[subprocess.Popen] = []
@@ -300,3 +304,34 @@ def test_the_deployment_holds_at_most_twenty_connections_under_load(deployed):
     print(f"\npeak PostgreSQL connections: {peak} (budget {CONNECTION_BUDGET}); {len(answers)} reads")
     assert answers and set(answers) <= {200}, sorted({str(a) for a in answers})
     assert peak <= CONNECTION_BUDGET
+
+
+def test_a_signed_provider_event_sent_in_chunks_is_read_whole(deployed):
+    """A webhook with Transfer-Encoding: chunked (no Content-Length), signed by the Standard Webhooks
+    library itself: the web tier reads the whole body before the signature is checked."""
+    body = json.dumps(
+        {"id": "evt_front", "object": "event", "created_at": 1733000000, "type": "batch.completed",
+         "data": {"id": "batch_nobody_knows"}}
+    )  # fmt: skip
+    at = datetime.now(UTC)
+    signature = Webhook(WEBHOOK_SECRET).sign("wh_front_chunked", at, body)
+    headers = {
+        "webhook-id": "wh_front_chunked",
+        "webhook-timestamp": str(int(at.timestamp())),
+        "webhook-signature": signature,
+        "Content-Type": "application/json",
+    }
+
+    def chunks():
+        for start in range(0, len(body), 16):
+            yield body[start : start + 16].encode()
+
+    answer = httpx.post(
+        f"{deployed.base}/hooks/openai", content=chunks(), headers=headers, timeout=ANSWER_SECONDS
+    )
+    assert answer.status_code == 200, answer.text
+    tampered = httpx.post(
+        f"{deployed.base}/hooks/openai", content=body.replace("nobody", "anybody"), headers=headers,
+        timeout=ANSWER_SECONDS,
+    )  # fmt: skip
+    assert tampered.status_code == 400

@@ -71,9 +71,11 @@ def read_raw_body(request: HttpRequest, *, limit: int) -> bytes | None:
     """The raw body, or None when it is larger than `limit`: refused by its declared length before
     anything is read, and never read past the limit.
 
-    A body sent in chunks has no Content-Length, and Django reads such a body as empty: a correctly
-    signed webhook would fail its signature. Where the server has read the chunks to their end
-    (`wsgi.input_terminated`, as gunicorn does), the body is read from the server's stream itself."""
+    A body sent in chunks has no Content-Length, and Django's WSGI request reads such a body as empty:
+    a correctly signed webhook would fail its signature. Where the server has read the chunks to their
+    end (`wsgi.input_terminated`, as WSGI servers such as gunicorn say), the body is read from the
+    server's stream itself. Under ASGI (`make serve`) the whole body has been read before the view runs
+    (batchdesk/asgi.py) and is read as it is."""
     try:
         declared = int(request.META.get("CONTENT_LENGTH") or 0)
     except ValueError:
