@@ -220,7 +220,7 @@ def download(port: int, job: Job, format: str) -> tuple[float, float, int]:
 def measure(job: Job, items: int, warm_up: Job) -> None:
     port = free_port()
     env = {**os.environ, "DEBUG": "0", "ALLOWED_HOSTS": "127.0.0.1", "LOG_LEVEL": "WARNING"}
-    with tempfile.TemporaryDirectory(prefix="bd_export_bench_") as folder:
+    with tempfile.TemporaryDirectory(prefix="bd_export_bench_"):
         server = subprocess.Popen(
             [
                 str(Path(sys.executable).parent / "granian"), "batchdesk.asgi:application",
