@@ -3,7 +3,8 @@
 ASGI, so that a client sending its request slowly holds a coroutine, not a thread. A request's whole
 body is read here first, without a thread (into memory, or a temporary file past Django's
 FILE_UPLOAD_MAX_MEMORY_SIZE); only then does it take one of BATCHDESK_WEB_REQUESTS places and go to
-Django, which runs the view in a thread. Hundreds of clients dripping their headers (granian holds
+Django, which runs the view in a thread. A client whose body stops coming for BODY_IDLE_SECONDS is
+answered 408 and let go. Hundreds of clients dripping their headers (granian holds
 those) or their bodies (held here) leave every place free for the requests that have arrived.
 
 A body larger than the largest one any page takes (a catalogue file, BATCHDESK_IMPORT_MAX_BYTES, plus
@@ -24,6 +25,9 @@ django_application = get_asgi_application()
 from django.conf import settings  # noqa: E402 (Django is set up by the line above)
 
 FORM_MARGIN_BYTES = 1024 * 1024
+# A client that sends nothing of its body for this long is let go (granian lets a client whose headers
+# stop coming go after 10 s, `make serve`).
+BODY_IDLE_SECONDS = 10.0
 REPLAY_BYTES = 64 * 1024
 
 
@@ -51,6 +55,8 @@ async def application(scope, receive, send):
         body, size = await read_body(receive, limit)
     except ClientGone:
         return None
+    except TimeoutError:
+        return await answer(send, 408, b"Request body not received in time.\n")
     except BodyTooLarge:
         return await answer(send, 413, b"Request body too large.\n")
     with body:
@@ -62,7 +68,11 @@ async def read_body(receive, limit: int):
     body = tempfile.SpooledTemporaryFile(max_size=settings.FILE_UPLOAD_MAX_MEMORY_SIZE, mode="w+b")
     size = 0
     while True:
-        message = await receive()
+        try:
+            message = await asyncio.wait_for(receive(), BODY_IDLE_SECONDS)
+        except TimeoutError:
+            body.close()
+            raise
         if message["type"] == "http.disconnect":
             body.close()
             raise ClientGone

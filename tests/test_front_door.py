@@ -239,6 +239,13 @@ def test_a_body_larger_than_any_page_takes_is_refused_before_it_is_read(deployed
         assert client.recv(100).startswith(b"HTTP/1.1 413")
 
 
+def test_a_body_that_stops_coming_is_answered_and_let_go(deployed):
+    with socket.create_connection(("127.0.0.1", deployed.port)) as client:
+        client.settimeout(30)  # the web tier waits 10 s for the next part of a body
+        client.sendall(b'POST /hooks/openai HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{"id"')
+        assert client.recv(100).startswith(b"HTTP/1.1 408")
+
+
 def start_job(deployed, reference: str, **body) -> int:
     answer = api(
         deployed,
