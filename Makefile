@@ -3,8 +3,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 TEST_DATABASE_URL ?= postgres://127.0.0.1:5432/batchdesk
 # The demo's notify secret signs job events so a `notify_url` can be tried; it is no secret (its base64 says so).
+# Its receivers are on this machine, which a deployment refuses unless it names them.
 DEMO_ENV := DEBUG=1 BATCHDESK_POLL_SECONDS=2 BATCHDESK_FX_FILE=$(CURDIR)/sample/fx-rates.json \
-	BATCHDESK_NOTIFY_SECRET=whsec_ZGVtbyBvbmx5LCBub3QgYSBzZWNyZXQ6IEJhdGNoRGVzaw==
+	BATCHDESK_NOTIFY_SECRET=whsec_ZGVtbyBvbmx5LCBub3QgYSBzZWNyZXQ6IEJhdGNoRGVzaw== \
+	BATCHDESK_NOTIFY_ALLOWED_HOSTS=localhost,127.0.0.1
 # The suite runs on every core (pytest-xdist; each worker has its own test database), at most 4.
 PARALLEL ?= --numprocesses=auto --maxprocesses=4
 

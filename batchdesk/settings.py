@@ -348,7 +348,9 @@ LOGGING = {
 
 # Job notifications (SPEC §6 `notify_url`, ledger/notices/notifications.py). Events are signed with
 # BATCHDESK_NOTIFY_SECRET (`whsec_<base64>`, system check batchdesk.E005); without it no job may name a
-# notify_url. BATCHDESK_NOTIFY_ALLOWED_HOSTS (comma list), when set, is every host one may name.
+# notify_url. A notify_url never reaches loopback, private or other inside addresses
+# (ledger/notices/receivers.py) unless BATCHDESK_NOTIFY_ALLOWED_HOSTS (comma list) names its host; when
+# set, it is also every host one may name (`check --deploy` warns, batchdesk.W005, when one is inside).
 BATCHDESK_NOTIFY_SECRET = os.environ.get("BATCHDESK_NOTIFY_SECRET", "").strip()
 BATCHDESK_NOTIFY_ALLOWED_HOSTS = [
     host.strip().lower()

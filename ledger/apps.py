@@ -18,6 +18,7 @@ class LedgerConfig(AppConfig):
         from .money.pricing import check_price_file
         from .notices.notifications import check_notify_secret
         from .notices.provider_hooks import check_webhook_secrets
+        from .notices.receivers import check_private_receivers
 
         post_migrate.connect(after_migrate, sender=self, dispatch_uid="ledger.after_migrate")
         # Item tallies' triggers on SQLite are put back around every migrate (ledger/database/tallies.py).
@@ -30,6 +31,8 @@ class LedgerConfig(AppConfig):
         checks.register(check_price_file, "batchdesk")
         checks.register(check_rate_file, "batchdesk")
         checks.register(check_notify_secret, "batchdesk")
+        # `check --deploy` warns when production lets notices reach inside its network.
+        checks.register(check_private_receivers, "batchdesk", deploy=True)
         # A provider's webhook secret that cannot sign would refuse every webhook: refused at startup.
         checks.register(check_webhook_secrets, "batchdesk")
         checks.register(check_retention_setting, "batchdesk")

@@ -25,7 +25,7 @@ from ledger.models import (
 )
 from ledger.money.budgets import budget_problem
 from ledger.money.currency import business_currency
-from ledger.notices.notifications import MAX_URL_LENGTH, notify_url_problem
+from ledger.notices.receivers import MAX_URL_LENGTH, notify_url_problem
 from ledger.providers import (
     capabilities,
     configured_provider_names,

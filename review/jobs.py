@@ -42,7 +42,17 @@ from .job_forms import StartTokenForm
 from .job_notifications import job_notifications
 from .models import JobStartToken
 from .paging import COUNT_CAP, capped_count, screen_page
-from .permissions import ADMIN, APPROVERS, OPERATOR, VIEWERS, has_role, may_cancel, may_spend, role_required
+from .permissions import (
+    ADMIN,
+    APPROVERS,
+    OPERATOR,
+    VIEWERS,
+    has_role,
+    may_cancel,
+    may_see_recipients,
+    may_spend,
+    role_required,
+)
 from .receipts import job_receipts
 from .recipients import shown_notify_url
 from .screen_forms import JobFilterForm, JobStartForm
@@ -474,6 +484,7 @@ def job_detail(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
     context["receipts"] = job_receipts(job, context["cost"])
     context["notifications"], context["notification_count"] = job_notifications(job)
     context["notify_url_shown"] = shown_notify_url(request.user, job)
+    context["answers_shown"] = may_see_recipients(request.user, job)
     if job.state != JobState.CANCELLED and may_cancel(request.user, job):
         # What cancel_job would stop: the items from the counts on the page, the running batches counted.
         cancel = {

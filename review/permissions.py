@@ -42,7 +42,8 @@ def may_spend(user, job) -> bool:
 
 def may_see_recipients(user, job) -> bool:
     """Who reads where a job's events go in full (its notify_url, whose path may carry the receiver's
-    token, and its owner's e-mail address): its owner, or an admin; other roles see the host only."""
+    token, and its owner's e-mail address) and what its receivers answered: its owner, or an admin;
+    other roles see the host and each attempt's status only."""
     return has_role(user, ADMIN) or job.owner_id == user.pk
 
 

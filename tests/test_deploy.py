@@ -60,6 +60,16 @@ def test_check_deploy_is_clean_behind_tls():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_check_deploy_warns_when_production_lets_notices_reach_inside_the_network():
+    """Issue 28, point 3: a notify_url reached a loopback control endpoint and `check --deploy` said
+    nothing. Naming a private host in BATCHDESK_NOTIFY_ALLOWED_HOSTS is allowed, and warned of."""
+    result = check_deploy(production_env(BATCHDESK_HTTPS="1", BATCHDESK_NOTIFY_ALLOWED_HOSTS="localhost"))
+    assert result.returncode != 0
+    assert "batchdesk.W005" in result.stderr and "localhost (a loopback address)" in result.stderr
+    public = check_deploy(production_env(BATCHDESK_HTTPS="1", BATCHDESK_NOTIFY_ALLOWED_HOSTS="8.8.8.8"))
+    assert public.returncode == 0, public.stdout + public.stderr
+
+
 def test_check_deploy_fails_without_tls_settings():
     result = check_deploy(production_env())
     assert result.returncode != 0

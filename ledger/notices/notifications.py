@@ -10,22 +10,18 @@ A failed attempt is tried again with a doubling wait, picked up by the collector
 hours after the event; then the notification is given up. Every attempt is recorded with the
 receiver's status and the start of its answer, scrubbed.
 
-A receiver is named by a person, so its address is checked twice against server-side request
-forgery: when the job is started, and at each call on the address the name resolves to then, which
-is the address called (a name re-pointed after the check changes nothing). Link-local addresses
-(cloud metadata), unspecified and multicast ones are refused; loopback and private networks are
-allowed (an internal tool's receivers live there) unless BATCHDESK_NOTIFY_ALLOWED_HOSTS lists the
-hosts allowed. Redirects are never followed.
+A receiver is named by a person, so its address is checked when the job starts and again at each
+call, after resolution (`receivers`): notices go out, never in. Redirects are never followed.
+Whatever goes wrong while sending is an attempt with its reason, so the 24-hour give-up holds
+whatever happens.
 """
 
 import asyncio
-import ipaddress
 import json
-import socket
+import logging
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 from django.conf import settings
@@ -42,7 +38,10 @@ from ..models import ItemTally, Job, JobNotification, NotificationAttempt, Notif
 from ..pilots.report import Report
 from ..setting_files import setting_refused
 from ..states import JobState
+from .receivers import Target, UnsafeAddress, target_of
 from .signed_webhooks import signed_headers, signer
+
+log = logging.getLogger(__name__)
 
 # Events besides a state's own `job.<state>`.
 BUDGET_REACHED = "job.budget_reached"
@@ -54,7 +53,6 @@ LONGEST_WAIT = timedelta(hours=1)
 # A new notification's task has this long to take it before the collector's pass sends it instead
 # (the task was lost: a broker that was down, a worker killed).
 FIRST_TRY_WITHIN = timedelta(seconds=60)
-MAX_URL_LENGTH = 2000
 # What is kept of a receiver's answer: the start of it, scrubbed.
 ANSWER_EXCERPT = 200
 ANSWER_BYTES_READ = 2048
@@ -62,119 +60,6 @@ ANSWER_BYTES_READ = 2048
 NOTICE_TEXT_CHARS = 300
 MOST_PER_PASS = 1000
 SEND_TASK = "ledger.tasks.send_notification"
-
-
-# --- receivers' addresses ------------------------------------------------------------------
-
-
-class UnsafeAddress(Exception):
-    """The receiver's address may not be called; the message says why, for the person."""
-
-
-def notify_url_problem(url: str) -> str | None:
-    """Why `url` cannot receive a job's events, or None: an absolute http(s) address of at most
-    2,000 characters, without credentials, of a host that may be called (module docstring)."""
-    if len(url) > MAX_URL_LENGTH:
-        return f"At most {MAX_URL_LENGTH:,} characters."
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        return "Not an address that can be read."
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return "An absolute http:// or https:// address, such as https://receiver.example/batchdesk."
-    if parts.username is not None or parts.password is not None:
-        return "No credentials in the address: events are signed with BATCHDESK_NOTIFY_SECRET instead."
-    if any(char.isspace() or ord(char) < 32 for char in url):
-        return "No spaces or control characters in the address."
-    if not settings.BATCHDESK_NOTIFY_SECRET:
-        return "This BatchDesk has no BATCHDESK_NOTIFY_SECRET to sign events with: ask an admin to set it."
-    try:
-        addresses_to_call(parts.hostname, port or default_port(parts.scheme))
-    except UnsafeAddress as refusal:
-        return str(refusal)
-    return None
-
-
-def default_port(scheme: str) -> int:
-    return 443 if scheme == "https" else 80
-
-
-def addresses_to_call(host: str, port: int) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
-    """The addresses `host` stands for now, every one of them allowed; UnsafeAddress otherwise."""
-    host = host.lower()
-    allowed_hosts = settings.BATCHDESK_NOTIFY_ALLOWED_HOSTS
-    if allowed_hosts and host not in allowed_hosts:
-        raise UnsafeAddress(
-            f"The host {host} is not one BATCHDESK_NOTIFY_ALLOWED_HOSTS allows ({', '.join(allowed_hosts)})."
-        )
-    try:
-        addresses = [ipaddress.ip_address(host)]
-    except ValueError:
-        try:
-            found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        except (socket.gaierror, UnicodeError):
-            raise UnsafeAddress(f"The host {host} cannot be found.") from None
-        addresses = list(dict.fromkeys(ipaddress.ip_address(info[4][0].split("%")[0]) for info in found))
-    for address in addresses:
-        if problem := address_problem(address):
-            raise UnsafeAddress(f"The host {host} is {address}, {problem}: BatchDesk does not call it.")
-    return addresses
-
-
-def address_problem(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
-    """Why an address must not be called: cloud metadata and other link-local services, an
-    unspecified or a multicast address. An IPv6 address carrying an IPv4 one is judged as that."""
-    if isinstance(address, ipaddress.IPv6Address) and (carried := carried_ipv4(address)) is not None:
-        address = carried
-    if address.is_link_local:
-        return "a link-local address (where cloud metadata lives)"
-    if address.is_unspecified:
-        return "an unspecified address"
-    if address.is_multicast:
-        return "a multicast address"
-    return None
-
-
-# NAT64's well-known prefix (RFC 6052): 64:ff9b::a.b.c.d reaches a.b.c.d through the gateway.
-NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
-
-
-def carried_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 address reaches: mapped (::ffff:a.b.c.d), compatible (::a.b.c.d),
-    NAT64 (64:ff9b::a.b.c.d) or 6to4 (2002:aabb:ccdd::); None for an IPv6 address of its own."""
-    if address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    if address.sixtofour is not None:
-        return address.sixtofour
-    if address in NAT64 or 1 < int(address) < 2**32:
-        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-    return None
-
-
-@dataclass(frozen=True)
-class Target:
-    """Where a call really goes: the checked address, with the host's own name for the `Host`
-    header and for TLS (the certificate is checked against the name)."""
-
-    url: str
-    host_header: str
-    extensions: dict
-
-
-def target_of(url: str) -> Target:
-    parts = urlsplit(url)
-    port = parts.port or default_port(parts.scheme)
-    address = addresses_to_call(parts.hostname or "", port)[0]
-    shown = f"[{address}]" if address.version == 6 else str(address)
-    extensions = {}
-    if parts.scheme == "https" and parts.hostname != str(address):
-        extensions["sni_hostname"] = parts.hostname
-    return Target(
-        url=urlunsplit((parts.scheme, f"{shown}:{port}", parts.path or "/", parts.query, "")),
-        host_header=parts.netloc,
-        extensions=extensions,
-    )
 
 
 def check_notify_secret(app_configs=None, **kwargs) -> list[checks.CheckMessage]:
@@ -262,6 +147,14 @@ def claim_due(now: datetime) -> tuple[datetime, list[int]]:
     """Notifications whose attempt is due (a retry, a lost task, a worker that died holding one),
     marked as taken until the end of a lease: (the mark, their ids), for the collector's pass."""
     mark = now + lease()
+    # Past its last attempt's time by an hour and still not given up: no attempt could be recorded
+    # (a worker killed each time, a record refused). The 24 hours hold whatever happens.
+    JobNotification.objects.filter(
+        delivered_at__isnull=True,
+        gave_up_at__isnull=True,
+        next_attempt_at__lte=now,
+        created_at__lt=now - GIVE_UP_AFTER - LONGEST_WAIT,
+    ).update(gave_up_at=now, next_attempt_at=None)
     with transaction.atomic():
         ids = list(
             JobNotification.objects.select_for_update(skip_locked=True)
@@ -300,10 +193,14 @@ def send(notification_id: int, mark: datetime) -> str:
     if not taken:
         return "not due"
     notification = JobNotification.objects.get(pk=notification_id)
-    if notification.channel == NotificationChannel.WEBHOOK:
-        outcome = post_webhook(notification)
-    else:
-        outcome = send_email(notification)
+    try:
+        if notification.channel == NotificationChannel.WEBHOOK:
+            outcome = post_webhook(notification)
+        else:
+            outcome = send_email(notification)
+    except Exception as error:  # noqa: BLE001 - an attempt with its reason, never a task failing for ever
+        log.warning("Notification %s could not be sent", notification.pk, exc_info=True)
+        outcome = Outcome(error=excerpt(f"Could not be sent ({type(error).__name__}): {error}"))
     record(notification, outcome, held_until)
     return "delivered" if outcome.delivered else "not delivered"
 

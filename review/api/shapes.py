@@ -371,8 +371,9 @@ def current_prompt_json(task: str) -> dict:
 # --- notifications -------------------------------------------------------------------------
 
 
-def notification_json(notification: JobNotification, *, to: str) -> dict:
-    """A notification told (`to`: where it went, as the caller may read it) and each attempt."""
+def notification_json(notification: JobNotification, *, to: str, answers: bool) -> dict:
+    """A notification told (`to`: where it went, as the caller may read it) and each attempt; the
+    receiver's answer only when `answers` (its job's owner and admins: review/recipients.py), else null."""
     row = NotificationRow(notification, list(notification.tries.all()))
     return {
         "id": notification.pk,
@@ -386,7 +387,12 @@ def notification_json(notification: JobNotification, *, to: str) -> dict:
         "gave_up_at": notification.gave_up_at,
         "next_attempt_at": notification.next_attempt_at if notification.attempts else None,
         "attempts": [
-            {"at": attempt.at, "status": attempt.status, "error": attempt.error, "answer": attempt.answer}
+            {
+                "at": attempt.at,
+                "status": attempt.status,
+                "error": attempt.error,
+                "answer": attempt.answer if answers else None,
+            }
             for attempt in row.tries
         ],
     }

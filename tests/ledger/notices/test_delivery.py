@@ -1,6 +1,7 @@
 """Job events to a notify_url and owners' e-mail (SPEC §6, `ledger.notices.notifications`): written with the
 change they tell of, sent after it by a worker's task, signed, tried again until delivered or given
-up, every attempt recorded. The receiver is a real HTTP server checking signatures itself."""
+up, every attempt recorded. The receiver is a real HTTP server checking signatures itself, on this
+machine: BATCHDESK_NOTIFY_ALLOWED_HOSTS names it, as a deployment with a local receiver would."""
 
 import json
 import socket
@@ -30,6 +31,7 @@ pytestmark = pytest.mark.django_db
 def notify_secret(settings):
     settings.BATCHDESK_NOTIFY_SECRET = SECRET
     settings.BATCHDESK_NOTIFY_RETRY_SECONDS = 0  # a retry is due at once, for the next pass
+    settings.BATCHDESK_NOTIFY_ALLOWED_HOSTS = ["127.0.0.1"]
 
 
 def send_now(notification: JobNotification) -> str:
@@ -150,20 +152,105 @@ def test_a_redirect_is_an_answer_not_followed():
     assert notification.tries.get().status == 307
 
 
-def test_an_address_that_became_unsafe_is_not_called():
+def test_an_address_that_became_unsafe_is_not_called(settings):
     """A job's address is checked again at each call: here it names the cloud metadata service."""
+    settings.BATCHDESK_NOTIFY_ALLOWED_HOSTS = []
     job = JobFactory(notify_url="http://169.254.169.254/latest/meta-data/")
     cancel_job(job_id=job.pk)
     notification = JobNotification.objects.get()
     assert send_now(notification) == "not delivered"
-    assert "link-local" in notification.tries.get().error
+    assert "a cloud metadata address" in notification.tries.get().error
 
 
-def test_a_name_rebound_to_the_metadata_service_after_the_check_is_not_called(monkeypatch):
+def test_a_name_resolving_to_loopback_is_refused_after_resolution_and_never_connected(settings):
+    """Issue 28, point 3: with BATCHDESK_NOTIFY_ALLOWED_HOSTS unset, a name that resolves to this
+    machine is refused at the call (a job started while the setting named it, or a name re-pointed
+    since its start): the attempt says why and the receiver, listening there, is never called."""
+    with EventReceiver() as receiver:
+        port = receiver.url.split(":")[2].split("/")[0]
+        job = JobFactory(notify_url=f"http://localhost:{port}/batchdesk-events")
+        cancel_job(job_id=job.pk)
+        notification = JobNotification.objects.get()
+        settings.BATCHDESK_NOTIFY_ALLOWED_HOSTS = []
+        assert send_now(notification) == "not delivered"
+        assert receiver.calls == []
+        attempt = notification.tries.get()
+        assert (attempt.status, attempt.delivered) == (None, False)
+        assert "The host localhost is 127.0.0.1, a loopback address" in attempt.error
+        assert "unless BATCHDESK_NOTIFY_ALLOWED_HOSTS names the host" in attempt.error
+        # Named, the same receiver is called: it was listening all along.
+        settings.BATCHDESK_NOTIFY_ALLOWED_HOSTS = ["localhost"]
+        assert send_now(notification) == "delivered"
+    assert [call.headers["host"] for call in receiver.calls] == [f"localhost:{port}"]
+
+
+def test_a_host_that_is_not_ascii_is_called_idna_encoded_or_refused_with_an_attempt(settings):
+    """Found by attacking issue 28: `ⓛⓞⓒⓐⓛⓗⓞⓢⓣ` crashed every send before an attempt was recorded,
+    and the notice waited for ever (126 tracebacks in 25 minutes)."""
+    with EventReceiver() as receiver:
+        port = receiver.url.split(":")[2].split("/")[0]
+        job = JobFactory(notify_url=f"http://\u24db\u24de\u24d2\u24d0\u24db\u24d7\u24de\u24e2\u24e3:{port}/e")
+        cancel_job(job_id=job.pk)
+        notification = JobNotification.objects.get()
+        settings.BATCHDESK_NOTIFY_ALLOWED_HOSTS = []
+        assert send_now(notification) == "not delivered"
+        assert "The host localhost is 127.0.0.1, a loopback address" in notification.tries.get().error
+        settings.BATCHDESK_NOTIFY_ALLOWED_HOSTS = ["localhost"]
+        assert send_now(notification) == "delivered"
+    [call] = receiver.calls
+    assert call.headers["host"] == f"localhost:{port}" and call.signed
+
+
+def test_an_error_while_sending_is_an_attempt_with_its_reason_and_given_up_after_24_hours():
+    """Whatever goes wrong while sending is recorded as an attempt, through the worker's own task:
+    here httpx refuses a DEL in the address (a job started before the start's check refused it)."""
+    with EventReceiver() as receiver:
+        job = JobFactory(notify_url=receiver.url + "\x7f")
+        cancel_job(job_id=job.pk)
+        notification = JobNotification.objects.get()
+        assert send_now(notification) == "not delivered"
+        notification.refresh_from_db()
+        attempt = notification.tries.get()
+        assert attempt.error.startswith(
+            "Could not be sent (InvalidURL): Invalid non-printable ASCII character"
+        )
+        assert notification.gave_up_at is None and notification.next_attempt_at is not None
+
+        JobNotification.objects.filter(pk=notification.pk).update(
+            created_at=timezone.now() - timedelta(hours=24, seconds=1)
+        )
+        assert send_now(notification) == "not delivered"
+        notification.refresh_from_db()
+        assert notification.gave_up_at is not None and notification.next_attempt_at is None
+        assert notification.attempts == 2
+        assert collector.poll_everything() == 0
+    assert receiver.calls == []
+
+
+def test_a_notice_no_attempt_could_be_recorded_for_is_given_up_all_the_same():
+    """The 24 hours hold whatever happens: a notice an hour past its last attempt's time that no
+    worker could record (killed each time, or its record refused) is given up by the collector's pass,
+    not sent on for ever."""
+    with EventReceiver() as receiver:
+        job = JobFactory(notify_url=receiver.url)
+        cancel_job(job_id=job.pk)
+        notification = JobNotification.objects.get()
+        JobNotification.objects.filter(pk=notification.pk).update(
+            created_at=timezone.now() - timedelta(hours=25, seconds=1), next_attempt_at=timezone.now()
+        )
+        assert collector.poll_everything() == 0
+    notification.refresh_from_db()
+    assert notification.gave_up_at is not None and notification.next_attempt_at is None
+    assert receiver.calls == []
+
+
+def test_a_name_rebound_to_the_metadata_service_after_the_check_is_not_called(monkeypatch, settings):
+    settings.BATCHDESK_NOTIFY_ALLOWED_HOSTS = ["receiver.internal.example"]
     job = JobFactory(notify_url="http://receiver.internal.example/events")
     cancel_job(job_id=job.pk)
     notification = JobNotification.objects.get()
-    # The name resolved to a private address when the job started; now it resolves elsewhere.
+    # The name resolved to a private address when the job started (it is named in the allowed hosts);
+    # now it resolves to the metadata service, which no naming allows.
     monkeypatch.setattr(
         socket,
         "getaddrinfo",
@@ -172,7 +259,7 @@ def test_a_name_rebound_to_the_metadata_service_after_the_check_is_not_called(mo
         ],
     )
     assert send_now(notification) == "not delivered"
-    assert "169.254.169.254, a link-local address" in notification.tries.get().error
+    assert "169.254.169.254, a cloud metadata address" in notification.tries.get().error
 
 
 def test_the_answer_kept_is_a_short_scrubbed_excerpt(monkeypatch):
@@ -238,14 +325,15 @@ def test_running_and_cancelled_are_not_emailed():
 # --- on the job page -----------------------------------------------------------------------
 
 
-def test_the_job_page_shows_each_notification_and_attempt_escaped(client):
+def test_the_job_page_shows_each_notification_and_attempt_and_the_answer_escaped_to_its_owner(client):
+    owner = UserFactory(roles=["catalogue_owner"])
     with EventReceiver((500, {}, b"<script>alert(1)</script> down"), 200) as receiver:
-        job = JobFactory(notify_url=receiver.url)
+        job = JobFactory(notify_url=receiver.url, owner=owner)
         cancel_job(job_id=job.pk)
         notification = JobNotification.objects.get()
         send_now(notification)
         send_now(notification)
-    client.force_login(UserFactory(roles=["operator"]))
+    client.force_login(owner)
 
     page = client.get(f"/jobs/{job.pk}/").content.decode()
 
@@ -255,8 +343,31 @@ def test_the_job_page_shows_each_notification_and_attempt_escaped(client):
     assert "HTTP 500" in page and "HTTP 200" in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt; down" in page
     assert "<script>alert(1)" not in page
-    # An operator reads the receiver's host only (its path may hold a token): review/recipients.py.
-    assert receiver.url.rsplit("/", 1)[0] + "/…" in page and receiver.url not in page
+
+
+@pytest.mark.parametrize(
+    ("reader", "reads_the_answer"),
+    [("the owner", True), ("admin", True), ("operator", False), ("catalogue_owner", False)],
+)
+def test_a_receivers_answer_is_shown_to_the_jobs_owner_and_admins_only(client, reader, reads_the_answer):
+    """Issue 28, point 3: a receiver's answer may come from inside the network (a control endpoint's
+    reply); other roles read each attempt's status, and the receiver's host only."""
+    owner = UserFactory(roles=["catalogue_owner"])
+    with EventReceiver((503, {}, b"lag=0 role=primary")) as receiver:
+        job = JobFactory(notify_url=receiver.url, owner=owner)
+        cancel_job(job_id=job.pk)
+        send_now(JobNotification.objects.get())
+    client.force_login(owner if reader == "the owner" else UserFactory(roles=[reader]))
+
+    page = client.get(f"/jobs/{job.pk}/").content.decode()
+
+    assert "HTTP 503" in page
+    assert ("lag=0 role=primary" in page) is reads_the_answer
+    assert ('data-testid="notification-answer"' in page) is reads_the_answer
+    assert ("its answer is shown to the job's owner and admins" in page) is not reads_the_answer
+    # Others read the receiver's host only (its path may hold a token): review/recipients.py.
+    assert (receiver.url in page) is reads_the_answer
+    assert receiver.url.rsplit("/", 1)[0] + "/…" in page or reads_the_answer
 
 
 def test_the_job_page_of_a_job_told_nothing_says_so(client):

@@ -24,7 +24,12 @@ def test_a_worker_cluster_tells_the_receiver_of_each_event_once_retrying_a_500(p
     owner = UserFactory(roles=["catalogue_owner"])
     make_catalogue(6)
     with EventReceiver(500) as receiver:
-        processes.start("qcluster", BATCHDESK_NOTIFY_SECRET=SECRET, BATCHDESK_NOTIFY_RETRY_SECONDS="1")
+        processes.start(
+            "qcluster",
+            BATCHDESK_NOTIFY_SECRET=SECRET,
+            BATCHDESK_NOTIFY_RETRY_SECONDS="1",
+            BATCHDESK_NOTIFY_ALLOWED_HOSTS="127.0.0.1",  # the receiver lives on this machine
+        )
         job = create_job(
             reference="told",
             owner=owner,
@@ -68,7 +73,12 @@ def test_a_receiver_that_never_answers_holds_up_nothing(processes):
         silent.bind(("127.0.0.1", 0))
         silent.listen(64)
         port = silent.getsockname()[1]
-        processes.start("qcluster", BATCHDESK_NOTIFY_SECRET=SECRET, BATCHDESK_NOTIFY_TIMEOUT="30")
+        processes.start(
+            "qcluster",
+            BATCHDESK_NOTIFY_SECRET=SECRET,
+            BATCHDESK_NOTIFY_TIMEOUT="30",
+            BATCHDESK_NOTIFY_ALLOWED_HOSTS="127.0.0.1",
+        )
         job = create_job(
             reference="unheard",
             owner=owner,
