@@ -3,6 +3,7 @@ states, events and invariants together. Admins (the `admin` group, or superusers
 per-model permissions; exchange rates are the one thing they add (never change). People, roles and
 the machine (django-q's schedules and tasks) are `review/admin.py`."""
 
+from django import forms
 from django.contrib import admin
 from django.db.models.functions import Length
 
@@ -36,7 +37,7 @@ from .models import (
     SubmissionItem,
     UnitCharge,
 )
-from .money.currency import business_currency
+from .money.currency import business_currency, per_usd_problem, rate_date_problem
 from .roles import ADMIN, has_role
 
 
@@ -353,15 +354,62 @@ class ProviderHintAdmin(LedgerAdmin):
     list_filter = ("provider", "outcome")
 
 
+class ExchangeRateForm(forms.ModelForm):
+    """An admin's rate, held to the rate file's rule (`ledger.money.currency`)."""
+
+    class Meta:
+        model = ExchangeRate
+        fields = ("currency", "valid_from", "per_usd", "source")
+
+    def clean_per_usd(self):
+        per_usd = self.cleaned_data["per_usd"]
+        if problem := per_usd_problem(per_usd):
+            raise forms.ValidationError(
+                f"The rate {problem} (what one US dollar is worth in the currency), not {per_usd}.",
+                code="per_usd",
+            )
+        return per_usd
+
+    def clean_valid_from(self):
+        valid_from = self.cleaned_data["valid_from"]
+        if problem := rate_date_problem(valid_from):
+            raise forms.ValidationError(f"{valid_from.isoformat()} {problem}.", code="valid_from")
+        return valid_from
+
+
 @admin.register(ExchangeRate)
 class ExchangeRateAdmin(admin.ModelAdmin):
     """Rates an admin enters beside BATCHDESK_FX_FILE (SPEC §9): added, never changed or deleted, as a
     rate is evidence of how costs were converted (each cost keeps its own copy as well). A wrong rate
-    is corrected by entering the right one for the same date: the latest entered wins."""
+    is corrected by entering the right one for the same date and currency: the last entered is in
+    force from then on, and the list shows both, the first marked as corrected."""
 
-    list_display = ("valid_from", "currency", "per_usd", "source", "entered_by", "created_at")
+    form = ExchangeRateForm
+    list_display = ("valid_from", "currency", "per_usd", "in_force", "source", "entered_by", "created_at")
     list_select_related = ("entered_by",)
-    fields = ("currency", "valid_from", "per_usd", "source")
+    ordering = ("-valid_from", "currency", "-pk")
+    fieldsets = (
+        (
+            None,
+            {
+                "fields": ("currency", "valid_from", "per_usd", "source"),
+                "description": (
+                    "A rate above 0 and below 1,000,000, dated from 2000-01-01 to today. To correct a rate, "
+                    "enter the right one for the same date and currency: it is used from then on, the one "
+                    "it corrects is kept, and costs already settled keep the rate they were settled at."
+                ),
+            },
+        ),
+    )
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).with_corrections()
+
+    @admin.display(description="in force")
+    def in_force(self, rate: ExchangeRate) -> str:
+        if rate.corrected_by is None:
+            return "yes"
+        return f"no: corrected by entry {rate.corrected_by}"
 
     def get_changeform_initial_data(self, request) -> dict:
         return {"currency": business_currency()}

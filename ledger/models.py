@@ -1054,9 +1054,23 @@ class PauseReason(models.TextChoices):
     )
 
 
+class ExchangeRateQuerySet(models.QuerySet):
+    def with_corrections(self) -> "ExchangeRateQuerySet":
+        """Each rate with `corrected_by`: the id of the newest rate entered after it for the same
+        date and currency, which is in force instead (None: it is in force itself)."""
+        newer = ExchangeRate.objects.filter(
+            currency=models.OuterRef("currency"),
+            valid_from=models.OuterRef("valid_from"),
+            pk__gt=models.OuterRef("pk"),
+        ).order_by("-pk")
+        return self.annotate(corrected_by=models.Subquery(newer.values("pk")[:1]))
+
+
 class ExchangeRate(models.Model):
     """A rate entered by an admin (SPEC §9): one US dollar is worth `per_usd` of `currency` from
-    `valid_from` on. Rates from `BATCHDESK_FX_FILE` are read from the file (`ledger.money.currency`)."""
+    `valid_from` on. Never changed: a rate entered later for the same date and currency corrects it
+    and is in force instead (the last entered, by id), both kept. Rates from `BATCHDESK_FX_FILE` are
+    read from the file (`ledger.money.currency`), and both are held to its rule."""
 
     currency = models.CharField(
         max_length=3,
@@ -1074,6 +1088,8 @@ class ExchangeRate(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = ExchangeRateQuerySet.as_manager()
 
     class Meta:
         ordering = ["-valid_from", "-created_at"]

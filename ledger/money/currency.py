@@ -3,8 +3,9 @@
 Providers price in US dollars (`ledger.money.pricing`). The business sees and budgets in its own currency,
 `BATCHDESK_CURRENCY` (default GBP), converted with the rate in force on the day a cost was incurred:
 the value of one US dollar from each dated rate on, read from `BATCHDESK_FX_FILE` (dated rates with
-their source) or entered by an admin (`ExchangeRate`). An admin's rate for a date wins over the
-file's for the same date. A cost keeps the provider's amount, the rate, its date and its source
+their source) or entered by an admin (`ExchangeRate`), both held to one rule (`per_usd_problem`,
+`rate_date_problem`). An admin's rate for a date wins over the file's for the same date, and a
+newer admin's rate for the same date and currency corrects an older one, which is kept. A cost keeps the provider's amount, the rate, its date and its source
 (`UnitCharge`), so its history never changes when a rate does. With no rate in force, an amount stays
 in the provider's currency and says so.
 """
@@ -29,6 +30,9 @@ log = logging.getLogger(__name__)
 PROVIDER_CURRENCY = "USD"
 CURRENCY_CODE = re.compile(r"^[A-Z]{3}$")
 PLACES = Decimal("0.000001")
+# What a rate may be, in the file and in the admin alike: a ledger's history starts in 2000.
+HIGHEST_RATE = Decimal(1_000_000)
+EARLIEST_RATE_DATE = date(2000, 1, 1)
 
 
 def business_currency() -> str:
@@ -49,6 +53,26 @@ class Rate:
 
 # The business currency is the provider's: nothing to convert.
 SAME_CURRENCY = Rate(Decimal(1), date.min, "the business currency is the provider's")
+
+
+# --- what a rate may be ------------------------------------------------------------------
+
+
+def per_usd_problem(per_usd: Decimal) -> str | None:
+    """Why `per_usd` cannot be a rate, or None: above 0 and below 1,000,000."""
+    if not per_usd.is_finite() or not 0 < per_usd < HIGHEST_RATE:
+        return "must be a number above 0 and below 1,000,000"
+    return None
+
+
+def rate_date_problem(valid_from: date) -> str | None:
+    """Why a rate cannot be dated `valid_from`, or None: from 2000-01-01 to today."""
+    if valid_from < EARLIEST_RATE_DATE:
+        return f"is before {EARLIEST_RATE_DATE.isoformat()}: a rate is dated from then on"
+    today = timezone.localdate()
+    if valid_from > today:
+        return f"is in the future (today is {today.isoformat()}): a rate is dated the day it was quoted"
+    return None
 
 
 # --- the rate file -----------------------------------------------------------------------
@@ -82,14 +106,16 @@ def parse_rate_file(data) -> list[Rate]:
             valid_from = date.fromisoformat(day)
         except ValueError:
             raise RateFileError(f"per_usd: {day!r} is not a date (YYYY-MM-DD)") from None
+        if problem := rate_date_problem(valid_from):
+            raise RateFileError(f"per_usd: {day} {problem}")
         rates.append(Rate(_rate_value(value, f"per_usd.{day}"), valid_from, source.strip()))
     return sorted(rates, key=lambda rate: rate.valid_from)
 
 
 def _rate_value(value, where: str) -> Decimal:
     amount = file_number(value, where, what="a number", error=RateFileError)
-    if not amount.is_finite() or amount <= 0 or amount >= 1_000_000:
-        raise RateFileError(f"{where}: must be a number above 0 and below 1,000,000, not {value}")
+    if problem := per_usd_problem(amount):
+        raise RateFileError(f"{where}: {problem}, not {value}")
     return amount
 
 
@@ -149,11 +175,12 @@ def forget_entered_rates(**kwargs) -> None:
 
 
 def entered_rates(currency: str) -> list[Rate]:
-    """Admins' rates for `currency`, oldest first (of one date, the last entered last)."""
+    """Admins' rates for `currency`, oldest first; of one date, the last entered last, so that it is
+    the one in force (a correction: `ExchangeRate.objects.with_corrections`)."""
     now = time.monotonic()
     if now - _entered.read_at > ENTERED_RATES_SECONDS:
         rates: dict[str, list[Rate]] = {}
-        rows = ExchangeRate.objects.select_related("entered_by").order_by("valid_from", "created_at")
+        rows = ExchangeRate.objects.select_related("entered_by").order_by("valid_from", "pk")
         for row in rows:
             rates.setdefault(row.currency, []).append(Rate(row.per_usd, row.valid_from, row.source_text))
         _entered.rates, _entered.read_at = rates, now

@@ -1,19 +1,23 @@
 """The `admin` group manages people, not the machine (issue 17, point 5): each attack of the issue as
 the POST a browser would send, or one forged by hand, by a member of the group who is no superuser."""
 
-from datetime import date
+import json
+from datetime import date, timedelta
 from decimal import Decimal
 
 import pytest
 from django.contrib import admin
 from django.contrib.auth.models import Group, Permission, User
+from django.http import HttpResponse
 from django.test import RequestFactory
 from django.urls import reverse
 from django.utils import timezone
 from django_q.models import Failure, OrmQ, Schedule, Success
 
-from ledger.models import ExchangeRate
-from tests.factories import UserFactory
+from ledger.models import ExchangeRate, UnitCharge
+from ledger.money.currency import check_rate_file, in_business_currency, rate_on
+from tests.api.test_charges import settle_unit
+from tests.factories import ItemFactory, JobFactory, UserFactory, add_version
 
 pytestmark = pytest.mark.django_db
 
@@ -286,8 +290,6 @@ def test_the_only_things_an_admin_may_add_or_change_are_people(client, chief):
 
 def test_an_admin_enters_an_exchange_rate_that_converts_costs_from_its_date(client, chief, settings):
     settings.BATCHDESK_CURRENCY, settings.BATCHDESK_FX_FILE = "GBP", ""
-    from ledger.money.currency import rate_on
-
     add = reverse("admin:ledger_exchangerate_add")
     refused = client.post(
         add, {"currency": "gbp", "valid_from": "2026-11-28", "per_usd": "-1", "source": "x"}
@@ -311,3 +313,83 @@ def test_an_admin_enters_an_exchange_rate_that_converts_costs_from_its_date(clie
         == 403
     )
     assert ExchangeRate.objects.get().per_usd == Decimal("0.7912")
+
+
+def entered(client, **form) -> HttpResponse:
+    """The admin's add page for exchange rates, posted as its form is sent."""
+    return client.post(
+        reverse("admin:ledger_exchangerate_add"), {"currency": "GBP", "source": "desk", **form}
+    )
+
+
+@pytest.mark.parametrize(
+    ("per_usd", "valid_from", "field", "words"),
+    [
+        # Found by attacking issue 28: the form took both (the rate file refuses a rate ≥ 1,000,000).
+        ("1e9", "2020-01-01", "per_usd", "must be a number above 0 and below 1,000,000"),
+        ("0.7", "0001-01-01", "valid_from", "0001-01-01 is before 2000-01-01"),
+        ("1000000", "2020-01-01", "per_usd", "below 1,000,000"),
+        ("0", "2020-01-01", "per_usd", "above 0"),
+        ("0.7", "1999-12-31", "valid_from", "1999-12-31 is before 2000-01-01"),
+        ("0.7", "tomorrow", "valid_from", "is in the future"),
+    ],
+)
+def test_an_admins_rate_is_held_to_the_rate_files_rule_and_a_bad_one_saves_nothing(
+    client, chief, settings, per_usd, valid_from, field, words
+):
+    settings.BATCHDESK_CURRENCY, settings.BATCHDESK_FX_FILE = "GBP", ""
+    if valid_from == "tomorrow":
+        valid_from = (timezone.localdate() + timedelta(days=1)).isoformat()
+
+    refused = entered(client, per_usd=per_usd, valid_from=valid_from)
+
+    assert refused.status_code == 200  # the form again, with its errors
+    errors = refused.context["adminform"].form.errors
+    assert list(errors) == [field] and words in errors[field][0]
+    assert words in refused.content.decode()
+    assert not ExchangeRate.objects.exists()
+
+
+def test_a_rate_the_file_would_refuse_is_refused_by_the_same_rule(tmp_path, settings):
+    """One rule in one place: the file's loader says the admin form's words."""
+    path = tmp_path / "rates.json"
+    settings.BATCHDESK_CURRENCY, settings.BATCHDESK_FX_FILE = "GBP", str(path)
+    tomorrow = (timezone.localdate() + timedelta(days=1)).isoformat()
+    for per_usd, words in (
+        ({"0001-01-01": "0.7"}, "0001-01-01 is before 2000-01-01"),
+        ({tomorrow: "0.7"}, f"{tomorrow} is in the future"),
+        ({"2020-01-01": "1e9"}, "must be a number above 0 and below 1,000,000"),
+    ):
+        path.write_text(json.dumps({"source": "bank", "per_usd": per_usd}))
+        [error] = check_rate_file()
+        assert error.id == "batchdesk.E003" and words in error.msg
+
+
+def test_an_admins_rate_is_corrected_by_a_newer_entry_kept_beside_it_and_settled_costs_keep_theirs(
+    client, chief, settings
+):
+    settings.BATCHDESK_CURRENCY, settings.BATCHDESK_FX_FILE = "GBP", ""
+    quoted = (timezone.localdate() - timedelta(days=8)).isoformat()
+    assert entered(client, per_usd="0.7912", valid_from=quoted, source="typed wrong").status_code == 302
+    job = JobFactory()
+    before = settle_unit(job, [add_version(ItemFactory(job=job, awaiting_review=True))], "before")
+    assert (before.rate, before.rate_date.isoformat()) == (Decimal("0.7912"), quoted)
+
+    assert entered(client, per_usd="0.8000", valid_from=quoted, source="corrected").status_code == 302
+
+    original, correction = ExchangeRate.objects.order_by("pk")
+    assert (original.per_usd, correction.per_usd) == (Decimal("0.7912"), Decimal("0.8"))
+    assert original.valid_from == correction.valid_from and correction.entered_by == chief
+    # Conversions from then on use the correction; the unit settled before keeps what it was settled at.
+    assert rate_on(timezone.localdate()).per_usd == Decimal("0.8")
+    assert in_business_currency(Decimal("10")).amount == Decimal("8")
+    after = settle_unit(job, [add_version(ItemFactory(job=job, awaiting_review=True))], "after")
+    assert after.rate == Decimal("0.8")
+    kept = UnitCharge.objects.get(pk=before.pk)
+    assert (kept.rate, kept.cost, kept.rate_source) == (before.rate, before.cost, before.rate_source)
+    assert "typed wrong" in kept.rate_source
+    # Both rows are listed, the first marked as corrected by the second.
+    listing = client.get(reverse("admin:ledger_exchangerate_changelist")).content.decode()
+    assert "0.79120000" in listing and "0.80000000" in listing
+    assert f"no: corrected by entry {correction.pk}" in listing
+    assert listing.count("no: corrected by entry") == 1
