@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import NamedTuple
 
 import orjson
 from django.conf import settings
@@ -562,6 +563,11 @@ class SubmissionQuerySet(models.QuerySet):
 RECORDING_FAILURES_SHOWN = 3
 
 
+class Refusal(NamedTuple):
+    what: str
+    said: str
+
+
 class Submission(models.Model):
     """One provider batch. The intent row exists before any provider call is made."""
 
@@ -650,6 +656,14 @@ class Submission(models.Model):
     def gives_up_at(self) -> datetime | None:
         """When, still refused, the unit's unanswered requests fail for good (`refused_for_good`)."""
         return self.refusing_since + PERMANENT_REFUSAL_PATIENCE if self.refusing_since else None
+
+    @property
+    def refusal(self) -> "Refusal":
+        """The refusal it waits out, in its adapter's words "<what is refused>: <what the server
+        said>" (a server answering each request: "The server refuses our requests: No connected
+        db. (…)"), in two parts for the sentence "<what> since <when>: <said>"."""
+        what, _, said = self.error.partition(": ")
+        return Refusal(what, said)
 
     @property
     def recording_stuck(self) -> bool:
