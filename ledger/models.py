@@ -436,8 +436,16 @@ class ItemTallyQuerySet(models.QuerySet):
     def counts_by_state(self) -> dict[str, int]:
         """Items by state of the tallied jobs (filter by `job` first, or none for every job): a sum over
         a few rows per job and state, however many items there are."""
-        rows = self.order_by().values_list("state").annotate(n=models.Sum("items"))
-        return {state: n for state, n in rows if n}
+        return self.counts_and_newest_row()[0]
+
+    def counts_and_newest_row(self) -> tuple[dict[str, int], int]:
+        """`counts_by_state`, and the id of the newest row summed (0: none), read in the same
+        statement. Rows are only ever added (a compaction adds its sums as new rows), so it never
+        falls, and grows with each change of the counts."""
+        rows = list(
+            self.order_by().values_list("state").annotate(n=models.Sum("items"), newest=models.Max("id"))
+        )
+        return {state: n for state, n, _ in rows if n}, max((newest for *_, newest in rows), default=0)
 
     def counts_by_job(self, job_ids: Iterable[int]) -> dict[int, dict[str, int]]:
         counts: dict[int, dict[str, int]] = {job_id: {} for job_id in job_ids}
