@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import NamedTuple
 
 import orjson
 from django.conf import settings
@@ -435,8 +436,16 @@ class ItemTallyQuerySet(models.QuerySet):
     def counts_by_state(self) -> dict[str, int]:
         """Items by state of the tallied jobs (filter by `job` first, or none for every job): a sum over
         a few rows per job and state, however many items there are."""
-        rows = self.order_by().values_list("state").annotate(n=models.Sum("items"))
-        return {state: n for state, n in rows if n}
+        return self.counts_and_newest_row()[0]
+
+    def counts_and_newest_row(self) -> tuple[dict[str, int], int]:
+        """`counts_by_state`, and the id of the newest row summed (0: none), read in the same
+        statement. Rows are only ever added (a compaction adds its sums as new rows), so it never
+        falls, and grows with each change of the counts."""
+        rows = list(
+            self.order_by().values_list("state").annotate(n=models.Sum("items"), newest=models.Max("id"))
+        )
+        return {state: n for state, n, _ in rows if n}, max((newest for *_, newest in rows), default=0)
 
     def counts_by_job(self, job_ids: Iterable[int]) -> dict[int, dict[str, int]]:
         counts: dict[int, dict[str, int]] = {job_id: {} for job_id in job_ids}
@@ -562,6 +571,11 @@ class SubmissionQuerySet(models.QuerySet):
 RECORDING_FAILURES_SHOWN = 3
 
 
+class Refusal(NamedTuple):
+    what: str
+    said: str
+
+
 class Submission(models.Model):
     """One provider batch. The intent row exists before any provider call is made."""
 
@@ -650,6 +664,14 @@ class Submission(models.Model):
     def gives_up_at(self) -> datetime | None:
         """When, still refused, the unit's unanswered requests fail for good (`refused_for_good`)."""
         return self.refusing_since + PERMANENT_REFUSAL_PATIENCE if self.refusing_since else None
+
+    @property
+    def refusal(self) -> "Refusal":
+        """The refusal it waits out, in its adapter's words "<what is refused>: <what the server
+        said>" (a server answering each request: "The server refuses our requests: No connected
+        db. (…)"), in two parts for the sentence "<what> since <when>: <said>"."""
+        what, _, said = self.error.partition(": ")
+        return Refusal(what, said)
 
     @property
     def recording_stuck(self) -> bool:

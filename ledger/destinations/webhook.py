@@ -14,7 +14,7 @@ from django.conf import settings
 
 from ..drafts.scrubbing import scrub_credentials
 from ..models import AttemptOutcome
-from ..retrying import is_transient_status, retry_after_seconds
+from ..retrying import is_transient_status, requested_wait
 from .base import Destination, DestinationResult
 
 # The receiver is told what to do with the text; BatchDesk only ever publishes approved drafts.
@@ -94,7 +94,7 @@ class WebhookDestination(Destination):
             return self._result(
                 AttemptOutcome.RETRYABLE,
                 f"{status} from {self.name}: {said}",
-                retry_after=retry_after_seconds(response.headers.get("retry-after")),
+                retry_after=requested_wait(response.headers),
             )
         # Any other answer (4xx, or a redirect we do not follow) is the destination's refusal.
         return self._result(AttemptOutcome.REJECTED, f"{status} from {self.name}: {said}")

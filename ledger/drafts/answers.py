@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import orjson
 from django.conf import settings
 
+from ..retrying import MAX_RETRY_AFTER
 from ..states import ReasonCode
 from .scrubbing import REDACTED, fit_to_keep, fits_text, scrub_credentials, secrets_pattern
 
@@ -53,8 +54,6 @@ MESSAGE_LIMIT = 1000
 SHOWN_LIMIT = 500
 # Bytes of a draft's usage kept (a usage is a few hundred).
 USAGE_LIMIT = 8192
-# The longest Retry-After honoured for one request (a day): anything longer is nonsense.
-LONGEST_RETRY_AFTER = 86_400.0
 REASON_CODES = frozenset(ReasonCode.values)
 # A value of an unexpected type, shown in a few words (nested and huge values included).
 _shown = reprlib.Repr(maxlevel=3, maxstring=60, maxother=60)
@@ -161,7 +160,7 @@ def storable_failure(line: ResultLine, secrets: tuple[str, ...]) -> ResultLine:
     retry_after = line.retry_after
     if retry_after is not None:
         try:
-            retry_after = min(max(float(retry_after), 0.0), LONGEST_RETRY_AFTER)
+            retry_after = min(max(float(retry_after), 0.0), MAX_RETRY_AFTER)
         except (TypeError, ValueError, OverflowError):
             retry_after = None
         if retry_after is not None and math.isnan(retry_after):

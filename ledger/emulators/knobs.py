@@ -228,8 +228,17 @@ def optional_text(name: str, value: Any) -> str | None:
 
 
 # How a 429 of the rate limit says when to come back: not at all, `Retry-After` in whole seconds
-# (rounded up), `retry-after-ms`, or `Retry-After` as an HTTP date (whole seconds, rounded up).
-WINDOW_HINTS = ("none", "retry-after", "retry-after-ms", "http-date")
+# (rounded up), `retry-after-ms`, `Retry-After` as an HTTP date (whole seconds, rounded up),
+# `llm_provider-retry-after` in whole seconds (a LiteLLM proxy passing on its provider's), or
+# OpenAI's `x-ratelimit-reset-requests` as a duration ("1.5s", "1m0s", "250ms").
+WINDOW_HINTS = (
+    "none",
+    "retry-after",
+    "retry-after-ms",
+    "http-date",
+    "llm_provider-retry-after",
+    "x-ratelimit-reset-requests",
+)
 
 
 def window_length(name: str, value: Any) -> float:
@@ -244,6 +253,12 @@ def window_hint(name: str, value: Any) -> str:
     return value
 
 
+def request_ids(name: str, value: Any) -> list[str]:
+    if not (isinstance(value, list | tuple) and all(isinstance(v, str) and v for v in value)):
+        raise KnobError(name, f"{name} must be a list of request ids (custom_ids)")
+    return list(value)
+
+
 @dataclass
 class CompatibleKnobs(FaultKnobs):
     no_choices: int = knob(0, count)  # this many answers are JSON without `choices`
@@ -255,3 +270,11 @@ class CompatibleKnobs(FaultKnobs):
     requests_per_window: int = knob(0, count)
     window_ms: float = knob(60_000, window_length)
     window_hint: str = knob("retry-after", window_hint)
+    # Every API call is answered `every_request_refused_status` with these words, before any work
+    # (None: off), as a LiteLLM proxy without a database answers a key it cannot check: 400
+    # "No connected db.", whatever the request.
+    every_request_refused: str | None = knob(None, optional_text)
+    every_request_refused_status: int = knob(400, refusal_status)
+    # The completion calls of these custom_ids are answered 400 as vLLM answers a prompt longer
+    # than the model's context: a refusal of that request alone, in words of its own.
+    too_long_requests: list[str] = knob([], request_ids)

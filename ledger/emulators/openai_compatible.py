@@ -11,7 +11,10 @@ drops), `malformed_lines` (that many answers are a body that is not JSON), `no_c
 many answers are JSON without `choices`), the answer knobs (`truncate_rate`, `refuse_rate`,
 `fence_rate`, `prose_rate`: OpenAI's `finish_reason: length` and `message.refusal`), `api_key` (a 401 for any other key), a rate limit of its
 own (`requests_per_window` completion calls in any `window_ms`, the rest answered 429 saying when
-to come back as `window_hint` asks), and the shared 429 / 5xx storms. `completion_calls` in the
+to come back as `window_hint` asks), `every_request_refused` (every call answered 400, or
+`every_request_refused_status`, with those words: a LiteLLM proxy without a database),
+`too_long_requests` (those custom_ids answered 400, each in words of its own), and the shared 429 /
+5xx storms. `completion_calls` in the
 stats is when each completion call arrived (seconds on this process's monotonic clock from the
 emulator's start), whether the window refused it and from when it said to come back.
 Knobs that do not: `expire_rate`, `expire_after_ms` (a request is answered now or never: nothing
@@ -35,6 +38,8 @@ from ledger.emulators.server import ApiError, EmulatorServer, Fault, LoseAnswer
 
 REQUEST_ID_HEADER = "X-Request-Id"
 SERVED_MODEL = "emulated-model"
+# The context a `too_long_requests` request is said to exceed, in tokens.
+CONTEXT_TOKENS = 2048
 # OpenAI's words for each kind of error; vLLM answers with the same envelope.
 ERROR_TYPES = {
     "invalid_request": "invalid_request_error",
@@ -44,6 +49,15 @@ ERROR_TYPES = {
     "server_error": "server_error",
     "overloaded": "server_error",
 }
+
+
+def go_duration(milliseconds: int) -> str:
+    """A duration as OpenAI writes `x-ratelimit-reset-*` (Go's): "250ms", "1.5s", "2m0s"."""
+    if milliseconds < 1000:
+        return f"{milliseconds}ms"
+    minutes, rest = divmod(milliseconds, 60_000)
+    seconds = f"{rest / 1000:.3f}".rstrip("0").rstrip(".")
+    return f"{minutes}m{seconds}s" if minutes else f"{seconds}s"
 
 
 class CompatibleServerEmulator(EmulatorServer):
@@ -65,6 +79,7 @@ class CompatibleServerEmulator(EmulatorServer):
         self._admitted: deque[float] = deque()  # when the calls the window let through arrived
         self._completion_calls: list[dict] = []
         self._refused_keys = 0
+        self._refused_requests = 0
 
     routes = (
         "POST /v1/chat/completions chat_completions",
@@ -90,6 +105,12 @@ class CompatibleServerEmulator(EmulatorServer):
             with self.lock:
                 self._refused_keys += 1
             raise self.error(401, message, kind="authentication", code="invalid_api_key")
+        with self.lock:
+            refused, status = self.knobs.every_request_refused, self.knobs.every_request_refused_status
+            self._refused_requests += refused is not None
+        if refused is not None:
+            # LiteLLM's ProxyException: the status, as text, is the code.
+            raise self.error(status, refused, code=str(status))
 
     def evidence(self) -> dict:
         with self.lock:
@@ -101,6 +122,7 @@ class CompatibleServerEmulator(EmulatorServer):
                 "max_in_flight": self._max_in_flight,
                 "keyed_calls": self._keyed_calls,
                 "refused_keys": self._refused_keys,
+                "refused_requests": self._refused_requests,
                 "completion_calls": [dict(call) for call in self._completion_calls],
                 "rate_limited_calls": sum(call["rate_limited"] for call in self._completion_calls),
             }
@@ -146,6 +168,15 @@ class CompatibleServerEmulator(EmulatorServer):
             wall = time.time()
             date = math.ceil(wall + wait)
             return {"retry-after": formatdate(date, usegmt=True)}, at + (date - wall)
+        if hint == "llm_provider-retry-after":
+            return {"llm_provider-retry-after": str(math.ceil(wait))}, at + math.ceil(wait)
+        if hint == "x-ratelimit-reset-requests":
+            milliseconds = math.ceil(wait * 1000)
+            headers = {
+                "x-ratelimit-reset-requests": go_duration(milliseconds),
+                "x-ratelimit-remaining-requests": "0",
+            }
+            return headers, at + milliseconds / 1000
         return {}, None
 
     def list_models(self, request: Request) -> dict:
@@ -170,6 +201,16 @@ class CompatibleServerEmulator(EmulatorServer):
             raise self.error(400, "This emulator does not stream.", param="stream")
         custom_id = request.headers.get(REQUEST_ID_HEADER) or f"anonymous-{uuid.uuid4().hex[:12]}"
         self.within_the_window(custom_id)
+        with self.lock:
+            too_long = custom_id in self.knobs.too_long_requests
+        if too_long:
+            asked = CONTEXT_TOKENS + len(json.dumps(body["messages"])) // 4
+            raise self.error(
+                400,
+                f"This model's maximum context length is {CONTEXT_TOKENS} tokens. However, you "
+                f"requested {asked} tokens. Please reduce the length of the messages or completion.",
+                param="messages",
+            )
         with self.lock:
             attempt = self._calls[custom_id]
             self._calls[custom_id] += 1

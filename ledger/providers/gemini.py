@@ -31,7 +31,7 @@ import httpx
 
 from ..drafts.schema_dialects import Dialect, sent_schema
 from ..drafts.scrubbing import scrub_credentials, stored_text
-from ..retrying import retry_after_seconds
+from ..retrying import duration_seconds, requested_wait
 from ..states import ReasonCode
 from . import base
 from .gemini_results import (
@@ -51,7 +51,6 @@ ENDED_STATES = {"SUCCEEDED", "FAILED", "CANCELLED", "EXPIRED"}
 # Batches that may end with no responses at all: the ledger reads why from `status`.
 NO_RESULT_STATES = {"FAILED", "CANCELLED", "EXPIRED"}
 COMPACT = (",", ":")
-RETRY_DELAY = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s*$")
 # What is sent inline, and what goes in a file (settings.PROVIDERS["gemini"] may lower either:
 # `inline_max_requests`, `inline_max_bytes`). Inline: the create body is at most 20 MB [GEM-GUIDE],
 # read as 20,000,000 bytes (the smaller reading), and every answer comes back inside one GET of
@@ -169,8 +168,9 @@ class GeminiBatchProvider(HttpBatchProvider):
 
     @staticmethod
     def _retry_after(response: httpx.Response) -> float | None:
-        """`Retry-After`, else the `retryDelay` ("37s") of a google.rpc.RetryInfo detail."""
-        seconds = retry_after_seconds(response.headers.get("retry-after"))
+        """What its headers ask (`requested_wait`), else the `retryDelay` ("37s") of a
+        google.rpc.RetryInfo detail."""
+        seconds = requested_wait(response.headers)
         if seconds is not None:
             return seconds
         try:
@@ -179,9 +179,9 @@ class GeminiBatchProvider(HttpBatchProvider):
             return None
         for detail in details if isinstance(details, list) else []:
             delay = detail.get("retryDelay") if isinstance(detail, dict) else None
-            match = RETRY_DELAY.match(delay) if isinstance(delay, str) else None
-            if match:
-                return retry_after_seconds(match.group(1))
+            seconds = duration_seconds(delay) if isinstance(delay, str) else None
+            if seconds is not None:
+                return seconds
         return None
 
     def goes_inline(self, requests: list[base.InferenceRequest], intent_key: str) -> bool:

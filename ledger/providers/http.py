@@ -11,7 +11,7 @@ import httpx
 import jiter
 
 from ..drafts.scrubbing import header_credentials, scrub_credentials
-from ..retrying import retry_after_seconds
+from ..retrying import requested_wait
 from ..states import ReasonCode
 from .base import (
     AnswerLost,
@@ -254,4 +254,4 @@ class HttpBatchProvider(BatchProvider):
 
     @staticmethod
     def _retry_after(response: httpx.Response) -> float | None:
-        return retry_after_seconds(response.headers.get("retry-after"))
+        return requested_wait(response.headers)

@@ -8,14 +8,21 @@ records each line at once, so a worker killed part-way loses only the requests i
 the next `results` call skips every custom_id already recorded.
 
 The server is a neighbour: a 429 is the server asking us to slow down, not a failure of the
-request. It pauses every call of the unit for as long as the server asks (`retry-after-ms`,
-`Retry-After`), or for a pause that doubles from FIRST_PAUSE up to LONGEST_PAUSE when it does not
+request. It pauses every call of the unit for as long as the server asks (`requested_wait`:
+`retry-after-ms`, `Retry-After`, a LiteLLM gateway's `llm_provider-retry-after`, OpenAI's
+`x-ratelimit-reset-*`), or for a pause that doubles from FIRST_PAUSE up to LONGEST_PAUSE when it does not
 say, and halves how many requests are in flight; the request is asked again. A round starts with
 one request in flight and adds one after as many answers in a row, so a unit taken up again after
-a slow-down (or a refused key) costs the server one call to find out. A pause that would keep a
+a slow-down (or a refusal) costs the server one call to find out. A pause that would keep a
 worker waiting more than ROUND_PAUSE_BUDGET ends the round with `SlowDown`: the unit then waits in
-the ledger, not in a worker. A refused key (401, 403) ends the round with a permanent
-ProviderError, so the ledger pauses the unit as it pauses a batch the provider refuses.
+the ledger, not in a worker.
+
+A refusal of the unit is not a failure of its requests: a refused key (401, 403), and a refusal
+that meets every request alike (the same status, code and words, before any other answer: a LiteLLM
+proxy without a database answers each request 400 "No connected db."; `FirstAnswers` says when)
+end the round with a permanent ProviderError, so the ledger pauses the unit as it pauses a batch the
+provider refuses, for as long (`refused_for_good`); none of its requests fails. A refusal among
+other answers is that request's own, and fails it for good.
 """
 
 import json
@@ -64,6 +71,14 @@ LONGEST_PAUSE = 60.0
 ROUND_PAUSE_BUDGET = 60.0
 # Answers that mean our key is refused: the whole unit waits, no request fails.
 KEY_REFUSED = (401, 403)
+# The same refusal met by this many requests in a row, before any other answer, is the server
+# refusing the unit: nothing more is sent. A round of fewer requests, every one refused alike, two
+# at least, is refused too; one request alone cannot tell, and its refusal is its own.
+REFUSALS_ALIKE = 3
+# What the server refuses when it refuses the unit, the first words of its ProviderError, read
+# back by `Submission.refusal` ("The server refuses our requests since …: No connected db.").
+KEY_REFUSED_WORDS = "The server refuses our key"
+REQUESTS_REFUSED_WORDS = "The server refuses our requests"
 
 
 def request_body(request: base.InferenceRequest, schema_dialect: str = Dialect.OPENAI_STRICT) -> dict:
@@ -83,8 +98,9 @@ class _Unreachable(Exception):
     """The server could not be reached for one request: stop sending and end this round."""
 
 
-class _KeyRefused(Exception):
-    """The server refuses our key: stop sending and end this round; the request is not answered."""
+class _UnitRefused(Exception):
+    """The server refuses the unit (our key, or every request alike): stop sending and end this
+    round; no request is failed by it."""
 
     def __init__(self, message: str, status: int):
         super().__init__(message)
@@ -148,6 +164,52 @@ class Pace:
     def worn_out(self) -> bool:
         """Whether this round has been asked to pause more than a worker should wait."""
         return self.paused > ROUND_PAUSE_BUDGET
+
+
+def refusal_of_the_request(line: base.ResultLine) -> bool:
+    """Whether the server refused the request with a permanent HTTP error (a 4xx but 408 and 429)."""
+    status = line.http_status
+    return not line.succeeded and not line.transient and status is not None and 400 <= status < 500
+
+
+class FirstAnswers:
+    """A round's answers until one shows that the server serves this unit. Until then a request's
+    refusal is held back, neither yielded nor recorded: when REFUSALS_ALIKE requests (or every
+    request of a smaller round, two at least) meet the same refusal, the refusal is the unit's
+    (`unit_refusal`), and the held requests are asked again once the unit's pause is over. Any
+    other answer (a draft, a transient failure, another refusal) releases what was held: each
+    refusal is then its own request's, and so is every later one."""
+
+    def __init__(self):
+        self.held: list[base.ResultLine] = []
+        self.served = False
+
+    def take(self, line: base.ResultLine) -> list[base.ResultLine]:
+        """The lines that may be yielded now that `line` has arrived."""
+        if self.served:
+            return [line]
+        if refusal_of_the_request(line) and (not self.held or self.alike(self.held[0], line)):
+            self.held.append(line)
+            return []
+        if self.unit_refusal() is not None:
+            return [line]  # the unit is refused already: what was held stays unrecorded
+        self.served = True
+        released, self.held = [*self.held, line], []
+        return released
+
+    def unit_refusal(self, *, every_request_answered: bool = False) -> base.ResultLine | None:
+        """The refusal the unit met, or None while (or since) it may be the requests' own.
+        `every_request_answered`: the round has nothing more to ask."""
+        enough = REFUSALS_ALIKE if not every_request_answered else 2
+        return self.held[0] if len(self.held) >= enough else None
+
+    @staticmethod
+    def alike(one: base.ResultLine, other: base.ResultLine) -> bool:
+        return (one.http_status, one.error_code, one.error_message) == (
+            other.http_status,
+            other.error_code,
+            other.error_message,
+        )
 
 
 class CompatibleServerProvider(HttpBatchProvider):
@@ -216,8 +278,9 @@ class CompatibleServerProvider(HttpBatchProvider):
         never more than `concurrency` at a time, and yield each answer as it arrives. What arrived
         is yielded before a round that ends early raises: a transient ProviderError if the server
         cannot be reached, `SlowDown` if it asks us to wait longer than a worker should, a
-        permanent ProviderError if it refuses our key. Closing the generator stops sending at
-        once; requests already in flight end within the client's timeout."""
+        permanent ProviderError if it refuses the unit (our key, or every request alike:
+        `FirstAnswers`). Closing the generator stops sending at once; requests already in flight
+        end within the client's timeout."""
         # `skip` is read just before each request is sent, not once: a container that reads the
         # ledger keeps a request recorded meanwhile (by another worker) from being paid twice.
         pending = (r for r in requests if r.custom_id not in skip)
@@ -234,7 +297,8 @@ class CompatibleServerProvider(HttpBatchProvider):
         stop = threading.Event()
         pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="compatible-server")
         in_flight: dict[Future, base.InferenceRequest] = {}
-        ended: _Unreachable | _KeyRefused | None = None
+        first = FirstAnswers()
+        ended: _Unreachable | _UnitRefused | None = None
         try:
             while True:
                 while (
@@ -272,7 +336,7 @@ class CompatibleServerProvider(HttpBatchProvider):
                         pace.slow_down(exc.wait)
                         again.append(request)
                         continue
-                    except (_Unreachable, _KeyRefused) as exc:
+                    except (_Unreachable, _UnitRefused) as exc:
                         ended = ended or exc
                         continue
                     except Exception as exc:  # noqa: BLE001 - a fault of ours, after the request was sent
@@ -288,10 +352,19 @@ class CompatibleServerProvider(HttpBatchProvider):
                         continue
                     if line is not None:
                         pace.answered()
-                        lines.append(line)
+                        lines.extend(first.take(line))
+                        refused = first.unit_refusal()
+                        if ended is None and refused is not None:
+                            ended = self._requests_refused(refused, len(first.held))
                 # Every readable answer first: each is recorded the moment it is yielded.
                 yield from lines
                 yield from broken
+            if ended is None:
+                refused = first.unit_refusal(every_request_answered=True)
+                if refused is not None:
+                    ended = self._requests_refused(refused, len(first.held))
+                else:
+                    yield from first.held  # one request alone: its refusal is its own
             if ended is not None:
                 raise base.ProviderError(
                     str(ended), status=getattr(ended, "status", None), secrets=self.secrets
@@ -340,12 +413,23 @@ class CompatibleServerProvider(HttpBatchProvider):
             raise _TooManyRequests(requested_wait(response.headers))
         if response.status_code in KEY_REFUSED:
             said = self._error_line(request, response)  # the server's code and words, scrubbed
-            raise _KeyRefused(
-                f"The server refuses our key: POST {PATH} answered {response.status_code} "
+            raise _UnitRefused(
+                f"{KEY_REFUSED_WORDS}: POST {PATH} answered {response.status_code} "
                 f"{said.error_code}: {said.error_message}",
                 response.status_code,
             )
         return self._read(request, response)
+
+    @staticmethod
+    def _requests_refused(said: base.ResultLine, requests: int) -> _UnitRefused:
+        """The unit refused: `requests` in a row met the refusal `said` (its words scrubbed already)."""
+        status = said.http_status
+        code = "" if said.error_code in (str(status), f"http_{status}") else f" {said.error_code}"
+        return _UnitRefused(
+            f"{REQUESTS_REFUSED_WORDS}: {said.error_message or '(no words)'} "
+            f"(POST {PATH} answered {status}{code} to {requests} requests in a row)",
+            status,
+        )
 
     def _read(self, request: base.InferenceRequest, response: httpx.Response) -> base.ResultLine:
         try:
@@ -410,6 +494,8 @@ class CompatibleServerProvider(HttpBatchProvider):
             code,
             message,
             http_status=response.status_code,
+            # A 503 (or 408) may say when the request is worth asking again, as a 429 does.
+            retry_after=requested_wait(response.headers) if transient else None,
         )
 
     def _failure(
@@ -421,6 +507,7 @@ class CompatibleServerProvider(HttpBatchProvider):
         message: str,
         *,
         http_status: int | None = None,
+        retry_after: float | None = None,
     ) -> base.ResultLine:
         return base.ResultLine(
             custom_id=request.custom_id,
@@ -431,4 +518,5 @@ class CompatibleServerProvider(HttpBatchProvider):
             error_message=scrub_credentials(message, self.secrets)[:1000],
             reason=reason,
             transient=transient,
+            retry_after=retry_after,
         )

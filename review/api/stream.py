@@ -3,21 +3,30 @@ change, for an API client (its bearer token) and for the screens (the signed-in 
 read, like any page): the door's `TOKEN_OR_SESSION`. Counts are read as the job API reads them, from
 the job's few tally rows.
 
+What is sent, in order: `retry:` (how soon to reconnect, RECONNECT_MS) on its own; then the job now, as
+an event with an `id:` and one `data:` line, at once; then the job again each time it changes. The `id:`
+is where the job was, `<its newest own event>-<its newest count row>`: two ids that only grow, the
+first with each change of its state, the second with each change of its counts. A client reconnecting
+with `Last-Event-ID` is sent the job as it is now first, at once, whatever the id says (a changed id
+tells it something changed while it was away), so it never waits for a change to learn the state.
+
 A stream holds one thread of the web server (`make serve`), never a database connection while it
-waits, and only for STREAM_SECONDS; then it ends with a `retry:` hint and EventSource reconnects by
-itself. While nothing changes, a comment line every HEARTBEAT_SECONDS keeps proxies from closing it and
-finds a client that has gone."""
+waits, and only for STREAM_SECONDS; then the response ends and EventSource reconnects by itself (after
+the `retry:` it was sent first). While nothing changes, a comment line every HEARTBEAT_SECONDS keeps
+proxies from closing it and finds a client that has gone."""
 
 import json
 import threading
 import time
 from collections.abc import Iterator
+from typing import NamedTuple
 
 from django.conf import settings
 from django.db import connection
+from django.db.models import OuterRef, Subquery
 from django.http import HttpRequest, HttpResponse
 
-from ledger.models import ItemTally, Job
+from ledger.models import Event, ItemTally, Job
 
 from ..permissions import VIEWERS
 from ..streaming import EventStreamResponse
@@ -65,20 +74,39 @@ class StreamSlots:
 open_streams = StreamSlots()
 
 
-def job_snapshot(job_id: int) -> dict | None:
-    """The job's state and counts, or None when it is gone."""
-    row = Job.objects.filter(pk=job_id).values_list("state", "reference").first()
+class Snapshot(NamedTuple):
+    """The job as one look saw it: `data`, and where it was (`event_id`, the event's `id:`)."""
+
+    event_id: str
+    data: dict
+
+    def event(self) -> str:
+        return f"id: {self.event_id}\ndata: {json.dumps(self.data, separators=(',', ':'))}\n\n"
+
+
+def job_snapshot(job_id: int) -> Snapshot | None:
+    """The job's state and counts, and where it was, or None when it is gone. Its newest own event
+    (its state changes, its units' notes) is read through the `event_job` index with its row, its
+    newest count row with its counts: two queries however many items and events it has."""
+    own_events = Event.objects.filter(job_id=OuterRef("pk"), item__isnull=True).order_by("-id")
+    row = (
+        Job.objects.filter(pk=job_id)
+        .annotate(newest_event=Subquery(own_events.values("id")[:1]))
+        .values_list("state", "reference", "newest_event")
+        .first()
+    )
     if row is None:
         return None
-    state, reference = row
-    counts = ItemTally.objects.filter(job_id=job_id).counts_by_state()
-    return {
+    state, reference, newest_event = row
+    counts, newest_count = ItemTally.objects.filter(job_id=job_id).counts_and_newest_row()
+    data = {
         "id": job_id,
         "reference": reference,
         "state": state,
         "counts": counts,
         "items": sum(counts.values()),
     }
+    return Snapshot(f"{newest_event or 0}-{newest_count}", data)
 
 
 def job_events(job_id: int) -> Iterator[str]:
@@ -90,7 +118,7 @@ def job_events(job_id: int) -> Iterator[str]:
         snapshot = job_snapshot(job_id)
         yield f"retry: {BUSY_RECONNECT_MS}\n\n"
         if snapshot is not None:
-            yield f"data: {json.dumps(snapshot, separators=(',', ':'))}\n\n"
+            yield snapshot.event()
         return
     ends = time.monotonic() + settings.BATCHDESK_STREAM_SECONDS
     try:
@@ -98,10 +126,11 @@ def job_events(job_id: int) -> Iterator[str]:
         last = None
         quiet_since = time.monotonic()
         while (snapshot := job_snapshot(job_id)) is not None:
-            data = json.dumps(snapshot, separators=(",", ":"))
-            if data != last:
-                yield f"data: {data}\n\n"
-                last, quiet_since = data, time.monotonic()
+            # Sent when what it says changes (a new id alone, a compaction of the counts or a note
+            # on a unit, changes nothing a client shows).
+            if snapshot.data != last:
+                yield snapshot.event()
+                last, quiet_since = snapshot.data, time.monotonic()
             elif time.monotonic() - quiet_since >= HEARTBEAT_SECONDS:
                 yield ": still watching\n\n"
                 quiet_since = time.monotonic()

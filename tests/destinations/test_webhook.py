@@ -15,7 +15,6 @@ from ledger.actions.products import withdraw_product
 from ledger.actions.reviewing import approve_version
 from ledger.destinations.webhook import WebhookDestination, destination_message
 from ledger.models import Approval, AttemptOutcome, DestinationAttempt, Event, GeneratedVersion, Item
-from ledger.retrying import retry_after_seconds
 from ledger.states import ItemState
 from tests.collector import poll_everything
 from tests.factories import ItemFactory, JobFactory, UserFactory, add_version
@@ -385,25 +384,3 @@ def test_an_unusable_address_is_refused_not_retried():
 )
 def test_the_destinations_own_message_is_kept(response, message):
     assert destination_message(response) == message
-
-
-NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
-
-
-@pytest.mark.parametrize(
-    ("value", "seconds"),
-    [
-        ("1", 1.0),
-        (" 2.5 ", 2.5),
-        ("Sun, 01 Mar 2026 12:02:00 GMT", 120.0),
-        ("Sun, 01 Mar 2026 11:00:00 GMT", 0.0),
-        ("-5", 0.0),
-        ("99999999999", 24 * 3600.0),
-        ("nan", None),
-        ("soon", None),
-        ("", None),
-        (None, None),
-    ],
-)
-def test_retry_after_is_read_as_seconds_or_an_http_date(value, seconds):
-    assert retry_after_seconds(value, now=NOW) == seconds

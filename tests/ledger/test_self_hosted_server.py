@@ -1,7 +1,8 @@
 """A self-hosted OpenAI-compatible server is a neighbour (issue 17, point 7): a rate limit slows
 the unit down without failing any of its requests, and a refused key pauses the unit as a batch
-provider's refusal does. Against the server's emulator over real HTTP, driven by the collector's
-own round as a worker would run it."""
+provider's refusal does; so does a refusal every request meets alike, and a 429 is waited out as
+long as a gateway in front says (issue 28, point 7). Against the server's emulator over real HTTP,
+driven by the collector's own round as a worker would run it."""
 
 import time
 from datetime import timedelta
@@ -178,8 +179,103 @@ def test_a_refused_key_pauses_the_unit_and_a_key_fixed_within_the_day_resumes_it
     assert server.stats()["inferences"] == {item.custom_id: 1 for item in job.items.all()}
 
 
-def test_a_key_refused_for_longer_than_the_patience_fails_the_unanswered_requests_for_good(server):
-    server.configure(api_key="rotated-at-the-server")
+def test_a_refusal_every_request_meets_alike_pauses_the_unit_and_a_server_put_right_resumes_it(
+    server, client
+):
+    # A LiteLLM proxy without a database answers a key it cannot check 400 "No connected db.".
+    server.configure(every_request_refused="No connected db.")
+    job = job_with_items(6)
+
+    submission = sent_and_asked_once(job)
+    collect_submission(submission.pk)  # asked again, round after round, within the day
+
+    submission.refresh_from_db()
+    assert submission.state == SubmissionState.ENDED
+    assert submission.refusing_since is not None
+    assert submission.gives_up_at == submission.refusing_since + PERMANENT_REFUSAL_PATIENCE
+    assert submission.error == (
+        "The server refuses our requests: No connected db. "
+        "(POST /chat/completions answered 400 to 3 requests in a row)"
+    )
+    assert job.items.counts_by_state() == {ItemState.SUBMITTED: 6}  # none failed
+    assert_no_attempt_spent(job)
+    # Each round stops at the third refusal alike (at most one more was on its way).
+    assert 6 <= server.stats()["refused_requests"] <= 8
+    client.force_login(UserFactory(roles=["operator"]))
+    when = timezone.localtime(submission.refusing_since)
+    for page, row in waiting_words(client, job, submission).items():
+        assert "The server refuses our requests since " in row, page
+        assert ": No connected db. (POST /chat/completions answered 400 to 3 requests in a row);" in row
+        assert f"{when:%H:%M}" in row.split("The server refuses our requests since ", 1)[1][:40]
+    api = ApiClient(token_for(UserFactory(roles=["operator"])))
+    [shown] = api.get(f"/api/jobs/{job.pk}").json()["submissions"]
+    assert shown["refusing_since"] is not None and "No connected db." in shown["error"]
+
+    server.configure(every_request_refused=None)  # the gateway gets its database, within the day
+    run_collector(job, until=lambda counts: counts == {ItemState.AWAITING_REVIEW: 6})
+
+    submission.refresh_from_db()
+    assert (submission.state, submission.refusing_since, submission.error) == (
+        SubmissionState.COLLECTED,
+        None,
+        "",
+    )
+    assert_no_attempt_spent(job)
+    assert server.stats()["inferences"] == {item.custom_id: 1 for item in job.items.all()}
+
+
+def test_one_request_refused_among_answers_fails_that_item_alone_for_good(server):
+    job = job_with_items(6)
+    first, *others = job.items.order_by("pk")
+    # The first request asked: refused before any other answer has arrived.
+    server.configure(too_long_requests=[first.custom_id])
+
+    run_collector(
+        job, until=lambda counts: counts == {ItemState.AWAITING_REVIEW: 5, ItemState.INFERENCE_FAILED: 1}
+    )
+
+    first.refresh_from_db()
+    assert first.state == ItemState.INFERENCE_FAILED
+    assert first.reason_code == ReasonCode.REQUEST_INVALID
+    assert "maximum context length is 2048 tokens" in first.reason
+    [failure] = first.events.filter(to_state=ItemState.INFERENCE_FAILED)
+    assert failure.data["transient"] is False
+    [submission] = Submission.objects.filter(job=job)
+    assert (submission.state, submission.refusing_since) == (SubmissionState.COLLECTED, None)
+    assert server.stats()["inferences"] == {item.custom_id: 1 for item in others}
+    # Permanent (rule 8): nothing asks for it again by itself.
+    for _ in range(3):
+        poll_everything()
+    asked = [call["custom_id"] for call in server.stats()["completion_calls"]]
+    assert asked.count(first.custom_id) == 1
+
+
+def test_a_429_is_waited_out_as_long_as_the_gateway_passes_on_not_a_guessed_second(server):
+    # LiteLLM passes on its provider's Retry-After as `llm_provider-retry-after`, and says nothing
+    # itself: one request in any two seconds, the next told to come back in 2 s.
+    server.configure(requests_per_window=1, window_ms=2_000, window_hint="llm_provider-retry-after")
+    job = job_with_items(2)
+
+    run_collector(job, until=lambda counts: counts == {ItemState.AWAITING_REVIEW: 2})
+
+    calls = server.stats()["completion_calls"]
+    assert [call["rate_limited"] for call in calls] == [False, True, False]  # one 429, not a storm
+    told, again = calls[1], calls[2]
+    assert told["retry_at"] == told["at"] + 2
+    # Asked again when the gateway said, not after the 1 s guessed when a 429 says nothing.
+    assert again["custom_id"] == told["custom_id"] and again["at"] >= told["retry_at"]
+    assert_no_attempt_spent(job)
+
+
+@pytest.mark.parametrize(
+    ("refusing", "words"),
+    [
+        ({"api_key": "rotated-at-the-server"}, "The server refuses our key"),
+        ({"every_request_refused": "No connected db."}, "The server refuses our requests: No connected db."),
+    ],
+)
+def test_a_refusal_longer_than_the_patience_fails_the_unanswered_requests_for_good(server, refusing, words):
+    server.configure(**refusing)
     job = job_with_items(3)
     submission = sent_and_asked_once(job)
     assert submission.refusing_since is not None
@@ -199,12 +295,12 @@ def test_a_key_refused_for_longer_than_the_patience_fails_the_unanswered_request
     assert job.items.counts_by_state() == {ItemState.INFERENCE_FAILED: 3}
     for item in job.items.all():
         assert item.reason_code == ReasonCode.RESULTS_UNAVAILABLE
-        assert "The server refuses our key" in item.reason and KEY not in item.reason
+        assert words in item.reason and KEY not in item.reason
         [failure] = item.events.filter(to_state=ItemState.INFERENCE_FAILED)
         assert failure.data["transient"] is False
     assert server.stats()["inferences"] == {}
-    # Permanent (rule 8): a key put right later sends nothing by itself; an operator may retry.
-    server.configure(api_key=KEY)
+    # Permanent (rule 8): a server put right later is sent nothing by itself; an operator may retry.
+    server.configure(api_key=KEY, every_request_refused=None)
     for _ in range(3):
         poll_everything()
     assert job.items.counts_by_state() == {ItemState.INFERENCE_FAILED: 3}

@@ -669,3 +669,67 @@ def test_an_anthropic_results_url_on_a_listed_gateway_host_is_followed_and_on_no
 
         assert [(line.custom_id, line.reason) for line in followed] == [("bd-1-1", ReasonCode.BATCH_EXPIRED)]
         assert gateway.requests == [(f"/v1/messages/batches/{ref}/results", key)]
+
+
+# 9. Every batch adapter waits as long as a 429 asks, however the provider (or a gateway in front)
+# says it (`ledger.retrying.requested_wait`).
+
+BATCH_ADAPTERS = [
+    openai.OpenAIBatchProvider,
+    anthropic.AnthropicBatchProvider,
+    cloudflare.CloudflareBatchProvider,
+    gemini.GeminiBatchProvider,
+]
+# A unit's reference where an adapter reads more than an id from it.
+UNIT_REFS = {
+    cloudflare.CloudflareBatchProvider: "@cf/meta/llama|r-1",
+    gemini.GeminiBatchProvider: "batches/b-1",
+}
+
+
+@pytest.mark.parametrize("provider_class", BATCH_ADAPTERS, ids=lambda cls: cls.name)
+@pytest.mark.parametrize(
+    ("headers", "seconds"),
+    [
+        ({"retry-after": "7"}, 7.0),
+        ({"retry-after-ms": "1500"}, 1.5),
+        ({"llm_provider-retry-after": "60"}, 60.0),
+        ({"x-ratelimit-reset-requests": "6m0s", "x-ratelimit-remaining-requests": "0"}, 360.0),
+        ({"retry-after": "31536000"}, 24 * 3600.0),
+        ({"retry-after": "-3"}, None),
+    ],
+)
+def test_a_429_is_waited_out_as_long_as_its_headers_ask_by_every_batch_adapter(
+    provider_class, headers, seconds
+):
+    answer = {"error": {"message": "Rate limit reached", "type": "rate_limit_error"}}
+    client = httpx.Client(
+        base_url="http://provider.test/v1",
+        transport=httpx.MockTransport(lambda request: httpx.Response(429, json=answer, headers=headers)),
+    )
+    extra = {"account_id": "acct"} if provider_class is cloudflare.CloudflareBatchProvider else {}
+    provider = provider_class(client=client, **extra)
+
+    with pytest.raises(ProviderError) as raised:
+        provider.status(UNIT_REFS.get(provider_class, "b-1"))
+
+    assert (raised.value.status, raised.value.transient, raised.value.retry_after) == (429, True, seconds)
+
+
+def test_a_gemini_429_without_headers_waits_its_retry_delay():
+    answer = {
+        "error": {
+            "code": 429,
+            "status": "RESOURCE_EXHAUSTED",
+            "details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "1.5s"}],
+        }
+    }
+    client = httpx.Client(
+        base_url="http://provider.test/v1beta",
+        transport=httpx.MockTransport(lambda request: httpx.Response(429, json=answer)),
+    )
+
+    with pytest.raises(ProviderError) as raised:
+        gemini.GeminiBatchProvider(client=client).status("batches/b-1")
+
+    assert raised.value.retry_after == 1.5

@@ -32,7 +32,10 @@ def test_the_parser_refuses_a_value_a_knob_cannot_take_by_the_knobs_name():
     with pytest.raises(KnobError) as refused:
         knobs.parse(CompatibleKnobs, {"window_hint": "soon"})
     assert refused.value.name == "window_hint"
-    assert str(refused.value) == "window_hint must be one of none, retry-after, retry-after-ms, http-date"
+    assert str(refused.value) == (
+        "window_hint must be one of none, retry-after, retry-after-ms, http-date, llm_provider-retry-after, "
+        "x-ratelimit-reset-requests"
+    )
 
 
 def test_a_protocols_own_knob_is_unknown_to_another():

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -232,9 +233,16 @@ def refused_calls_keep_to_what_the_server_asked(calls: list[dict], *, in_flight:
 
 
 # retry-after-ms asks for more than a second: longer than a client that reads only Retry-After
-# would guess.
+# would guess; so do a LiteLLM gateway's `llm_provider-retry-after` and OpenAI's reset duration.
 @pytest.mark.parametrize(
-    ("hint", "window_ms"), [("retry-after-ms", 2500), ("retry-after", 1000), ("http-date", 1000)]
+    ("hint", "window_ms"),
+    [
+        ("retry-after-ms", 2500),
+        ("retry-after", 1000),
+        ("http-date", 1000),
+        ("llm_provider-retry-after", 2500),
+        ("x-ratelimit-reset-requests", 2500),
+    ],
 )
 def test_a_429_is_waited_out_as_long_as_the_server_asks_and_no_request_fails(
     build, emulator, hint, window_ms
@@ -401,6 +409,86 @@ def test_a_refused_key_ends_the_round_with_a_permanent_error_after_one_call_and_
     # A round begins with one request in flight: one refused call tells, not one per request.
     assert emulator.stats()["refused_keys"] + emulator.stats()["rejected_calls"] == 1
     assert emulator.stats()["inferences"] == {}
+
+
+def test_a_refusal_every_request_meets_alike_is_the_units_and_fails_none_of_them(build, emulator):
+    # A LiteLLM proxy without a database, to a key it cannot check (issue 28 point 7).
+    emulator.configure(every_request_refused="No connected db.")
+    stream = build(concurrency=4).results("local-k", requests=requests(20))
+
+    with pytest.raises(ProviderError) as raised:
+        lines = list(stream)
+        pytest.fail(f"yielded {lines}")
+
+    assert (raised.value.status, raised.value.transient) == (400, False)
+    assert str(raised.value) == (
+        "The server refuses our requests: No connected db. "
+        f"(POST /chat/completions answered 400 to {module.REFUSALS_ALIKE} requests in a row)"
+    )
+    # A round begins with one in flight and adds one per answer: the third refusal stops it, so at
+    # most one more call was on its way; never the other sixteen.
+    assert module.REFUSALS_ALIKE <= emulator.stats()["refused_requests"] <= module.REFUSALS_ALIKE + 1
+    assert emulator.stats()["inferences"] == {}
+
+
+@pytest.mark.parametrize("count", [2, 3])
+def test_a_small_unit_every_request_of_which_is_refused_alike_is_refused(build, emulator, count):
+    emulator.configure(every_request_refused="No connected db.", every_request_refused_status=404)
+
+    with pytest.raises(ProviderError) as raised:
+        list(build().results("local-k", requests=requests(count)))
+
+    assert (raised.value.status, raised.value.transient) == (404, False)
+    assert f"answered 404 to {count} requests in a row" in str(raised.value)
+
+
+def test_one_request_alone_cannot_tell_and_its_refusal_is_its_own(build, emulator):
+    emulator.configure(every_request_refused="No connected db.")
+
+    (line,) = collect(build(), requests(1)).values()
+
+    assert (line.http_status, line.reason, line.transient) == (400, ReasonCode.REQUEST_INVALID, False)
+    assert (line.error_code, line.error_message) == ("400", "No connected db.")
+
+
+def test_a_refusal_among_answers_is_that_requests_own(build, emulator):
+    sent = requests(6)
+    # The first request asked is the refused one: held until the next answer shows the server serves us.
+    emulator.configure(too_long_requests=[sent[0].custom_id])
+
+    lines = collect(build(), sent)
+
+    failed = {custom_id: line for custom_id, line in lines.items() if not line.succeeded}
+    assert set(failed) == {sent[0].custom_id} and len(lines) == 6
+    (line,) = failed.values()
+    assert (line.http_status, line.reason, line.transient) == (400, ReasonCode.REQUEST_INVALID, False)
+    assert line.error_message.startswith("This model's maximum context length is 2048 tokens.")
+
+
+def test_refusals_in_words_of_their_own_are_each_their_requests(build, emulator):
+    # Prompts of four lengths, each too long: the server names each one's length.
+    sent = [replace(r, user_message=r.user_message + " more" * 20 * n) for n, r in enumerate(requests(4))]
+    emulator.configure(too_long_requests=[r.custom_id for r in sent])
+
+    lines = collect(build(concurrency=1), sent)
+
+    assert len(lines) == 4
+    assert {(line.reason, line.transient) for line in lines.values()} == {(ReasonCode.REQUEST_INVALID, False)}
+    assert len({line.error_message for line in lines.values()}) == 4
+
+
+@pytest.mark.parametrize(
+    ("headers", "seconds"),
+    [({"retry-after": "7"}, 7.0), ({"llm_provider-retry-after": "60"}, 60.0), ({}, None)],
+)
+def test_a_server_error_saying_when_to_come_back_is_retried_then(headers, seconds):
+    answer = {"error": {"message": "Service Unavailable", "type": "server_error", "code": "503"}}
+    transport = httpx.MockTransport(lambda request: httpx.Response(503, json=answer, headers=headers))
+    provider = CompatibleServerProvider(client=httpx.Client(base_url="http://server/v1", transport=transport))
+
+    (line,) = provider.results("local-k", requests=requests(1))
+
+    assert (line.http_status, line.transient, line.retry_after) == (503, True, seconds)
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ from ledger.emulators.openai_compatible import CompatibleServerEmulator
 from ledger.emulators.server import ApiError
 from ledger.management.commands.run_emulator import SERVER_KNOBS, emulator_kwargs
 from ledger.management.commands.run_emulator import Command as RunEmulator
+from ledger.retrying import requested_wait
 
 SCHEMA = {
     "type": "object",
@@ -192,7 +193,17 @@ def test_an_api_key_when_set_is_required(emulator, client):
     assert emulator.stats()["refused_keys"] == 2
 
 
-@pytest.mark.parametrize("hint", ["retry-after", "retry-after-ms", "http-date", "none"])
+@pytest.mark.parametrize(
+    "hint",
+    [
+        "retry-after",
+        "retry-after-ms",
+        "http-date",
+        "llm_provider-retry-after",
+        "x-ratelimit-reset-requests",
+        "none",
+    ],
+)
 def test_a_rate_limit_of_n_requests_per_window_answers_429_saying_when_to_come_back(emulator, client, hint):
     emulator.configure(requests_per_window=2, window_ms=5_000, window_hint=hint)
 
@@ -223,6 +234,15 @@ def test_a_rate_limit_of_n_requests_per_window_answers_429_saying_when_to_come_b
         come_back = parsedate_to_datetime(refused.headers["retry-after"])
         assert 4 < (come_back - datetime.now(UTC)).total_seconds() <= 6
         assert retry_at >= window_ends
+    elif hint == "llm_provider-retry-after":
+        # A LiteLLM proxy passing on its provider's Retry-After, and saying nothing itself.
+        assert refused.headers["llm_provider-retry-after"] == "5" and "retry-after" not in refused.headers
+        assert retry_at == calls[2]["at"] + 5
+    elif hint == "x-ratelimit-reset-requests":
+        said = refused.headers["x-ratelimit-reset-requests"]
+        assert said.endswith("s") and refused.headers["x-ratelimit-remaining-requests"] == "0"
+        assert 4 < requested_wait(refused.headers) <= 5
+        assert retry_at >= window_ends
     else:
         assert "retry-after" not in refused.headers and "retry-after-ms" not in refused.headers
         assert retry_at is None
@@ -251,12 +271,51 @@ def test_a_bad_request_is_400_in_openai_envelope(emulator, client, change, param
     assert emulator.stats()["inferences"] == {}
 
 
+def test_every_request_refused_answers_every_call_alike_until_switched_off(emulator, client):
+    emulator.configure(every_request_refused="No connected db.")
+
+    answers = [ask(client, f"bd-{n}-1") for n in range(3)] + [client.get("/models")]
+
+    # LiteLLM's proxy without a database, to a key it cannot check: 400, the status as the code.
+    assert {answer.status_code for answer in answers} == {400}
+    assert {json.dumps(answer.json()["error"]) for answer in answers} == {
+        json.dumps(
+            {"message": "No connected db.", "type": "invalid_request_error", "param": None, "code": "400"}
+        )
+    }
+    assert emulator.stats()["refused_requests"] == 4
+    assert emulator.stats()["inferences"] == {}
+
+    emulator.configure(every_request_refused=None)
+    assert ask(client, "bd-0-1").status_code == 200
+
+
+def test_too_long_requests_are_refused_each_in_words_of_its_own(emulator, client):
+    emulator.configure(too_long_requests=["bd-1-1", "bd-2-1"])
+
+    answers = {n: ask(client, f"bd-{n}-1", title="x" * 40 * n) for n in range(4)}
+
+    assert {n: answer.status_code for n, answer in answers.items()} == {0: 200, 1: 400, 2: 400, 3: 200}
+    said = [answers[n].json()["error"]["message"] for n in (1, 2)]
+    assert all(words.startswith("This model's maximum context length is 2048 tokens.") for words in said)
+    assert said[0] != said[1]  # each request's own length
+    assert set(emulator.stats()["inferences"]) == {"bd-0-1", "bd-3-1"}
+
+
 def test_a_bad_knob_is_refused(emulator):
     with pytest.raises(ApiError):
         emulator.configure(api_key="")
     with pytest.raises(ApiError):
         emulator.configure(no_choices=-1)
-    for bad in ({"requests_per_window": -1}, {"window_ms": 0}, {"window_hint": "soon"}):
+    for bad in (
+        {"requests_per_window": -1},
+        {"window_ms": 0},
+        {"window_hint": "soon"},
+        {"every_request_refused": ""},
+        {"every_request_refused_status": 429},
+        {"too_long_requests": "bd-1-1"},
+        {"too_long_requests": [""]},
+    ):
         with pytest.raises(ApiError):
             emulator.configure(**bad)
     assert emulator.config()["window_hint"] == "retry-after"
@@ -266,6 +325,8 @@ def test_the_command_line_flags_set_the_servers_own_knobs():
     parser = RunEmulator().create_parser("manage.py", "run_emulator")
     flags = ["--protocol", "openai_compatible", "--port", "0", "--api-key", "local-key"]
     flags += ["--requests-per-window", "3", "--window-ms", "60000", "--window-hint", "none"]
+    flags += ["--every-request-refused", "No connected db.", "--every-request-refused-status", "404"]
+    flags += ["--too-long-requests", "bd-1-1,bd-2-1"]
 
     kwargs = emulator_kwargs(vars(parser.parse_args(flags)))
 
@@ -275,6 +336,9 @@ def test_the_command_line_flags_set_the_servers_own_knobs():
         "requests_per_window": 3,
         "window_ms": 60_000,
         "window_hint": "none",
+        "every_request_refused": "No connected db.",
+        "every_request_refused_status": 404,
+        "too_long_requests": ["bd-1-1", "bd-2-1"],
     }
     # Not given: the server's defaults, and another protocol is not handed knobs it lacks.
     assert not set(SERVER_KNOBS) & set(emulator_kwargs(vars(parser.parse_args(["--port", "0"]))))

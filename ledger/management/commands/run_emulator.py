@@ -39,7 +39,15 @@ ANSWER_RATES = (
 )
 # Knobs only the openai_compatible emulator has (`CompatibleKnobs`): passed only when given, so
 # another protocol given one refuses it by name.
-SERVER_KNOBS = ("api_key", "requests_per_window", "window_ms", "window_hint")
+SERVER_KNOBS = (
+    "api_key",
+    "requests_per_window",
+    "window_ms",
+    "window_hint",
+    "every_request_refused",
+    "every_request_refused_status",
+    "too_long_requests",
+)
 
 
 def emulator_kwargs(options: dict[str, Any]) -> dict[str, Any]:
@@ -166,6 +174,23 @@ class Command(BaseCommand):
             "--window-hint",
             choices=WINDOW_HINTS,
             help="how those 429s say when to come back (default retry-after)",
+        )
+        server.add_argument(
+            "--every-request-refused",
+            metavar="WORDS",
+            help='answer every call 400 with these words (a LiteLLM proxy without a database: "No connected db.")',
+        )
+        server.add_argument(
+            "--every-request-refused-status",
+            type=int,
+            metavar="STATUS",
+            help="the status of those answers (default 400)",
+        )
+        server.add_argument(
+            "--too-long-requests",
+            type=lambda text: [part for part in text.split(",") if part],
+            metavar="ID[,ID]",
+            help="answer these custom_ids 400, as a prompt longer than the model's context",
         )
 
         answers = parser.add_argument_group("answers, in the protocol's own words")
