@@ -17,6 +17,7 @@ from django.db.models.fields.json import KeyTextTransform
 from django.db.models.functions import Cast
 from django.utils import timezone
 
+from .database.json_as_written import JSONAsWrittenField
 from .retrying import PERMANENT_REFUSAL_PATIENCE
 from .states import (
     DISCARDED_STATES,
@@ -199,7 +200,8 @@ class PromptVersion(models.Model):
     version = models.PositiveIntegerField()
     system_message = models.TextField()
     template = models.TextField(help_text="Python str.format template; {title} and {facts} are filled in.")
-    output_schema = models.JSONField()
+    # Kept as written: the order of its properties is the order a model writes them in (rule 19).
+    output_schema = JSONAsWrittenField()
     # {"min_length": int, "max_length": int, "text_field": str, "claim_words": [str]}
     rules = models.JSONField(default=dict)
     max_output_tokens = models.PositiveIntegerField(default=600)

@@ -149,6 +149,11 @@ class DraftNote(models.TextChoices):
         "read_from_code_fence",
         "The model wrapped its JSON in a Markdown code fence; read without the fence",
     )
+    # Rule 19: the strict dialect sent each optional property as required-or-null.
+    NULLS_READ_AS_LEFT_OUT = (
+        "nulls_read_as_left_out",
+        "The model answered null for optional properties, as strict mode asks; read as left out",
+    )
 
 
 class JobState(models.TextChoices):

@@ -146,7 +146,8 @@ def parts_of(prompt: PromptVersion) -> dict[str, str]:
     return {
         "System message": prompt.system_message,
         "Template": prompt.template,
-        "Output schema": json.dumps(prompt.output_schema, indent=2, ensure_ascii=False, sort_keys=True),
+        # In its author's order: a version that only reorders properties changes what a model writes.
+        "Output schema": pretty_json(prompt.output_schema),
         "Validation rules": json.dumps(prompt.rules, indent=2, ensure_ascii=False, sort_keys=True),
         "Max output tokens": str(prompt.max_output_tokens),
     }

@@ -14,7 +14,15 @@ from ledger.actions import (
     prompt_rules_problems,
     prompt_template_problems,
 )
-from ledger.models import MAX_NAMED_SKUS, Job, Product, ProductStatus, PromptVersion, category_text
+from ledger.models import (
+    MAX_NAMED_SKUS,
+    Job,
+    Product,
+    ProductStatus,
+    PromptVersion,
+    category_text,
+    compact_json,
+)
 from ledger.money.pricing import priced_models
 from ledger.pilots.sample import sample_products
 from ledger.providers import default_model, provider_names
@@ -324,7 +332,8 @@ class PromptVersionForm(forms.Form):
             data["task"] == source.task
             and data["system_message"] == source.system_message
             and data["template"] == source.template
-            and data["output_schema"] == source.output_schema
+            # In order: the order of a schema's properties is the order a model writes them in.
+            and compact_json(data["output_schema"]) == compact_json(source.output_schema)
             and data["rules"] == source.rules
             and data["max_output_tokens"] == source.max_output_tokens
         )

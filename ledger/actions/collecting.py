@@ -20,7 +20,7 @@ from ..drafts.scrubbing import SHORTEST_SECRET_ANYWHERE, configured_secrets, scr
 from ..drafts.validation import DraftChecker
 from ..lifecycle import deadlines
 from ..models import Item, Submission, SubmissionItem
-from ..providers import capabilities, get_provider
+from ..providers import capabilities, get_provider, schema_dialect
 from ..providers.base import Delivery, ProviderError, ResultLine
 from ..retrying import PERMANENT_REFUSAL_PATIENCE
 from ..states import ItemState, ReasonCode, SubmissionState
@@ -465,7 +465,8 @@ class Chunk:
 
     def __init__(self, submission: Submission, *, size: int, overlap: bool = False):
         self.submission, self.size = submission, max(1, size)
-        self.checker = DraftChecker.of(submission.job.prompt_version)
+        # Each draft read as its provider was asked for it (rule 19): in the dialect it was sent.
+        self.checker = DraftChecker.of(submission.job.prompt_version, dialect=schema_dialect(submission.provider))
         # Read once a collection: every part is scrubbed of them (`storable`).
         self.secrets = tuple(s for s in configured_secrets() if len(s) >= SHORTEST_SECRET_ANYWHERE)
         self.parts: list = []

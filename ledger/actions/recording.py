@@ -251,7 +251,7 @@ def record_drafts(
     for pk, (entry, draft) in zip(ids, checked, strict=True):
         reasons = draft.reasons
         if draft.claimed:
-            reasons = reasons + checker.unstated(draft.claimed, sources[entry.source_revision_id])
+            reasons = reasons + checker.unstated(draft.claimed, draft.text, sources[entry.source_revision_id])
         versions.append(
             NewVersion(
                 id=pk,

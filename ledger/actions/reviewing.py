@@ -4,7 +4,8 @@ rejecting a draft (rules 6 and 15)."""
 import jsonschema
 from django.db import IntegrityError, transaction
 
-from ..drafts.validation import DraftChecker, Reason, read_draft, shortened, source_text
+from ..drafts.reasons import Reason, schema_reason
+from ..drafts.validation import DraftChecker, read_draft, source_text
 from ..models import Approval, GeneratedVersion, Item, Job, PromptVersion, SourceRevision
 from ..states import DECIDABLE_STATES, STOPS, ItemState, JobState, ReasonCode
 from .core import NotAllowed, change_state, enqueue
@@ -31,18 +32,21 @@ def edit_reasons(
     *, prompt: PromptVersion, revision: SourceRevision, version: GeneratedVersion, text: str
 ) -> list[Reason]:
     """Why an edited final text may not be published, judged as the draft it replaces was (rule 15):
-    the output schema, the length rules and the claims against the source revision.
+    the output schema, the length rules and the claims against the source revision, in the same
+    words (`drafts.reasons`).
 
     With a `text_field`, the edit stands in for that field of the draft's answer, and only what the
     schema says about that field counts (the rest of the answer is never published); without one,
-    the edit is the whole answer and is checked as one."""
+    the edit is the whole answer and is checked as one. A person's text was asked for in no schema
+    dialect: a null they write is theirs, judged by the schema as it is (a draft's nulls that the
+    strict dialect asked for were read as left out when it was collected, rule 19)."""
     if not text.strip():
         return [Reason(ReasonCode.TOO_SHORT, EMPTY_EDIT)]
     checker = DraftChecker.of(prompt)
     text_field = prompt.rules.get("text_field")
     if checker.validator is None or not text_field:
         checked = checker.check(text)
-        return checked.reasons + checker.unstated(checked.claimed, source_text(revision))
+        return checked.reasons + checker.unstated(checked.claimed, checked.text, source_text(revision))
     try:
         answer = read_draft(version.answer)[0]
     except (ValueError, RecursionError):
@@ -50,17 +54,11 @@ def edit_reasons(
     data = {**answer, text_field: text} if isinstance(answer, dict) else {text_field: text}
     errors = [e for e in checker.schema_errors(data) if list(e.absolute_path)[:1] == [text_field]]
     if errors:
-        error = jsonschema.exceptions.best_match(errors)
-        return [
-            Reason(
-                ReasonCode.SCHEMA_MISMATCH,
-                f"Does not match the output schema at {text_field}: {shortened(error.message)}",
-            )
-        ]
+        return [schema_reason(jsonschema.exceptions.best_match(errors))]
     # The length rules and the claims, on the text itself (an empty schema checks nothing more).
     rules = DraftChecker({}, prompt.rules)
     checked = rules.check(text)
-    return checked.reasons + rules.unstated(checked.claimed, source_text(revision))
+    return checked.reasons + rules.unstated(checked.claimed, checked.text, source_text(revision))
 
 
 def approve_version(

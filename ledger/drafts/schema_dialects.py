@@ -13,12 +13,19 @@ whole schema. Dialects:
   rules it carries are worth sending); a vLLM-style server behind `openai_compatible` too.
 
 A conversion is made once per schema and dialect (cached by content), not for every request.
+
+A dialect that asks for more than the schema says reads its answers back (`answer_reader`, SPEC rule
+19): the strict dialect sends an optional property as required-or-null, so a null there is the
+property left out; the ledger checks, stores and shows the answer as the schema describes it.
 """
 
 import functools
 import json
 from dataclasses import dataclass
 from enum import StrEnum
+from urllib.parse import unquote
+
+from referencing.exceptions import Unresolvable
 
 from ..models import compact_json
 
@@ -184,6 +191,159 @@ def _or_null(schema: dict) -> dict:
         branches = schema["anyOf"]
         return schema if NULL in branches else {**schema, "anyOf": [*branches, NULL]}
     return {"anyOf": [schema, NULL]}
+
+
+# --- reading a strict answer back ------------------------------------------------------------------
+
+# A property read as absent: not a JSON value.
+LEFT_OUT = object()
+
+
+def answer_reader(schema: dict, dialect: str, validator) -> "StrictAnswers | None":
+    """How answers to `schema` sent in `dialect` read as the schema itself describes them; None when
+    the dialect asked for nothing the schema does not say: every dialect but the strict one, and a
+    strict schema whose properties are all required. `validator`: jsonschema's, for `schema` (it
+    judges whether a property's schema takes null, and which of a union's branches an answer is)."""
+    if dialect != Dialect.OPENAI_STRICT or not _leaves_optional(schema):
+        return None
+    return StrictAnswers(schema, validator)
+
+
+def _leaves_optional(node: object) -> bool:
+    """Whether a schema has, anywhere in it, an object with a property it does not require."""
+    if isinstance(node, list):
+        return any(_leaves_optional(inner) for inner in node)
+    if not isinstance(node, dict):
+        return False
+    properties = node.get("properties")
+    required = node.get("required") if isinstance(node.get("required"), list) else []
+    if isinstance(properties, dict) and any(name not in required for name in properties):
+        return True
+    return any(_leaves_optional(inner) for key, inner in node.items() if key not in ("enum", "const"))
+
+
+class StrictAnswers:
+    """An answer to a schema sent in the strict dialect, read as the schema describes it.
+
+    Strict mode makes every property required, and sends one the schema leaves optional as
+    required-or-null (`_close_object`): the model cannot leave it out, so it writes null. Such a
+    null, where the property's own schema takes no null, is read as the property left out, at every
+    depth the dialect reached: nested objects, array items, references, a union's branches. A null
+    the schema itself allows (its author made the property nullable) is kept, and so is a null a
+    required property's schema refuses: the ledger's check refuses that draft."""
+
+    def __init__(self, schema: dict, validator):
+        self.root = schema
+        self.validator = validator
+        self._takes_null: dict[int, bool] = {}  # by the id of a property's schema, which `root` holds
+
+    def read(self, answer: object) -> object:
+        """The answer as the schema describes it: `answer` itself when nothing was left out (the
+        usual case), else a copy without those properties. An answer nested deeper than Python
+        reads raises RecursionError, as checking it would."""
+        if not _holds_null(answer):
+            return answer
+        return self._read(answer, self.root, frozenset())
+
+    def _read(self, value: object, node: object, following: frozenset) -> object:
+        if not isinstance(node, dict):
+            return value
+        if "$ref" in node and node is not self.root:
+            # Strict mode sends a reference alone: what it points at was sent in the dialect. A
+            # reference met again before the answer goes deeper is a loop, read no further.
+            ref = node["$ref"]
+            target = self._target(ref)
+            if target is None or ref in following:
+                return value
+            return self._read(value, target, following | {ref})
+        kinds = node.get("type")
+        kinds = [kinds] if isinstance(kinds, str) else kinds if isinstance(kinds, list) else []
+        if isinstance(value, dict) and ("object" in kinds or (not kinds and "properties" in node)):
+            value = self._read_object(value, node)
+        elif isinstance(value, list) and "array" in kinds and isinstance(node.get("items"), dict):
+            read = [self._read(inner, node["items"], frozenset()) for inner in value]
+            if any(new is not old for new, old in zip(read, value, strict=True)):
+                value = read
+        branches = node.get("anyOf", node.get("oneOf"))
+        if isinstance(branches, list) and branches:
+            value = self._read_union(value, branches, following)
+        return value
+
+    def _read_object(self, value: dict, node: dict) -> dict:
+        properties = node.get("properties") if isinstance(node.get("properties"), dict) else {}
+        required = node.get("required") if isinstance(node.get("required"), list) else []
+        out = None
+        for name, sub in properties.items():
+            if name not in value:
+                continue
+            inner = value[name]
+            if inner is None and name not in required and not self.takes_null(sub):
+                read = LEFT_OUT
+            else:
+                read = self._read(inner, sub, frozenset())
+            if read is inner:
+                continue
+            if out is None:
+                out = dict(value)  # the other keys keep their place
+            if read is LEFT_OUT:
+                del out[name]
+            else:
+                out[name] = read
+        return value if out is None else out
+
+    def _read_union(self, value: object, branches: list, following: frozenset) -> object:
+        """The answer read as the first branch it, read so, passes; as it is when it passes none."""
+        for branch in branches:
+            read = self._read(value, branch, following)
+            if self.passes(read, branch):
+                return read
+        return value
+
+    def takes_null(self, schema: object) -> bool:
+        """Whether a property's own schema accepts null."""
+        known = self._takes_null.get(id(schema))
+        if known is None:
+            known = self._takes_null[id(schema)] = self.passes(None, schema)
+        return known
+
+    def passes(self, value: object, schema: object) -> bool:
+        """Whether `value` passes `schema`, a part of the whole; not when it refers to nothing (the
+        ledger's check reports that)."""
+        try:
+            return self.validator.evolve(schema=schema).is_valid(value)
+        except Unresolvable:
+            return False
+
+    def _target(self, ref: object) -> object:
+        """What a reference inside the schema (`#` or a JSON Pointer `#/…`) points at; None for any
+        other (the ledger's check reports it)."""
+        if ref == "#":
+            return self.root
+        if not isinstance(ref, str) or not ref.startswith("#/"):
+            return None
+        node: object = self.root
+        for part in ref[2:].split("/"):
+            part = unquote(part).replace("~1", "/").replace("~0", "~")
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                return None
+        return node
+
+
+def _holds_null(value: object) -> bool:
+    waiting = [value]
+    while waiting:
+        inner = waiting.pop()
+        if inner is None:
+            return True
+        if isinstance(inner, dict):
+            waiting.extend(inner.values())
+        elif isinstance(inner, list):
+            waiting.extend(inner)
+    return False
 
 
 def _types_of(values: list) -> str | list[str]:

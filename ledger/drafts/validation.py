@@ -10,10 +10,12 @@ import jiter
 import jsonschema
 from referencing.exceptions import Unresolvable
 
-from ..models import PromptVersion, SourceRevision, canonical_json
+from ..models import PromptVersion, SourceRevision, canonical_json, compact_json
 from ..states import DraftNote, ReasonCode
+from .reasons import Reason, not_json, schema_reason, too_long, too_short, unstated_claim
+from .schema_dialects import Dialect, answer_reader
 from .schema_refs import NO_RETRIEVAL
-from .scrubbing import fit_to_keep, fits_text
+from .scrubbing import fits_text
 
 
 def source_text(revision: SourceRevision) -> str:
@@ -58,26 +60,13 @@ def render_prompt(prompt: PromptVersion, *, title: str, fields: dict) -> str:
     return prompt.template.format(title=title, facts=facts or "- (none)")
 
 
-# Characters of a validator's words kept in a reason.
-REASON_DETAIL_LIMIT = 300
+class Claim(NamedTuple):
+    """A claim word a draft makes: the word, its pattern, and where the draft makes it (a span of
+    the draft's text, to quote)."""
 
-
-def shortened(text: str) -> str:
-    """`text` cut to REASON_DETAIL_LIMIT characters, fit to keep: a reason never holds a whole answer."""
-    if len(text) > REASON_DETAIL_LIMIT:
-        text = text[: REASON_DETAIL_LIMIT - 1] + "…"
-    return fit_to_keep(text)
-
-
-class Reason(str):
-    """One reason a draft is unusable: its text, and its `ReasonCode` in `.code`."""
-
-    code: str
-
-    def __new__(cls, code: str, text: str) -> "Reason":
-        reason = super().__new__(cls, text)
-        reason.code = code
-        return reason
+    word: str
+    pattern: re.Pattern
+    at: tuple[int, int] | None
 
 
 class Checked(NamedTuple):
@@ -87,29 +76,40 @@ class Checked(NamedTuple):
 
     text: str
     reasons: list[Reason]
-    claimed: list[tuple[str, re.Pattern]]
+    claimed: list[Claim]
     notes: list[str]
 
 
 def check_draft(
-    *, prompt: PromptVersion, revision: SourceRevision, output: str, truncated: bool = False
+    *,
+    prompt: PromptVersion,
+    revision: SourceRevision,
+    output: str,
+    truncated: bool = False,
+    dialect: str = Dialect.AS_IS,
 ) -> Checked:
     """`DraftChecker.check`, with its claims judged against the revision's source."""
-    checker = DraftChecker.of(prompt)
+    checker = DraftChecker.of(prompt, dialect=dialect)
     checked = checker.check(output, truncated=truncated)
     return checked._replace(
-        reasons=checked.reasons + checker.unstated(checked.claimed, source_text(revision))
+        reasons=checked.reasons + checker.unstated(checked.claimed, checked.text, source_text(revision))
     )
 
 
 class DraftChecker:
-    """One prompt version's checks, prepared once (its schema's validator, its claim words'
-    patterns) and shared by every draft checked against it: collecting a unit checks thousands."""
+    """One prompt version's checks of the drafts of one schema dialect, prepared once (its schema's
+    validator, how the dialect's answers read back, its claim words' patterns) and shared by every
+    draft checked against it: collecting a unit checks thousands.
 
-    def __init__(self, output_schema: dict, rules: dict):
+    `dialect`: the dialect the provider was sent the schema in (`schema_dialects`); a draft is read
+    as it was asked for (rule 19) before it is checked. A text a person wrote (an edit) was asked in
+    no dialect: `as_is`, the default."""
+
+    def __init__(self, output_schema: dict, rules: dict, dialect: str = Dialect.AS_IS):
         self.rules = rules
         self.validator = None
         self.accepts = None
+        self.reader = None
         if output_schema:
             cls = jsonschema.validators.validator_for(output_schema)
             cls.check_schema(output_schema)
@@ -117,6 +117,7 @@ class DraftChecker:
             # retrieved (a schema stored before prompt versions refused them may still hold one).
             self.validator = cls(output_schema, registry=NO_RETRIEVAL)
             self.accepts = plain_schema_check(output_schema)
+            self.reader = answer_reader(output_schema, dialect, self.validator)
         # (word, the word as it is looked for, its pattern): a plain substring test first, as most
         # drafts claim none of them.
         self.claims = [
@@ -125,10 +126,11 @@ class DraftChecker:
         ]
 
     @classmethod
-    def of(cls, prompt: PromptVersion) -> "DraftChecker":
+    def of(cls, prompt: PromptVersion, *, dialect: str = Dialect.AS_IS) -> "DraftChecker":
         # Keyed by content, not id: a prompt version is immutable once used, and an unsaved one
-        # (a preview) has no id.
-        return _checker(canonical_json([prompt.output_schema, prompt.rules]))
+        # (a preview) has no id. In the schema's order, which decides which of several errors a
+        # draft is refused for.
+        return _checker(compact_json([prompt.output_schema, prompt.rules]), str(dialect))
 
     def check(self, output: str, *, truncated: bool = False) -> Checked:
         """The draft's checks. Its claims are judged against the source by `unstated`, so a caller
@@ -144,15 +146,22 @@ class DraftChecker:
         rules = self.rules
         text = output
         notes = []
+        text_field = rules.get("text_field")
         if self.validator is not None:
             try:
                 data, text, notes = read_draft(output)
-            except (ValueError, RecursionError):  # RecursionError: nested deeper than Python reads
-                reason = Reason(ReasonCode.NOT_JSON, "The draft is not the JSON the prompt asked for")
-                return Checked(output, [reason], [], [])
+            except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than Python reads
+                return Checked(output, [not_json(output, exc)], [], [])
             # jsonschema is the judge and writes the reason; a plain schema's own check (a hundred
             # times faster) only ever passes what jsonschema would pass.
             try:
+                if self.reader is not None:
+                    read = self.reader.read(data)
+                    if read is not data:
+                        # What the schema describes is what is checked, stored, shown and applied;
+                        # the answer as returned stays the version's raw output.
+                        data, notes = read, [*notes, DraftNote.NULLS_READ_AS_LEFT_OUT.value]
+                        text = written(data)
                 passed = self.accepts is not None and self.accepts(data)
                 error = None if passed else jsonschema.exceptions.best_match(self.schema_errors(data))
             except RecursionError:
@@ -161,37 +170,26 @@ class DraftChecker:
                 )
                 return Checked(text, [reason], [], notes)
             if error is not None:
-                # jsonschema's message quotes the offending value, which may be the whole answer.
-                where = shortened("/".join(str(p) for p in error.absolute_path)) or "the draft"
-                reason = Reason(
-                    ReasonCode.SCHEMA_MISMATCH,
-                    f"Does not match the output schema at {where}: {shortened(error.message)}",
-                )
-                return Checked(text, [reason], [], notes)
-            text_field = rules.get("text_field")
+                return Checked(text, [schema_reason(error)], [], notes)
             if text_field:
                 text = str(data.get(text_field, ""))
             if not fits_text(text):  # a NUL or a lone surrogate written as a JSON escape
                 reason = Reason(ReasonCode.GARBLED_ANSWER, "The draft holds a NUL or a broken character")
                 return Checked(output, [reason], [], notes)
         reasons = []
+        where = text_field or "the draft"
         min_length, max_length = rules.get("min_length"), rules.get("max_length")
         if min_length and len(text) < min_length:
-            reasons.append(
-                Reason(
-                    ReasonCode.TOO_SHORT, f"Too short: {len(text)} characters, at least {min_length} needed"
-                )
-            )
+            reasons.append(too_short(where, len(text), min_length))
         if max_length and len(text) > max_length:
-            reasons.append(
-                Reason(ReasonCode.TOO_LONG, f"Too long: {len(text)} characters, at most {max_length} allowed")
-            )
+            reasons.append(too_long(where, len(text), max_length))
         lowered = text.lower()
-        claimed = [
-            (word, pattern)
-            for word, lowered_word, pattern in self.claims
-            if lowered_word in lowered and pattern.search(lowered)
-        ]
+        claimed = []
+        for word, lowered_word, pattern in self.claims:
+            if lowered_word in lowered and (found := pattern.search(lowered)):
+                # Quoted from the text as written where lowering kept every character in place.
+                at = found.span() if len(lowered) == len(text) else None
+                claimed.append(Claim(word, pattern, at))
         return Checked(text, reasons, claimed, notes)
 
     def schema_errors(self, data: object) -> Iterator[jsonschema.ValidationError]:
@@ -206,13 +204,18 @@ class DraftChecker:
             )
 
     @staticmethod
-    def unstated(claimed: list[tuple[str, re.Pattern]], source: str) -> list[Reason]:
-        """The claims `source` (its `source_text`) does not state, as reasons."""
+    def unstated(claimed: list[Claim], text: str, source: str) -> list[Reason]:
+        """The claims of the draft `text` that `source` (its `source_text`) does not state, as reasons."""
         return [
-            Reason(ReasonCode.UNSTATED_CLAIM, f"Claims “{word}”, which the product's source does not state")
-            for word, pattern in claimed
-            if not pattern.search(source)
+            unstated_claim(claim.word, text, claim.at) for claim in claimed if not claim.pattern.search(source)
         ]
+
+
+def written(data: object) -> str:
+    """An answer the ledger read back, written as JSON again: readable, unless a character of it (a
+    lone surrogate) has no UTF-8, when it is escaped as the model wrote it."""
+    text = json.dumps(data, ensure_ascii=False)
+    return text if fits_text(text) else json.dumps(data)
 
 
 def read_json(text: str) -> object:
@@ -246,9 +249,9 @@ def read_draft(output: str) -> tuple[object, str, list[str]]:
 
 
 @functools.lru_cache(maxsize=64)
-def _checker(key: str) -> DraftChecker:
+def _checker(key: str, dialect: str) -> DraftChecker:
     output_schema, rules = json.loads(key)
-    return DraftChecker(output_schema, rules)
+    return DraftChecker(output_schema, rules, dialect)
 
 
 # What `plain_schema_check` understands; a schema using any other keyword is left to jsonschema.

@@ -359,8 +359,7 @@ class AnthropicEmulator(EmulatorServer):
     def _errored(error_type: str, message: str) -> dict:
         return {"type": "errored", "error": envelope(error_type, message)}
 
-    @staticmethod
-    def _message(params: dict, shape: str = "") -> dict:
+    def _message(self, params: dict, shape: str = "") -> dict:
         """The Messages API answer to `params`, written by textgen (shaped as `textgen.answer`
         says: a refusal stops with `refusal`, a cut-off with `max_tokens`; fenced JSON and prose
         come as a text block where the model was made to call the tool)."""
@@ -372,7 +371,7 @@ class AnthropicEmulator(EmulatorServer):
         if tool is not None:
             schema = tool.get("input_schema") or {}
             body["response_format"] = {"type": "json_schema", "json_schema": {"schema": schema}}
-        text, usage, stopped = textgen.answer(body, shape)
+        text, usage, stopped = textgen.answer(body, shape, self.knobs.optional_properties)
         stop_reason = {"truncated": "max_tokens", "refused": "refusal"}.get(stopped, "end_turn")
         if tool is None or stopped == "refused" or shape in (textgen.FENCED, textgen.PROSE):
             content = [{"type": "text", "text": text}]

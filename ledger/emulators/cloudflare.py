@@ -253,7 +253,7 @@ class CloudflareEmulator(EmulatorServer):
         body = chat_body(unit.model, request.entry)
         shape = self.answer_shape(reference or f"{unit.request_id}#{request.index}", request.attempt)
         # Workers AI says nothing of how the model stopped: a cut-off or refused answer is just its text.
-        content, usage, _ = textgen.answer(body, shape)
+        content, usage, _ = textgen.answer(body, shape, self.knobs.optional_properties)
         answer: Any = content
         if "response_format" in body:
             try:  # JSON mode answers the object itself; a draft cut short stays text

@@ -500,7 +500,7 @@ class GeminiEmulator(FilesApi):
         """A GenerateContentResponse answering `request` (shaped as `textgen.answer` says: cut off
         at `MAX_TOKENS`, or withheld for `SAFETY` with no content, as Gemini withholds one)."""
         body = chat_body(batch.model.removeprefix("models/"), request)
-        content, usage, stopped = textgen.answer(body, shape)
+        content, usage, stopped = textgen.answer(body, shape, self.knobs.optional_properties)
         digest = hashlib.sha256(f"{batch.id}:{content}:{at}".encode()).digest()
         candidate = {
             "content": {"parts": [{"text": content}], "role": "model"},

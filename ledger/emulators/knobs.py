@@ -99,6 +99,18 @@ def hook_secret(name: str, value: Any) -> str | None:
     return value
 
 
+# How a model answers a property it need not write (`textgen`): it writes each one; it answers null
+# wherever the schema it was sent takes null (as a model in OpenAI's strict mode answers an optional
+# property it has nothing for); or it leaves out each property that schema does not require.
+OPTIONAL_ANSWERS = ("written", "null", "left_out")
+
+
+def optional_answers(name: str, value: Any) -> str:
+    if value not in OPTIONAL_ANSWERS:
+        raise KnobError(name, f"{name} must be one of {', '.join(OPTIONAL_ANSWERS)}")
+    return value
+
+
 def positive_count(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise KnobError(name, f"{name} must be a whole number of at least 1")
@@ -164,6 +176,8 @@ class FaultKnobs:
     refuse_rate: float = knob(0.0, share)
     fence_rate: float = knob(0.0, share)
     prose_rate: float = knob(0.0, share)
+    # How every answer treats a property it need not write (`OPTIONAL_ANSWERS`).
+    optional_properties: str = knob("written", optional_answers)
     # Batch webhooks (reference/providers.md §8.4), for the protocols whose provider sends them
     # (OpenAI, Gemini): when a unit ends, its event is posted to `webhook_url`, signed as Standard
     # Webhooks do with `webhook_secret`, `webhook_deliveries` times with the same webhook-id (at

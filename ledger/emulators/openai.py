@@ -499,7 +499,7 @@ class Emulator(FilesApi):
     def _completion_line(self, custom_id: str, body: dict, at: float, shape: str = "") -> tuple[dict, dict]:
         """A success line answering `body` at simulated time `at` (shaped as `textgen.answer`
         says), and its usage."""
-        content, usage, stopped = textgen.answer(body, shape)
+        content, usage, stopped = textgen.answer(body, shape, self.knobs.optional_properties)
         message = completion_message(content, stopped)
         completion = {
             "id": new_id("chatcmpl-"),

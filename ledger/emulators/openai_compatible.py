@@ -226,7 +226,9 @@ class CompatibleServerEmulator(EmulatorServer):
                     "The server had an error while processing your request. Sorry about that!",
                     kind="server_error",
                 )
-            content, usage, stopped = textgen.answer(body, self.answer_shape(custom_id, attempt))
+            content, usage, stopped = textgen.answer(
+                body, self.answer_shape(custom_id, attempt), self.knobs.optional_properties
+            )
         finally:
             with self.lock:
                 self._in_flight -= 1

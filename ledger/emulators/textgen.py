@@ -85,7 +85,12 @@ def _fill(schema: dict, name: str, ctx: dict) -> Any:
     kind = schema.get("type", "object" if "properties" in schema else "string")
     kind = next((k for k in kind if k != "null"), "null") if isinstance(kind, list) else kind
     if kind == "object":
-        return {key: _fill(sub, key, ctx) for key, sub in schema.get("properties", {}).items()}
+        optionals, required = ctx["optionals"], schema.get("required", [])
+        return {
+            key: None if optionals == "null" and _takes_null(sub) else _fill(sub, key, ctx)
+            for key, sub in schema.get("properties", {}).items()
+            if optionals != "left_out" or key in required
+        }
     if kind == "array":
         bullets = [f"{k[:1].upper()}{k[1:]}: {v}" for k, v in ctx["facts"]] or [ctx["title"]]
         count = min(schema.get("maxItems", len(bullets)), max(schema.get("minItems", 0), len(bullets)))
@@ -103,14 +108,31 @@ def _fill(schema: dict, name: str, ctx: dict) -> Any:
     return _fit(ctx["headline"] if is_headline else ctx["paragraph"], schema)
 
 
+def _takes_null(schema: Any) -> bool:
+    """Whether a property's schema, as the model was sent it, lets it answer null."""
+    if not isinstance(schema, dict):
+        return schema is True
+    kind = schema.get("type")
+    branches = schema.get("anyOf") or schema.get("oneOf") or []
+    return (
+        kind == "null"
+        or (isinstance(kind, list) and "null" in kind)
+        or None in schema.get("enum", [1])
+        or ("const" in schema and schema["const"] is None)
+        or any(_takes_null(branch) for branch in branches)
+    )
+
+
 def _text(content: Any) -> str:
     if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}]
         return "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
     return content if isinstance(content, str) else ""
 
 
-def generate(body: dict) -> tuple[str, dict]:
-    """Answer one chat-completions request body: (content, usage)."""
+def generate(body: dict, optionals: str = "written") -> tuple[str, dict]:
+    """Answer one chat-completions request body: (content, usage). `optionals`: how a property the
+    model need not write is answered (`knobs.OPTIONAL_ANSWERS`): written, null wherever its schema
+    takes null, or left out unless required."""
     messages = [
         (m.get("role"), _text(m.get("content"))) for m in body.get("messages", []) if isinstance(m, dict)
     ]
@@ -125,7 +147,7 @@ def generate(body: dict) -> tuple[str, dict]:
     subject = LEADING_THE.sub("", title).rstrip(".")
     paragraph = _paragraph(subject, facts, dice)
     headline = HEADLINES[dice[4] % len(HEADLINES)].format(title=title, t=subject)
-    ctx = {"title": title, "facts": facts, "paragraph": paragraph, "headline": headline}
+    ctx = {"title": title, "facts": facts, "paragraph": paragraph, "headline": headline, "optionals": optionals}
 
     response_format = body.get("response_format") or {}
     if response_format.get("type") == "json_schema":
@@ -164,13 +186,13 @@ class Answer(NamedTuple):
     stopped: str
 
 
-def answer(body: dict, shape: str = "") -> Answer:
+def answer(body: dict, shape: str = "", optionals: str = "written") -> Answer:
     """`generate`'s answer to a chat-completions body, shaped as an answer knob says (`shape`: one
-    of TRUNCATED, REFUSED, FENCED, PROSE, or "" for as asked). An answer that ran into the body's
-    token budget by itself is truncated too."""
+    of TRUNCATED, REFUSED, FENCED, PROSE, or "" for as asked; `optionals`: as `generate` reads it).
+    An answer that ran into the body's token budget by itself is truncated too."""
     if shape == PROSE:
         body = {key: value for key, value in body.items() if key != "response_format"}
-    content, usage = generate(body)
+    content, usage = generate(body, optionals)
     budget = body.get("max_completion_tokens") or body.get("max_tokens")
     if shape == REFUSED:
         content = REFUSAL

@@ -12,6 +12,7 @@ from ledger.actions.jobs import judge_currency
 from ledger.actions.recording import MAX_INFERENCE_ATTEMPTS, kept_answer
 from ledger.actions.submitting import note_anomaly
 from ledger.drafts.validation import check_draft
+from ledger.providers import schema_dialect
 from ledger.models import GeneratedVersion, Item, Submission, SubmissionItem, content_hash
 from ledger.states import ItemState, ReasonCode
 
@@ -54,7 +55,11 @@ def record_version(item: Item, submission: Submission, line) -> str:
     number = (item.versions.aggregate(n=Max("number"))["n"] or 0) + 1
     prompt = item.job.prompt_version
     text, reasons, _, notes = check_draft(
-        prompt=prompt, revision=item.source_revision, output=line.content, truncated=line.truncated
+        prompt=prompt,
+        revision=item.source_revision,
+        output=line.content,
+        truncated=line.truncated,
+        dialect=schema_dialect(submission.provider),
     )
     # The entry row is locked and had no outcome, so this custom_id has no version yet; a unique
     # violation here would be a bug, and rolls the whole line back rather than hide it.

@@ -307,6 +307,7 @@ def test_the_command_line_flags_become_emulator_knobs():
         *("--refusals", "4", "--refusal-path", "/v1/files", "--refusal-status", "403"),
         *("--billing-refusals", "2"),
         *("--truncate-rate", "0.1", "--refuse-rate", "0.2", "--fence-rate", "0.3", "--prose-rate", "0.4"),
+        *("--optional-properties", "null"),
         *("--webhook-url", "http://127.0.0.1:9/hooks/openai", "--webhook-secret", WEBHOOK_SECRET),
         *("--webhook-deliveries", "2"),
     )
@@ -338,6 +339,7 @@ def test_the_command_line_flags_become_emulator_knobs():
         "refuse_rate": 0.2,
         "fence_rate": 0.3,
         "prose_rate": 0.4,
+        "optional_properties": "null",
         "webhook_url": "http://127.0.0.1:9/hooks/openai",
         "webhook_secret": WEBHOOK_SECRET,
         "webhook_deliveries": 2,

@@ -49,8 +49,8 @@ def test_an_edit_making_claims_the_source_does_not_state_is_refused_with_its_rea
 @pytest.mark.parametrize(
     "content, reason",
     [
-        ("Oak.", "Does not match the output schema at description: &#x27;Oak.&#x27; is too short"),
-        ("Oak " * 400, "Does not match the output schema at description:"),
+        ("Oak.", "Too short: description is 4 characters, the minimum is 40"),
+        ("Oak " * 400, "Too long: description is 1,600 characters, the limit is 1,200"),
         ("", EMPTY_EDIT),
         ("   \r\n  ", EMPTY_EDIT),
     ],
@@ -102,7 +102,9 @@ def test_a_refused_edit_stays_on_its_own_card(client, owner, draft):
     html = edit(client, draft, "Oak.").content.decode()
     assert f'data-testid="review-card-{draft.item_id}"' in html
     assert f'data-testid="review-card-{other.item_id}"' not in html
-    assert "Nothing was changed: The edited text cannot be approved: Does not match the output schema" in html
+    assert (
+        "Nothing was changed: The edited text cannot be approved: Too short: description is 4 characters" in html
+    )
 
 
 # --- an unusable draft, edited into a valid text ----------------------------------------------

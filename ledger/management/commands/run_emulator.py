@@ -5,7 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ledger.emulators import PROTOCOLS, emulator_class
-from ledger.emulators.knobs import WINDOW_HINTS
+from ledger.emulators.knobs import OPTIONAL_ANSWERS, WINDOW_HINTS
 from ledger.emulators.server import ApiError
 
 
@@ -82,6 +82,7 @@ def emulator_kwargs(options: dict[str, Any]) -> dict[str, Any]:
         "refuse_rate": options["refuse_rate"],
         "fence_rate": options["fence_rate"],
         "prose_rate": options["prose_rate"],
+        "optional_properties": options["optional_properties"],
         "webhook_url": options["webhook_url"],
         "webhook_secret": options["webhook_secret"],
         "webhook_deliveries": options["webhook_deliveries"],
@@ -196,6 +197,13 @@ class Command(BaseCommand):
         answers = parser.add_argument_group("answers, in the protocol's own words")
         for flag, help in ANSWER_RATES:
             add_share(answers, flag, help)
+        answers.add_argument(
+            "--optional-properties",
+            choices=OPTIONAL_ANSWERS,
+            default="written",
+            help="a property an answer need not write: written, null wherever the schema takes "
+            "null (as strict mode answers an optional one), or left out when not required",
+        )
 
         files = parser.add_argument_group("output file anomalies")
         add_share(files, "--duplicate-rate", "share of lines written twice")

@@ -70,7 +70,7 @@ def test_any_other_schema_is_left_to_jsonschema(schema):
     assert plain_schema_check(schema) is None
 
 
-def test_the_checker_words_a_refusal_as_jsonschema_does():
+def test_the_checker_says_which_rule_the_draft_broke_and_where():
     prompt = PromptVersion(**DEFAULT_PROMPT)
     revision = SourceRevision(title="Oak board", fields={})
 
@@ -78,7 +78,7 @@ def test_the_checker_words_a_refusal_as_jsonschema_does():
         prompt=prompt, revision=revision, output='{"headline": "Oak board", "description": 4}'
     ).reasons
 
-    assert reasons == ["Does not match the output schema at description: 4 is not of type 'string'"]
+    assert reasons == ["Does not match the output schema at description: must be a string (got 4)"]
     assert DraftChecker.of(prompt) is DraftChecker.of(PromptVersion(**DEFAULT_PROMPT))
 
 

@@ -171,7 +171,10 @@ def test_a_claim_stated_only_inside_a_list_or_an_object_is_not_a_false_claim(tmp
     assert (checked.text, checked.reasons) == (draft, [])
 
     reasons = check_draft(prompt=prompt, revision=lamp_revision(), output=draft + " Waterproof too.").reasons
-    assert reasons == ["Claims “waterproof”, which the product's source does not state"]
+    assert reasons == [
+        "Claims “waterproof”, which the product's source does not state: "
+        "“…on a round, weighted base. Waterproof too.”"
+    ]
 
 
 def test_the_source_text_holds_every_name_and_value_one_piece_a_line():
