@@ -466,7 +466,9 @@ class Chunk:
     def __init__(self, submission: Submission, *, size: int, overlap: bool = False):
         self.submission, self.size = submission, max(1, size)
         # Each draft read as its provider was asked for it (rule 19): in the dialect it was sent.
-        self.checker = DraftChecker.of(submission.job.prompt_version, dialect=schema_dialect(submission.provider))
+        self.checker = DraftChecker.of(
+            submission.job.prompt_version, dialect=schema_dialect(submission.provider)
+        )
         # Read once a collection: every part is scrubbed of them (`storable`).
         self.secrets = tuple(s for s in configured_secrets() if len(s) >= SHORTEST_SECRET_ANYWHERE)
         self.parts: list = []

@@ -92,7 +92,9 @@ def not_json(draft: str, error: Exception) -> Reason:
         cause = "it nests deeper than it can be read"
     else:
         cause = name(str(error))
-    return Reason(ReasonCode.NOT_JSON, f"Not the JSON the prompt asked for: {cause}; the draft reads {quoted(draft)}")
+    return Reason(
+        ReasonCode.NOT_JSON, f"Not the JSON the prompt asked for: {cause}; the draft reads {quoted(draft)}"
+    )
 
 
 # How a schema's types read in a reason.
@@ -174,9 +176,7 @@ def unexpected_properties(value: dict, schema: object) -> list[str]:
     known = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
     patterns = schema.get("patternProperties") if isinstance(schema.get("patternProperties"), dict) else {}
     return [
-        key
-        for key in value
-        if key not in known and not any(re.search(pattern, key) for pattern in patterns)
+        key for key in value if key not in known and not any(re.search(pattern, key) for pattern in patterns)
     ]
 
 

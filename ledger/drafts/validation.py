@@ -207,7 +207,9 @@ class DraftChecker:
     def unstated(claimed: list[Claim], text: str, source: str) -> list[Reason]:
         """The claims of the draft `text` that `source` (its `source_text`) does not state, as reasons."""
         return [
-            unstated_claim(claim.word, text, claim.at) for claim in claimed if not claim.pattern.search(source)
+            unstated_claim(claim.word, text, claim.at)
+            for claim in claimed
+            if not claim.pattern.search(source)
         ]
 
 

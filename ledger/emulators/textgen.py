@@ -147,7 +147,13 @@ def generate(body: dict, optionals: str = "written") -> tuple[str, dict]:
     subject = LEADING_THE.sub("", title).rstrip(".")
     paragraph = _paragraph(subject, facts, dice)
     headline = HEADLINES[dice[4] % len(HEADLINES)].format(title=title, t=subject)
-    ctx = {"title": title, "facts": facts, "paragraph": paragraph, "headline": headline, "optionals": optionals}
+    ctx = {
+        "title": title,
+        "facts": facts,
+        "paragraph": paragraph,
+        "headline": headline,
+        "optionals": optionals,
+    }
 
     response_format = body.get("response_format") or {}
     if response_format.get("type") == "json_schema":

@@ -12,8 +12,8 @@ from ledger.actions.jobs import judge_currency
 from ledger.actions.recording import MAX_INFERENCE_ATTEMPTS, kept_answer
 from ledger.actions.submitting import note_anomaly
 from ledger.drafts.validation import check_draft
-from ledger.providers import schema_dialect
 from ledger.models import GeneratedVersion, Item, Submission, SubmissionItem, content_hash
+from ledger.providers import schema_dialect
 from ledger.states import ItemState, ReasonCode
 
 

@@ -103,7 +103,8 @@ def test_a_refused_edit_stays_on_its_own_card(client, owner, draft):
     assert f'data-testid="review-card-{draft.item_id}"' in html
     assert f'data-testid="review-card-{other.item_id}"' not in html
     assert (
-        "Nothing was changed: The edited text cannot be approved: Too short: description is 4 characters" in html
+        "Nothing was changed: The edited text cannot be approved: Too short: description is 4 characters"
+        in html
     )
 
 
