@@ -172,7 +172,8 @@ class DraftChecker:
             if error is not None:
                 return Checked(text, [schema_reason(error)], [], notes)
             if text_field:
-                text = str(data.get(text_field, ""))
+                value = data.get(text_field)
+                text = "" if value is None else str(value)  # left out, or the author's null: no text
             if not fits_text(text):  # a NUL or a lone surrogate written as a JSON escape
                 reason = Reason(ReasonCode.GARBLED_ANSWER, "The draft holds a NUL or a broken character")
                 return Checked(output, [reason], [], notes)
