@@ -68,7 +68,9 @@ def test_the_exact_request_of_every_provider_carries_the_authors_order(client, o
     ProductFactory(sku="OAK-1", revision__title="Oak board")
     client.force_login(operator)
 
-    response = client.get(reverse("prompt_detail", args=[authored.pk]), {"sku": "OAK-1", "provider": provider})
+    response = client.get(
+        reverse("prompt_detail", args=[authored.pk]), {"sku": "OAK-1", "provider": provider}
+    )
 
     request = json.loads(response.context["preview"].request_json)
     assert list(schema_in(provider, request)["properties"]) == ORDER
@@ -92,4 +94,8 @@ def test_a_version_that_only_reorders_the_properties_is_a_new_version_and_its_di
     assert [part.name for part in from_current] == ["Output schema"]
     # The new form for v2 starts from its own order.
     form = client.get(new_url(v2)).context["form"]
-    assert list(json.loads(form["output_schema"].value())["properties"]) == ["tone", "description", "headline"]
+    assert list(json.loads(form["output_schema"].value())["properties"]) == [
+        "tone",
+        "description",
+        "headline",
+    ]

@@ -50,9 +50,9 @@ def test_a_schema_is_stored_and_read_back_in_its_authors_order():
     prompt = authored_prompt()
 
     assert list(prompt.output_schema["properties"]) == ORDER
-    assert list(PromptVersion.objects.filter(pk=prompt.pk).values_list("output_schema", flat=True)[0]) == list(
-        AUTHORED
-    )
+    assert list(
+        PromptVersion.objects.filter(pk=prompt.pk).values_list("output_schema", flat=True)[0]
+    ) == list(AUTHORED)
     for dialect in Dialect:
         assert list(sent_schema(prompt.output_schema, dialect).schema["properties"]) == ORDER, dialect
 

@@ -256,7 +256,10 @@ REFERENCES = {
         },
         "part": {
             "type": "object",
-            "properties": {"name": {"type": "string"}, "parts": {"type": "array", "items": {"$ref": "#/$defs/part"}}},
+            "properties": {
+                "name": {"type": "string"},
+                "parts": {"type": "array", "items": {"$ref": "#/$defs/part"}},
+            },
             "required": ["name"],
         },
     },
@@ -290,7 +293,11 @@ def test_references_recursion_and_unions_are_read_as_strict_mode_was_sent_them()
     checked = DraftChecker(REFERENCES, {}, Dialect.OPENAI_STRICT).check(json.dumps(answer))
 
     assert (json.loads(checked.text), checked.reasons, checked.notes) == (
-        {"size": {"width": 3}, "assembly": {"name": "board", "parts": [{"name": "leg"}]}, "either": {"lb": 2}},
+        {
+            "size": {"width": 3},
+            "assembly": {"name": "board", "parts": [{"name": "leg"}]},
+            "either": {"lb": 2},
+        },
         [],
         [DraftNote.NULLS_READ_AS_LEFT_OUT],
     )
@@ -335,12 +342,14 @@ def test_an_edit_is_judged_by_the_authors_schema_and_a_null_written_in_it_is_ref
             approver=owner,
             content=json.dumps({**COMPLETE, "tone": None}),
         )
-    assert refused.value.reasons == [
-        "Does not match the output schema at tone: must be a string (got null)"
-    ]
+    assert refused.value.reasons == ["Does not match the output schema at tone: must be a string (got null)"]
 
     edited = json.dumps({key: value for key, value in COMPLETE.items() if key != "tone"})
     approve_version(
-        item_id=item.pk, version_id=version.pk, version_hash=version.content_hash, approver=owner, content=edited
+        item_id=item.pk,
+        version_id=version.pk,
+        version_hash=version.content_hash,
+        approver=owner,
+        content=edited,
     )
     assert Approval.objects.get(version=version).final_content == edited
