@@ -77,7 +77,7 @@ def output_schema_problems(schema: object) -> list[str]:
     """The output schema must be a JSON Schema for an object: providers return structured output as one."""
     if not isinstance(schema, dict):
         return ["The output schema must be a JSON object"]
-    # Stored as jsonb and sent as JSON: no NUL, no NaN, and nesting that a schema walker survives.
+    # Stored and sent as JSON: no NUL, no NaN, and nesting that a schema walker survives.
     if problem := json_value_problem(schema, "The output schema", max_depth=MAX_PROMPT_JSON_DEPTH):
         return [problem]
     try:
