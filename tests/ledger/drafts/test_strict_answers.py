@@ -9,6 +9,8 @@ import json
 
 import jsonschema
 import pytest
+from django.test import Client
+from django.utils.html import escape
 
 from ledger.actions.prompts import create_prompt_version
 from ledger.actions.reviewing import EditRefused, approve_version
@@ -165,10 +167,17 @@ def test_an_optional_property_left_out_is_absent_where_the_dialect_allows_it(emu
 
 
 @pytest.mark.parametrize("provider", [PROVIDERS[0]], ids=str)
-def test_a_draft_read_so_is_approved_and_published_as_the_schema_describes_it(emulator, provider):
+def test_a_draft_read_so_is_shown_approved_and_published_as_the_schema_describes_it(
+    emulator, provider, operator
+):
     emulator.configure(optional_properties="null")
     version = collected_drafts(provider, n=1)[0]
     assert "null" in version.raw_output.replace('"subtitle": null', "")
+    screens = Client()
+    screens.force_login(operator)
+    page = screens.get(f"/items/{version.item_id}/").content.decode()
+    assert DraftNote.NULLS_READ_AS_LEFT_OUT.label in page
+    assert escape(version.content) in page
 
     approve_version(
         item_id=version.item_id,
