@@ -84,7 +84,7 @@ def test_every_provider_is_sent_the_schema_in_its_authors_order_and_answers_in_i
 # --- versions stored before ------------------------------------------------------------------------
 
 BEFORE = [("ledger", "0046_pilot_decision_accuracy")]
-AFTER = [("ledger", "0048_output_schema_as_written")]
+AFTER = [("ledger", "0047_output_schema_as_written")]
 
 
 @pytest.fixture
