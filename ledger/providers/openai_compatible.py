@@ -125,7 +125,7 @@ class Pace:
         self.in_flight = 1  # one to begin with: the server may be refusing or slowing us already
         self.answered_in_a_row = 0
         self.not_before = 0.0  # time.monotonic() before which nothing is sent
-        self.unsaid_pauses = 0  # 429s in a row that did not say how long to wait
+        self.pauses_in_a_row = 0  # 429s in a row (each pause at least twice the one before)
         self.paused = 0.0  # seconds of pause this round has been asked for
         self.slowed = False  # the server asked us to slow down this round
 
@@ -133,7 +133,7 @@ class Pace:
         """The server took a request (whatever it answered): one more in flight after as many
         answers in a row as are in flight now, until the server first asks us to slow down (the
         next round starts again from one)."""
-        self.unsaid_pauses = 0
+        self.pauses_in_a_row = 0
         self.answered_in_a_row += 1
         if self.answered_in_a_row >= self.in_flight and self.in_flight < self.concurrency and not self.slowed:
             self.in_flight += 1
@@ -145,12 +145,14 @@ class Pace:
         now = time.monotonic()
         pausing = now < self.not_before
         self.answered_in_a_row = 0
-        if wait is None:
-            if pausing:
-                return
-            wait = min(FIRST_PAUSE * 2**self.unsaid_pauses, LONGEST_PAUSE)
-            self.unsaid_pauses += 1
+        if wait is None and pausing:
+            return
+        # The wait the server asks for, but never less than the backoff: a server asking for none
+        # ("Retry-After: 0", a time already past) would otherwise be asked again at once, for ever.
+        backoff = min(FIRST_PAUSE * 2**self.pauses_in_a_row, LONGEST_PAUSE)
+        wait = backoff if wait is None else max(wait, backoff)
         if not pausing:
+            self.pauses_in_a_row += 1
             self.in_flight = max(1, self.in_flight // 2)
         self.slowed = True
         until = max(self.not_before, now + wait)

@@ -276,6 +276,34 @@ def test_a_429_pauses_every_call_of_the_unit_and_fewer_go_at_once(build, emulato
     assert 1 <= stats["rate_limited_calls"] <= 8
 
 
+@pytest.mark.parametrize("retry_after", [0, 0.001])
+def test_a_429_asking_for_no_wait_is_still_backed_off_and_ends_the_round(
+    build, emulator, monkeypatch, retry_after
+):
+    """Found by attacking issue 28: `Retry-After: 0` (or a date already past) took nothing from the
+    round's patience, and the worker asked again at once, for ever."""
+    monkeypatch.setattr(module, "FIRST_PAUSE", 0.05)
+    monkeypatch.setattr(module, "LONGEST_PAUSE", 0.2)
+    monkeypatch.setattr(module, "ROUND_PAUSE_BUDGET", 0.5)
+    emulator.configure(rate_limit_calls=100_000, retry_after=retry_after)
+    outcome = []
+
+    def round_of_two():
+        try:
+            list(build(concurrency=1).results("local-k", requests=requests(2)))
+        except SlowDown as slow_down:
+            outcome.append(slow_down)
+
+    worker = threading.Thread(target=round_of_two, daemon=True)
+    worker.start()
+    worker.join(timeout=30)
+
+    assert not worker.is_alive(), f"still asking after {emulator.stats()['rejected_calls']} refusals"
+    assert outcome and outcome[0].transient and outcome[0].status == 429
+    # 0.05 + 0.1 + 0.2 + 0.2 passes the round's patience: a handful of calls, not a storm.
+    assert emulator.stats()["rejected_calls"] <= 6
+
+
 def test_a_429_that_says_nothing_pauses_the_unit_twice_as_long_each_time_up_to_a_cap(
     build, emulator, monkeypatch
 ):
