@@ -50,13 +50,14 @@ run: $(PY)
 # thread: hundreds of dripping connections leave it answering (README, "What fronts the web tier").
 # It listens on 127.0.0.1 unless BIND_ADDRESS says otherwise (a proxy in front, or 0.0.0.0 in a container).
 # WEB_CONCURRENCY processes, each running at most BATCHDESK_WEB_REQUESTS requests at once (more wait
-# their turn without a thread) with at most BATCHDESK_WEB_DB_CONNECTIONS database connections.
+# their turn without a thread) with at most BATCHDESK_WEB_DB_CONNECTIONS database connections. HTTP/1.1
+# only (browsers and proxies speak it; no clear-text HTTP/2), no WebSocket (Django serves none).
 serve: $(PY)
 	$(PY) manage.py migrate --verbosity 0
 	$(PY) manage.py collectstatic --noinput --verbosity 0
 	exec $(VENV)/bin/granian batchdesk.asgi:application --interface asginl \
 		--host $${BIND_ADDRESS:-127.0.0.1} --port $${PORT:-8000} --workers $${WEB_CONCURRENCY:-2} \
-		--backpressure 1000 --http1-header-read-timeout 10000 \
+		--http 1 --no-ws --backpressure 2000 --http1-header-read-timeout 10000 \
 		--respawn-failed-workers --workers-kill-timeout 30 --access-log
 
 # The background workers (qcluster), in development and in production (with DEBUG=0 there).

@@ -105,10 +105,17 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
 # BATCHDESK_DB_POOL_TIMEOUT seconds. Workers (qcluster) are processes and keep one connection each
 # (CONN_MAX_AGE). README, "Database connections", gives the sum.
 BATCHDESK_WEB_DB_CONNECTIONS = int(os.environ.get("BATCHDESK_WEB_DB_CONNECTIONS", "4"))
+# Files (exports, receipts, the audit's CSV) one pooled web process streams at once: each holds one of
+# the pool's connections for as long as its client takes; one more is answered 503
+# (review/streaming.py). 0: no limit (a process without a pool, as under runserver).
+BATCHDESK_EXPORTS_PER_PROCESS = 0
 if (
     os.environ.get("BATCHDESK_PROCESS") == "web"
     and DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
 ):
+    BATCHDESK_EXPORTS_PER_PROCESS = int(
+        os.environ.get("BATCHDESK_EXPORTS_PER_PROCESS", str(max(1, BATCHDESK_WEB_DB_CONNECTIONS - 2)))
+    )
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"]["OPTIONS"]["pool"] = {
         "min_size": 1,
@@ -365,8 +372,8 @@ BATCHDESK_NOTIFY_RETRY_SECONDS = float(os.environ.get("BATCHDESK_NOTIFY_RETRY_SE
 # holds one of the web process's request threads while it is open (never a database connection while
 # it waits).
 BATCHDESK_STREAM_SECONDS = float(os.environ.get("BATCHDESK_STREAM_SECONDS", "30"))
-# Requests one web process runs at once (`make serve` passes it to granian as its backpressure; more
-# wait their turn without a thread).
+# Requests one web process runs at once, each in a thread of its own (batchdesk/asgi.py); more wait
+# their turn without a thread.
 BATCHDESK_WEB_REQUESTS = int(os.environ.get("BATCHDESK_WEB_REQUESTS", "32"))
 # How many streams one web server process keeps open at once: a quarter of its requests, so that open
 # job pages never take every request slot from everyone else. A stream asked for beyond this says the

@@ -26,7 +26,7 @@ from .common import DatesFilter, url_of, word_diff
 from .display import time_text
 from .paging import capped_screen_page
 from .permissions import ADMIN, role_required
-from .streaming import StreamedResponse
+from .streaming import streamed_file
 
 APPROVALS_PER_PAGE = 50
 # Comparing word by word costs up to the square of the length; longer texts are shown without a diff.
@@ -359,7 +359,8 @@ def approvals_csv(request: HttpRequest) -> HttpResponse:
         problems = "; ".join(str(e) for errors in filters.errors.values() for e in errors)
         return HttpResponse(f"Nothing was exported: {problems}\n", status=400, content_type="text/plain")
     stamp = timezone.now().strftime("%Y%m%d-%H%M")
-    return StreamedResponse(
+    return streamed_file(
+        request,
         csv_lines(filters.approvals(), filters.rejections()),
         content_type="text/csv; charset=utf-8",
         headers={"Content-Disposition": f'attachment; filename="decisions-{stamp}.csv"'},

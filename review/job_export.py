@@ -48,7 +48,7 @@ from ledger.states import ItemState
 
 from .audit import BYTE_ORDER_MARK, FORMULA_STARTS, Echo
 from .permissions import VIEWERS, role_required
-from .streaming import StreamedResponse
+from .streaming import streamed_file
 
 FORMATS = ("csv", "jsonl")
 CONTENT_TYPES = {"csv": "text/csv; charset=utf-8", "jsonl": "application/jsonl; charset=utf-8"}
@@ -397,8 +397,9 @@ def requested_format(request: HttpRequest) -> str | None:
 BAD_FORMAT = "format must be csv or jsonl"
 
 
-def export_response(job: Job, format: str) -> StreamedResponse:
-    return StreamedResponse(
+def export_response(request: HttpRequest, job: Job, format: str) -> HttpResponse:
+    return streamed_file(
+        request,
         WRITERS[format](export_chunks(job)),
         content_type=CONTENT_TYPES[format],
         headers={
@@ -419,4 +420,4 @@ def job_export(request: HttpRequest, job_id: int) -> HttpResponse:
     format = requested_format(request)
     if format is None:
         return HttpResponse(f"Nothing was exported: {BAD_FORMAT}.\n", status=400, content_type="text/plain")
-    return export_response(job, format)
+    return export_response(request, job, format)

@@ -20,7 +20,7 @@ from ledger.money.pricing import job_cost
 from .audit import BYTE_ORDER_MARK, Echo
 from .job_export import csv_values, file_name, utc_text
 from .permissions import VIEWERS, role_required
-from .streaming import StreamedResponse
+from .streaming import streamed_file
 
 RECEIPTS_SHOWN = 50
 # Read from the database a batch at a time while the CSV streams.
@@ -79,7 +79,8 @@ def csv_lines(job: Job) -> Iterator[bytes]:
 @role_required(*VIEWERS)
 def receipts_csv(request: HttpRequest, job_id: int) -> HttpResponse:
     job = get_object_or_404(Job.objects.only("pk", "reference", "provider", "model"), pk=job_id)
-    return StreamedResponse(
+    return streamed_file(
+        request,
         csv_lines(job),
         content_type="text/csv; charset=utf-8",
         headers={

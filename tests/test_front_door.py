@@ -229,21 +229,44 @@ def test_hundreds_of_dripping_clients_leave_health_the_api_and_the_screens_answe
                 client.close()
 
 
-def test_a_body_larger_than_any_page_takes_is_refused_before_it_is_read(deployed):
-    with socket.create_connection(("127.0.0.1", deployed.port)) as client:
-        client.settimeout(ANSWER_SECONDS)
-        client.sendall(
-            b"POST /catalogue/import/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-            b"Content-Length: 10000000000\r\nContent-Type: text/csv\r\n\r\nsku,title\r\n"
-        )
-        assert client.recv(100).startswith(b"HTTP/1.1 413")
+def first_answer(port: int, request: bytes, *, wait: float = ANSWER_SECONDS) -> bytes:
+    with socket.create_connection(("127.0.0.1", port)) as client:
+        client.settimeout(wait)
+        client.sendall(request)
+        return client.recv(100)
 
 
-def test_a_body_that_stops_coming_is_answered_and_let_go(deployed):
+def test_a_body_larger_than_its_page_takes_is_refused_before_it_is_read(deployed):
+    # Any page but the import takes what Django reads of a form or JSON body (2.5 MB).
+    assert first_answer(
+        deployed.port, b"POST /api/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5000000\r\n\r\n{"
+    ).startswith(b"HTTP/1.1 413")
+    # The import page takes a catalogue file, from someone signed in, up to BATCHDESK_IMPORT_MAX_BYTES.
+    upload = b"POST /catalogue/import HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: %d\r\n%s\r\nsku"
+    signed_in = b"Cookie: sessionid=x\r\n"
+    assert first_answer(deployed.port, upload % (10_000_000_000, signed_in)).startswith(b"HTTP/1.1 413")
+    assert first_answer(deployed.port, upload % (50_000_000, b"")).startswith(b"HTTP/1.1 413")
+    with pytest.raises(TimeoutError):  # a signed-in upload of 50 MB is waited for
+        first_answer(deployed.port, upload % (50_000_000, signed_in), wait=2)
+
+
+def test_a_body_that_stops_coming_or_trickles_is_answered_and_let_go(deployed):
+    # The web tier waits 10 s for the next part of a body.
+    stopped = b'POST /hooks/openai HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{"id"'
+    assert first_answer(deployed.port, stopped, wait=30).startswith(b"HTTP/1.1 408")
+    # A byte a second never stops, but falls behind any sensible pace after the first 10 s.
     with socket.create_connection(("127.0.0.1", deployed.port)) as client:
-        client.settimeout(30)  # the web tier waits 10 s for the next part of a body
-        client.sendall(b'POST /hooks/openai HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{"id"')
-        assert client.recv(100).startswith(b"HTTP/1.1 408")
+        client.settimeout(1)
+        client.sendall(b"POST /hooks/openai HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5000\r\n\r\n")
+        answer = b""
+        for _ in range(30):
+            client.sendall(b" ")
+            try:
+                answer = client.recv(100)
+                break
+            except TimeoutError:
+                continue
+    assert answer.startswith(b"HTTP/1.1 408"), answer
 
 
 def start_job(deployed, reference: str, **body) -> int:

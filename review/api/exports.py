@@ -19,4 +19,4 @@ def job_export(request: HttpRequest, job_id: int) -> HttpResponse:
     format = requested_format(request)
     if format is None:
         raise ApiError(400, "invalid", BAD_FORMAT, {"format": BAD_FORMAT})
-    return export_response(job, format)
+    return export_response(request, job, format)

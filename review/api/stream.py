@@ -140,6 +140,10 @@ def job_events(job_id: int) -> Iterator[str]:
             # open streams never hold the connections every other request needs.
             give_back_connection()
             time.sleep(CHECK_SECONDS)
+            # Nothing to send, but the web server is handed this empty chunk (and sends it to nobody,
+            # `EventStreamResponse`): a client that has gone is noticed within a look, not after the
+            # next event or heartbeat, and its stream slot is free again.
+            yield ""
     finally:
         open_streams.give_back()
         give_back_connection()

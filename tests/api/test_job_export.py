@@ -2,6 +2,7 @@
 job page's buttons (tests/review/test_job_export.py), behind the API's door."""
 
 import pytest
+from django.test import Client
 
 from ledger.models import GeneratedVersion, Item
 from tests.api.conftest import ApiClient, assert_error, token_for
@@ -68,3 +69,24 @@ def test_the_api_export_changes_nothing(owner, worked_job):
     streamed(api_get(owner, f"/api/jobs/{job.pk}/export", format="csv"))
     assert list(Item.objects.filter(job=job).order_by("pk").values()) == before
     assert GeneratedVersion.objects.filter(item__job=job).count() == versions
+
+
+def test_a_process_streams_at_most_its_share_of_files_and_says_when_to_come_back(owner, worked_job, settings):
+    """Each streamed file holds one of the web process's few pooled connections for as long as its
+    client takes (found by attacking issue 28: eight exports at once left no connection to anyone)."""
+    settings.BATCHDESK_EXPORTS_PER_PROCESS = 1
+    job, items = worked_job
+    downloading = api_get(owner, f"/api/jobs/{job.pk}/export", format="csv")
+    assert downloading.status_code == 200
+
+    busy = api_get(owner, f"/api/jobs/{job.pk}/export", format="jsonl")
+    assert_error(busy, 503, "busy")
+    assert busy["Retry-After"] == "30"
+    screen = Client()
+    screen.force_login(owner)
+    assert screen.get(f"/jobs/{job.pk}/export", {"format": "csv"}).status_code == 503
+
+    assert len(csv_rows(streamed(downloading))) == len(items)  # read to its end: closed, as a server does
+    assert len(jsonl_rows(streamed(api_get(owner, f"/api/jobs/{job.pk}/export", format="jsonl")))) == len(
+        items
+    )

@@ -31,8 +31,9 @@ def short_streams(settings):
 
 
 def events(response):
-    """Each event of the stream as text, read as the client would, one at a time."""
-    for chunk in response.streaming_content:
+    """Each event of the stream as text, read as the client would, one at a time: through the
+    response, as the web server iterates it (it leaves out the empty chunks of a look at the job)."""
+    for chunk in response:
         yield chunk.decode()
 
 
