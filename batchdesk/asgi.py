@@ -15,7 +15,7 @@ What a body may be:
 - it keeps coming: nothing for BODY_IDLE_SECONDS, or less than MIN_BODY_RATE on average after the
   first BODY_IDLE_SECONDS, is 408, and the client is let go.
 
-An answer the client stops reading for SEND_IDLE_SECONDS (a download nobody takes) is abandoned, as if
+An answer the client stops reading for BATCHDESK_SEND_IDLE_SECONDS (a download nobody takes) is abandoned, as if
 the client had gone: the file's thread stops and its database connection goes back to the pool."""
 
 import asyncio
@@ -40,7 +40,6 @@ IN_MEMORY_BYTES = 64 * 1024
 BIG_BODIES_AT_ONCE = 4
 BODY_IDLE_SECONDS = 10.0
 MIN_BODY_RATE = 64 * 1024  # bytes a second, on average
-SEND_IDLE_SECONDS = 60.0
 REPLAY_BYTES = 64 * 1024
 
 
@@ -142,11 +141,11 @@ def replayed(body, size: int, receive):
 
 def unstalled(send):
     """`send`, abandoning the answer (as when the client has gone) once one part of it has waited
-    SEND_IDLE_SECONDS for a client that does not read."""
+    BATCHDESK_SEND_IDLE_SECONDS for a client that does not read."""
 
     async def send_or_give_up(message):
         try:
-            await asyncio.wait_for(send(message), SEND_IDLE_SECONDS)
+            await asyncio.wait_for(send(message), settings.BATCHDESK_SEND_IDLE_SECONDS)
         except TimeoutError:
             raise RequestAborted("the client stopped reading") from None
 

@@ -105,6 +105,9 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
 # BATCHDESK_DB_POOL_TIMEOUT seconds. Workers (qcluster) are processes and keep one connection each
 # (CONN_MAX_AGE). README, "Database connections", gives the sum.
 BATCHDESK_WEB_DB_CONNECTIONS = int(os.environ.get("BATCHDESK_WEB_DB_CONNECTIONS", "4"))
+# Seconds an answer may wait for a client that does not read it (a download nobody takes) before the
+# web tier abandons it, its thread and database connection freed (batchdesk/asgi.py).
+BATCHDESK_SEND_IDLE_SECONDS = float(os.environ.get("BATCHDESK_SEND_IDLE_SECONDS", "60"))
 # Files (exports, receipts, the audit's CSV) one pooled web process streams at once: each holds one of
 # the pool's connections for as long as its client takes; one more is answered 503
 # (review/streaming.py). 0: no limit (a process without a pool, as under runserver).
