@@ -34,6 +34,9 @@ CONNECTION_BUDGET = 20
 # Generous: a starved server does not answer at all (the threaded server this replaced timed out
 # on every request); a healthy one answers in milliseconds.
 ANSWER_SECONDS = 5
+# The catalogue, every product of which the load test's job drafts, in units of 250 (several collected
+# at once, each by a worker and its two recording threads).
+PRODUCTS = 2000
 WEBHOOK_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 
@@ -128,7 +131,7 @@ def deployed(tmp_path_factory):
         catalogue.write_text(
             "".join(
                 json.dumps({"sku": f"FD-{n:05d}", "title": f"Front door lamp {n}", "colour": "sage"}) + "\n"
-                for n in range(1, 3001)
+                for n in range(1, PRODUCTS + 1)
             )
         )
         deployment.manage("import_catalogue", str(catalogue))
@@ -253,7 +256,9 @@ def test_a_body_larger_than_its_page_takes_is_refused_before_it_is_read(deployed
 def test_a_body_that_stops_coming_or_trickles_is_answered_and_let_go(deployed):
     # The web tier waits 10 s for the next part of a body.
     stopped = b'POST /hooks/openai HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n{"id"'
-    assert first_answer(deployed.port, stopped, wait=30).startswith(b"HTTP/1.1 408")
+    answers = []
+    waiting = threading.Thread(target=lambda: answers.append(first_answer(deployed.port, stopped, wait=30)))
+    waiting.start()
     # A byte a second never stops, but falls behind any sensible pace after the first 10 s.
     with socket.create_connection(("127.0.0.1", deployed.port)) as client:
         client.settimeout(1)
@@ -267,6 +272,8 @@ def test_a_body_that_stops_coming_or_trickles_is_answered_and_let_go(deployed):
             except TimeoutError:
                 continue
     assert answer.startswith(b"HTTP/1.1 408"), answer
+    waiting.join(timeout=30)
+    assert answers and answers[0].startswith(b"HTTP/1.1 408"), answers
 
 
 def start_job(deployed, reference: str, **body) -> int:
@@ -298,7 +305,7 @@ def test_a_job_stream_reaches_the_client_as_it_happens_and_an_export_streams(dep
 
 
 def test_the_deployment_holds_at_most_twenty_connections_under_load(deployed):
-    job = start_job(deployed, "FRONT-LOAD", unit_size=500)
+    job = start_job(deployed, "FRONT-LOAD", unit_size=250)
     peak = deployed.connections()
     answers: list[int] = []
     stop = threading.Event()
@@ -311,7 +318,7 @@ def test_the_deployment_holds_at_most_twenty_connections_under_load(deployed):
                 answers.append(type(exc).__name__)
 
     paths = [f"/api/jobs/{job}", f"/api/jobs/{job}/items?page=2", "/api/jobs", "/api/health", "/metrics"]
-    readers = [threading.Thread(target=reader, args=(paths[n % len(paths)],), daemon=True) for n in range(40)]
+    readers = [threading.Thread(target=reader, args=(paths[n % len(paths)],), daemon=True) for n in range(30)]
     for thread in readers:
         thread.start()
 
@@ -319,7 +326,7 @@ def test_the_deployment_holds_at_most_twenty_connections_under_load(deployed):
         nonlocal peak
         peak = max(peak, deployed.connections())
         counts = api(deployed, "GET", f"/api/jobs/{job}").json()["counts"]
-        return counts.get("awaiting_review", 0) + counts.get("validation_failed", 0) == 3000
+        return counts.get("awaiting_review", 0) + counts.get("validation_failed", 0) == PRODUCTS
 
     try:
         wait_until(settled, timeout=300, what="every item collected while readers load the API", every=0.2)

@@ -196,7 +196,8 @@ def test_closing_early_stops_sending_and_leaves_no_thread_behind(build, emulator
     assert sum(emulator.stats()["calls_by_custom_id"].values()) == calls
 
 
-def test_a_429_is_waited_out_honouring_retry_after(build, emulator):
+def test_a_429_is_waited_out_honouring_retry_after(build, emulator, monkeypatch):
+    monkeypatch.setattr(module, "FIRST_PAUSE", 0.05)  # the backoff a 429 is never paused less than
     emulator.configure(rate_limit_calls=3, retry_after=0.2)
     sent = requests(2)
 
