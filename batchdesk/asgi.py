@@ -19,6 +19,7 @@ An answer the client stops reading for BATCHDESK_SEND_IDLE_SECONDS (a download n
 the client had gone: the file's thread stops and its database connection goes back to the pool."""
 
 import asyncio
+import functools
 import os
 import tempfile
 import time
@@ -32,8 +33,8 @@ django_application = get_asgi_application()
 
 from django.conf import settings  # noqa: E402 (Django is set up by the line above)
 from django.core.exceptions import RequestAborted  # noqa: E402
+from django.urls import reverse  # noqa: E402
 
-IMPORT_PATH = "/catalogue/import"
 FORM_MARGIN_BYTES = 1024 * 1024
 JSON_MARGIN_BYTES = 64 * 1024
 IN_MEMORY_BYTES = 64 * 1024
@@ -67,7 +68,7 @@ async def application(scope, receive, send):
     if big and not big_bodies.take():
         return await answer(send, 503, "Too many large uploads at once: try again in a minute.")
     try:
-        body, size = await read_body(receive, limit, small, big)
+        body, size = await read_body(receive, limit if big else small)
     except ClientGone:
         return None
     except Refused as refused:
@@ -80,16 +81,21 @@ async def application(scope, receive, send):
             await django_application(scope, replayed(body, size, receive), unstalled(send))
 
 
+@functools.cache
+def import_path() -> str:
+    return reverse("catalogue_import")
+
+
 def body_limits(scope, headers) -> tuple[int, int]:
     """(what any page takes, what this request may send)."""
-    small = (settings.DATA_UPLOAD_MAX_MEMORY_SIZE or 0) + JSON_MARGIN_BYTES
+    small = (settings.DATA_UPLOAD_MAX_MEMORY_SIZE or settings.BATCHDESK_IMPORT_MAX_BYTES) + JSON_MARGIN_BYTES
     signed_in = settings.SESSION_COOKIE_NAME.encode() + b"=" in headers.get(b"cookie", b"")
-    if scope.get("method") == "POST" and scope.get("path") == IMPORT_PATH and signed_in:
+    if scope.get("method") == "POST" and scope.get("path") == import_path() and signed_in:
         return small, settings.BATCHDESK_IMPORT_MAX_BYTES + FORM_MARGIN_BYTES
     return small, small
 
 
-async def read_body(receive, limit: int, small: int, big: bool):
+async def read_body(receive, limit: int):
     body = tempfile.SpooledTemporaryFile(max_size=IN_MEMORY_BYTES, mode="w+b")
     size = 0
     started = time.monotonic()
@@ -106,7 +112,7 @@ async def read_body(receive, limit: int, small: int, big: bool):
                 raise ClientGone
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > limit or (size > small and not big):
+            if size > limit:
                 raise Refused(413, "Request body too large.")
             if chunk:
                 if getattr(body, "_rolled", False):

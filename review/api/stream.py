@@ -16,7 +16,6 @@ the `retry:` it was sent first). While nothing changes, a comment line every HEA
 proxies from closing it and finds a client that has gone."""
 
 import json
-import threading
 import time
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -29,7 +28,7 @@ from django.http import HttpRequest, HttpResponse
 from ledger.models import Event, ItemTally, Job
 
 from ..permissions import VIEWERS
-from ..streaming import EventStreamResponse
+from ..streaming import EventStreamResponse, Slots
 from .doors import TOKEN_OR_SESSION, door
 from .errors import not_found
 
@@ -52,26 +51,8 @@ def job_stream(request: HttpRequest, job_id: int) -> HttpResponse:
     return response
 
 
-class StreamSlots:
-    """The streams this process holds open, at most BATCHDESK_STREAMS_PER_PROCESS at once."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._held = 0
-
-    def take(self) -> bool:
-        with self._lock:
-            if self._held >= settings.BATCHDESK_STREAMS_PER_PROCESS:
-                return False
-            self._held += 1
-            return True
-
-    def give_back(self) -> None:
-        with self._lock:
-            self._held -= 1
-
-
-open_streams = StreamSlots()
+# The streams this process holds open, at most BATCHDESK_STREAMS_PER_PROCESS at once.
+open_streams = Slots(lambda: settings.BATCHDESK_STREAMS_PER_PROCESS)
 
 
 class Snapshot(NamedTuple):
