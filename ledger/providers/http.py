@@ -5,7 +5,6 @@ answer was lost on the way back (SPEC rule 3)."""
 import json
 import math
 import os
-import re
 from collections.abc import Container, Iterable, Iterator
 
 import httpx
@@ -41,11 +40,6 @@ def _finite(text: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
-# Where jiter may have read a number as infinity: a float overflows a double only with an exponent
-# of three digits or more, or with more than two hundred digits in a row (an exponent of two digits
-# then takes it past 1e308). Text without either holds no infinity, so its values are not walked.
-_MAY_OVERFLOW = re.compile(r"[eE]\+?0*[1-9][0-9]{2}|[0-9]{200}")
-
 # One decoder for every line (`json.loads` with arguments builds a new one at each call).
 _DECODER = json.JSONDecoder(parse_constant=lambda name: None, parse_float=_finite)
 
@@ -62,9 +56,7 @@ def loads(text: str) -> object:
         value = jiter.from_json(text.encode(), allow_inf_nan=False, cache_mode="keys")
     except (UnicodeEncodeError, ValueError):
         return _decode(text)
-    if _MAY_OVERFLOW.search(text) is None or _all_finite(value):
-        return value
-    return _decode(text)
+    return value if _all_finite(value) else _decode(text)
 
 
 def _decode(text: str) -> object:
