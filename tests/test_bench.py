@@ -82,6 +82,13 @@ def test_a_small_run_prints_every_figure_and_drops_its_database():
         rf"^import, new products: ceiling\s.*\s{NUMBER} rows/s COPY\s+{NUMBER}\s.*—$", table, re.M
     ), table
     assert "200 rows in" in done.stdout and "200 items in" in done.stdout
+    # batchwizard collected the same 200 results, or could not be installed here (no network).
+    assert re.search(
+        rf"^collection beside batchwizard 0\.5\s+({NUMBER} s collect \(200\)\s+{NUMBER} s batchwizard watch\s+{NUMBER}"
+        r"|skipped: batchwizard not installed\s+—\s+—)\s+ratio ≤ 1\.0 \(whole processes\)\s+(pass|FAIL|—)$",
+        table,
+        re.M,
+    ), table
     assert re.search(
         rf"^End to end: {NUMBER} s = import {NUMBER} s \+ create_job {NUMBER} s \+ {NUMBER} s to every draft "
         "awaiting review$",
