@@ -19,6 +19,8 @@ class Bench:
     say: Callable[[str], None]
     # How long the self-hosted server of the two-cluster figure takes to answer one request.
     server_answer_ms: int
+    # `make bench-quick`: of the screens, only `screens.QUICK_SCREENS`.
+    quick: bool = False
 
     def manage(self, *args: str) -> Run:
         return manage(*args, env=self.env)

@@ -1,5 +1,5 @@
 """Figure (g): the whole way, from `import_catalogue` of the bench's catalogue to every draft awaiting
-review, against the built-in emulator with no processing delay (issue 9, point 7: ≤ 10 minutes at
+review, against the built-in emulator with no processing delay (issue 29, point 4: ≤ 3 minutes at
 1,200,000 products, scaled here linearly to the run's size).
 
 It runs as a deployment does, on a database of its own that only `migrate` has touched: the
@@ -28,7 +28,7 @@ from .launch import STOPS, _accept_stops
 from .measuring import MANAGE, CommandFailed, manage
 
 NAME = "end to end, import to every draft awaiting review"
-TARGET_SECONDS, TARGET_PRODUCTS = 600, 1_200_000
+TARGET_SECONDS, TARGET_PRODUCTS = 180, 1_200_000
 TARGET_PER_SECOND = TARGET_PRODUCTS / TARGET_SECONDS
 # How often the collector passes over the ledger (a deployment's default is 30 s).
 POLL_SECONDS = 1
@@ -124,9 +124,9 @@ def figure(products: int, seconds: float, awaiting: int, finished: bool) -> Figu
         value=f"{rate:,.0f} items/s ({seconds:,.1f} s)"
         if finished
         else f"{awaiting:,} of {products:,} after {seconds:,.0f} s",
-        baseline=f"{TARGET_PER_SECOND:,.0f} items/s target (600 s × {products:,} / 1.2 M = {target:,.1f} s)",
+        baseline=f"{TARGET_PER_SECOND:,.0f} items/s target ({TARGET_SECONDS} s × {products:,} / 1.2 M = {target:,.1f} s)",
         ratio=rate / TARGET_PER_SECOND if finished else None,
-        target="≤ 10 min at 1.2 M products, ratio ≥ 1",
+        target=f"≤ {TARGET_SECONDS // 60} min at 1.2 M products, ratio ≥ 1",
         passed=finished and rate >= TARGET_PER_SECOND,
     )
 

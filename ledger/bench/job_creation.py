@@ -1,12 +1,13 @@
-"""Figure (c): `create_job` over every product (issue 9, point 3: a million items in ≤ 20 s, memory
-flat in the job's size). The issue gives it no baseline of its own: the target is a rate."""
+"""Figure (c): `create_job` over every product (issue 29, point 1: a million items in ≤ 10 s; issue 9,
+point 3: memory flat in the job's size). The issues give it no baseline of its own: the target is a
+rate."""
 
 import psycopg
 
 from .base import Bench, Figure, described, memory_figure
 from .measuring import CommandFailed
 
-TARGET_ITEMS_PER_SECOND = 1_000_000 / 20
+TARGET_ITEMS_PER_SECOND = 1_000_000 / 10
 
 
 def measure(bench: Bench) -> list[Figure]:
@@ -35,7 +36,7 @@ def measure(bench: Bench) -> list[Figure]:
             value=f"{rate:,.0f} items/s",
             baseline="—",
             ratio=None,
-            target=f"≥ {TARGET_ITEMS_PER_SECOND:,.0f} items/s (1 M in ≤ 20 s)",
+            target=f"≥ {TARGET_ITEMS_PER_SECOND:,.0f} items/s (1 M in ≤ 10 s)",
             passed=rate >= TARGET_ITEMS_PER_SECOND,
         ),
         memory_figure("create_job", run, bench),

@@ -1,4 +1,4 @@
-"""Runs a command and writes its peak memory to a file: `python -m ledger.bench.launch OUT argv…`.
+"""Runs a command and writes its peak memory to a file: `python ledger/bench/launch.py OUT argv…`.
 
 The kernel counts into a child's peak memory the memory of the process that started it, so a
 command started straight from the bench (a Django process) would never look smaller than it.

@@ -11,6 +11,9 @@ from pathlib import Path
 from .launch import run_child
 
 MANAGE = Path(__file__).resolve().parents[2] / "manage.py"
+# Started by its path, not as `-m ledger.bench.launch`, so it runs from any folder (batchwizard runs
+# in a folder of its own, where it reads its `.env`).
+LAUNCHER = Path(__file__).resolve().with_name("launch.py")
 
 
 class CommandFailed(Exception):
@@ -31,21 +34,21 @@ class Run:
         return rows / self.seconds if self.seconds > 0 else float("inf")
 
 
-def run_measured(argv: list[str], *, env: dict[str, str]) -> Run:
-    """Runs argv to its end; raises CommandFailed with its output if it does not succeed. The time
-    includes starting the launcher, a few milliseconds."""
+def run_measured(argv: list[str], *, env: dict[str, str], cwd: Path = MANAGE.parent) -> Run:
+    """Runs argv in `cwd` (the project's folder unless said) to its end; raises CommandFailed with
+    its output if it does not succeed. The time includes starting the launcher, a few milliseconds."""
     with tempfile.TemporaryDirectory(prefix="bd_bench_") as folder:
         peak = Path(folder) / "peak"
         output = Path(folder) / "output"
         with output.open("wb") as sink:
             started = time.perf_counter()
             returncode = run_child(
-                [sys.executable, "-m", "ledger.bench.launch", str(peak), *argv],
+                [sys.executable, str(LAUNCHER), str(peak), *argv],
                 lambda process: process.wait(),
                 env=env,
                 stdout=sink,
                 stderr=subprocess.STDOUT,
-                cwd=MANAGE.parent,
+                cwd=cwd,
             )
             seconds = time.perf_counter() - started
         text = output.read_text(errors="replace")

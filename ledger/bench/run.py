@@ -38,6 +38,10 @@ NEEDS = {
 }
 # Figures run only when named (`--figures hook_latency`): minutes of waiting on 30 s polls.
 ONLY_WHEN_NAMED = ("hook_latency",)
+# `make bench-quick` (issue 29, point 5): the hot paths in under two minutes, before a push; the
+# screens among them are `screens.QUICK_SCREENS`.
+QUICK_PRODUCTS = 20_000
+QUICK_FIGURES = ("import", "create_job", "collection", "screens")
 
 
 def figures_to_run(chosen: list[str] | None) -> list[str]:
@@ -61,6 +65,7 @@ def run_bench(
     say: Callable[[str], None],
     figures: list[str] | None = None,
     server_answer_ms: int = clusters.SERVER_ANSWER_MS,
+    quick: bool = False,
 ) -> list[Figure]:
     names = figures_to_run(figures)
     server = server_url(os.environ.get("DATABASE_URL", ""))
@@ -95,6 +100,7 @@ def run_bench(
             idle=idle,
             say=say,
             server_answer_ms=server_answer_ms,
+            quick=quick,
         )
         measured = []
         for figure in names:

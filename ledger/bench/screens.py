@@ -35,6 +35,13 @@ from .measuring import MANAGE, CommandFailed, run_measured
 TARGET_MS = 50
 REPEATS = 5
 BASELINE_REPEATS = 3
+# `make bench-quick`'s three screens (issue 29, point 5): the review desk, where reviewers spend their
+# day; a job's last page, the deepest page of the longest list; the catalogue searched by a SKU
+# prefix a thousand products share, the search with the most rows to find.
+REVIEW_DESK = "screen /review/, first draft"
+JOB_LAST_PAGE = "screen /jobs/{id}/, last page"
+SKU_PREFIX_SEARCH = "screen /catalogue/ search by a SKU prefix of 1,000"
+QUICK_SCREENS = (REVIEW_DESK, JOB_LAST_PAGE, SKU_PREFIX_SEARCH)
 
 
 def measure(bench: Bench) -> list[Figure]:
@@ -44,7 +51,7 @@ def measure(bench: Bench) -> list[Figure]:
             str(MANAGE),
             "shell",
             "-c",
-            "from ledger.bench.screens import serve_figures; serve_figures()",
+            f"from ledger.bench.screens import serve_figures; serve_figures(quick={bench.quick})",
         ],
         env=bench.env,
     )
@@ -137,8 +144,17 @@ def _admin_pages(count: int, per_page: int = 50) -> dict[str, int]:
     return {"first page": 1, "middle page": max(1, last // 2), "last page": last}
 
 
-def serve_figures() -> None:
-    """Measures every address and prints them as one JSON line."""
+def only(checks: list[tuple], names: tuple[str, ...]) -> list[tuple]:
+    """The checks of the screens named, in the order they are measured; a name no check has is the
+    bench's own mistake, said at once rather than measured as nothing."""
+    missing = set(names) - {check[0] for check in checks}
+    if missing:
+        raise CommandFailed(f"no screen is named {', '.join(sorted(missing))}")
+    return [check for check in checks if check[0] in names]
+
+
+def serve_figures(*, quick: bool = False) -> None:
+    """Measures every address (only `QUICK_SCREENS` when quick) and prints them as one JSON line."""
 
     settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
     # The pages' static file names, without the manifest `collectstatic` would write (`make serve`
@@ -183,7 +199,7 @@ def serve_figures() -> None:
         ("screen /, dashboard", "/", {}, "admin jobs", "/admin/ledger/job/"),
         ("screen /jobs/", "/jobs/", {}, "admin jobs", "/admin/ledger/job/"),
         (
-            "screen /review/, first draft",
+            REVIEW_DESK,
             "/review/",
             {},
             "admin items waiting, p1",
@@ -232,7 +248,7 @@ def serve_figures() -> None:
             f"/admin/ledger/sourcerevision/?q={quote(common_word)}",
         ),
         (
-            "screen /catalogue/ search by a SKU prefix of 1,000",
+            SKU_PREFIX_SEARCH,
             f"/catalogue/?q={quote(sku_prefix)}",
             {},
             "admin products ?q=",
@@ -315,6 +331,8 @@ def serve_figures() -> None:
                     f"{admin_address}{admin_page}",
                 )
             )
+    if quick:
+        checks = only(checks, QUICK_SCREENS)
     rows = []
     for name, url, headers, baseline, admin_url in checks:
         rows.append(
