@@ -41,6 +41,10 @@ CHUNK_MAX_AGE = 2.0
 # Chunks of a results file recorded at once, each by its own thread and connection: two keep both
 # of the database's cores busy.
 RECORDERS = 2
+# With recorders, the first chunk and the last ones are this share of a full chunk: the recorders
+# start sooner, and the lines read last are recorded in pieces side by side instead of one whole
+# chunk recorded alone after the reading has ended.
+RAMP_SHARE = 5
 
 
 class RecordedRequests:
@@ -262,6 +266,9 @@ def collect_claimed(
     chunk = (chunk or Chunk)(
         submission, size=1 if per_request else settings.BATCHDESK_COLLECT_CHUNK, overlap=overlap
     )
+    if overlap:
+        # How many lines the file should still hold: the unit's requests not recorded yet.
+        chunk.expect(submission.entries.filter(outcome="").count())
     with fewer_cycle_collections(), quicker_thread_switches() if overlap else nullcontext():
         try:
             return collect_lines(
@@ -465,6 +472,9 @@ class Chunk:
 
     def __init__(self, submission: Submission, *, size: int, overlap: bool = False):
         self.submission, self.size = submission, max(1, size)
+        self.full_size = self.size
+        # Lines still expected (`expect`): unknown, every chunk is full-sized.
+        self.expected: int | None = None
         # Each draft read as its provider was asked for it (rule 19): in the dialect it was sent.
         self.checker = DraftChecker.of(
             submission.job.prompt_version, dialect=schema_dialect(submission.provider)
@@ -497,6 +507,21 @@ class Chunk:
                 if kept.succeeded:
                     self.checks[kept.custom_id] = checked_draft(self.checker, kept)
 
+    def expect(self, lines: int) -> None:
+        """The file should hold `lines` more lines: with recorders, the first chunk and the last
+        ones are smaller (RAMP_SHARE), so that recording starts early and ends soon after reading."""
+        self.expected = lines
+        self.size = max(1, self.full_size // RAMP_SHARE)
+
+    def next_size(self, read: int) -> int:
+        """The size of the chunk after one of `read` lines: a full chunk, or, as the lines expected
+        run out, a share of those left per recorder, never under a ramp's chunk."""
+        if self.expected is None:
+            return self.full_size
+        self.expected -= read
+        smallest = max(1, self.full_size // RAMP_SHARE)
+        return min(self.full_size, max(smallest, self.expected // RECORDERS))
+
     def full(self) -> bool:
         return self.lines >= self.size or (
             bool(self.parts) and time.monotonic() - self.started > CHUNK_MAX_AGE
@@ -508,6 +533,7 @@ class Chunk:
         if not self.parts:
             return
         parts, checks = self.parts, self.checks
+        self.size = self.next_size(self.lines)
         self.parts, self.checks, self.lines = [], {}, 0
         if not self.recorders:
             record_chunk(self.submission, parts, checker=self.checker, checks=checks)

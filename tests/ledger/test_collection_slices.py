@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from ledger.actions.collecting import collect_submission, observe_submission
+from ledger.actions.collecting import Chunk, collect_submission, observe_submission
 from ledger.actions.submitting import plan_submissions, send_submission
 from ledger.models import Event, GeneratedVersion, Item, Submission, SubmissionItem
 from ledger.providers import get_provider
@@ -68,3 +68,36 @@ def test_each_task_records_one_chunk_then_hands_over_and_the_last_one_finishes(e
     assert outcomes == ["continues", "continues", "collected", "not claimable", "not claimable"]
     assert recorded == [2, 4, 5, 5, 5]
     assert GeneratedVersion.objects.filter(item__job=job).count() == 5
+
+
+class ChunkSizesNoted(Chunk):
+    """Records as `Chunk` does, and notes how many lines each chunk it records holds."""
+
+    sizes: list[int] = []
+
+    def record(self) -> None:
+        if self.parts:
+            ChunkSizesNoted.sizes.append(self.lines)
+        super().record()
+
+
+@pytest.mark.postgresql_only
+@pytest.mark.django_db(transaction=True)
+def test_recorders_start_on_a_small_chunk_and_end_on_small_ones(emulator, settings):  # noqa: F811
+    # With recording threads (PostgreSQL, no transaction around the collection), the first chunk is
+    # a fifth of a full one, so that recording starts early, and the last ones shrink as the lines
+    # expected run out, so that little is left to record once the reading ends.
+    settings.BATCHDESK_COLLECT_CHUNK = 10
+    job = job_with_items(BY_NAME["emulator"], 43, unit_size=43)
+    [submission_id] = plan_submissions(job.pk)
+    send_submission(submission_id)
+    provider = get_provider("emulator")
+    while observe_submission(submission_id, provider=provider) != "ended":
+        time.sleep(0.05)
+    ChunkSizesNoted.sizes = []
+
+    assert collect_submission(submission_id, provider=provider, chunk=ChunkSizesNoted) == "collected"
+
+    assert ChunkSizesNoted.sizes == [2, 10, 10, 10, 5, 3, 2, 1]
+    assert Item.objects.filter(job=job, state=ItemState.AWAITING_REVIEW).count() == 43
+    assert GeneratedVersion.objects.filter(item__job=job).count() == 43

@@ -24,7 +24,7 @@ TEXTS = [
     '{"a": 1' + "0" * 250 + 'e60, "b": 12.5e307, "c": 0.000001e314, "d": 1e+308, "e": 9e-400}',
     '{"a": 17E307}',
     '{"a": ' + "9" * 250 + "e99}",
-    '{"a": ' + "9" * 210 + "E+99, \"b\": " + "9" * 199 + ".5e99}",
+    '{"a": ' + "9" * 210 + 'E+99, "b": ' + "9" * 199 + ".5e99}",
     '{"id": "batch_req_5e42f", "custom_id": "bd-7e12-1", "v": 3e5}',
     '{"a": NaN, "b": Infinity, "c": -Infinity}',
     '{"a": "\\ud800"}',
@@ -85,11 +85,15 @@ def test_what_a_result_line_keeps_is_json_a_database_stores():
 @given(
     whole=st.integers(min_value=1, max_value=400),
     fraction=st.integers(min_value=0, max_value=30),
-    exponent=st.one_of(st.none(), st.integers(min_value=-120, max_value=120), st.integers(min_value=-500, max_value=500)),
+    exponent=st.one_of(
+        st.none(), st.integers(min_value=-120, max_value=120), st.integers(min_value=-500, max_value=500)
+    ),
     sign=st.sampled_from(["", "-"]),
     marker=st.sampled_from(["e", "E", "e+", "e0", "E+00"]),
 )
-def test_any_number_however_long_or_large_reads_as_the_json_module_reads_it(whole, fraction, exponent, sign, marker):
+def test_any_number_however_long_or_large_reads_as_the_json_module_reads_it(
+    whole, fraction, exponent, sign, marker
+):
     # Only text that may hold an overflowing number has its values walked for infinities: a number
     # of any length, with any exponent, must still read as the reference reads it.
     number = sign + "9" * whole + ("." + "5" * fraction if fraction else "")
