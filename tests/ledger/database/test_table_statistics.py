@@ -107,3 +107,19 @@ def test_the_tables_changed_a_few_rows_at_a_time_are_analysed_where_autovacuum_i
 def test_each_round_of_the_collector_queues_the_analysis():
     collect_round(duration=0)
     assert [row.task["func"] for row in OrmQ.objects.all()] == ["ledger.tasks.analyse_stale_tables"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_job_analyses_its_events_without_sampling_their_texts():
+    # An event's reason and data, like a draft's texts, are read with their item and never searched:
+    # an ANALYZE samples them for no query (migration 0048), while the columns queries use keep theirs.
+    import_catalogue(catalogue(PRODUCTS))
+    create_job(reference="stats", owner=UserFactory(), task="product_description", provider="emulator")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT tablename, attname FROM pg_stats WHERE tablename IN ('ledger_event', 'ledger_generatedversion')"
+        )
+        kept = set(cursor.fetchall())
+    assert ("ledger_event", "item_id") in kept
+    assert ("ledger_event", "to_state") in kept
+    assert not kept & {("ledger_event", "reason"), ("ledger_event", "data")}
