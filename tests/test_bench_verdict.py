@@ -9,7 +9,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from ledger.bench import batchwizard, screens
-from ledger.bench.base import Figure
+from ledger.bench.base import Figure, work_seconds
 from ledger.bench.measuring import CommandFailed, Run
 from ledger.bench.run import QUICK_FIGURES, figures_to_run
 from ledger.management.commands.bench import Command
@@ -99,3 +99,11 @@ def test_batchdesk_slower_than_batchwizard_misses_the_target():
     collect = Run(seconds=7.5, peak_bytes=180_000_000, output="")
     assert not batchwizard.figure(Run(seconds=3.0, peak_bytes=0, output=""), collect, 50_000).passed
     assert batchwizard.figure(Run(seconds=7.5, peak_bytes=0, output=""), collect, 50_000).passed
+
+
+def test_work_shorter_than_a_share_of_djangos_start_is_shown_not_judged():
+    # A command's work is its run less an idle start; a difference within the start's own noise
+    # (an unchanged re-import of a small catalogue) would give any rate at all.
+    assert work_seconds(Run(seconds=1.21, peak_bytes=1, output=""), 1.2) == (pytest.approx(0.01), False)
+    assert work_seconds(Run(seconds=1.0, peak_bytes=1, output=""), 1.2)[1] is False
+    assert work_seconds(Run(seconds=3.2, peak_bytes=1, output=""), 1.2) == (pytest.approx(2.0), True)

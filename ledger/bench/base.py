@@ -36,6 +36,25 @@ class Figure:
     passed: bool | None  # None: nothing to judge it by in this run
 
 
+# A command's own work is its run less an idle Django start (`Bench.idle`, its connection included).
+# Shorter than this share of that start, the difference is the machine's noise as much as the work
+# (a busy machine's two starts can differ by more): the figure is shown, not judged.
+SHORTEST_JUDGED_SHARE = 0.25
+
+
+def work_seconds(run: Run, idle_seconds: float) -> tuple[float, bool]:
+    """(the seconds of a command's own work, whether they are long enough to judge it by)."""
+    work = run.seconds - idle_seconds
+    return max(work, 1e-6), work >= SHORTEST_JUDGED_SHARE * idle_seconds
+
+
+def verdict(passed: bool, judged: bool) -> bool | None:
+    return passed if judged else None
+
+
+TOO_SHORT = " (too short to judge)"
+
+
 # A process may grow this far above an idle Django process and still count as flat: one size
 # cannot show growth, so the bound is set well under what holding every row would take.
 FLAT_ALLOWANCE_BYTES = 100_000_000
