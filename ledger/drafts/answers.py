@@ -21,7 +21,7 @@ from ..states import ReasonCode
 from .scrubbing import REDACTED, fit_to_keep, fits_text, scrub_credentials, secrets_pattern
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ResultLine:
     """One result as a provider's adapter reads it, matched to a request by `custom_id` only. A
     failure carries the ledger's `reason` (a `ReasonCode` value) and whether it is `transient`,
