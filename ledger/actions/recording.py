@@ -42,7 +42,7 @@ MAX_INFERENCE_ATTEMPTS = 3
 STOPPED_STATES = (ItemState.OBSOLETE, ItemState.WITHDRAWN, ItemState.CANCELLED)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Entry:
     """A request of the unit, locked with its item for the chunk."""
 
