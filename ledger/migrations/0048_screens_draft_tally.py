@@ -30,6 +30,9 @@ def contribution(changed: str) -> str:
     ) c
     LEFT JOIN ledger_submission s ON s.id = c.submission_id
     LEFT JOIN ledger_item i ON i.id = c.item_id
+    -- A draft naming a unit or an item that does not exist adds nothing: the statement is refused,
+    -- in words, by ledger_version_references_checked (migration 0018).
+    WHERE s.job_id IS NOT NULL OR i.job_id IS NOT NULL
     GROUP BY 1, 2;"""
 
 
