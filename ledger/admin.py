@@ -15,6 +15,7 @@ from .models import (
     CollectorHeartbeat,
     CurrentPromptChoice,
     DestinationAttempt,
+    DraftTally,
     DrillStep,
     Event,
     ExchangeRate,
@@ -214,6 +215,14 @@ class ItemTallyAdmin(LedgerAdmin):
 
     list_display = ("id", "job", "state", "items", "pending_input", "approved_drafts", "all_input")
     list_filter = ("state",)
+    list_select_related = ("job",)
+
+
+@admin.register(DraftTally)
+class DraftTallyAdmin(LedgerAdmin):
+    """The drafts' tokens the database's triggers append, per job and quarter hour (the day's spend)."""
+
+    list_display = ("id", "job", "received", "input_tokens", "output_tokens")
     list_select_related = ("job",)
 
 

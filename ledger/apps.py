@@ -21,7 +21,7 @@ class LedgerConfig(AppConfig):
         from .notices.receivers import check_private_receivers
 
         post_migrate.connect(after_migrate, sender=self, dispatch_uid="ledger.after_migrate")
-        # Item tallies' triggers on SQLite are put back around every migrate (ledger/database/tallies.py).
+        # Item and draft tallies' triggers on SQLite are put back around every migrate (ledger/database/tallies.py).
         pre_migrate.connect(
             tallies.before_migrate, sender=self, dispatch_uid="ledger.database.tallies.before"
         )

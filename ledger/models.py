@@ -4,7 +4,7 @@ import hashlib
 import json
 import uuid
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import NamedTuple
 
@@ -535,6 +535,40 @@ class ItemTally(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id} {self.state} {self.items:+}"
+
+
+# Draft tallies add up the drafts received in each quarter hour: a day starts on one in every time zone.
+DRAFT_TALLY_PERIOD = timedelta(minutes=15)
+
+
+class DraftTally(models.Model):
+    """The drafts each job received in each quarter hour (`received`, its start) and their tokens, kept
+    by the database itself as `ItemTally` is: triggers on `ledger_generatedversion` (migration
+    0048 on PostgreSQL, ledger/database/tallies.py on SQLite) append a row of differences in the
+    same transaction as every draft written, changed or deleted. The dashboard's spend of the day
+    sums a few rows of the day, however many drafts arrived. Never written by Python otherwise."""
+
+    # Nothing looks a job's rows up: they are read by their quarter hour.
+    job = models.ForeignKey(
+        Job, on_delete=models.CASCADE, related_name="+", db_constraint=False, db_index=False
+    )
+    received = models.DateTimeField()
+    drafts = models.BigIntegerField(default=0)
+    input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+
+    class Meta:
+        indexes = [models.Index(fields=["received"], name="draft_tally_received")]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} {self.received:%Y-%m-%d %H:%M} {self.drafts:+}"
+
+    @staticmethod
+    def period_from(moment: datetime) -> datetime:
+        """The start of the first quarter hour that begins at or after `moment`."""
+        start = moment.astimezone(UTC).replace(second=0, microsecond=0)
+        start -= timedelta(minutes=start.minute % (DRAFT_TALLY_PERIOD.seconds // 60))
+        return start if start == moment else start + DRAFT_TALLY_PERIOD
 
 
 def lease_end() -> datetime:

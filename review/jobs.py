@@ -2,11 +2,13 @@
 
 import json
 import math
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from functools import partial
+from itertools import chain
 from uuid import UUID
 
 from django import forms
@@ -15,7 +17,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import IntegrityError, transaction
-from django.db.models import QuerySet, Sum
+from django.db.models import Count, QuerySet, Sum
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
@@ -26,7 +28,7 @@ from ledger.actions import CANCELLABLE_ITEM_STATES, NotAllowed, cancel_job, crea
 from ledger.actions.budgeting import next_request_need
 from ledger.database.setwise import among
 from ledger.database.table_statistics import analyse_after_bulk_change
-from ledger.models import Event, GeneratedVersion, Item, ItemTally, Job, PauseReason, Submission
+from ledger.models import DraftTally, Event, GeneratedVersion, Item, ItemTally, Job, PauseReason, Submission
 from ledger.money import budgets
 from ledger.money.budgets import BudgetFigures
 from ledger.money.currency import business_currency, in_business_currency
@@ -103,13 +105,32 @@ def start_of_today() -> datetime:
 
 def spend_since(moment: datetime) -> DraftSpend:
     """What the drafts received since `moment` cost, priced by the rule `pricing.draft_spend` prices every
-    draft by (`priced_spend`): by their job's provider and model (drafts found by the day through their
-    BRIN index)."""
-    return priced_spend(
-        GeneratedVersion.objects.filter(created_at__gte=moment)
+    draft by (`priced_spend`): by their job's provider and model. They are counted by the draft
+    tallies of the quarter hours from `moment` on (a few rows, however many drafts arrived) and,
+    when `moment` falls inside a quarter hour, read themselves until the next one begins (found
+    through their BRIN index by the time)."""
+    period = DraftTally.period_from(moment)
+    tokens = {"input_tokens": Sum("input_tokens"), "output_tokens": Sum("output_tokens")}
+    counted = [
+        DraftTally.objects.filter(received__gte=period)
         .order_by()
-        .values_list("item__job__provider", "item__job__model")
-        .annotate(input_tokens=Sum("input_tokens"), output_tokens=Sum("output_tokens"))
+        .values_list("job__provider", "job__model")
+        .annotate(drafts=Sum("drafts"), **tokens)
+    ]
+    if period > moment:
+        counted.append(
+            GeneratedVersion.objects.filter(created_at__gte=moment, created_at__lt=period)
+            .order_by()
+            .values_list("item__job__provider", "item__job__model")
+            .annotate(drafts=Count("pk"), **tokens)
+        )
+    spent: dict[tuple[str, str], Counter] = defaultdict(Counter)
+    for provider, model, drafts, input_tokens, output_tokens in chain.from_iterable(counted):
+        spent[(provider, model)].update(drafts=drafts, input=input_tokens, output=output_tokens)
+    return priced_spend(
+        (provider, model, sums["input"], sums["output"])
+        for (provider, model), sums in spent.items()
+        if sums["drafts"]
     )
 
 

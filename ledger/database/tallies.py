@@ -1,5 +1,5 @@
-"""Item tallies on SQLite, the demo's database (PostgreSQL has its own statement-level triggers,
-installed by migration 0013): the same contributions, row by row.
+"""Item and draft tallies on SQLite, the demo's database (PostgreSQL has its own statement-level
+triggers, installed by migrations 0013 and 0048): the same contributions, row by row.
 
 SQLite alters a table by building a new one and renaming it, which a trigger that names the table
 stops, and which drops the table's own triggers. So the triggers are not installed by a migration
@@ -8,6 +8,7 @@ counted again from the rows and the triggers installed (`after_migrate`). A demo
 
 from django.db import connections
 
+from ..models import DRAFT_TALLY_PERIOD
 from ..states import DISCARDED_STATES, UNDECIDED_STATES, sql_list
 
 # A draft of an item in these states waits for a decision, and an approved draft of an item in these
@@ -25,6 +26,9 @@ TRIGGERS = (
     "ledger_version_tally_insert",
     "ledger_version_tally_update",
     "ledger_version_tally_delete",
+    "ledger_draft_tally_insert",
+    "ledger_draft_tally_update",
+    "ledger_draft_tally_delete",
 )
 
 
@@ -63,6 +67,20 @@ def version_row(row: str, sign: int) -> str:
     FROM ledger_item i WHERE i.id = {row}.item_id;"""
 
 
+def quarter(at: str) -> str:
+    """The start of the quarter hour of the time `at`, as Django writes times on SQLite (UTC)."""
+    seconds = int(DRAFT_TALLY_PERIOD.total_seconds())
+    return f"datetime(CAST(strftime('%s', {at}) AS INTEGER) / {seconds} * {seconds}, 'unixepoch')"
+
+
+def draft_row(row: str, sign: int) -> str:
+    return f"""
+    INSERT INTO ledger_drafttally (job_id, received, drafts, input_tokens, output_tokens)
+    SELECT i.job_id, {quarter(f"{row}.created_at")}, {sign}, {sign} * {row}.input_tokens,
+        {sign} * {row}.output_tokens
+    FROM ledger_item i WHERE i.id = {row}.item_id;"""
+
+
 TRIGGERS_SQL = [
     f"CREATE TRIGGER ledger_item_tally_insert AFTER INSERT ON ledger_item BEGIN {item_row('NEW', 1)} END;",
     f"""CREATE TRIGGER ledger_item_tally_update AFTER UPDATE ON ledger_item
@@ -90,6 +108,14 @@ TRIGGERS_SQL = [
     {version_row("OLD", -1)} {version_row("NEW", 1)} END;""",
     f"""CREATE TRIGGER ledger_version_tally_delete AFTER DELETE ON ledger_generatedversion BEGIN
     {version_row("OLD", -1)} END;""",
+    f"""CREATE TRIGGER ledger_draft_tally_insert AFTER INSERT ON ledger_generatedversion BEGIN
+    {draft_row("NEW", 1)} END;""",
+    f"""CREATE TRIGGER ledger_draft_tally_update AFTER UPDATE ON ledger_generatedversion
+    WHEN OLD.item_id IS NOT NEW.item_id OR OLD.created_at IS NOT NEW.created_at
+        OR OLD.input_tokens IS NOT NEW.input_tokens OR OLD.output_tokens IS NOT NEW.output_tokens
+    BEGIN {draft_row("OLD", -1)} {draft_row("NEW", 1)} END;""",
+    f"""CREATE TRIGGER ledger_draft_tally_delete AFTER DELETE ON ledger_generatedversion BEGIN
+    {draft_row("OLD", -1)} END;""",
 ]
 
 # The tallies of the rows that exist, as the triggers would have written them.
@@ -111,6 +137,10 @@ COUNT_SQL = [
         SUM(CASE WHEN json_extract(v.usage, '$.apportioned') = 1 THEN 1 ELSE 0 END)
     FROM ledger_generatedversion v JOIN ledger_item i ON i.id = v.item_id
     GROUP BY i.job_id, i.state""",
+    f"""INSERT INTO ledger_drafttally (job_id, received, drafts, input_tokens, output_tokens)
+    SELECT i.job_id, {quarter("v.created_at")}, COUNT(*), SUM(v.input_tokens), SUM(v.output_tokens)
+    FROM ledger_generatedversion v JOIN ledger_item i ON i.id = v.item_id
+    GROUP BY 1, 2""",
 ]
 
 
@@ -128,12 +158,13 @@ def after_migrate(*, using: str = "default", **signal_kwargs) -> None:
     connection = connections[using]
     if connection.vendor != "sqlite":
         return
-    if not {"ledger_item", "ledger_generatedversion", "ledger_itemtally"} <= set(
+    if not {"ledger_item", "ledger_generatedversion", "ledger_itemtally", "ledger_drafttally"} <= set(
         connection.introspection.table_names()
     ):
         return  # a partial migrate: the next full one does this
     before_migrate(using=using)
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM ledger_itemtally")
+        cursor.execute("DELETE FROM ledger_drafttally")
         for statement in [*COUNT_SQL, *TRIGGERS_SQL]:
             cursor.execute(statement)

@@ -2,7 +2,7 @@
 for catalogue owners, items waiting for an operator for operators, both for admins, and what the
 day's drafts cost so far for everyone."""
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -10,9 +10,10 @@ from django.urls import reverse
 from django.utils import timezone
 
 from ledger.models import GeneratedVersion
-from ledger.money.pricing import price_for
+from ledger.money.pricing import price_for, priced_spend
 from ledger.states import ItemState
 from review.display import money_text
+from review.jobs import spend_since
 from tests.factories import ItemFactory, JobFactory, UserFactory, add_version
 
 pytestmark = pytest.mark.django_db
@@ -88,6 +89,21 @@ def test_spend_today_names_what_has_no_price(client, operator):
     add_version(ItemFactory(job=job, awaiting_review=True))
     spend = panel(client, operator).split('data-testid="spend-today"')[1].split("</li>")[0]
     assert f">{money_text(0, 'USD')}<" in spend and "1 model without a known price" in spend
+
+
+def test_spend_since_a_moment_inside_a_quarter_hour_counts_from_that_moment():
+    """The drafts' tallies add up quarter hours; a moment inside one still counts only what came after it."""
+    job = JobFactory(provider="emulator", model="gpt-4o-mini")
+    drafts = [add_version(ItemFactory(job=job, awaiting_review=True)) for _ in range(4)]
+    quarter = datetime(2026, 12, 6, 9, 0, tzinfo=UTC)
+    for draft, minutes in zip(drafts, (4, 5, 6, 20), strict=True):
+        GeneratedVersion.objects.filter(pk=draft.pk).update(created_at=quarter + timedelta(minutes=minutes))
+
+    assert spend_since(quarter + timedelta(minutes=5)) == priced_spend(
+        [("emulator", "gpt-4o-mini", 360, 180)]
+    )
+    assert spend_since(quarter) == priced_spend([("emulator", "gpt-4o-mini", 480, 240)])
+    assert spend_since(quarter + timedelta(minutes=21)).total == 0
 
 
 def test_the_jobs_poll_does_not_count_again(client, owner, work):

@@ -1,9 +1,13 @@
-"""Item tallies (`ItemTally`, kept by database triggers) against the row-by-row counts and sums they
-replace, after every kind of change: one item, many, set-wise job creation, a catalogue import that
-makes items obsolete, cancelling, drafts arriving and being decided on, workers at the same time."""
+"""Item and draft tallies (`ItemTally`, `DraftTally`, kept by database triggers) against the
+row-by-row counts and sums they replace, after every kind of change: one item, many, set-wise job
+creation, a catalogue import that makes items obsolete, cancelling, drafts arriving, being decided
+on, moved in time and deleted, workers at the same time."""
 
 import threading
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.db import connection
@@ -15,7 +19,7 @@ from ledger.actions.operating import cancel_job
 from ledger.actions.products import withdraw_product
 from ledger.actions.reviewing import approve_version, reject_version
 from ledger.catalogue import import_catalogue
-from ledger.models import GeneratedVersion, Item, ItemTally, Job
+from ledger.models import DraftTally, GeneratedVersion, Item, ItemTally, Job, Submission
 from ledger.money import pricing
 from ledger.states import DISCARDED_STATES, UNDECIDED_STATES, ItemState
 from tests.factories import ItemFactory, JobFactory, ProductFactory, add_version
@@ -53,9 +57,36 @@ def tallied(job: Job) -> dict:
     return {"states": ItemTally.objects.filter(job=job).counts_by_state(), **sums}
 
 
+def quarter_of(moment: datetime) -> datetime:
+    moment = moment.astimezone(UTC)
+    return moment.replace(minute=moment.minute - moment.minute % 15, second=0, microsecond=0)
+
+
+def drafts_by_quarter(job: Job) -> dict:
+    """The job's drafts, input and output tokens by the quarter hour they were received in, read
+    row by row."""
+    found = defaultdict(lambda: (0, 0, 0))
+    for at, *tokens in GeneratedVersion.objects.filter(item__job=job).values_list(
+        "created_at", "input_tokens", "output_tokens"
+    ):
+        drafts, input_tokens, output_tokens = found[quarter_of(at)]
+        found[quarter_of(at)] = (drafts + 1, input_tokens + tokens[0], output_tokens + tokens[1])
+    return dict(found)
+
+
+def drafts_tallied(job: Job) -> dict:
+    rows = (
+        DraftTally.objects.filter(job=job)
+        .values_list("received")
+        .annotate(Sum("drafts"), Sum("input_tokens"), Sum("output_tokens"))
+    )
+    return {received: tuple(sums) for received, *sums in rows if any(sums)}
+
+
 def assert_true_to_rows(*jobs: Job) -> None:
     for job in jobs:
         assert tallied(job) == counted(job)
+        assert drafts_tallied(job) == drafts_by_quarter(job)
     everything = Item.objects.counts_by_state()
     assert ItemTally.objects.counts_by_state() == everything
 
@@ -193,6 +224,48 @@ def test_drafts_arriving_decided_and_retried_are_priced_as_the_rows_say(owner):
     # Versions are not changed once written, but a repair by hand is tallied like anything else.
     GeneratedVersion.objects.filter(item__in=[item, other, third]).update(input_tokens=1_000, usage={})
     assert_true_to_rows(item.job, other.job, third.job)
+
+
+def test_drafts_moved_in_time_and_deleted_stay_tallied_by_the_quarter_hour_they_arrived_in():
+    """Drafts written in one statement are one row a job and quarter hour on PostgreSQL; a draft moved
+    to another time or deleted is taken back from its quarter hour (a repair by hand, or a test)."""
+    item, other = (ItemFactory(state=S.RETURNED, job=JobFactory()) for _ in range(2))
+    # As a collection writes them: each draft of its unit, one statement for all.
+    GeneratedVersion.objects.bulk_create(
+        GeneratedVersion(
+            item=target,
+            submission=Submission.objects.create(
+                job=target.job, provider="emulator", model="m", intent_key=f"bd_{target.pk}"
+            ),
+            number=1,
+            custom_id=f"bd-{target.pk}-1",
+            content="text",
+            content_hash="x",
+            input_tokens=100,
+            output_tokens=40,
+        )
+        for target in (item, other)
+    )
+    add_version(item)  # without a unit
+    assert_true_to_rows(item.job, other.job)
+    if connection.vendor == "postgresql":
+        assert DraftTally.objects.filter(job=other.job).count() == 1
+    yesterday = datetime(2026, 12, 5, 23, 52, 30, tzinfo=UTC)
+    GeneratedVersion.objects.filter(item=item, number=1).update(created_at=yesterday, output_tokens=45)
+    assert drafts_tallied(item.job)[datetime(2026, 12, 5, 23, 45, tzinfo=UTC)] == (1, 100, 45)
+    GeneratedVersion.objects.filter(item=item).update(content="erased")  # no change to what it counts
+    GeneratedVersion.objects.filter(item=other).delete()
+    assert_true_to_rows(item.job, other.job)
+
+
+def test_the_first_quarter_hour_from_a_moment():
+    midnight = datetime(2026, 12, 6, tzinfo=UTC)
+    assert DraftTally.period_from(midnight) == midnight
+    assert DraftTally.period_from(midnight + timedelta(microseconds=1)) == midnight + timedelta(minutes=15)
+    assert DraftTally.period_from(midnight - timedelta(minutes=14)) == midnight
+    # Midnight in Kathmandu (UTC+5:45) is a quarter hour in UTC.
+    kathmandu = datetime(2026, 12, 6, tzinfo=ZoneInfo("Asia/Kathmandu"))
+    assert DraftTally.period_from(kathmandu) == kathmandu
 
 
 def test_job_cost_from_tallies(owner):
