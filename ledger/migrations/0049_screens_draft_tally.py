@@ -97,7 +97,7 @@ def on_postgresql(sql: str):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("ledger", "0047_output_schema_as_written")]
+    dependencies = [("ledger", "0048_no_statistics_for_text_nobody_filters")]
 
     operations = [
         migrations.CreateModel(
