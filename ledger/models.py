@@ -544,7 +544,7 @@ DRAFT_TALLY_PERIOD = timedelta(minutes=15)
 class DraftTally(models.Model):
     """The drafts each job received in each quarter hour (`received`, its start) and their tokens, kept
     by the database itself as `ItemTally` is: triggers on `ledger_generatedversion` (migration
-    0048 on PostgreSQL, ledger/database/tallies.py on SQLite) append a row of differences in the
+    0049 on PostgreSQL, ledger/database/tallies.py on SQLite) append a row of differences in the
     same transaction as every draft written, changed or deleted. The dashboard's spend of the day
     sums a few rows of the day, however many drafts arrived. Never written by Python otherwise."""
 

@@ -1,5 +1,5 @@
 """Item and draft tallies on SQLite, the demo's database (PostgreSQL has its own statement-level
-triggers, installed by migrations 0013 and 0048): the same contributions, row by row.
+triggers, installed by migrations 0013 and 0049): the same contributions, row by row.
 
 SQLite alters a table by building a new one and renaming it, which a trigger that names the table
 stops, and which drops the table's own triggers. So the triggers are not installed by a migration
