@@ -330,7 +330,12 @@ Q_CLUSTER = {
     "retry": 360,
     "max_attempts": 3,
     "catch_up": False,
-    "poll": 0.5,
+    # How often a cluster looks for a new task in the database broker when it found none (Redis
+    # hands one over the moment it is queued): a webhook's poll or a unit's next step waited half
+    # this on average. Looking every 0.1 s instead of 0.5 s costs an idle cluster 0.8 s of CPU a
+    # minute instead of 0.4 s (its processes and its database connections together), 12
+    # transactions a second instead of 4.
+    "poll": 0.1,
     "label": "Background work",
 }
 if REDIS_URL:

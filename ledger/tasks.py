@@ -127,14 +127,25 @@ def poll_submission(submission_id: int, claim: str = "", stop: bool = False) -> 
     emulator brings a batch up to date when it is read), so that no pass queues a second poll
     meanwhile; a poll queued then took the ended unit's claim first, and its collection waited
     for that poll to come round in the queue. It is handed over once the answer is recorded, for
-    the collection to take its own."""
+    the collection to take its own.
+
+    A webhook about the unit that came meanwhile found it held and only noted itself
+    (`provider_hooks.take_hint`): the provider may have answered just before its batch ended, so the
+    unit is asked again here, at once, not at the collector's next pass."""
     provider = get_provider(Submission.objects.values_list("provider", flat=True).get(pk=submission_id))
+    asked_at = timezone.now()
     status = collecting.observe_submission(submission_id, provider=provider)
     if stop:
         operating.cancel_at_provider(submission_id)
     hand_over(submission_id, claim)
-    if status == "ended" and not stop_asked():
+    if stop_asked():
+        return status
+    if status == "ended":
         return collect(submission_id, provider=provider)
+    if provider_hooks.hinted_since(submission_id, asked_at) and (
+        held := Submission.objects.claim(submission_id, states=[SubmissionState.OPEN])
+    ):
+        return poll_submission(submission_id, held)
     return status
 
 

@@ -191,8 +191,9 @@ def test_a_figure_brings_what_it_needs_in_the_runs_order():
     assert figures_to_run(["screens"]) == ["import", "create_job", "collection", "screens"]
     assert figures_to_run(["end_to_end", "import"]) == ["import", "end_to_end"]
     assert figures_to_run(["clusters"]) == ["clusters"]
-    # Minutes of waiting on 30 s polls: measured only when asked for.
+    # Minutes of waiting on 30 s polls, or on the collector's rounds: measured only when asked for.
     assert figures_to_run(["hook_latency"]) == ["hook_latency"]
+    assert figures_to_run(["unit_latency"]) == ["unit_latency"]
 
 
 def test_an_unknown_figure_is_refused_before_any_database_is_made():

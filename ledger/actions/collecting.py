@@ -88,6 +88,9 @@ def observe_submission(submission_id: int, *, provider) -> str:
     submission = Submission.objects.get(pk=submission_id)
     if submission.state != SubmissionState.OPEN:
         return submission.state
+    # What the provider says is as of when it was asked: a webhook arriving while its answer travels
+    # is newer than the observation (`tasks.waiting_for_webhook`).
+    asked_at = timezone.now()
     try:
         status = provider.status(submission.provider_ref)
     except ProviderError as exc:
@@ -114,7 +117,7 @@ def observe_submission(submission_id: int, *, provider) -> str:
         Submission.objects.filter(pk=submission.pk).update(error=stored_text(str(exc)))
         return "provider error"
     fields = {
-        "last_observed_at": timezone.now(),
+        "last_observed_at": asked_at,
         "refusing_since": None,
         "last_observed_status": status.provider_status[:64],
         "request_counts": status.counts.as_dict() if status.counts else {},
@@ -125,7 +128,8 @@ def observe_submission(submission_id: int, *, provider) -> str:
         return status.provider_status
     fields |= {"refused": status.refused, "unanswered_reason": status.unanswered_reason}
     # When the provider says it ended, unless that is later than now (its clock is not ours).
-    ended_at = min(status.ended_at or fields["last_observed_at"], fields["last_observed_at"])
+    now = timezone.now()
+    ended_at = min(status.ended_at or now, now)
     with transaction.atomic():
         updated = Submission.objects.filter(pk=submission.pk, state=SubmissionState.OPEN).update(**fields)
         if updated:

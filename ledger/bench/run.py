@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import clusters, collection, end_to_end, hook_latency, importing, job_creation, screens
+from . import clusters, collection, end_to_end, hook_latency, importing, job_creation, screens, unit_latency
 from .base import Bench, Figure
 from .catalogue_file import write_catalogue
 from .database import database_url, fresh_database, server_url
@@ -16,7 +16,8 @@ from .measuring import manage
 
 # The run's order matters: the job is created over the products the import wrote, its first items
 # are collected and the screens show all of it. The two-cluster figure (two small jobs through one
-# worker cluster, then two) and the end to end figure each run on a database of their own.
+# worker cluster, then two), the end to end figure and the deployed latency figure each run on a
+# database of their own.
 FIGURES = {
     "import": importing,
     "create_job": job_creation,
@@ -25,6 +26,7 @@ FIGURES = {
     "clusters": clusters,
     "end_to_end": end_to_end,
     "hook_latency": hook_latency,
+    "unit_latency": unit_latency,
 }
 # What each figure needs measured before it, on the run's database.
 NEEDS = {
@@ -35,9 +37,11 @@ NEEDS = {
     "clusters": (),
     "end_to_end": (),
     "hook_latency": (),
+    "unit_latency": (),
 }
-# Figures run only when named (`--figures hook_latency`): minutes of waiting on 30 s polls.
-ONLY_WHEN_NAMED = ("hook_latency",)
+# Figures run only when named (`--figures hook_latency`): minutes of waiting on 30 s polls, and
+# on the collector's rounds (three minutes for the deployed latency's two rows).
+ONLY_WHEN_NAMED = ("hook_latency", "unit_latency")
 # `make bench-quick` (issue 29, point 5): the hot paths in under two minutes, before a push; the
 # screens among them are `screens.QUICK_SCREENS`.
 QUICK_PRODUCTS = 20_000

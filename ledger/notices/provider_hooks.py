@@ -104,8 +104,9 @@ def take_hint(*, provider: str, webhook_id: str, event: Any) -> HintOutcome | No
 
     The claim is taken as a collector pass takes it (`Submission.objects.claim`): a unit a pass or
     a worker already holds is being polled or collected, and is left to it; should that poll have
-    asked just before the batch ended, the next pass sees a hint newer than the unit's last
-    observation and polls it again (`claim_due_submissions`)."""
+    asked just before the batch ended, it asks again once it has let the unit go
+    (`ledger.tasks.poll_submission`), and failing that (its cluster stopping) the next pass sees a
+    hint newer than the unit's last observation and polls it (`claim_due_submissions`)."""
     ref = batch_ref(provider, event)
     with transaction.atomic():
         hint = ProviderHint(
@@ -143,6 +144,11 @@ def take_hint(*, provider: str, webhook_id: str, event: Any) -> HintOutcome | No
                 lambda: async_task("ledger.tasks.poll_submission", unit_id, claim), robust=True
             )
     return hint.outcome
+
+
+def hinted_since(submission_id: int, moment: datetime) -> bool:
+    """Whether a webhook about this unit came at or after `moment`."""
+    return ProviderHint.objects.filter(submission_id=submission_id, received_at__gte=moment).exists()
 
 
 def forget_old_hints(now: datetime | None = None) -> int:
