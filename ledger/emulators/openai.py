@@ -24,7 +24,7 @@ import logging
 import math
 import random
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from werkzeug.wrappers import Request
@@ -106,8 +106,20 @@ class _Batch:
     error_file_id: str | None = None
     usage: Counter = field(default_factory=Counter)
     miscounted: bool = False  # `count_mismatch` was on when its files were written
+    # (total, completed, failed) once its files are written: its requests are then let go.
+    tally: tuple[int, int, int] | None = None
+
+    def counts(self) -> tuple[int, int, int]:
+        if self.tally is not None:
+            return self.tally
+        return (
+            len(self.requests),
+            sum(r.succeeded for r in self.requests),
+            sum(r.result is not None and not r.succeeded for r in self.requests),
+        )
 
     def as_json(self) -> dict:
+        total, completed, failed = self.counts()
         return {
             "id": self.id,
             "object": "batch",
@@ -122,11 +134,7 @@ class _Batch:
             "created_at": int(self.created),
             "expires_at": int(self.created) + DAY,
             **{f"{name}_at": _int_or_none(self.stamps.get(name)) for name in STAMPS},
-            "request_counts": {
-                "total": len(self.requests),
-                "completed": sum(r.succeeded for r in self.requests) + self.miscounted,
-                "failed": sum(r.result is not None and not r.succeeded for r in self.requests),
-            },
+            "request_counts": {"total": total, "completed": completed + self.miscounted, "failed": failed},
             "usage": {
                 "input_tokens": self.usage["input"],
                 "input_tokens_details": {"cached_tokens": 0},
@@ -166,6 +174,8 @@ class Emulator(FilesApi):
         self._batches: dict[str, _Batch] = {}  # in creation order
         self._inferences: Counter = Counter()
         self._attempts = Attempts()
+        # `strict_schema.refusal` of each response_format seen, by its JSON (`_refusal`).
+        self._refusals: dict[str, str | None] = {}
         super().__init__(**kwargs)
 
     routes = FilesApi.routes + (
@@ -379,6 +389,9 @@ class Emulator(FilesApi):
             batch.output_file_id = self._result_file(batch, "output", output, at)
             failures = [compact_json(r.result) for r in finished if not r.succeeded]
             batch.error_file_id = self._result_file(batch, "error", failures, at)
+            # What it was asked and answered now lives in its files: a million requests kept as
+            # parsed bodies and result lines held gigabytes, and every garbage collection read them.
+            batch.tally, batch.requests = batch.counts(), []
             # OpenAI's thin event (reference/providers.md §8.4): the batch is fetched again.
             event = {
                 "id": new_id("evt_"),
@@ -450,6 +463,8 @@ class Emulator(FilesApi):
                 models.add(line["body"]["model"])
             seen.add(custom_id)
             requests.append(_Request(custom_id, line["body"], attempt=0))
+        # Read: the batch keeps the file's name, not its megabytes (the file itself is deleted apart).
+        batch.input_file = replace(batch.input_file, content=b"")
         if len(models) > 1:
             error(
                 "mismatched_model",
@@ -476,7 +491,7 @@ class Emulator(FilesApi):
         """Answer one request at simulated time `at`."""
         body, custom_id = request.body, request.custom_id
         missing = next((name for name in ("model", "messages") if not body.get(name)), None)
-        refused = self.knobs.strict_schemas and strict_schema.refusal(body.get("response_format"))
+        refused = self.knobs.strict_schemas and self._refusal(body.get("response_format"))
         if missing:
             message = f"Missing required parameter: '{missing}'."
             request.result = _error_line(custom_id, 400, message, "invalid_request_error", missing)
@@ -495,6 +510,14 @@ class Emulator(FilesApi):
             batch.usage["input"] += usage["prompt_tokens"]
             batch.usage["output"] += usage["completion_tokens"]
             request.succeeded = True
+
+    def _refusal(self, response_format: Any) -> str | None:
+        """`strict_schema.refusal`, judged once for each response_format: a unit's thousands of
+        requests carry the same one, and judging it again for each was an eighth of a request's time."""
+        key = compact_json(response_format)
+        if key not in self._refusals:
+            self._refusals[key] = strict_schema.refusal(response_format)
+        return self._refusals[key]
 
     def _completion_line(self, custom_id: str, body: dict, at: float, shape: str = "") -> tuple[dict, dict]:
         """A success line answering `body` at simulated time `at` (shaped as `textgen.answer`
