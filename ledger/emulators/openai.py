@@ -47,6 +47,9 @@ log = logging.getLogger(__name__)
 ENDPOINT = "/v1/chat/completions"  # the only endpoint the emulator can answer
 MAX_REQUESTS = 50_000
 COMPLETION_WINDOW = "24h"  # the only one OpenAI takes
+# Requests run at a time when time is kept in the background (`advance_a_little`): tens of milliseconds
+# under the lock, where a unit of 5,000 held it, and every upload and poll with it, a third of a second.
+REQUESTS_AT_A_TIME = 500
 TERMINAL = {"failed", "completed", "expired", "cancelled"}
 STAMPS = ["in_progress", "finalizing", "completed", "failed", "expired", "cancelling", "cancelled"]
 EXPIRED_MESSAGE = "This request could not be executed before the completion window expired."
@@ -228,6 +231,14 @@ class Emulator(FilesApi):
     def advance(self) -> None:
         self._advance_all()
 
+    def advance_a_little(self) -> bool:
+        now, left = self.clock.now(), REQUESTS_AT_A_TIME
+        for batch in self._batches.values():
+            left -= self._advance(batch, now, most=left)
+            if left <= 0:
+                return True
+        return False
+
     # --- the routes --------------------------------------------------------------------------
 
     def create(self, request: Request) -> dict:
@@ -341,8 +352,10 @@ class Emulator(FilesApi):
         for batch in self._batches.values():
             self._advance(batch, now)
 
-    def _advance(self, batch: _Batch, now: float) -> None:
-        """Replay what would have happened to `batch` up to `now`, stamping each step."""
+    def _advance(self, batch: _Batch, now: float, most: float = math.inf) -> int:
+        """Replay what would have happened to `batch` up to `now`, stamping each step, or only as far
+        as its next `most` requests. Returns how many requests ran."""
+        ran = 0
         settle = self.finalizing_ms / 1000
         if batch.status == "validating" and now >= batch.created + self.validating_ms / 1000:
             self._validate(batch, batch.created + self.validating_ms / 1000)
@@ -351,9 +364,12 @@ class Emulator(FilesApi):
             expire_after = self.knobs.expire_after_ms
             deadline = math.inf if expire_after is None else batch.stamps["in_progress"] + expire_after / 1000
             while batch.ran < len(batch.requests) and batch.clock + step <= min(now, deadline):
+                if ran >= most:
+                    return ran  # the rest another time
                 batch.clock += step
                 self._run(batch, batch.requests[batch.ran], batch.clock)
                 batch.ran += 1
+                ran += 1
             if batch.ran < len(batch.requests) and now >= deadline:
                 # Out of time part-way: what ran stays, the rest expires unrun (§1.7).
                 for request in batch.requests[batch.ran :]:
@@ -372,6 +388,7 @@ class Emulator(FilesApi):
                     request.custom_id, "batch_cancelled", "The batch was cancelled."
                 )
             self._enter(batch, "cancelled", batch.stamps["cancelling"] + settle)
+        return ran
 
     def _enter(self, batch: _Batch, status: str, at: float) -> None:
         batch.status = status
