@@ -79,9 +79,7 @@ def units_planned_ahead() -> int:
 
 
 def submit_job(job_id: int) -> list[int]:
-    return submitting.plan_submissions(
-        job_id, until=time.monotonic() + TASK_SECONDS, claim=True, ahead=units_planned_ahead()
-    )
+    return plan_and_send(job_id)
 
 
 def resume_if_it_fits(job_id: int) -> bool:
@@ -94,9 +92,27 @@ def plan_ahead(job_id: int) -> list[int]:
     if items are left and no other planner holds the job (its task would plan it anyway)."""
     if not submitting.claim_planning(job_id):
         return []
-    return submitting.plan_submissions(
-        job_id, until=time.monotonic() + TASK_SECONDS, claim=True, ahead=units_planned_ahead()
-    )
+    return plan_and_send(job_id)
+
+
+def plan_and_send(job_id: int) -> list[int]:
+    """Plan the job's next units, for at most TASK_SECONDS, and send each as it is planned, beside
+    the planning of the next (`submitting.Senders`); where that cannot be (`submitting.senders_for`),
+    each unit's send is queued."""
+    try:
+        with submitting.senders_for(job_id, stop=stop_asked) as senders:
+            return submitting.plan_submissions(
+                job_id,
+                until=time.monotonic() + TASK_SECONDS,
+                claim=True,
+                ahead=units_planned_ahead(),
+                senders=senders,
+            )
+    except submitting.SentElsewhere:
+        # That planner plans the rest as it sends. The job's planning is let go, for a pass to plan
+        # whatever that planner leaves (it may be sending its last units, its claim already let go).
+        submitting.release_planning(job_id)
+        return []
 
 
 def send_submission(submission_id: int, claim: str = "") -> str:

@@ -1,12 +1,16 @@
 """Submitting: intents stored before any provider call, claims with leases, sending, adopting a
 batch whose create answer was lost, and reconciling uncertain submissions (rules 3 and 13)."""
 
+import logging
 import time
 import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -23,6 +27,7 @@ from ..providers.base import (
     ResultLine,
 )
 from ..states import SUBMISSION_TRANSITIONS, ItemState, JobState, ReasonCode, SubmissionState
+from ..workers.thread_switching import quicker_thread_switches
 from .budgeting import BudgetReached, pause_for_billing, reserve
 from .core import NotAllowed, backoff, enqueue, move_items
 from .job_states import refresh_job_state
@@ -30,12 +35,26 @@ from .jobs import judge_currency
 from .reactions import ON_SUBMISSION_STATE, fields_on_entering, react
 from .requests import build_requests
 
+log = logging.getLogger(__name__)
+
 # An item's custom_id (`Item.custom_id`), as SQL over its row.
 CUSTOM_ID_SQL = "'bd-' || id || '-' || inference_attempt"
+# Threads a planner sends a job's units by (`Senders`), each with its own connection: with the
+# planner's, a worker holds three, as a worker collecting does (README, "Database connections").
+SENDERS = 2
+# The class of PostgreSQL's advisory lock a job's sending planner holds (`senders_for`), and how
+# long (seconds) another waits for it.
+SENDING_LOCK = 7_415
+SENDING_PATIENCE = 10
 
 
 def plan_submissions(
-    job_id: int, *, until: float | None = None, claim: bool = False, ahead: int | None = None
+    job_id: int,
+    *,
+    until: float | None = None,
+    claim: bool = False,
+    ahead: int | None = None,
+    senders: "Senders | None" = None,
 ) -> list[int]:
     """Group the job's unsent prepared items into submission intents. The intent is stored
     before any provider call, so a crash after sending can be reconciled, never re-sent blindly.
@@ -51,7 +70,11 @@ def plan_submissions(
     they are sent (`tasks.plan_ahead`). Every send is queued when its unit is planned, so a job
     planned all at once put all its sends (240 at 1,200,000 items) ahead of every poll and
     collection queued after them. The job's planning claim (`claim_planning`) is let go when
-    planning stops, and kept by the task it leaves the rest to."""
+    planning stops, and kept by the task it leaves the rest to.
+
+    `senders`: each unit, once its intent is committed, is sent by one of them (`Senders`) rather
+    than by a task queued for it, while the next is planned; planning stops when they are asked to
+    stop (the cluster is stopping), and the job's next planner goes on."""
     job = Job.objects.get(pk=job_id)
     if job.state == JobState.CANCELLED:
         release_planning(job_id)
@@ -62,10 +85,15 @@ def plan_submissions(
     after = 0
     while True:
         if until is not None and time.monotonic() > until:
+            if senders is not None:
+                senders.wait()  # its units sent before the task it leaves the rest to takes over
             Job.objects.filter(pk=job_id).update(planning_claimed_until=lease_end())
             enqueue("ledger.tasks.submit_job", job_id)
             return created
         if ahead is not None and intents_waiting(job_id) >= ahead:
+            release_planning(job_id)
+            return created
+        if senders is not None and senders.stopping():
             release_planning(job_id)
             return created
         with transaction.atomic():
@@ -108,7 +136,110 @@ def plan_submissions(
                 data={"items": len(items), "intent_key": intent_key},
             )
             created.append(submission.pk)
-            enqueue("ledger.tasks.send_submission", submission.pk, token)
+            if senders is None:
+                enqueue("ledger.tasks.send_submission", submission.pk, token)
+        if senders is not None:
+            senders.send(submission.pk, token)  # committed: sent beside the planning of the next
+
+
+class Senders:
+    """The units a planner plans (`plan_submissions`), each sent (`send_submission`) as soon as its
+    intent is committed, while the planner plans the next: by one of SENDERS threads, each with its
+    own connection, or, when both are busy, by the planner itself. A unit's sending mostly waits, for
+    the database and for the provider's answer to its upload: sent one after another, each by a task
+    queued behind the polls and collections before it, a million items' 240 units left the provider
+    waiting for the next (1.9 s a unit). Each is sent as the task queued for it would send it, with
+    the claim it was planned with: safe to run twice, and a worker killed mid-send leaves what a
+    killed send task leaves. `close` waits for the units in flight, then closes the threads'
+    connections. `stop` says when to plan no more (the cluster is stopping)."""
+
+    def __init__(self, *, stop: Callable[[], bool]):
+        self.stopping = stop
+        self.free = [ThreadPoolExecutor(1, thread_name_prefix=f"send_unit_{n}") for n in range(SENDERS)]
+        self.in_flight: dict[Future, ThreadPoolExecutor] = {}
+
+    def send(self, submission_id: int, claim: str) -> None:
+        if self.free:
+            thread = self.free.pop()
+            self.in_flight[thread.submit(self.sent, submission_id, claim)] = thread
+        else:
+            self.sent(submission_id, claim)
+        self.wait(FIRST_COMPLETED, timeout=0)
+
+    def sent(self, submission_id: int, claim: str) -> str | None:
+        try:
+            return send_submission(submission_id, held=claim)
+        except Exception:
+            # As a failed send task: the unit keeps its claim, and a pass sends it once that runs out.
+            log.exception("sending submission %s failed", submission_id)
+            return None
+
+    def wait(self, until: str = ALL_COMPLETED, timeout: float | None = None) -> None:
+        done, _ = wait(list(self.in_flight), timeout=timeout, return_when=until)
+        for future in done:
+            self.free.append(self.in_flight.pop(future))
+
+    def close(self) -> None:
+        self.wait()
+        for thread in self.free:
+            thread.submit(close_connection).result()
+            thread.shutdown()
+        self.free = []
+
+
+def close_connection() -> None:
+    connection.close()  # the calling thread's own
+
+
+class SentElsewhere(Exception):
+    """Another planner sends the job's units (`senders_for`): it plans them as it goes."""
+
+
+@contextmanager
+def senders_for(job_id: int, *, stop: Callable[[], bool]) -> Iterator[Senders | None]:
+    """`Senders` for planning the job, or None where its units' sends are queued instead: a server
+    answering each request is sent its unit as the unit is collected (a task of its own), and the
+    threads' commits are their own, so only on PostgreSQL (SQLite takes one writer at a time) and
+    outside a transaction (the test suite's). One planner at a time sends a job's units (a lock of
+    the planner's session, let go with it if its worker dies; SentElsewhere when another holds it),
+    so the cluster's other workers go on polling and collecting. Threads hand the interpreter over
+    quickly meanwhile, as a collection's do (`quicker_thread_switches`): one renders a unit while the
+    others wait for the database."""
+    provider = Job.objects.filter(pk=job_id).values_list("provider", flat=True).first()
+    if (
+        provider is None
+        or capabilities(provider).delivery == Delivery.PER_REQUEST
+        or connection.vendor != "postgresql"
+        or connection.in_atomic_block
+    ):
+        yield None
+        return
+    if not take_sending(job_id):
+        raise SentElsewhere(job_id)
+    senders = Senders(stop=stop)
+    try:
+        with quicker_thread_switches():
+            yield senders
+    finally:
+        try:
+            senders.close()
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [SENDING_LOCK, job_id])
+
+
+def take_sending(job_id: int) -> bool:
+    """Take the job's sending (`senders_for`), waiting a little for a planner that has stopped
+    planning to finish sending its last units (a task it left the rest to may start meanwhile)."""
+    give_up = time.monotonic() + SENDING_PATIENCE
+    with connection.cursor() as cursor:
+        while True:
+            cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [SENDING_LOCK, job_id])
+            if cursor.fetchone()[0]:
+                return True
+            if time.monotonic() > give_up:
+                return False
+            time.sleep(0.2)
 
 
 def intents_waiting(job_id: int) -> int:

@@ -24,7 +24,7 @@ import logging
 import math
 import random
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from werkzeug.wrappers import Request
@@ -47,6 +47,9 @@ log = logging.getLogger(__name__)
 ENDPOINT = "/v1/chat/completions"  # the only endpoint the emulator can answer
 MAX_REQUESTS = 50_000
 COMPLETION_WINDOW = "24h"  # the only one OpenAI takes
+# Requests run at a time when time is kept in the background (`advance_a_little`): tens of milliseconds
+# under the lock, where a unit of 5,000 held it, and every upload and poll with it, a third of a second.
+REQUESTS_AT_A_TIME = 500
 TERMINAL = {"failed", "completed", "expired", "cancelled"}
 STAMPS = ["in_progress", "finalizing", "completed", "failed", "expired", "cancelling", "cancelled"]
 EXPIRED_MESSAGE = "This request could not be executed before the completion window expired."
@@ -106,8 +109,20 @@ class _Batch:
     error_file_id: str | None = None
     usage: Counter = field(default_factory=Counter)
     miscounted: bool = False  # `count_mismatch` was on when its files were written
+    # (total, completed, failed) once its files are written: its requests are then let go.
+    tally: tuple[int, int, int] | None = None
+
+    def counts(self) -> tuple[int, int, int]:
+        if self.tally is not None:
+            return self.tally
+        return (
+            len(self.requests),
+            sum(r.succeeded for r in self.requests),
+            sum(r.result is not None and not r.succeeded for r in self.requests),
+        )
 
     def as_json(self) -> dict:
+        total, completed, failed = self.counts()
         return {
             "id": self.id,
             "object": "batch",
@@ -122,11 +137,7 @@ class _Batch:
             "created_at": int(self.created),
             "expires_at": int(self.created) + DAY,
             **{f"{name}_at": _int_or_none(self.stamps.get(name)) for name in STAMPS},
-            "request_counts": {
-                "total": len(self.requests),
-                "completed": sum(r.succeeded for r in self.requests) + self.miscounted,
-                "failed": sum(r.result is not None and not r.succeeded for r in self.requests),
-            },
+            "request_counts": {"total": total, "completed": completed + self.miscounted, "failed": failed},
             "usage": {
                 "input_tokens": self.usage["input"],
                 "input_tokens_details": {"cached_tokens": 0},
@@ -166,6 +177,8 @@ class Emulator(FilesApi):
         self._batches: dict[str, _Batch] = {}  # in creation order
         self._inferences: Counter = Counter()
         self._attempts = Attempts()
+        # `strict_schema.refusal` of each response_format seen, by its JSON (`_refusal`).
+        self._refusals: dict[str, str | None] = {}
         super().__init__(**kwargs)
 
     routes = FilesApi.routes + (
@@ -217,6 +230,14 @@ class Emulator(FilesApi):
 
     def advance(self) -> None:
         self._advance_all()
+
+    def advance_a_little(self) -> bool:
+        now, left = self.clock.now(), REQUESTS_AT_A_TIME
+        for batch in self._batches.values():
+            left -= self._advance(batch, now, most=left)
+            if left <= 0:
+                return True
+        return False
 
     # --- the routes --------------------------------------------------------------------------
 
@@ -331,8 +352,10 @@ class Emulator(FilesApi):
         for batch in self._batches.values():
             self._advance(batch, now)
 
-    def _advance(self, batch: _Batch, now: float) -> None:
-        """Replay what would have happened to `batch` up to `now`, stamping each step."""
+    def _advance(self, batch: _Batch, now: float, most: float = math.inf) -> int:
+        """Replay what would have happened to `batch` up to `now`, stamping each step, or only as far
+        as its next `most` requests. Returns how many requests ran."""
+        ran = 0
         settle = self.finalizing_ms / 1000
         if batch.status == "validating" and now >= batch.created + self.validating_ms / 1000:
             self._validate(batch, batch.created + self.validating_ms / 1000)
@@ -341,9 +364,12 @@ class Emulator(FilesApi):
             expire_after = self.knobs.expire_after_ms
             deadline = math.inf if expire_after is None else batch.stamps["in_progress"] + expire_after / 1000
             while batch.ran < len(batch.requests) and batch.clock + step <= min(now, deadline):
+                if ran >= most:
+                    return ran  # the rest another time
                 batch.clock += step
                 self._run(batch, batch.requests[batch.ran], batch.clock)
                 batch.ran += 1
+                ran += 1
             if batch.ran < len(batch.requests) and now >= deadline:
                 # Out of time part-way: what ran stays, the rest expires unrun (§1.7).
                 for request in batch.requests[batch.ran :]:
@@ -362,6 +388,7 @@ class Emulator(FilesApi):
                     request.custom_id, "batch_cancelled", "The batch was cancelled."
                 )
             self._enter(batch, "cancelled", batch.stamps["cancelling"] + settle)
+        return ran
 
     def _enter(self, batch: _Batch, status: str, at: float) -> None:
         batch.status = status
@@ -379,6 +406,9 @@ class Emulator(FilesApi):
             batch.output_file_id = self._result_file(batch, "output", output, at)
             failures = [compact_json(r.result) for r in finished if not r.succeeded]
             batch.error_file_id = self._result_file(batch, "error", failures, at)
+            # What it was asked and answered now lives in its files: a million requests kept as
+            # parsed bodies and result lines held gigabytes, and every garbage collection read them.
+            batch.tally, batch.requests = batch.counts(), []
             # OpenAI's thin event (reference/providers.md §8.4): the batch is fetched again.
             event = {
                 "id": new_id("evt_"),
@@ -450,6 +480,8 @@ class Emulator(FilesApi):
                 models.add(line["body"]["model"])
             seen.add(custom_id)
             requests.append(_Request(custom_id, line["body"], attempt=0))
+        # Read: the batch keeps the file's name, not its megabytes (the file itself is deleted apart).
+        batch.input_file = replace(batch.input_file, content=b"")
         if len(models) > 1:
             error(
                 "mismatched_model",
@@ -476,7 +508,7 @@ class Emulator(FilesApi):
         """Answer one request at simulated time `at`."""
         body, custom_id = request.body, request.custom_id
         missing = next((name for name in ("model", "messages") if not body.get(name)), None)
-        refused = self.knobs.strict_schemas and strict_schema.refusal(body.get("response_format"))
+        refused = self.knobs.strict_schemas and self._refusal(body.get("response_format"))
         if missing:
             message = f"Missing required parameter: '{missing}'."
             request.result = _error_line(custom_id, 400, message, "invalid_request_error", missing)
@@ -495,6 +527,14 @@ class Emulator(FilesApi):
             batch.usage["input"] += usage["prompt_tokens"]
             batch.usage["output"] += usage["completion_tokens"]
             request.succeeded = True
+
+    def _refusal(self, response_format: Any) -> str | None:
+        """`strict_schema.refusal`, judged once for each response_format: a unit's thousands of
+        requests carry the same one, and judging it again for each was an eighth of a request's time."""
+        key = compact_json(response_format)
+        if key not in self._refusals:
+            self._refusals[key] = strict_schema.refusal(response_format)
+        return self._refusals[key]
 
     def _completion_line(self, custom_id: str, body: dict, at: float, shape: str = "") -> tuple[dict, dict]:
         """A success line answering `body` at simulated time `at` (shaped as `textgen.answer`

@@ -162,6 +162,13 @@ class EmulatorServer:
     def advance(self) -> None:
         """Bring every unit up to date (called, under the lock, before knobs change)."""
 
+    def advance_a_little(self) -> bool:
+        """Part of `advance` (called under the lock); True while more is left to do. A protocol whose
+        units take long to bring up to date does it a part at a time, so that a call waiting for the
+        lock (an upload, a poll) waits for a part, not for every unit's whole run."""
+        self.advance()
+        return False
+
     # --- serving ---------------------------------------------------------------------------
 
     @property
@@ -228,8 +235,10 @@ class EmulatorServer:
         workers do other things, not while the first poll after its end waits for them. What a
         unit becomes, and when, is the same either way (it follows from its timestamps)."""
         while not stop.wait(every):
-            with self.lock:
-                self.advance()
+            more = True
+            while more and not stop.is_set():
+                with self.lock:
+                    more = self.advance_a_little()
 
     def __enter__(self):
         self.start()

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from ledger.emulators.clock import TestClock, WallClock
-from ledger.emulators.openai import ENDPOINT, Emulator
+from ledger.emulators.openai import ENDPOINT, REQUESTS_AT_A_TIME, Emulator
 from tests.processes import wait_until
 
 
@@ -42,6 +42,34 @@ def test_a_unit_nobody_asks_about_is_worked_on_and_its_results_written():
     output = emulator._files[answered["output_file_id"]].content.decode().splitlines()
     assert sorted(json.loads(line)["custom_id"] for line in output) == sorted(f"bd-{n}-1" for n in range(20))
     assert emulator.evidence()["inferences"] == {f"bd-{n}-1": 1 for n in range(20)}
+
+
+def test_time_kept_in_the_background_runs_a_few_hundred_requests_at_a_time_and_lets_go_of_the_lock():
+    """An upload or a poll waits for a part of a unit's run, not for all of it (nor for every unit's);
+    the unit comes out as it would have all at once."""
+    clock = TestClock()
+    emulator = Emulator(per_request_ms=0, validating_ms=5, finalizing_ms=5, clock=clock)
+    count = REQUESTS_AT_A_TIME * 2 + 7
+    content = "".join(request(n) + "\n" for n in range(count)).encode()
+    file = emulator.create_file(filename="in.jsonl", purpose="batch", content=content)
+    batch = emulator.create_batch(
+        {"input_file_id": file["id"], "endpoint": ENDPOINT, "completion_window": "24h"}
+    )
+    unit = emulator._batches[batch["id"]]
+    clock.advance(seconds=1)
+
+    parts = []
+    with emulator.lock:
+        while emulator.advance_a_little():
+            parts.append(len(emulator.evidence()["inferences"]))
+    assert parts == [REQUESTS_AT_A_TIME, 2 * REQUESTS_AT_A_TIME]
+    assert unit.status == "completed"
+    answered = emulator.get_batch(batch["id"])
+    assert answered["request_counts"] == {"total": count, "completed": count, "failed": 0}
+    output = emulator._files[answered["output_file_id"]].content.decode().splitlines()
+    assert sorted(json.loads(line)["custom_id"] for line in output) == sorted(
+        f"bd-{n}-1" for n in range(count)
+    )
 
 
 def test_a_test_clock_stands_still_until_moved_and_never_goes_back():
