@@ -86,6 +86,6 @@ def per_row(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("ledger", "0047_output_schema_as_written")]
+    dependencies = [("ledger", "0049_screens_draft_tally")]
 
     operations = [migrations.RunPython(per_statement, per_row)]
