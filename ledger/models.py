@@ -18,6 +18,7 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from .database.json_as_written import JSONAsWrittenField
+from .database.tallies import DRAFT_TALLY_PERIOD
 from .retrying import PERMANENT_REFUSAL_PATIENCE
 from .states import (
     DISCARDED_STATES,
@@ -535,10 +536,6 @@ class ItemTally(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.job_id} {self.state} {self.items:+}"
-
-
-# Draft tallies add up the drafts received in each quarter hour: a day starts on one in every time zone.
-DRAFT_TALLY_PERIOD = timedelta(minutes=15)
 
 
 class DraftTally(models.Model):

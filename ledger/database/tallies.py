@@ -6,9 +6,10 @@ stops, and which drops the table's own triggers. So the triggers are not install
 but around every `migrate`: dropped before it (`before_migrate`), then, after it, the tallies are
 counted again from the rows and the triggers installed (`after_migrate`). A demo database is small."""
 
+from datetime import timedelta
+
 from django.db import connections
 
-from ..models import DRAFT_TALLY_PERIOD
 from ..states import DISCARDED_STATES, UNDECIDED_STATES, sql_list
 
 # A draft of an item in these states waits for a decision, and an approved draft of an item in these
@@ -65,6 +66,10 @@ def version_row(row: str, sign: int) -> str:
         {sign} * {row}.input_tokens, {sign} * {row}.output_tokens,
         CASE WHEN json_extract({row}.usage, '$.apportioned') = 1 THEN {sign} ELSE 0 END
     FROM ledger_item i WHERE i.id = {row}.item_id;"""
+
+
+# Draft tallies add up the drafts received in each quarter hour: a day starts on one in every time zone.
+DRAFT_TALLY_PERIOD = timedelta(minutes=15)
 
 
 def quarter(at: str) -> str:
