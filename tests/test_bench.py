@@ -71,10 +71,11 @@ def test_a_small_run_prints_every_figure_and_drops_its_database():
     for name, target in NOT_MEASURED_YET:
         assert re.search(rf"^{re.escape(name)}\s+not measured yet\s.*{re.escape(target)}", table, re.M), table
     # The import of new products is judged against its ceiling measured in the same run (SPEC §10),
-    # the ceiling shown against COPY, not judged.
+    # the ceiling shown against COPY, not judged; a run this small may be too short to judge it by
+    # (its work within the noise of Django's start), and then says so.
     assert re.search(
-        rf"^import, new products\s+{NUMBER} rows/s\s+{NUMBER} rows/s ceiling\s+{NUMBER}\s+ratio ≥ 0\.80 "
-        r"\(80% of ceiling\)\s+(pass|FAIL)$",
+        rf"^import, new products\s+{NUMBER} rows/s( \(too short to judge\))?\s+{NUMBER} rows/s ceiling\s+{NUMBER}"
+        r"\s+ratio ≥ 0\.80 \(80% of ceiling\)\s+(pass|FAIL|—)$",
         table,
         re.M,
     ), table

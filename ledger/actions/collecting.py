@@ -43,8 +43,10 @@ CHUNK_MAX_AGE = 2.0
 RECORDERS = 2
 # With recorders, the first chunk and the last ones are this share of a full chunk: the recorders
 # start sooner, and the lines read last are recorded in pieces side by side instead of one whole
-# chunk recorded alone after the reading has ended.
+# chunk recorded alone after the reading has ended. A chunk set smaller than RAMP_FROM lines (a
+# deployment committing every few lines) is kept exactly as set.
 RAMP_SHARE = 5
+RAMP_FROM = 100
 
 
 class RecordedRequests:
@@ -513,7 +515,10 @@ class Chunk:
 
     def expect(self, lines: int) -> None:
         """The file should hold `lines` more lines: with recorders, the first chunk and the last
-        ones are smaller (RAMP_SHARE), so that recording starts early and ends soon after reading."""
+        ones are smaller (RAMP_SHARE), so that recording starts early and ends soon after reading
+        (chunks of RAMP_FROM lines or more)."""
+        if self.full_size < RAMP_FROM:
+            return
         self.expected = lines
         self.size = max(1, self.full_size // RAMP_SHARE)
 

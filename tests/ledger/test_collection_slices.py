@@ -87,8 +87,8 @@ def test_recorders_start_on_a_small_chunk_and_end_on_small_ones(emulator, settin
     # With recording threads (PostgreSQL, no transaction around the collection), the first chunk is
     # a fifth of a full one, so that recording starts early, and the last ones shrink as the lines
     # expected run out, so that little is left to record once the reading ends.
-    settings.BATCHDESK_COLLECT_CHUNK = 10
-    job = job_with_items(BY_NAME["emulator"], 43, unit_size=43)
+    settings.BATCHDESK_COLLECT_CHUNK = 100
+    job = job_with_items(BY_NAME["emulator"], 430, unit_size=430)
     [submission_id] = plan_submissions(job.pk)
     send_submission(submission_id)
     provider = get_provider("emulator")
@@ -98,6 +98,24 @@ def test_recorders_start_on_a_small_chunk_and_end_on_small_ones(emulator, settin
 
     assert collect_submission(submission_id, provider=provider, chunk=ChunkSizesNoted) == "collected"
 
-    assert ChunkSizesNoted.sizes == [2, 10, 10, 10, 5, 3, 2, 1]
-    assert Item.objects.filter(job=job, state=ItemState.AWAITING_REVIEW).count() == 43
-    assert GeneratedVersion.objects.filter(item__job=job).count() == 43
+    assert ChunkSizesNoted.sizes == [20, 100, 100, 100, 55, 27, 20, 8]
+    assert Item.objects.filter(job=job, state=ItemState.AWAITING_REVIEW).count() == 430
+    assert GeneratedVersion.objects.filter(item__job=job).count() == 430
+
+
+@pytest.mark.postgresql_only
+@pytest.mark.django_db(transaction=True)
+def test_a_chunk_set_smaller_than_a_ramp_is_kept_as_set(emulator, settings):  # noqa: F811
+    # A deployment committing every few lines gets exactly that, from the first chunk to the last.
+    settings.BATCHDESK_COLLECT_CHUNK = 5
+    job = job_with_items(BY_NAME["emulator"], 23, unit_size=23)
+    [submission_id] = plan_submissions(job.pk)
+    send_submission(submission_id)
+    provider = get_provider("emulator")
+    while observe_submission(submission_id, provider=provider) != "ended":
+        time.sleep(0.05)
+    ChunkSizesNoted.sizes = []
+
+    assert collect_submission(submission_id, provider=provider, chunk=ChunkSizesNoted) == "collected"
+
+    assert ChunkSizesNoted.sizes == [5, 5, 5, 5, 3]
