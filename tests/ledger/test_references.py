@@ -1,5 +1,5 @@
 """An item's and an event's references are checked by the database once per statement (migration
-0015; migration 0021 plans each check for the statement's size), as strictly as the per-row foreign keys
+0015; migrations 0021 and 0051 plan each check for the statement's size), as strictly as the per-row foreign keys
 they replace: a statement with one wrong reference is
 refused whole, with SQLSTATE 23503 (an IntegrityError), and changes nothing."""
 
@@ -141,6 +141,52 @@ def test_a_statement_of_many_events_is_checked_as_strictly_as_one_of_a_few(wrong
         with connection.cursor() as cursor:
             cursor.execute(insert, params)
         assert Event.objects.count() == before + MANY
+    else:
+        assert "refers to" in refused(insert, params)
+        assert Event.objects.count() == before
+
+
+@pytest.mark.parametrize("wrong", [None, "item", "item of another job", "job", "user"])
+def test_a_few_events_beside_many_items_are_checked_as_strictly(wrong):
+    """Migration 0051: a statement of events small beside the items the statistics know (a collection's
+    chunk) has its items looked up by key instead of matched in one hashed pass; as strictly."""
+    item, other = ItemFactory(), ItemFactory()
+    owner = UserFactory()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "WITH products AS (INSERT INTO ledger_product (sku, status, published_content, created_at, updated_at) "
+            "SELECT 'FEW-' || g, 'active', '', now(), now() FROM generate_series(1, 200) g RETURNING id), "
+            "revisions AS (INSERT INTO ledger_sourcerevision (product_id, number, title, fields, content_hash, created_at) "
+            "SELECT id, 1, 'Few', '{}', '', now() FROM products RETURNING id, product_id) "
+            "INSERT INTO ledger_item (job_id, product_id, source_revision_id, state, reason, reason_code, "
+            "inference_attempt, inference_failures, apply_failures, created_at, updated_at) "
+            "SELECT %s, product_id, id, 'prepared', '', '', 1, 0, 0, now(), now() FROM revisions",
+            [item.job_id],
+        )
+        # The statistics autovacuum keeps: what the check sizes the statement against.
+        cursor.execute("ANALYZE ledger_item")
+        cursor.execute("SELECT reltuples FROM pg_class WHERE relname = 'ledger_item'")
+        assert cursor.fetchone()[0] >= 4 * 3 + 1  # three events are "few" beside these items
+    before = Event.objects.count()
+    rows = [(item.pk, item.job_id, owner.pk)] * 3
+    if wrong == "item":
+        rows[1] = (MISSING, item.job_id, owner.pk)
+    elif wrong == "item of another job":
+        rows[1] = (other.pk, item.job_id, owner.pk)
+    elif wrong == "job":
+        rows[1] = (None, MISSING, owner.pk)
+    elif wrong == "user":
+        rows[1] = (item.pk, item.job_id, MISSING)
+    insert = (
+        "INSERT INTO ledger_event (item_id, job_id, actor_id, from_state, to_state, actor_name, reason, data, at) "
+        f"VALUES {', '.join(["(%s, %s, %s, '', 'prepared', 'system', '', '{}', now())"] * len(rows))}"
+    )
+    params = [value for row in rows for value in row]
+
+    if wrong is None:
+        with connection.cursor() as cursor:
+            cursor.execute(insert, params)
+        assert Event.objects.count() == before + 3
     else:
         assert "refers to" in refused(insert, params)
         assert Event.objects.count() == before
