@@ -123,3 +123,21 @@ def test_a_job_analyses_its_events_without_sampling_their_texts():
     assert ("ledger_event", "item_id") in kept
     assert ("ledger_event", "to_state") in kept
     assert not kept & {("ledger_event", "reason"), ("ledger_event", "data")}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_import_analyses_its_products_without_sampling_their_digests():
+    # A revision's hash and a product's line digest and published text are read with their row and
+    # never searched (migration 0052); the columns the catalogue's screens filter by keep theirs.
+    import_catalogue(catalogue(PRODUCTS))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT tablename, attname FROM pg_stats WHERE tablename IN ('ledger_product', 'ledger_sourcerevision')"
+        )
+        kept = set(cursor.fetchall())
+    assert {("ledger_product", "sku"), ("ledger_product", "status"), ("ledger_sourcerevision", "title")} <= kept
+    assert not kept & {
+        ("ledger_sourcerevision", "content_hash"),
+        ("ledger_product", "line_digest"),
+        ("ledger_product", "published_content"),
+    }
