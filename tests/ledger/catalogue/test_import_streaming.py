@@ -60,6 +60,19 @@ def test_a_file_of_30000_rows_is_checked_without_holding_its_records(tmp_path, m
     assert peak < 5_000_000
 
 
+def test_the_first_chunk_is_small_so_the_database_starts_writing_early(tmp_path, monkeypatch):
+    monkeypatch.setattr(importing, "_WRITE_CHUNK", 500)
+    path = tmp_path / "twelve-hundred.jsonl"
+    path.write_bytes(rows(1_200))
+    written = []
+
+    report = import_catalogue(path, on_progress=lambda report: written.append(report.rows_written))
+
+    assert report.created == 1_200
+    # Progress is told after each chunk written: a fifth of a chunk first, then full ones.
+    assert sorted(set(written) - {0}) == [100, 600, 1_100, 1_200]
+
+
 def test_rows_are_written_in_chunks_inside_one_transaction(tmp_path, monkeypatch):
     monkeypatch.setattr(importing, "_WRITE_CHUNK", 2)
     path = tmp_path / "five.jsonl"
