@@ -135,7 +135,11 @@ def test_an_import_analyses_its_products_without_sampling_their_digests():
             "SELECT tablename, attname FROM pg_stats WHERE tablename IN ('ledger_product', 'ledger_sourcerevision')"
         )
         kept = set(cursor.fetchall())
-    assert {("ledger_product", "sku"), ("ledger_product", "status"), ("ledger_sourcerevision", "title")} <= kept
+    assert {
+        ("ledger_product", "sku"),
+        ("ledger_product", "status"),
+        ("ledger_sourcerevision", "title"),
+    } <= kept
     assert not kept & {
         ("ledger_sourcerevision", "content_hash"),
         ("ledger_product", "line_digest"),
