@@ -14,12 +14,14 @@ import json
 import re
 from typing import Any, NamedTuple
 
+# The templates are filled by str.replace, not str.format: a few tenths of a microsecond less each,
+# fifteen times a request.
 OPENERS = ["Introducing the {t}.", "Meet the {t}.", "Say hello to the {t}.", "Discover the {t}."]
-# (sentence, how one fact reads inside it)
+# (sentence, what stands between a fact's key and its value inside it)
 FACT_FRAMES = [
-    ("Its {list}.", "{k} is {v}"),
-    ("Key details: {list}.", "{k} {v}"),
-    ("Specifications: {list}.", "{k} {v}"),
+    ("Its {list}.", " is "),
+    ("Key details: {list}.", " "),
+    ("Specifications: {list}.", " "),
 ]
 # The orders two groups of facts may take the frames in (the second group's frame is another one).
 FRAME_PAIRS = [(a, b) for a in range(len(FACT_FRAMES)) for b in range(len(FACT_FRAMES)) if a != b]
@@ -56,23 +58,23 @@ def facts_in(prompt: str) -> list[tuple[str, str]]:
     return facts
 
 
-def _listed(facts: list[tuple[str, str]], item: str) -> str:
-    parts = [item.format(k=k, v=v) for k, v in facts]
+def _listed(facts: list[tuple[str, str]], between: str) -> str:
+    parts = [key + between + value for key, value in facts]
     return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 def _paragraph(subject: str, facts: list[tuple[str, str]], dice: bytes) -> str:
     """2-4 sentences: an opener, the facts in one or two sentences, sometimes a closer. `dice`:
     the request's hash, a byte for each choice."""
-    sentences = [OPENERS[dice[0] % len(OPENERS)].format(t=subject)]
+    sentences = [OPENERS[dice[0] % len(OPENERS)].replace("{t}", subject)]
     half = (len(facts) + 1) // 2
     groups = [facts[:half], facts[half:]] if len(facts) > 3 else [facts] if facts else []
     frames = FRAME_PAIRS[dice[1] % len(FRAME_PAIRS)]
     for group, frame in zip(groups, frames, strict=False):
-        sentence, item = FACT_FRAMES[frame]
-        sentences.append(sentence.format(list=_listed(group, item)))
+        sentence, between = FACT_FRAMES[frame]
+        sentences.append(sentence.replace("{list}", _listed(group, between)))
     if len(sentences) < 2 or dice[2] < 128:
-        sentences.append(CLOSERS[dice[3] % len(CLOSERS)].format(t=subject))
+        sentences.append(CLOSERS[dice[3] % len(CLOSERS)].replace("{t}", subject))
     return " ".join(sentences)
 
 
