@@ -9,6 +9,7 @@ the cores the workers use: a request costs a few tens of microseconds (one hash,
 expression, string formatting), not a JSON dump and a seeded random generator each.
 """
 
+import functools
 import hashlib
 import json
 import re
@@ -35,6 +36,10 @@ LEADING_THE = re.compile(r"(?i)^the\s+")
 def count_tokens(text: str) -> int:
     """Roughly four tokens per three words, like English text in a BPE tokenizer."""
     return round(len(text.split()) * 4 / 3)
+
+
+# A unit's requests share their instructions (the system message): counted once, not once a request.
+_instruction_tokens = functools.lru_cache(maxsize=64)(count_tokens)
 
 
 def _fit(text: str, schema: dict) -> str:
@@ -138,9 +143,9 @@ def generate(body: dict, optionals: str = "written") -> tuple[str, dict]:
     messages = [
         (m.get("role"), _text(m.get("content"))) for m in body.get("messages", []) if isinstance(m, dict)
     ]
-    prompt = "\n".join(text for role, text in messages if role == "user")
+    prompt = "\n".join([text for role, text in messages if role == "user"])
     # What the words depend on: every message, in order, with its role.
-    said = "\x00".join(f"{role}\x01{text}" for role, text in messages)
+    said = "\x00".join([f"{role}\x01{text}" for role, text in messages])
     dice = hashlib.blake2b(said.encode(), digest_size=8).digest()
     match = TITLE.search(prompt)
     title = match.group(1) if match else "product"
@@ -170,7 +175,9 @@ def generate(body: dict, optionals: str = "written") -> tuple[str, dict]:
     if budget and completion_tokens > budget:
         content = " ".join(content.split(" ")[: max(1, int(budget * 3 / 4))])
         completion_tokens = budget
-    prompt_tokens = sum(count_tokens(text) + 3 for _, text in messages)
+    prompt_tokens = sum(
+        (count_tokens(text) if role == "user" else _instruction_tokens(text)) + 3 for role, text in messages
+    )
     total = prompt_tokens + completion_tokens
     return content, {
         "prompt_tokens": prompt_tokens,
