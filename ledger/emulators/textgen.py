@@ -9,17 +9,20 @@ the cores the workers use: a request costs a few tens of microseconds (one hash,
 expression, string formatting), not a JSON dump and a seeded random generator each.
 """
 
+import functools
 import hashlib
 import json
 import re
 from typing import Any, NamedTuple
 
+# The templates are filled by str.replace, not str.format: a few tenths of a microsecond less each,
+# fifteen times a request.
 OPENERS = ["Introducing the {t}.", "Meet the {t}.", "Say hello to the {t}.", "Discover the {t}."]
-# (sentence, how one fact reads inside it)
+# (sentence, what stands between a fact's key and its value inside it)
 FACT_FRAMES = [
-    ("Its {list}.", "{k} is {v}"),
-    ("Key details: {list}.", "{k} {v}"),
-    ("Specifications: {list}.", "{k} {v}"),
+    ("Its {list}.", " is "),
+    ("Key details: {list}.", " "),
+    ("Specifications: {list}.", " "),
 ]
 # The orders two groups of facts may take the frames in (the second group's frame is another one).
 FRAME_PAIRS = [(a, b) for a in range(len(FACT_FRAMES)) for b in range(len(FACT_FRAMES)) if a != b]
@@ -33,6 +36,10 @@ LEADING_THE = re.compile(r"(?i)^the\s+")
 def count_tokens(text: str) -> int:
     """Roughly four tokens per three words, like English text in a BPE tokenizer."""
     return round(len(text.split()) * 4 / 3)
+
+
+# A unit's requests share their instructions (the system message): counted once, not once a request.
+_instruction_tokens = functools.lru_cache(maxsize=64)(count_tokens)
 
 
 def _fit(text: str, schema: dict) -> str:
@@ -56,23 +63,23 @@ def facts_in(prompt: str) -> list[tuple[str, str]]:
     return facts
 
 
-def _listed(facts: list[tuple[str, str]], item: str) -> str:
-    parts = [item.format(k=k, v=v) for k, v in facts]
+def _listed(facts: list[tuple[str, str]], between: str) -> str:
+    parts = [key + between + value for key, value in facts]
     return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 def _paragraph(subject: str, facts: list[tuple[str, str]], dice: bytes) -> str:
     """2-4 sentences: an opener, the facts in one or two sentences, sometimes a closer. `dice`:
     the request's hash, a byte for each choice."""
-    sentences = [OPENERS[dice[0] % len(OPENERS)].format(t=subject)]
+    sentences = [OPENERS[dice[0] % len(OPENERS)].replace("{t}", subject)]
     half = (len(facts) + 1) // 2
     groups = [facts[:half], facts[half:]] if len(facts) > 3 else [facts] if facts else []
     frames = FRAME_PAIRS[dice[1] % len(FRAME_PAIRS)]
     for group, frame in zip(groups, frames, strict=False):
-        sentence, item = FACT_FRAMES[frame]
-        sentences.append(sentence.format(list=_listed(group, item)))
+        sentence, between = FACT_FRAMES[frame]
+        sentences.append(sentence.replace("{list}", _listed(group, between)))
     if len(sentences) < 2 or dice[2] < 128:
-        sentences.append(CLOSERS[dice[3] % len(CLOSERS)].format(t=subject))
+        sentences.append(CLOSERS[dice[3] % len(CLOSERS)].replace("{t}", subject))
     return " ".join(sentences)
 
 
@@ -136,9 +143,9 @@ def generate(body: dict, optionals: str = "written") -> tuple[str, dict]:
     messages = [
         (m.get("role"), _text(m.get("content"))) for m in body.get("messages", []) if isinstance(m, dict)
     ]
-    prompt = "\n".join(text for role, text in messages if role == "user")
+    prompt = "\n".join([text for role, text in messages if role == "user"])
     # What the words depend on: every message, in order, with its role.
-    said = "\x00".join(f"{role}\x01{text}" for role, text in messages)
+    said = "\x00".join([f"{role}\x01{text}" for role, text in messages])
     dice = hashlib.blake2b(said.encode(), digest_size=8).digest()
     match = TITLE.search(prompt)
     title = match.group(1) if match else "product"
@@ -168,7 +175,9 @@ def generate(body: dict, optionals: str = "written") -> tuple[str, dict]:
     if budget and completion_tokens > budget:
         content = " ".join(content.split(" ")[: max(1, int(budget * 3 / 4))])
         completion_tokens = budget
-    prompt_tokens = sum(count_tokens(text) + 3 for _, text in messages)
+    prompt_tokens = sum(
+        (count_tokens(text) if role == "user" else _instruction_tokens(text)) + 3 for role, text in messages
+    )
     total = prompt_tokens + completion_tokens
     return content, {
         "prompt_tokens": prompt_tokens,

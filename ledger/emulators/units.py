@@ -25,12 +25,13 @@ class Attempts:
 @dataclass
 class SentRequest:
     """One request of a unit as it was sent (its body: chat-completions or Messages parameters),
-    which attempt it is (`Attempts`), and its result once it has run (or will never run)."""
+    which attempt it is (`Attempts`), and its result once it has run (or will never run): an
+    object, or the JSON text of the line a protocol writes it as."""
 
     custom_id: str
     body: dict
     attempt: int
-    result: dict | None = None
+    result: dict | str | None = None
 
 
 class Expiring(Protocol):

@@ -11,7 +11,7 @@ from openai import OpenAI
 
 from ledger.emulators import textgen
 from ledger.emulators.clock import TestClock
-from ledger.emulators.openai import Emulator
+from ledger.emulators.openai import Emulator, _shared
 
 ENDPOINT = "/v1/chat/completions"
 ENDED = {"completed", "failed", "expired", "cancelled"}
@@ -479,6 +479,58 @@ def test_textgen_reads_each_fact_from_its_own_line():
     content, _ = textgen.generate(body)
     assert "oak" in content and "natural: oiled" in content and "40 cm" in content
     assert "no key" not in content and "empty" not in content and "fact" not in content
+
+
+def test_textgen_writes_braces_in_a_title_or_fact_as_they_are():
+    schema = {
+        "type": "object",
+        "properties": {"headline": {"type": "string"}, "description": {"type": "string"}},
+    }
+    response_format = {"type": "json_schema", "json_schema": {"name": "o", "schema": schema}}
+
+    headlines = set()
+    for n in range(20):  # enough requests for every opener, frame and headline template
+        title = f"Box {{t}} of {{title}} {n}"
+        prompt = f"Title: {title}\n- lid: {{list}} and {{v}}\n- size: 4 cm\n- wood: oak\n- colour: red"
+        body = {
+            "model": "m",
+            "messages": [{"role": "user", "content": prompt}],
+            "response_format": response_format,
+        }
+        draft = json.loads(textgen.generate(body)[0])
+        assert draft["headline"] in {title, f"Introducing the {title}", f"Meet the {title}"}
+        assert f"the {title}." in draft["description"] and "{list} and {v}" in draft["description"]
+        headlines.add(draft["headline"].removesuffix(title))
+    assert headlines == {"", "Introducing the ", "Meet the "}
+
+
+def test_textgen_counts_every_message_of_the_prompt_including_the_system_one():
+    user = "Title: Oak\n- wood: oak"
+
+    def usage(system: str) -> dict:
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        return textgen.generate({"model": "m", "messages": messages})[1]
+
+    for system in ("Be brief.", "Be brief and use only the facts you are given.", "Be brief."):
+        expected = textgen.count_tokens(system) + 3 + textgen.count_tokens(user) + 3
+        assert usage(system)["prompt_tokens"] == expected
+
+
+def test_a_units_equal_response_formats_are_kept_once_and_nan_apart_from_null():
+    def response_format(minimum: object) -> dict:
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": "o", "schema": {"type": "number", "minimum": minimum}},
+        }
+
+    formats: dict = {}
+    first = response_format(None)
+    assert _shared(formats, first) is first
+    assert _shared(formats, response_format(None)) is first
+    nan = response_format(float("nan"))  # the same JSON text as null, but not the same answer
+    assert _shared(formats, nan) is nan
+    other = response_format(1)
+    assert _shared(formats, other) is other and _shared(formats, response_format(1)) is other
 
 
 def test_textgen_words_depend_on_the_request():
