@@ -64,15 +64,27 @@ def compact_json(value) -> str:
 
 
 def _holds_float(value) -> bool:
+    """Whether a float is anywhere in `value`. Its lists and objects are walked without recursion, a
+    text or an integer (most of a product's facts) passed over on one look at its type: a unit's
+    prompts ask this of tens of thousands of values."""
+    if isinstance(value, float):
+        return True
+    if isinstance(value, dict):
+        value = value.values()
+    elif not isinstance(value, list | tuple):
+        return False
     waiting = [value]
     while waiting:
-        inner = waiting.pop()
-        if isinstance(inner, float):
-            return True
-        if isinstance(inner, dict):
-            waiting.extend(inner.values())
-        elif isinstance(inner, list | tuple):
-            waiting.extend(inner)
+        for inner in waiting.pop():
+            kind = type(inner)
+            if kind is str or kind is int:
+                continue
+            if isinstance(inner, float):
+                return True
+            if isinstance(inner, dict):
+                waiting.append(inner.values())
+            elif isinstance(inner, list | tuple):
+                waiting.append(inner)
     return False
 
 
