@@ -159,12 +159,14 @@ class Senders:
         self.in_flight: dict[Future, ThreadPoolExecutor] = {}
 
     def send(self, submission_id: int, claim: str) -> None:
+        # Threads that finished since the last unit are free again: looked for first, or the planner
+        # sent this one itself while they waited idle for the next.
+        self.wait(FIRST_COMPLETED, timeout=0)
         if self.free:
             thread = self.free.pop()
             self.in_flight[thread.submit(self.sent, submission_id, claim)] = thread
         else:
             self.sent(submission_id, claim)
-        self.wait(FIRST_COMPLETED, timeout=0)
 
     def sent(self, submission_id: int, claim: str) -> str | None:
         try:

@@ -1,9 +1,12 @@
 """OpenAI Files + Batch API over httpx (reference/providers.md §1). The built-in emulator
 (provider `emulator`) speaks the same protocol."""
 
+import functools
 import io
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
+
+import orjson
 
 from ..drafts.schema_dialects import Dialect, sent_schema
 from ..drafts.scrubbing import scrub_credentials, stored_text
@@ -66,8 +69,58 @@ def response_format(schema: dict, dialect: str) -> dict:
 
 def request_json(request: base.InferenceRequest) -> bytes:
     """One request's line of the input file (UTF-8, no newline): a unit's thousands of lines are
-    each written twice (sized, then sent)."""
-    return compact_json(request_line(request)).encode()
+    each written twice (sized, then sent). What a unit's lines share (the model, the system message,
+    the output-token limit and the response format) is written once (`line_frame`), and each line
+    writes only its custom_id and user message into it; a line orjson cannot write whole (a lone
+    surrogate) is written as `compact_json` writes it."""
+    try:
+        schema = orjson.dumps(request.output_schema) if request.output_schema else b""
+        custom_id, user_message = orjson.dumps(request.custom_id), orjson.dumps(request.user_message)
+    except TypeError:  # orjson.JSONEncodeError is one
+        frame = None
+    else:
+        frame = line_frame(request.model, request.system_message, request.max_output_tokens, schema)
+    if frame is None:
+        return compact_json(request_line(request)).encode()
+    start, middle, end = frame
+    return start + custom_id + middle + user_message + end
+
+
+# Stand-ins for a request's custom_id and user message in a line written once (`line_frame`).
+CUSTOM_ID_MARK, USER_MESSAGE_MARK = "\x00custom_id\x00", "\x00user_message\x00"
+
+
+@functools.lru_cache(maxsize=16, typed=True)
+def line_frame(
+    model: str, system_message: str, max_output_tokens: int, schema: bytes
+) -> tuple[bytes, ...] | None:
+    """A line of these shared parts (`schema`: the output schema as orjson writes it, empty for none) as
+    orjson writes it, cut where the custom_id and the user message go: the same bytes `request_line`
+    gives once they are put back. None when orjson cannot write the shared parts, or they hold a
+    stand-in."""
+    stand_in = base.InferenceRequest(
+        custom_id=CUSTOM_ID_MARK,
+        model=model,
+        system_message=system_message,
+        user_message=USER_MESSAGE_MARK,
+        output_schema=orjson.loads(schema) if schema else None,
+        max_output_tokens=max_output_tokens,
+    )
+    try:
+        line = orjson.dumps(request_line(stand_in))
+    except TypeError:
+        return None
+    start, rest = _cut(line, orjson.dumps(CUSTOM_ID_MARK))
+    middle, end = _cut(rest, orjson.dumps(USER_MESSAGE_MARK))
+    return None if start is None or middle is None else (start, middle, end)
+
+
+def _cut(line: bytes, mark: bytes) -> tuple[bytes | None, bytes]:
+    """The bytes before and after the only `mark` in `line`; (None, line) unless it is there once."""
+    if line.count(mark) != 1:
+        return None, line
+    before, _, after = line.partition(mark)
+    return before, after
 
 
 # `finish_reason`s of a chat completion that say the provider's content filter withheld the answer.

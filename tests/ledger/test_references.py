@@ -1,13 +1,13 @@
-"""An item's and an event's references are checked by the database once per statement (migration
-0015; migrations 0021 and 0051 plan each check for the statement's size), as strictly as the per-row foreign keys
-they replace: a statement with one wrong reference is
-refused whole, with SQLSTATE 23503 (an IntegrityError), and changes nothing."""
+"""An item's, an event's and a unit entry's references are checked by the database once per statement
+(migrations 0015 and 0053; migrations 0021 and 0051 plan each check for the statement's size), as strictly
+as the per-row foreign keys they replace: a statement with one wrong reference is refused whole, with
+SQLSTATE 23503 (an IntegrityError), and changes nothing."""
 
 import pytest
 from django.db import IntegrityError, connection, transaction
 
 from ledger.actions.jobs import create_job
-from ledger.models import Event, GeneratedVersion, Item, Submission
+from ledger.models import Event, GeneratedVersion, Item, Submission, SubmissionItem
 from ledger.states import ItemState, SubmissionState
 from tests.factories import ItemFactory, JobFactory, ProductFactory, UserFactory, add_version
 
@@ -274,3 +274,51 @@ def test_a_draft_must_name_an_item_and_a_submission_of_the_items_job():
         cursor.execute("UPDATE ledger_generatedversion SET submission_id = NULL WHERE id = %s", [draft.pk])
     draft.refresh_from_db()
     assert draft.item_id == item.pk and draft.submission_id is None
+
+
+def insert_entries(rows: list[tuple]) -> tuple[str, list]:
+    """(submission, item, custom_id) rows, written by one statement."""
+    values = ", ".join("(%s, %s, %s, '')" for _ in rows)
+    return (
+        f"INSERT INTO ledger_submissionitem (submission_id, item_id, custom_id, outcome) VALUES {values}",
+        [value for row in rows for value in row],
+    )
+
+
+def test_an_entry_must_name_an_item_and_a_submission_that_exist():
+    """Migration 0053: a unit's entries have their references checked once per statement, as strictly as
+    the foreign keys they replace: one wrong row refuses the whole statement, and changing an entry's
+    item or submission to one that does not exist is refused."""
+    item, other = ItemFactory(), ItemFactory()
+    unit = Submission.objects.create(job=item.job, provider="emulator", intent_key="unit")
+
+    assert "refers to" in refused(*insert_entries([(unit.pk, MISSING, "bd-a")]))
+    assert "refers to" in refused(*insert_entries([(MISSING, item.pk, "bd-b")]))
+    refused(*insert_entries([(unit.pk, item.pk, "bd-c"), (unit.pk, MISSING, "bd-d")]))
+    assert not SubmissionItem.objects.exists()
+
+    with connection.cursor() as cursor:
+        cursor.execute(*insert_entries([(unit.pk, item.pk, "bd-e"), (unit.pk, other.pk, "bd-f")]))
+    entry = SubmissionItem.objects.get(custom_id="bd-e")
+    refused("UPDATE ledger_submissionitem SET item_id = %s WHERE id = %s", [MISSING, entry.pk])
+    refused("UPDATE ledger_submissionitem SET submission_id = %s WHERE id = %s", [MISSING, entry.pk])
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE ledger_submissionitem SET outcome = 'returned' WHERE id = %s", [entry.pk])
+    entry.refresh_from_db()
+    assert (entry.submission_id, entry.item_id, entry.outcome) == (unit.pk, item.pk, "returned")
+
+
+def test_a_statement_of_many_entries_is_checked_as_strictly_as_one_of_a_few():
+    job = JobFactory()
+    unit = Submission.objects.create(job=job, provider="emulator", intent_key="many")
+    items = [ItemFactory(job=job) for _ in range(3)]
+    insert = (
+        "INSERT INTO ledger_submissionitem (submission_id, item_id, custom_id, outcome) "
+        "SELECT %s, CASE WHEN g = %s THEN %s ELSE %s END, 'bd-many-' || g, '' FROM generate_series(1, %s) g"
+    )
+
+    assert "refers to" in refused(insert, [unit.pk, MANY - 7, MISSING, items[0].pk, MANY])
+    assert not SubmissionItem.objects.exists()
+    with connection.cursor() as cursor:
+        cursor.execute(insert, [unit.pk, MANY - 7, items[1].pk, items[0].pk, MANY])
+    assert SubmissionItem.objects.count() == MANY

@@ -4,6 +4,7 @@ planner at a time sends a job's units; the rules of sending hold as they do for 
 stored before any call, each unit sent once). Threads commit on their own: these tests commit too."""
 
 import threading
+from concurrent import futures
 from contextlib import contextmanager
 
 import httpx
@@ -139,3 +140,35 @@ def test_a_unit_whose_send_fails_keeps_its_claim_for_a_pass_and_the_others_are_s
     assert Submission.objects.get(pk=failed).state == SubmissionState.INTENT
     assert Submission.objects.get(pk=failed).claimed_until is not None  # a pass sends it once that runs out
     assert Submission.objects.filter(job=job, state=SubmissionState.OPEN).count() == 2
+
+
+def test_a_unit_goes_to_a_sender_thread_that_has_finished_rather_than_the_planner(sending_to, monkeypatch):
+    """The planner sends a unit itself only while both its threads are busy: a thread that finished
+    while the planner sent its own unit takes the next one (the planner sending that too left both
+    threads idle for a whole send)."""
+    job = job_with_items(10, unit_size=2)
+    real_send, real_hand_over = submitting.send_submission, submitting.Senders.send
+    planner_sent = threading.Event()
+    sent_by = {}
+
+    def send(submission_id, **kwargs):
+        if threading.current_thread() is threading.main_thread():
+            planner_sent.set()
+        else:
+            planner_sent.wait(timeout=10)  # the threads stay busy until the planner has sent one
+        sent_by[submission_id] = threading.current_thread().name
+        return real_send(submission_id, **kwargs)
+
+    def hand_over_once_the_threads_are_done(senders, submission_id, claim):
+        if planner_sent.is_set():
+            futures.wait(list(senders.in_flight))  # they finished while the next unit was planned
+        return real_hand_over(senders, submission_id, claim)
+
+    monkeypatch.setattr("ledger.actions.submitting.send_submission", send)
+    monkeypatch.setattr(submitting.Senders, "send", hand_over_once_the_threads_are_done)
+
+    assert len(tasks.submit_job(job.pk)) == 5
+
+    by_planner = [unit for unit, name in sent_by.items() if name == threading.main_thread().name]
+    assert len(sent_by) == 5 and len(by_planner) == 1
+    assert set(Submission.objects.filter(job=job).values_list("state", flat=True)) == {SubmissionState.OPEN}
