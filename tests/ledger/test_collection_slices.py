@@ -9,7 +9,7 @@ import pytest
 
 from ledger.actions.collecting import Chunk, collect_submission, observe_submission
 from ledger.actions.submitting import plan_submissions, send_submission
-from ledger.models import Event, GeneratedVersion, Item, Submission, SubmissionItem
+from ledger.models import Event, GeneratedVersion, Item, Job, Submission, SubmissionItem
 from ledger.providers import get_provider
 from ledger.states import ItemState, SubmissionState
 from tests.collector import poll_everything
@@ -81,24 +81,30 @@ class ChunkSizesNoted(Chunk):
         super().record()
 
 
-@pytest.mark.postgresql_only
-@pytest.mark.django_db(transaction=True)
-def test_recorders_start_on_a_small_chunk_and_end_on_small_ones(emulator, settings):  # noqa: F811
-    # With recording threads (PostgreSQL, no transaction around the collection), the first chunk is
-    # a fifth of a full one, so that recording starts early, and the last ones shrink as the lines
-    # expected run out, so that little is left to record once the reading ends.
-    settings.BATCHDESK_COLLECT_CHUNK = 100
-    job = job_with_items(BY_NAME["emulator"], 430, unit_size=430)
+def chunk_sizes_collecting(items: int) -> tuple[Job, list[int]]:
+    """A job of `items` items sent in one unit and collected as a deployment collects it (recording
+    threads on PostgreSQL, no transaction around it); the job and the lines of each chunk recorded."""
+    job = job_with_items(BY_NAME["emulator"], items, unit_size=items)
     [submission_id] = plan_submissions(job.pk)
     send_submission(submission_id)
     provider = get_provider("emulator")
     while observe_submission(submission_id, provider=provider) != "ended":
         time.sleep(0.05)
     ChunkSizesNoted.sizes = []
-
     assert collect_submission(submission_id, provider=provider, chunk=ChunkSizesNoted) == "collected"
+    return job, ChunkSizesNoted.sizes
 
-    assert ChunkSizesNoted.sizes == [20, 100, 100, 100, 55, 27, 20, 8]
+
+@pytest.mark.postgresql_only
+@pytest.mark.django_db(transaction=True)
+def test_recorders_start_on_a_small_chunk_and_end_on_small_ones(emulator, settings):  # noqa: F811
+    # The first chunk is a fifth of a full one, so that recording starts early, and the last ones
+    # shrink as the lines expected run out, so that little is left to record once the reading ends.
+    settings.BATCHDESK_COLLECT_CHUNK = 100
+
+    job, sizes = chunk_sizes_collecting(430)
+
+    assert sizes == [20, 100, 100, 100, 55, 27, 20, 8]
     assert Item.objects.filter(job=job, state=ItemState.AWAITING_REVIEW).count() == 430
     assert GeneratedVersion.objects.filter(item__job=job).count() == 430
 
@@ -108,14 +114,7 @@ def test_recorders_start_on_a_small_chunk_and_end_on_small_ones(emulator, settin
 def test_a_chunk_set_smaller_than_a_ramp_is_kept_as_set(emulator, settings):  # noqa: F811
     # A deployment committing every few lines gets exactly that, from the first chunk to the last.
     settings.BATCHDESK_COLLECT_CHUNK = 5
-    job = job_with_items(BY_NAME["emulator"], 23, unit_size=23)
-    [submission_id] = plan_submissions(job.pk)
-    send_submission(submission_id)
-    provider = get_provider("emulator")
-    while observe_submission(submission_id, provider=provider) != "ended":
-        time.sleep(0.05)
-    ChunkSizesNoted.sizes = []
 
-    assert collect_submission(submission_id, provider=provider, chunk=ChunkSizesNoted) == "collected"
+    _, sizes = chunk_sizes_collecting(23)
 
-    assert ChunkSizesNoted.sizes == [5, 5, 5, 5, 3]
+    assert sizes == [5, 5, 5, 5, 3]
