@@ -232,6 +232,12 @@ BATCHDESK_COLLECT_SECONDS = float(os.environ.get("BATCHDESK_COLLECT_SECONDS", "1
 # or of the reviewer's previous decision, is a quick approval on the quality page (possible
 # rubber-stamping): reading a product description of 60 to 100 words takes 15 s or more.
 BATCHDESK_RUBBER_STAMP_SECONDS = float(os.environ.get("BATCHDESK_RUBBER_STAMP_SECONDS", "5"))
+# A reviewer's last decision can be undone for this many seconds while nothing was applied; approving
+# holds the application that long (SPEC §8). 0: no undo, and approved drafts are applied at once.
+BATCHDESK_UNDO_SECONDS = max(0.0, float(os.environ.get("BATCHDESK_UNDO_SECONDS", "30")))
+# How long a reviewer's hold on the draft their desk shows lasts; the open card renews it while they
+# are active, so an idle or closed desk lets it go within this long (SPEC §8).
+BATCHDESK_CLAIM_SECONDS = max(10.0, float(os.environ.get("BATCHDESK_CLAIM_SECONDS", "120")))
 # The largest answer of one request the ledger keeps (UTF-8 bytes): a larger one is recorded as that
 # request's failure (`answer_too_large`), never stored. A draft is a few kilobytes; 256 KB leaves
 # room for long ones while a hostile 20 MB answer cannot fill the database or a page.

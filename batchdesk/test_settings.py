@@ -9,6 +9,9 @@ os.environ.setdefault("ALLOWED_HOSTS", "127.0.0.1,localhost,testserver")
 # Playwright's sync API runs an event loop in the test thread; the ORM calls the tests make
 # from that thread are ordinary synchronous ones.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+# Approved drafts are applied at once unless a test asks for the undo window (tests/review/test_undo.py
+# and the deployed flows that set it): most tests approve and then apply in the same breath.
+os.environ.setdefault("BATCHDESK_UNDO_SECONDS", "0")
 
 from .settings import *  # noqa: E402, F403
 

@@ -13,6 +13,7 @@ from .models import (
     CatalogueImport,
     CatalogueImportChunk,
     CollectorHeartbeat,
+    Comment,
     CurrentPromptChoice,
     DestinationAttempt,
     DraftTally,
@@ -33,6 +34,7 @@ from .models import (
     PromptVersion,
     ProviderHint,
     Publication,
+    ReviewClaim,
     SourceRevision,
     Submission,
     SubmissionItem,
@@ -187,11 +189,25 @@ class GeneratedVersionAdmin(LedgerAdmin):
 
 @admin.register(Approval)
 class ApprovalAdmin(LedgerAdmin):
-    list_display = ("id", "item", "version", "approved_by", "approved_at", "edited")
+    list_display = ("id", "item", "version", "approved_by", "approved_at", "edited", "undone_at")
     list_filter = ("edited",)
     list_select_related = ("item", "version", "approved_by")
     search_fields = ("item__product__sku", "approved_by__username")
     date_hierarchy = "approved_at"
+
+
+@admin.register(Comment)
+class CommentAdmin(LedgerAdmin):
+    list_display = ("id", "item", "version", "author", "at")
+    list_select_related = ("item", "author")
+    search_fields = ("item__product__sku", "author__username")
+    date_hierarchy = "at"
+
+
+@admin.register(ReviewClaim)
+class ReviewClaimAdmin(LedgerAdmin):
+    list_display = ("item", "reviewer", "until")
+    list_select_related = ("item", "reviewer")
 
 
 @admin.register(DestinationAttempt)

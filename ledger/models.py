@@ -28,6 +28,7 @@ from .states import (
     JobState,
     ReasonCode,
     SubmissionState,
+    default_rejection_reasons,
 )
 
 # One encoder for every rendering: json.dumps with these options builds a new one each call.
@@ -218,6 +219,8 @@ class PromptVersion(models.Model):
     # {"min_length": int, "max_length": int, "text_field": str, "claim_words": [str]}
     rules = models.JSONField(default=dict)
     max_output_tokens = models.PositiveIntegerField(default=600)
+    # The reasons a reviewer picks from when rejecting its drafts: [{"code": ..., "label": ...}].
+    rejection_reasons = models.JSONField(default=default_rejection_reasons)
     created_at = models.DateTimeField(auto_now_add=True)
 
     objects = PromptVersionQuerySet.as_manager()
@@ -228,6 +231,10 @@ class PromptVersion(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task} v{self.version}"
+
+    def rejection_reason_label(self, code: str) -> str | None:
+        """The words of one of its rejection reason codes; None for a code it does not have."""
+        return next((r["label"] for r in self.rejection_reasons if r.get("code") == code), None)
 
 
 class CurrentPromptChoice(models.Model):
@@ -825,6 +832,12 @@ class GeneratedVersion(models.Model):
         return [DraftNote(note).label if note in DraftNote.values else note for note in self.validation_notes]
 
 
+class ApprovalQuerySet(models.QuerySet):
+    def standing(self) -> "ApprovalQuerySet":
+        """Approvals not undone."""
+        return self.filter(undone_at__isnull=True)
+
+
 class Approval(models.Model):
     item = models.ForeignKey(Item, on_delete=models.PROTECT, related_name="approvals")
     version = models.ForeignKey(GeneratedVersion, on_delete=models.PROTECT, related_name="approvals")
@@ -834,15 +847,62 @@ class Approval(models.Model):
     final_content = models.TextField()
     edited = models.BooleanField(default=False)
     note = models.TextField(blank=True)
+    # The approver undid it within BATCHDESK_UNDO_SECONDS, before anything was applied: kept for the
+    # audit, no longer an approval (the undo's event says so too).
+    undone_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApprovalQuerySet.as_manager()
 
     class Meta:
         ordering = ["-approved_at"]
-        constraints = [models.UniqueConstraint(fields=["version"], name="one_approval_per_version")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["version"], name="one_approval_per_version", condition=Q(undone_at__isnull=True)
+            )
+        ]
         indexes = [
             models.Index(fields=["approved_by", "approved_at"], name="approval_by_person"),
             # The audit screen's keyset pages, newest first.
             models.Index(fields=["approved_at", "id"], name="approval_time"),
         ]
+
+
+class Comment(models.Model):
+    """A note on a draft for colleagues: who wrote it, when, about which version. Never edited."""
+
+    item = models.ForeignKey(Item, on_delete=models.PROTECT, related_name="comments")
+    version = models.ForeignKey(GeneratedVersion, on_delete=models.PROTECT, null=True, related_name="+")
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    text = models.TextField()
+    at = models.DateTimeField(auto_now_add=True)
+    # The form it was written in: the same form sent twice (double click, Back, refresh) adds it once.
+    form_token = models.UUIDField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["at", "id"]
+        constraints = [models.UniqueConstraint(fields=["author", "form_token"], name="comment_once_per_form")]
+
+    def __str__(self) -> str:
+        return f"comment on item {self.item_id} by {self.author_id}"
+
+
+class ReviewClaimQuerySet(models.QuerySet):
+    def held(self) -> "ReviewClaimQuerySet":
+        return self.filter(until__gt=timezone.now())
+
+
+class ReviewClaim(models.Model):
+    """A reviewer's short hold on a waiting draft while its card is open on their desk: nobody else is
+    shown it or may decide it until the hold runs out or is let go (SPEC §8)."""
+
+    item = models.OneToOneField(Item, on_delete=models.CASCADE, primary_key=True, related_name="claim")
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    until = models.DateTimeField()
+
+    objects = ReviewClaimQuerySet.as_manager()
+
+    def __str__(self) -> str:
+        return f"item {self.item_id} held by {self.reviewer_id} until {self.until}"
 
 
 class AttemptOutcome(models.TextChoices):
@@ -900,10 +960,20 @@ class Publication(models.Model):
 
 
 class EventQuerySet(models.QuerySet):
-    def rejections(self) -> "EventQuerySet":
+    def rejections(self, *, undone_too: bool = False) -> "EventQuerySet":
         """A reviewer's rejection of a draft is the event that moved its item to `rejected`; its
-        `data.version` names the draft, its actor the reviewer and its reason is theirs."""
-        return self.filter(to_state=ItemState.REJECTED, item__isnull=False)
+        `data.version` names the draft, its actor the reviewer and its reason (and `data.reason_code`)
+        is theirs. A rejection its reviewer undid is not one (its undo event names it), unless
+        `undone_too` (the audit's: each then has `undone_at`)."""
+        rejections = self.filter(to_state=ItemState.REJECTED, item__isnull=False)
+        undo = (
+            Event.objects.filter(item=models.OuterRef("item"), to_state=ItemState.AWAITING_REVIEW)
+            .alias(undoes=Cast(KeyTextTransform("undoes", "data"), models.BigIntegerField()))
+            .filter(undoes=models.OuterRef("pk"))
+        )
+        if undone_too:
+            return rejections.annotate(undone_at=models.Subquery(undo.values("at")[:1]))
+        return rejections.exclude(models.Exists(undo))
 
     def note_on_unit(self, unit: "Submission", *, reason: str, data: dict) -> "Event":
         """An event of a unit that records what happened to it without changing its state."""

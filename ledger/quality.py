@@ -30,13 +30,14 @@ from dataclasses import dataclass
 from datetime import date, datetime, time, timedelta
 
 from django.db import models
-from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Subquery, Sum
-from django.db.models.functions import TruncDay, TruncWeek
+from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Subquery, Sum, Value
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Coalesce, TruncDay, TruncWeek
 from django.utils import timezone
 from rapidfuzz.distance import Levenshtein
 
 from .models import Approval, Event, GeneratedVersion, Job, PromptVersion, category_text
-from .states import DECIDABLE_STATES
+from .states import DECIDABLE_STATES, DEFAULT_REJECTION_REASONS
 
 # Edited approvals whose edit distance is measured, the most recent first.
 EDIT_SAMPLE = 500
@@ -96,7 +97,7 @@ class Scope:
     prompt_version_id: int | None = None
 
     def approvals(self) -> QuerySet[Approval]:
-        return self._narrowed(Approval.objects.order_by(), "approved_at")
+        return self._narrowed(Approval.objects.standing().order_by(), "approved_at")
 
     def rejections(self) -> QuerySet[Event]:
         return self._narrowed(Event.objects.rejections().order_by(), "at")
@@ -212,7 +213,7 @@ def latest_decision_day() -> date | None:
     latest = [
         moment
         for moment in (
-            Approval.objects.aggregate(latest=models.Max("approved_at"))["latest"],
+            Approval.objects.standing().aggregate(latest=models.Max("approved_at"))["latest"],
             Event.objects.rejections().aggregate(latest=models.Max("at"))["latest"],
         )
         if moment is not None
@@ -302,6 +303,28 @@ def edit_distances(scope: Scope, period: str) -> Iterable[tuple[float, dict]]:
         yield edit_distance(row.pop("draft"), row.pop("final")), row
 
 
+def rejection_codes(scope: Scope) -> list[tuple[str, str, int]]:
+    """The reason codes reviewers picked (their prompt versions' lists, SPEC §8), each with its words
+    and how many rejections gave it, the most frequent first; "" for rejections with words only."""
+    rows = (
+        scope.rejections()
+        .values(
+            code=Coalesce(KeyTextTransform("reason_code", "data"), Value(""), output_field=models.TextField())
+        )
+        .annotate(rejections=Count("pk"))
+        .order_by("-rejections", "code")
+        .values_list("code", "rejections")
+    )
+    labels = {reason["code"]: reason["label"] for reason in DEFAULT_REJECTION_REASONS}
+    for reasons in PromptVersion.objects.values_list("rejection_reasons", flat=True):
+        for reason in reasons:
+            labels.setdefault(reason.get("code"), reason.get("label"))
+    return [
+        (code, labels.get(code, code) if code else "No code: the reviewer's words only", count)
+        for code, count in rows
+    ]
+
+
 def rejection_reasons(scope: Scope) -> list[tuple[str, int]]:
     """The reasons reviewers gave, as they typed them, with how many rejections gave each."""
     rows = (
@@ -320,7 +343,7 @@ def quick_approval(quick_seconds: float) -> Q:
     only that window of an index: the reviewer's approvals (`approval_by_person`), the rejections
     (`event_rejection`)."""
     window = timedelta(seconds=quick_seconds)
-    previous_approval = Approval.objects.filter(
+    previous_approval = Approval.objects.standing().filter(
         approved_by=OuterRef("approved_by"),
         approved_at__lt=OuterRef("approved_at"),
         approved_at__gte=OuterRef("approved_at") - window,

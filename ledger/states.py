@@ -52,8 +52,13 @@ ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     S.OBSOLETE: frozenset(),
     S.WITHDRAWN: frozenset(),
     S.AWAITING_REVIEW: frozenset({S.APPROVED, S.REJECTED, S.OBSOLETE, S.WITHDRAWN, S.CANCELLED}),
-    S.REJECTED: frozenset({S.PREPARED, S.OBSOLETE, S.WITHDRAWN, S.CANCELLED}),
-    S.APPROVED: frozenset({S.APPLYING, S.OBSOLETE, S.WITHDRAWN, S.CANCELLED}),
+    # -> awaiting_review (and approved -> validation_failed, for an approval that repaired an unusable
+    # draft): the reviewer undid the decision within BATCHDESK_UNDO_SECONDS, before anything was
+    # applied (ledger.actions.reviewing.undo_decision).
+    S.REJECTED: frozenset({S.PREPARED, S.AWAITING_REVIEW, S.OBSOLETE, S.WITHDRAWN, S.CANCELLED}),
+    S.APPROVED: frozenset(
+        {S.APPLYING, S.AWAITING_REVIEW, S.VALIDATION_FAILED, S.OBSOLETE, S.WITHDRAWN, S.CANCELLED}
+    ),
     S.APPLYING: frozenset({S.APPLIED, S.DESTINATION_REJECTED, S.DEAD_LETTER, S.OBSOLETE, S.WITHDRAWN}),
     S.APPLIED: frozenset(),
     S.DESTINATION_REJECTED: frozenset({S.APPLYING, S.DEAD_LETTER, S.OBSOLETE, S.WITHDRAWN, S.CANCELLED}),
@@ -132,6 +137,7 @@ class ReasonCode(models.TextChoices):
     TOO_LONG = "too_long", "Too long"
     UNSTATED_CLAIM = "unstated_claim", "Claims a word the source does not state"
     REJECTED_BY_REVIEWER = "rejected_by_reviewer", "Rejected by a reviewer"
+    DECISION_UNDONE = "decision_undone", "A reviewer undid their decision"
     DESTINATION_REFUSED = "destination_refused", "The destination refused the draft"
     DESTINATION_UNCONFIGURED = "destination_unconfigured", "The destination is not configured"
     DESTINATION_FAILING = "destination_failing", "The destination kept failing"
@@ -139,6 +145,22 @@ class ReasonCode(models.TextChoices):
     PRODUCT_WITHDRAWN = "product_withdrawn", "The product was withdrawn"
     ANSWER_LOST = "answer_lost", "Unclear whether the provider received the batch"
     JOB_CANCELLED = "job_cancelled", "The job was cancelled"
+
+
+# The reasons a reviewer picks from when rejecting a draft (SPEC §8): each prompt version carries its
+# own list (`PromptVersion.rejection_reasons`); a version that names none has these, the default
+# prompt's. Codes are what screens and exports count by; the labels are their words.
+DEFAULT_REJECTION_REASONS = [
+    {"code": "unsupported_claim", "label": "Claims something the source does not support"},
+    {"code": "wrong_facts", "label": "Gets the product's facts wrong"},
+    {"code": "tone", "label": "Wrong tone for the catalogue"},
+    {"code": "too_long", "label": "Too long"},
+    {"code": "other", "label": "Something else (say what)"},
+]
+
+
+def default_rejection_reasons() -> list[dict]:
+    return [dict(reason) for reason in DEFAULT_REJECTION_REASONS]
 
 
 class DraftNote(models.TextChoices):

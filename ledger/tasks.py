@@ -225,9 +225,9 @@ def apply_items(item_ids: list[int], mark: datetime) -> int:
         if time.monotonic() > until or stop_asked():
             async_task("ledger.tasks.apply_items", item_ids[done:], mark)
             return done
-        Item.objects.filter(pk=item_id, state=ItemState.APPLYING, next_attempt_at=mark).update(
-            next_attempt_at=None
-        )
+        Item.objects.filter(
+            pk=item_id, state__in=[ItemState.APPROVED, ItemState.APPLYING], next_attempt_at=mark
+        ).update(next_attempt_at=None)
         attempt(applying.apply_item, item_id)
     return len(item_ids)
 
@@ -405,13 +405,15 @@ def waiting_for_webhook(now: datetime) -> Q:
 
 
 def claim_due_applications(now: datetime) -> tuple[datetime, list[int]]:
-    """Approved items whose apply task was lost, and applications whose retry is due or whose
+    """Approved items whose undo window ended or whose apply task was lost, and applications whose retry is due or whose
     worker died holding the lease, marked as queued: their next attempt is set to the end of a
     lease (the mark, returned with their ids), so later passes leave them to the task."""
     quiet_since = now - timedelta(seconds=settings.BATCHDESK_LEASE_SECONDS)
     due = Item.objects.filter(
-        Q(state=ItemState.APPROVED, updated_at__lt=quiet_since)
-        & (Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
+        # Approved: held for the undo window until `next_attempt_at` (or queued by an earlier pass
+        # until then), or with no mark, its task lost.
+        Q(state=ItemState.APPROVED, next_attempt_at__lte=now)
+        | Q(state=ItemState.APPROVED, next_attempt_at__isnull=True, updated_at__lt=quiet_since)
         | Q(state=ItemState.APPLYING, next_attempt_at__lte=now)
         | Q(state=ItemState.APPLYING, next_attempt_at__isnull=True, updated_at__lt=quiet_since)
     )

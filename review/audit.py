@@ -78,7 +78,9 @@ class ApprovalFilter(DatesFilter):
     def rejections(self) -> QuerySet[Event]:
         """The rejections the (valid) filter selects, newest first, each with the draft it named."""
         return with_rejected_draft(
-            self.narrowed(Event.objects.rejections().order_by("-at", "-id"), by="actor", at="at")
+            self.narrowed(
+                Event.objects.rejections(undone_too=True).order_by("-at", "-id"), by="actor", at="at"
+            )
         )
 
     def narrowed(self, decisions: QuerySet, *, by: str, at: str) -> QuerySet:
@@ -134,6 +136,7 @@ AUDIT_ROW_FIELDS = (
     "version__number",
     "version__content",
     "version__valid",
+    "undone_at",
 )
 
 
@@ -274,6 +277,8 @@ CSV_COLUMNS = (
     "reason",
     "generated_content",
     "final_content",
+    "reason_code",
+    "undone_at",
 )
 APPROVAL_FIELDS = (
     "approved_at",
@@ -288,6 +293,7 @@ APPROVAL_FIELDS = (
     "note",
     "version__content",
     "final_content",
+    "undone_at",
 )
 REJECTION_FIELDS = (
     "at",
@@ -300,6 +306,8 @@ REJECTION_FIELDS = (
     "version_hash",
     "reason",
     "version_content",
+    "data__reason_code",
+    "undone_at",
 )
 # Spreadsheet programs read a CSV file as UTF-8 only when it starts with a byte-order mark ("°C").
 BYTE_ORDER_MARK = "\ufeff"
@@ -327,15 +335,31 @@ class Echo:
 def approval_rows(approvals: QuerySet[Approval]) -> Iterator[tuple]:
     # A server-side cursor on PostgreSQL: rows arrive in chunks, never all at once.
     for row in approvals.values_list(*APPROVAL_FIELDS).iterator(chunk_size=500):
-        *decided, note, generated, final = row
-        yield ("approved", *decided, note, "", generated, final)  # an approval has no reason
+        *decided, note, generated, final, undone_at = row
+        yield ("approved", *decided, note, "", generated, final, "", undone_at)  # an approval has no reason
 
 
 def rejection_rows(rejections: QuerySet[Event]) -> Iterator[tuple]:
-    for at, by, job, sku, item, number, version, digest, reason, generated in rejections.values_list(
-        *REJECTION_FIELDS
-    ).iterator(chunk_size=500):
-        yield ("rejected", at, by, job, sku, item, number, version, digest, False, "", reason, generated, "")
+    for row in rejections.values_list(*REJECTION_FIELDS).iterator(chunk_size=500):
+        at, by, job, sku, item, number, version, digest, reason, generated, code, undone_at = row
+        yield (
+            "rejected",
+            at,
+            by,
+            job,
+            sku,
+            item,
+            number,
+            version,
+            digest,
+            False,
+            "",
+            reason,
+            generated,
+            "",
+            code,
+            undone_at,
+        )
 
 
 def csv_lines(approvals: QuerySet[Approval], rejections: QuerySet[Event]) -> Iterator[str]:
@@ -379,4 +403,5 @@ def item_events(request: HttpRequest, item_id: int) -> HttpResponse:
         (event, json.dumps(event.data, ensure_ascii=False, sort_keys=True) if event.data else "")
         for event in item.events.order_by("id")
     ]
-    return render(request, "audit_events.html", {"item": item, "events": events})
+    comments = item.comments.select_related("author")
+    return render(request, "audit_events.html", {"item": item, "events": events, "comments": comments})

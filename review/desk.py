@@ -4,21 +4,35 @@ happened to that draft and the next one to decide on; without JavaScript, the pa
 The same approve and reject answer the item page's forms. `review/?mode=list` is the list
 (`review_list.py`)."""
 
+import uuid
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from functools import wraps
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from ledger.actions import NotAllowed, currency_problem
-from ledger.actions.reviewing import EditRefused, approve_version, reject_version
-from ledger.models import Item
+from ledger.actions import NotAllowed, claims, currency_problem
+from ledger.actions.reviewing import (
+    EditRefused,
+    ReasonCodeUnknown,
+    approve_version,
+    last_decision,
+    reject_version,
+    undo_decision,
+    undo_refusal,
+)
+from ledger.models import Item, ReviewClaim
 
+from .assignments import assigned_to
 from .common import HtmxHttpRequest, form_errors, refused_page, wants_partial
 from .forms import ApproveForm, RejectForm
 from .paging import PageRefused, cursor_for, read_cursor, reversed_order, rows_beyond
@@ -47,10 +61,53 @@ def cursor_key(token: str | None) -> list | None:
     return key if direction == "after" else None
 
 
+@dataclass(frozen=True)
+class DeskQueue:
+    """The drafts a reviewer's desk goes through: every waiting draft (of the job, when one is
+    chosen), or only those assigned to them ("my queue"); never a draft another reviewer holds."""
+
+    job_id: int | None
+    name: str  # "mine" or "all"
+    mine: Q | None  # the reviewer's assignments; None: they have none
+    reviewer: object
+
+    @classmethod
+    def of(cls, request: HttpRequest, place: dict) -> "DeskQueue":
+        mine = assigned_to(request.user)
+        name = place.get("queue") or ("mine" if mine is not None else "all")
+        return cls(place.get("job"), name if mine is not None else "all", mine, request.user)
+
+    @property
+    def only_mine(self) -> bool:
+        return self.name == "mine" and self.mine is not None
+
+    def items(self, skip: frozenset[int] = frozenset()) -> QuerySet[Item]:
+        items = review_queue_items(self.job_id)
+        if self.only_mine:
+            items = items.filter(self.mine)
+        held = ReviewClaim.objects.held().exclude(reviewer=self.reviewer).values("item_id")
+        items = items.exclude(pk__in=held)
+        return items.exclude(pk__in=skip) if skip else items
+
+    def count(self) -> int:
+        return (
+            review_queue_items(self.job_id).filter(self.mine).count()
+            if self.only_mine
+            else waiting_count(self.job_id)
+        )
+
+    def url(self, **params) -> str:
+        return queue_url(job=self.job_id, queue=self.name if self.mine is not None else None, **params)
+
+
+# How many drafts a desk tries to take, one after another, when other reviewers took each first.
+CLAIM_TRIES = 5
+
+
 def focus_context(
     request: HttpRequest,
     *,
-    job_id: int | None,
+    desk: DeskQueue,
     pos: int | None,
     after: str | None = None,
     decided: Item | None = None,
@@ -58,6 +115,7 @@ def focus_context(
     error: str = "",
     refused_item: int | None = None,
     edited_text: str | None = None,
+    skip: frozenset[int] = frozenset(),
 ) -> dict:
     """The draft at position `pos` of the queue (clamped to it), and what happened to the one decided on.
 
@@ -65,12 +123,16 @@ def focus_context(
     the queue's index wherever it is; `pos` is then only shown, and may be None (not known: a draft
     opened by its item deep in the queue). Without it (the first draft, or a position typed in), the
     queue is counted into from its nearer end. The links to the next and previous drafts, and the
-    place a decision comes back to, carry the cursor of the draft before theirs."""
-    queue = review_queue_items(job_id)
-    count = waiting_count(job_id)
+    place a decision comes back to, carry the cursor of the draft before theirs.
+
+    A reviewer who may decide takes the hold on the draft shown (`ledger.actions.claims`); when
+    another reviewer took it a moment before, the desk moves on to the next one."""
+    job_id = desk.job_id
+    queue = desk.items(skip)
+    count = desk.count()
     key = cursor_key(after) if pos is None or pos > 1 else None
     if pos is not None or key is None:
-        pos = min(max(pos or 1, 1), count)
+        pos = min(max(pos or 1, 1), max(count, 1))
     at: tuple | None = None
     if key is not None:
         at = (
@@ -85,6 +147,25 @@ def focus_context(
         else:
             backwards = queue.order_by(*reversed_order(QUEUE_ORDER))
             at = backwards.values_list("pk", "updated_at")[count - pos : count - pos + 1].first()
+        if at is None:  # fewer than counted: others hold some of them
+            at = queue.values_list("pk", "updated_at").first()
+            pos = 1 if at is not None else pos
+    can_decide = has_role(request.user, *APPROVERS)
+    if at is not None and can_decide and not claims.claim_draft(item_id=at[0], reviewer=request.user):
+        if len(skip) < CLAIM_TRIES:  # another desk took it first
+            return focus_context(
+                request,
+                desk=desk,
+                pos=pos,
+                after=after,
+                decided=decided,
+                outcome=outcome,
+                error=error,
+                refused_item=refused_item,
+                edited_text=edited_text,
+                skip=skip | {at[0]},
+            )
+        at = None
     # The drafts before it, nearest first: the cursors of this place and of the previous one.
     before = []
     if at is not None and pos != 1:
@@ -105,33 +186,56 @@ def focus_context(
         card = replace(card, currency=currency_problem(card.item))
     following = cursor_for("after", [at[1].isoformat(), at[0]]) if at is not None else None
     if pos is None:
-        previous_url = queue_url(job=job_id, after=cursors[1]) if len(cursors) > 1 else queue_url(job=job_id)
-        next_url = queue_url(job=job_id, after=following) if following else ""
+        previous_url = desk.url(after=cursors[1]) if len(cursors) > 1 else desk.url()
+        next_url = desk.url(after=following) if following else ""
     else:
         previous_url = (
-            queue_url(job=job_id, pos=pos - 1, after=cursors[1] if len(cursors) > 1 else None)
-            if pos > 1
-            else ""
+            desk.url(pos=pos - 1, after=cursors[1] if len(cursors) > 1 else None) if pos > 1 else ""
         )
-        next_url = queue_url(job=job_id, pos=pos + 1, after=following) if pos < count else ""
+        next_url = desk.url(pos=pos + 1, after=following) if pos < count else ""
+    undo = None
+    if decided is not None and outcome:
+        undo = undo_offer(request.user, decided)
     return {
         "card": card,
         "pos": pos,
         "count": count,
         "job_id": job_id,
+        "desk": desk,
         "after": here,
         "previous_url": previous_url,
         "next_url": next_url,
-        "return_to": queue_url(job=job_id, pos=pos, after=here),
+        "return_to": desk.url(pos=pos, after=here),
         "decided": decided,
         "outcome": outcome,
+        "undo": undo,
         "error": error if decided else "",
         # A refusal stays with its own draft's card, never on the next one shown (rule 15), with the
         # text the reviewer had typed when it was an edit.
         "card_error": error if refused_item and card and card.item.pk == refused_item else "",
         "edited_text": edited_text if refused_item and card and card.item.pk == refused_item else None,
-        "can_decide": has_role(request.user, *APPROVERS),
+        "can_decide": can_decide,
+        "comments": list(card.item.comments.select_related("author")) if card else [],
+        "comment_token": uuid.uuid4(),
+        "claim_seconds": settings.BATCHDESK_CLAIM_SECONDS,
     }
+
+
+@dataclass(frozen=True)
+class UndoOffer:
+    """What the card of a decision just taken says of undoing it: until when it can be, or why not."""
+
+    until: datetime | None
+    refusal: str
+
+
+def undo_offer(user, item: Item) -> UndoOffer:
+    decision = last_decision(item, user)
+    refusal = undo_refusal(item, decision)
+    until = (
+        decision.at + timedelta(seconds=settings.BATCHDESK_UNDO_SECONDS) if decision and not refusal else None
+    )
+    return UndoOffer(until, refusal)
 
 
 # Where a draft opened by its item stands is counted up to this many drafts from either end of the
@@ -173,13 +277,15 @@ def review_queue(request: HtmxHttpRequest) -> HttpResponse:
     if place.get("mode") == "list":
         return review_list(request, ReviewFilter.of(place))
     pos, after = place.get("pos"), place.get("after")
+    desk = DeskQueue.of(request, place)
     if item_id := place.get("item"):
         item = get_object_or_404(Item, pk=item_id)
         found = place_in(job_id, item)
         if found is None:  # decided already: its own page says what became of it
             return redirect("item_detail", item.pk)
         pos, after = found
-    context = focus_context(request, job_id=job_id, pos=pos, after=after)
+        desk = replace(desk, name="all")  # the draft asked for, wherever it is
+    context = focus_context(request, desk=desk, pos=pos, after=after)
     if wants_partial(request) and not request.htmx.history_restore_request:
         return render(request, "review_queue.html#focus", context)
     context["jobs"] = jobs_in_review(job_id)
@@ -200,13 +306,16 @@ def render_focus(
     reviewer's position, which is the next one."""
     place = place_of(request.POST)
     job_id = place.get("job")
+    desk = DeskQueue.of(request, place)
     item = Item.objects.select_related("product").get(pk=item_id)
-    still_waiting = None if outcome else place_in(job_id, item)
+    # A draft another reviewer holds is not shown again here: the refusal is said on its own card.
+    held = claims.holder_other_than(item.pk, request.user)
+    still_waiting = None if outcome or held else place_in(job_id, item)
     if still_waiting:
         pos, after = still_waiting
         context = focus_context(
             request,
-            job_id=job_id,
+            desk=replace(desk, name="all"),
             pos=pos,
             after=after,
             error=error,
@@ -216,7 +325,7 @@ def render_focus(
     else:
         context = focus_context(
             request,
-            job_id=job_id,
+            desk=desk,
             pos=place.get("pos"),
             after=place.get("after"),
             decided=item,
@@ -291,7 +400,56 @@ def approve(request: HtmxHttpRequest, item: Item, data: dict) -> HttpResponse:
 
 @decision(RejectForm)
 def reject(request: HtmxHttpRequest, item: Item, data: dict) -> HttpResponse:
-    reject_version(
-        item_id=item.pk, version_id=data["version_id"], reviewer=request.user, reason=data["reason"]
-    )
+    try:
+        reject_version(
+            item_id=item.pk,
+            version_id=data["version_id"],
+            reviewer=request.user,
+            reason=data["reason"],
+            reason_code=data["reason_code"],
+        )
+    except ReasonCodeUnknown as exc:
+        return refused(request, item, str(exc), status=400)
     return decided(request, item, "Rejected")
+
+
+@require_POST
+@login_required
+@role_required(*APPROVERS)
+def undo(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
+    """Undo the reviewer's last decision on the item (SPEC §8): from the desk, the draft is shown again
+    to decide anew; from the item page, its page. Refused (409) after the window or once applying
+    started, saying why; nothing is changed then."""
+    item = get_object_or_404(Item.objects.select_related("product"), pk=item_id)
+    try:
+        undo_decision(item_id=item.pk, actor=request.user)
+    except NotAllowed as exc:
+        if wants_partial(request):
+            return render_focus(request, item.pk, error=str(exc), status=409)
+        messages.error(request, f"{item.product.sku}: nothing was undone. {exc}")
+        return redirect(next_url(request, reverse("item_detail", args=[item.pk])))
+    if wants_partial(request):
+        place = place_of(request.POST)
+        found = place_in(place.get("job"), item)
+        pos, after = found if found else (None, None)
+        desk = replace(DeskQueue.of(request, place), name="all")
+        context = focus_context(request, desk=desk, pos=pos, after=after)
+        context["undone"] = item
+        response = render(request, "review_queue.html#focus", context)
+        response["HX-Replace-Url"] = context["return_to"]
+        return response
+    messages.success(
+        request, f"{item.product.sku}: your decision was undone; the draft waits for review again."
+    )
+    return redirect(next_url(request, reverse("item_detail", args=[item.pk])))
+
+
+@require_POST
+@login_required
+@role_required(*APPROVERS)
+def keep_claim(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
+    """The open card renews its hold while its reviewer is at work (`review.js`): 204 while it is
+    theirs; 409 when someone else has it now (the hold ran out while they were away)."""
+    if claims.claim_draft(item_id=item_id, reviewer=request.user):
+        return HttpResponse(status=204)
+    return HttpResponse("Another reviewer has this draft open now.", status=409, content_type="text/plain")

@@ -3,6 +3,7 @@
 from django import forms
 from django.core.validators import RegexValidator
 
+from ledger.actions.reviewing import MAX_COMMENT_LENGTH
 from ledger.money.budgets import budget_amount_problem
 from ledger.states import ItemState
 
@@ -49,10 +50,28 @@ class ApproveForm(forms.Form):
 
 
 class RejectForm(forms.Form):
+    """A rejection: a reason code from the draft's prompt version's list (checked by the ledger, which
+    knows the list), words of the reviewer's own, or both."""
+
     version_id = IdField(error_messages={"required": "Say which draft is rejected."})
-    reason = forms.CharField(
-        max_length=MAX_NOTE_LENGTH, error_messages={"required": "Say why the draft is rejected."}
+    reason = forms.CharField(required=False, max_length=MAX_NOTE_LENGTH)
+    reason_code = forms.CharField(required=False, max_length=64)
+
+    def clean(self) -> dict:
+        cleaned = super().clean()
+        if not cleaned.get("reason") and not cleaned.get("reason_code") and not self.errors:
+            raise forms.ValidationError("Say why the draft is rejected: pick a reason or write one.")
+        return cleaned
+
+
+class CommentForm(forms.Form):
+    """A comment on a draft; its one-time token makes the same form sent twice add it once."""
+
+    text = forms.CharField(
+        max_length=MAX_COMMENT_LENGTH, error_messages={"required": "Write the comment first."}
     )
+    version_id = IdField(required=False)
+    form_token = forms.UUIDField(error_messages={"required": "The form is incomplete; reload the page."})
 
 
 class RegenerateForm(forms.Form):
@@ -88,6 +107,9 @@ class ReviewPlaceForm(forms.Form):
     validity = forms.ChoiceField(
         required=False, choices=[("", "Valid or not"), ("valid", "Valid"), ("invalid", "Invalid")]
     )
+    # "mine": the drafts assigned to the reviewer (review/assignments.py); "all": every waiting draft.
+    # Absent: the reviewer's own queue first, when they have one.
+    queue = forms.ChoiceField(required=False, choices=[("mine", "My queue"), ("all", "Every draft")])
 
 
 class DraftsField(forms.Field):

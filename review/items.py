@@ -3,6 +3,7 @@ difference from the published text, approvals, attempts at the destination and e
 on its draft (posted to the desk's approve and reject), and, for an operator, a new draft asked for
 with the prompt version they choose."""
 
+import uuid
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -14,13 +15,14 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from ledger.actions import NotAllowed, currency_problem
-from ledger.actions.reviewing import REGENERABLE_STATES, regenerate_with_prompt
+from ledger.actions.reviewing import REGENERABLE_STATES, last_decision, regenerate_with_prompt
 from ledger.models import GeneratedVersion, Item, PromptVersion
 from ledger.money.estimates import request_estimate, work_cost
 from ledger.money.pricing import is_apportioned, price_for, unknown_price, version_cost
 from ledger.states import DECIDABLE_STATES, STOPS, ItemState, JobState
 
 from .common import HtmxHttpRequest, fields_of, form_errors, refused_page, word_diff
+from .desk import UndoOffer, undo_offer
 from .forms import RegenerateForm
 from .permissions import APPROVERS, OPERATOR, VIEWERS, has_role, role_required
 from .queue import published_text
@@ -87,8 +89,20 @@ def item_detail(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
         "can_reject": can_decide and item.state == ItemState.AWAITING_REVIEW,
         "regenerate_choices": regenerate_choices(item) if may_regenerate(request.user, item) else [],
         "approve_refusal": STOPS[currency].note if currency else "",
+        "undo": undo_on_page(request.user, item),
+        "comments": list(item.comments.select_related("author")),
+        "comment_token": uuid.uuid4(),
     }
     return render(request, "item_detail.html", context)
+
+
+def undo_on_page(user, item: Item) -> UndoOffer | None:
+    """The undo the person may still use on their last decision here, or why not: only while the item
+    is still as their decision left it (once it moved on, the timeline says what happened)."""
+    decision = last_decision(item, user) if has_role(user, *APPROVERS) else None
+    if decision is None or item.state != decision.to_state:
+        return None
+    return undo_offer(user, item)
 
 
 def may_regenerate(user, item: Item) -> bool:

@@ -41,7 +41,7 @@ from django.shortcuts import get_object_or_404
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_GET
 
-from ledger.models import Approval, DestinationAttempt, GeneratedVersion, Item, Job
+from ledger.models import Approval, DestinationAttempt, Event, GeneratedVersion, Item, Job
 from ledger.money.currency import PLACES, PROVIDER_CURRENCY, business_currency
 from ledger.money.pricing import job_cost, price_for, unknown_price
 from ledger.states import ItemState
@@ -62,6 +62,7 @@ COLUMNS = (
     "state",
     "label",
     "reason",
+    "reason_code",
     "approved_version",
     "approved_text",
     "edited",
@@ -177,7 +178,8 @@ def rows_of(job: Job, items: list[tuple], shares: CostShares) -> list[tuple]:
     ids = (items[0][0], items[-1][0])
     approvals = {
         approval[0]: approval[1:]
-        for approval in Approval.objects.filter(item_id__gte=ids[0], item_id__lte=ids[1])
+        for approval in Approval.objects.standing()
+        .filter(item_id__gte=ids[0], item_id__lte=ids[1])
         .order_by()
         .values_list(
             "version_id", "version__number", "final_content", "edited", "approved_by__username", "approved_at"
@@ -190,6 +192,18 @@ def rows_of(job: Job, items: list[tuple], shares: CostShares) -> list[tuple]:
         .values_list("item_id", "destination", "outcome", "started_at", "finished_at")
     }
     costs = drafts_cost(job, items, shares)
+    # A rejected item's reason code: the reviewer's, from their rejection (its prompt version's list).
+    rejected = [item[0] for item in items if item[3] == ItemState.REJECTED]
+    codes = (
+        dict(
+            Event.objects.rejections()
+            .filter(item_id__in=rejected)
+            .order_by("item_id", "id")
+            .values_list("item_id", "data__reason_code")
+        )
+        if rejected
+        else {}
+    )
     rows = []
     for item_id, sku, revision, state, reason, approved_version_id in items:
         number, text, edited, reviewer, approved_at = approvals.get(approved_version_id, NO_APPROVAL)
@@ -202,6 +216,7 @@ def rows_of(job: Job, items: list[tuple], shares: CostShares) -> list[tuple]:
                 state,
                 LABELS[state],
                 reason,
+                codes.get(item_id) or "",
                 number,
                 text,
                 edited,

@@ -57,3 +57,36 @@ class JobStartToken(models.Model):
 
     def __str__(self) -> str:
         return str(self.token)
+
+
+class ReviewAssignment(models.Model):
+    """Drafts a catalogue owner gave a reviewer to decide: a job's, a category's, or those whose product
+    has a field of a value (SPEC §8, "my queue"); any of them, the job and the field together. The
+    reviewer's desk opens on their queue first; others may still decide these drafts."""
+
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, null=True, blank=True, related_name="+")
+    # A product field of the item's source revision, and its value as text ("category", "Lighting").
+    field = models.CharField(max_length=64, blank=True)
+    value = models.CharField(max_length=200, blank=True)
+    assigned_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    assigned_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["reviewer", "id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(job__isnull=False) | ~models.Q(field=""), name="assignment_names_something"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.reviewer} ← {self.words()}"
+
+    def words(self) -> str:
+        parts = []
+        if self.job_id:
+            parts.append(f"job {self.job.reference}")
+        if self.field:
+            parts.append(f"{self.field} “{self.value}”")
+        return ", ".join(parts)

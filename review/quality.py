@@ -38,6 +38,7 @@ from ledger.quality import (
     Scope,
     latest_decision_day,
     measure,
+    rejection_codes,
     rejection_reasons,
     reviewers,
 )
@@ -251,6 +252,9 @@ def quality(request: HttpRequest) -> HttpResponse:
         "job": filters.cleaned_data["job"],
         "report": report,
         "reasons": [(reason, count, count / rejected) for reason, count in reasons],
+        "reason_codes": [
+            (code, label, count, count / rejected) for code, label, count in rejection_codes(scope)
+        ],
         "other_reasons": other_reasons,
         "other_share": other_reasons / rejected if rejected else None,
         "reviewers": reviewers(scope, quick_seconds),

@@ -3,7 +3,7 @@ category and validity, and the decisions on many at once: the ticked drafts appr
 every draft the filters match once their count is confirmed."""
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from django.contrib import messages
@@ -15,7 +15,7 @@ from django.views.decorators.http import require_POST
 
 from ledger.actions import NotAllowed
 from ledger.actions.reviewing import approve_version, reject_version
-from ledger.models import GeneratedVersion, Item, Job
+from ledger.models import GeneratedVersion, Item, Job, ReviewClaim
 from ledger.states import ItemState
 
 from . import queue
@@ -91,9 +91,16 @@ def review_list(request: HtmxHttpRequest, review_filter: ReviewFilter) -> HttpRe
         count=count,
     )
     can_decide = has_role(request.user, *APPROVERS)
+    cards = queue.review_cards(page.object_list)
+    holders = dict(
+        ReviewClaim.objects.held()
+        .filter(item_id__in=[card.item.pk for card in cards])
+        .exclude(reviewer=request.user)
+        .values_list("item_id", "reviewer__username")
+    )
     context = {
         "page": page,
-        "cards": queue.review_cards(page.object_list),
+        "cards": [replace(card, held_by=holders.get(card.item.pk, "")) for card in cards],
         "job_id": review_filter.job,
         "filter": review_filter,
         "jobs": queue.jobs_in_review(review_filter.job),

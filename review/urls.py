@@ -1,8 +1,10 @@
 from django.urls import path
 
 from . import (
+    assignments,
     audit,
     catalogue,
+    comments,
     desk,
     items,
     job_export,
@@ -34,10 +36,15 @@ urlpatterns = [
     path("items/<id:item_id>/", items.item_detail, name="item_detail"),
     path("items/<id:item_id>/approve", desk.approve, name="approve_item"),
     path("items/<id:item_id>/reject", desk.reject, name="reject_item"),
+    path("items/<id:item_id>/undo", desk.undo, name="undo_item"),
+    path("items/<id:item_id>/claim", desk.keep_claim, name="keep_claim"),
+    path("items/<id:item_id>/comments", comments.comment, name="comment_item"),
     path("review/", desk.review_queue, name="review_queue"),
     path("review/approve-selected", review_list.approve_selected, name="approve_selected"),
     path("review/reject-selected", review_list.reject_selected, name="reject_selected"),
     path("review/decide-matching", review_list.decide_matching, name="decide_matching"),
+    path("review/assignments/", assignments.assignments, name="review_assignments"),
+    path("review/assignments/remove", assignments.remove_assignment, name="remove_assignment"),
     path("items/<id:item_id>/regenerate", items.regenerate, name="regenerate_item"),
     path("catalogue/", catalogue.catalogue, name="catalogue"),
     path("catalogue/import", catalogue.catalogue_import, name="catalogue_import"),

@@ -41,17 +41,48 @@
     text.setSelectionRange(text.value.length, text.value.length);
   }
 
+  function focusReason(card) {
+    var reason = card.querySelector("form[data-reject] [name=reason]");
+    if (reason) reason.focus();
+  }
+
+  // A digit picks the rejection reason of that number: from the card, or in the reason box while it
+  // is still empty (once words are typed, a digit is part of them).
+  function pickReason(card, digit) {
+    var choice = card.querySelector("form[data-reject] [data-reason-key='" + digit + "']");
+    if (!choice) return false;
+    choice.checked = true;
+    focusReason(card);
+    return true;
+  }
+
+  function undoLast() {
+    var form = document.querySelector("#focus form[data-undo]:not([hidden])");
+    if (form) submit(form);
+  }
+
+  function startComment(card) {
+    var text = card.querySelector("[data-comment]");
+    if (text) text.focus();
+  }
+
   var keys = {
     j: function (card) { follow(card, "j"); },
     k: function (card) { follow(card, "k"); },
     a: approve,
     e: startEditing,
-    r: function (card) { var reason = card.querySelector("form[data-reject] [name=reason]"); if (reason) reason.focus(); },
+    r: focusReason,
+    c: startComment,
   };
 
   document.addEventListener("keydown", function (event) {
     var target = event.target;
     if (typing(target)) {
+      if (/^[1-9]$/.test(event.key) && target.name === "reason" && !target.value && target.closest("form[data-reject]")) {
+        var owner = target.closest("[data-focus-card]");
+        if (owner && pickReason(owner, event.key)) event.preventDefault();
+        return;
+      }
       if (event.key === "Escape") target.blur();
       else if (event.key === "Enter" && (event.ctrlKey || event.metaKey) && target.closest("form[data-approve-edited]")) {
         event.preventDefault();
@@ -61,7 +92,12 @@
     }
     if (event.ctrlKey || event.metaKey || event.altKey || event.repeat) return;
     if (document.body.dataset.shortcuts === "off") return; // turned off on the person's preferences
+    if (event.key === "u") { event.preventDefault(); undoLast(); return; }
     var card = document.querySelector("[data-focus-card]");
+    if (card && /^[1-9]$/.test(event.key)) {
+      if (pickReason(card, event.key)) event.preventDefault();
+      return;
+    }
     var action = keys[event.key];
     if (!card || !action) return;
     event.preventDefault(); // `r` and `e` would otherwise type their letter into the field they focus
@@ -156,6 +192,44 @@
   document.addEventListener("htmx:sendError", function () {
     sayNothingWasDone("Nothing was sent: the server could not be reached. Reload the page when it can, and decide again.");
   });
+
+  // Undo is offered until its time runs out; then the card says it can no longer be undone.
+  window.setInterval(function () {
+    document.querySelectorAll("form[data-undo][data-undo-until]").forEach(function (form) {
+      if (form.hidden || Date.now() < Date.parse(form.dataset.undoUntil)) return;
+      form.hidden = true;
+      var expired = form.parentNode.querySelector("[data-undo-expired]");
+      if (expired) expired.hidden = false;
+    });
+  }, 1000);
+
+  // The open card keeps its hold on the draft while its reviewer is at work: renewed a few times
+  // within each hold, only while the page is visible and the person has done something lately.
+  // Idle for a few minutes, the hold runs out and another reviewer may be shown the draft.
+  var lastActive = Date.now();
+  var IDLE_MS = 3 * 60 * 1000;
+  ["keydown", "pointerdown", "pointermove", "scroll", "touchstart"].forEach(function (name) {
+    document.addEventListener(name, function () { lastActive = Date.now(); }, { passive: true });
+  });
+  function keepClaim() {
+    var card = document.querySelector("[data-focus-card][data-claim-url]");
+    if (!card || document.visibilityState !== "visible" || Date.now() - lastActive > IDLE_MS) return;
+    var token = JSON.parse(document.body.getAttribute("hx-headers") || "{}")["x-csrftoken"];
+    fetch(card.dataset.claimUrl, { method: "POST", headers: { "X-CSRFToken": token }, credentials: "same-origin" })
+      .then(function (response) {
+        if (response.status !== 409 || card.querySelector("[data-claim-lost]")) return;
+        var note = document.createElement("p");
+        note.className = "error";
+        note.setAttribute("role", "alert");
+        note.setAttribute("data-claim-lost", "");
+        note.textContent = "Another reviewer has this draft open now (your hold ran out while you were away). Move on with j.";
+        card.insertBefore(note, card.children[1] || null);
+      })
+      .catch(function () {});
+  }
+  var card = document.querySelector("[data-focus-card][data-claim-url]");
+  var seconds = card ? parseFloat(card.dataset.claimSeconds) : 120;
+  window.setInterval(keepClaim, Math.max(5, seconds / 3) * 1000);
 
   // A page the browser brings back from its cache on Back shows no ticks and may be sent again.
   window.addEventListener("pageshow", function (event) {

@@ -30,6 +30,8 @@ def apply_item(item_id: int) -> str:
     """Apply an approved version through the job's destination. Safe to run twice: a worker
     claims the item with a lease, and every attempt carries the same operation key."""
     item = Item.objects.select_related("job__pilot").get(pk=item_id)
+    if item.state == ItemState.APPROVED and item.next_attempt_at and item.next_attempt_at > timezone.now():
+        return "held while its approval can be undone"  # the collector's pass applies it after
     if item.state == ItemState.APPROVED:
         refused = judge_currency(item)
         if refused:
@@ -48,7 +50,7 @@ def apply_item(item_id: int) -> str:
         stop_application(item, problem)
         return problem
     version = GeneratedVersion.objects.get(pk=item.approved_version_id)
-    approval = Approval.objects.select_related("approved_by").get(version=version)
+    approval = Approval.objects.standing().select_related("approved_by").get(version=version)
     destination_name = item.job.destination
     key = operation_key(version, destination_name)
     attempt = DestinationAttempt.objects.create(

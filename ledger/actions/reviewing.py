@@ -1,13 +1,19 @@
 """Reviewing: approving one specific version, with the reviewer's edits judged like a draft, or
 rejecting a draft (rules 6 and 15)."""
 
+import uuid
+from datetime import timedelta
+
 import jsonschema
+from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from ..drafts.reasons import Reason, schema_reason
 from ..drafts.validation import DraftChecker, read_draft, source_text
-from ..models import Approval, GeneratedVersion, Item, Job, PromptVersion, SourceRevision
+from ..models import Approval, Comment, Event, GeneratedVersion, Item, Job, PromptVersion, SourceRevision
 from ..states import DECIDABLE_STATES, STOPS, ItemState, JobState, ReasonCode
+from . import claims
 from .core import NotAllowed, change_state, enqueue
 from .job_states import refresh_job_state
 from .jobs import create_job, currency_problem, judge_currency
@@ -82,6 +88,7 @@ def approve_version(
             raise NotAllowed(
                 f"This draft cannot be approved: the item is now “{ItemState(item.state).label}”"
             )
+        claims.check_not_held(item.pk, approver)
         version = item.versions.filter(pk=version_id).first()
         if version is None:
             raise NotAllowed("That version does not belong to this item")
@@ -112,6 +119,8 @@ def approve_version(
             data = {"version": version.pk, "content_hash": version.content_hash, "edited": approval.edited}
             if repairing:
                 data["repaired"] = True
+            # Held for the undo window: the collector's pass applies it once the window has passed.
+            hold = settings.BATCHDESK_UNDO_SECONDS
             change_state(
                 item.pk,
                 to=ItemState.APPROVED,
@@ -120,8 +129,11 @@ def approve_version(
                 expect=DECIDABLE_STATES,
                 data=data,
                 approved_version=version,
+                next_attempt_at=timezone.now() + timedelta(seconds=hold) if hold else None,
             )
-            enqueue("ledger.tasks.apply_item", item.pk)
+            claims.decided(item.pk)
+            if not hold:
+                enqueue("ledger.tasks.apply_item", item.pk)
     if problem is not None:
         # Moved out of the way in its own transaction, so the refusal's outcome is kept.
         judge_currency(item, actor=approver)
@@ -131,23 +143,151 @@ def approve_version(
     return approval
 
 
-def reject_version(*, item_id: int, version_id: int, reviewer, reason: str) -> Item:
-    if not reason.strip():
-        raise NotAllowed("Say why the draft is rejected")
+def reject_version(
+    *, item_id: int, version_id: int, reviewer, reason: str = "", reason_code: str = ""
+) -> Item:
+    """Reject a draft, for a reason code from its prompt version's list, words of the reviewer's own,
+    or both (SPEC §6: one of the two is required); with only a code, its label is the reason."""
+    reason = reason.strip()
+    if not reason and not reason_code:
+        raise NotAllowed("Say why the draft is rejected: pick a reason or write one")
     with transaction.atomic():
         if not GeneratedVersion.objects.filter(pk=version_id, item_id=item_id).exists():
             raise NotAllowed("That version does not belong to this item")
+        claims.check_not_held(item_id, reviewer)
+        data = {"version": version_id}
+        if reason_code:
+            prompt = PromptVersion.objects.get(jobs__items=item_id)
+            label = prompt.rejection_reason_label(reason_code)
+            if label is None:
+                raise ReasonCodeUnknown(reason_code, prompt)
+            data["reason_code"] = reason_code
+            reason = reason or label
         item = change_state(
             item_id,
             to=ItemState.REJECTED,
             actor=reviewer,
-            reason=reason.strip(),
+            reason=reason,
             code=ReasonCode.REJECTED_BY_REVIEWER,
             expect=[ItemState.AWAITING_REVIEW],
-            data={"version": version_id},
+            data=data,
+        )
+        claims.decided(item_id)
+    refresh_job_state(item.job_id)
+    return item
+
+
+class ReasonCodeUnknown(NotAllowed):
+    """A rejection named a reason code its draft's prompt version does not have: bad input."""
+
+    def __init__(self, code: str, prompt: PromptVersion):
+        codes = ", ".join(r["code"] for r in prompt.rejection_reasons) or "none"
+        super().__init__(f"{code!r} is not a rejection reason of prompt {prompt}; its reasons are: {codes}")
+
+
+# --- undoing a decision ------------------------------------------------------------------------
+
+DECISIONS = (ItemState.APPROVED, ItemState.REJECTED)
+
+
+def last_decision(item: Item, actor) -> Event | None:
+    """The person's last approval or rejection of the item, if they made one."""
+    return (
+        item.events.filter(to_state__in=DECISIONS, actor=actor).order_by("-id").first()
+        if actor is not None and actor.is_authenticated
+        else None
+    )
+
+
+def undo_refusal(item: Item, decision: Event | None, *, now=None) -> str:
+    """Why this decision can no longer be undone, in words for its card; "" while it can."""
+    window = settings.BATCHDESK_UNDO_SECONDS
+    if decision is None:
+        return "You have made no decision on this draft to undo"
+    if not window:
+        return "Decisions are not held for undoing here (BATCHDESK_UNDO_SECONDS is 0)"
+    if item.state != decision.to_state or item.events.filter(pk__gt=decision.pk).exists():
+        if item.state in (ItemState.APPLYING, ItemState.APPLIED):
+            return "It can no longer be undone: applying it has started"
+        return (
+            f"It can no longer be undone: the item has moved on since (now “{ItemState(item.state).label}”)"
+        )
+    if (now or timezone.now()) - decision.at > timedelta(seconds=window):
+        return f"It can no longer be undone: the {window:g} seconds to undo it have passed"
+    return ""
+
+
+def undo_decision(*, item_id: int, actor) -> Item:
+    """Undo the person's last decision on an item within BATCHDESK_UNDO_SECONDS, while nothing was
+    applied: the item waits for review again (an approval that repaired an unusable draft: unusable
+    again), the approval is kept as undone, and the undo's event names the decision it undid."""
+    with transaction.atomic():
+        item = Item.objects.select_for_update(of=("self",)).get(pk=item_id)
+        decision = last_decision(item, actor)
+        if refusal := undo_refusal(item, decision):
+            raise NotAllowed(refusal)
+        version_id = decision.data.get("version")
+        if decision.to_state == ItemState.APPROVED:
+            Approval.objects.standing().filter(item=item, version_id=version_id).update(
+                undone_at=timezone.now()
+            )
+            words = "Approval undone by its reviewer"
+            back_to = ItemState.AWAITING_REVIEW
+            if decision.data.get("repaired"):
+                words += "; the generated draft is still unusable"
+                back_to = ItemState.VALIDATION_FAILED
+        else:
+            words = "Rejection undone by its reviewer"
+            back_to = ItemState.AWAITING_REVIEW
+        item = change_state(
+            item.pk,
+            to=back_to,
+            actor=actor,
+            reason=words,
+            code=ReasonCode.DECISION_UNDONE,
+            expect=[decision.to_state],
+            data={"undoes": decision.pk, "version": version_id, "decision": decision.to_state},
+            approved_version=None,
+            next_attempt_at=None,
         )
     refresh_job_state(item.job_id)
     return item
+
+
+# --- comments ----------------------------------------------------------------------------------
+
+MAX_COMMENT_LENGTH = 4000
+
+
+def add_comment(
+    *, item_id: int, author, text: str, version_id: int | None = None, form_token: uuid.UUID | None = None
+) -> Comment:
+    """A comment on an item's draft for colleagues. The same form sent twice (its `form_token`) adds it
+    once: the second send gets the first's comment."""
+    text = text.strip()
+    if not text:
+        raise NotAllowed("Write the comment first")
+    if len(text) > MAX_COMMENT_LENGTH:
+        raise NotAllowed(f"A comment is at most {MAX_COMMENT_LENGTH} characters (this one has {len(text)})")
+    if (
+        version_id is not None
+        and not GeneratedVersion.objects.filter(pk=version_id, item_id=item_id).exists()
+    ):
+        raise NotAllowed("That version does not belong to this item")
+    if form_token is not None and (
+        earlier := Comment.objects.filter(author=author, form_token=form_token).first()
+    ):
+        return earlier
+    try:
+        with transaction.atomic():
+            return Comment.objects.create(
+                item_id=item_id, version_id=version_id, author=author, text=text, form_token=form_token
+            )
+    except IntegrityError:  # the same form, sent twice at once: the other send wrote it
+        earlier = Comment.objects.filter(author=author, form_token=form_token).first()
+        if earlier is None:
+            raise
+        return earlier
 
 
 # --- regenerating with another prompt version ------------------------------------------------

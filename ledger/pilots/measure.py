@@ -181,7 +181,8 @@ def observe(pilot: Pilot, price: Price | None) -> dict[int, Observations]:
     _observe_events(job_id, stratum_of, by_stratum, failure_code)
     approved: set[int] = set()
     for item_id, version_id, edited, draft, final in (
-        Approval.objects.filter(item__job_id=job_id)
+        Approval.objects.standing()
+        .filter(item__job_id=job_id)
         .order_by()
         .values_list("item_id", "version_id", "edited", "version__content", "final_content")
     ):

@@ -11,6 +11,7 @@ from django import forms
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest
 
+from ledger.actions.reviewing import MAX_COMMENT_LENGTH
 from ledger.drafts.json_values import refuse_json_constant, text_problem, unique_json_keys
 from ledger.models import MAX_DECISION_NOTE_LENGTH, PilotVerdict
 
@@ -176,7 +177,24 @@ class ApproveBody(JsonBody):
 
 
 class RejectBody(JsonBody):
-    reason = JsonText(max_length=MAX_NOTE_LENGTH)
+    """`{reason, reason_code?}` (SPEC §6): a code from the draft's prompt version's list, words of the
+    reviewer's own, or both; one of the two is required."""
+
+    reason = JsonText(required=False, max_length=MAX_NOTE_LENGTH, blank=True)
+    reason_code = JsonText(required=False, max_length=64)
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean()
+        if not (cleaned.get("reason") or "").strip() and not cleaned.get("reason_code") and not self.errors:
+            raise invalid({"reason": "required: a reason, a reason_code, or both"})
+        return cleaned
+
+
+class CommentBody(JsonBody):
+    """`{text, version?}`: a comment on an item's draft."""
+
+    text = JsonText(max_length=MAX_COMMENT_LENGTH)
+    version = JsonWhole(lowest=1, highest=2**63 - 1, message="must be a version id of this item")
 
 
 class RetryBody(JsonBody):

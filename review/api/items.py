@@ -4,14 +4,21 @@ or rejecting one of its versions; retrying it."""
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from ledger.actions.operating import retry_item
-from ledger.actions.reviewing import EditRefused, approve_version, reject_version
+from ledger.actions.reviewing import (
+    EditRefused,
+    ReasonCodeUnknown,
+    add_comment,
+    approve_version,
+    reject_version,
+    undo_decision,
+)
 from ledger.models import GeneratedVersion, Item
 
 from ..permissions import APPROVERS, OPERATORS, VIEWERS
 from .doors import BEARER_TOKEN, door
 from .errors import ApiError
-from .inputs import ApproveBody, RejectBody, RetryBody
-from .shapes import item_detail_json, item_json, items
+from .inputs import ApproveBody, CommentBody, RejectBody, RetryBody
+from .shapes import comment_json, item_detail_json, item_json, items
 
 
 def item_or_404(item_id: int) -> Item:
@@ -58,10 +65,38 @@ def approve(request: HttpRequest, item_id: int, version_id: int) -> HttpResponse
 
 @door(BEARER_TOKEN, POST=APPROVERS)
 def reject(request: HttpRequest, item_id: int, version_id: int) -> HttpResponse:
-    reason = RejectBody.read(request).checked()["reason"]
+    body = RejectBody.read(request).checked()
     version = version_or_404(item_id, version_id)
-    reject_version(item_id=item_id, version_id=version.pk, reviewer=request.user, reason=reason)
+    try:
+        reject_version(
+            item_id=item_id,
+            version_id=version.pk,
+            reviewer=request.user,
+            reason=body["reason"] or "",
+            reason_code=body["reason_code"] or "",
+        )
+    except ReasonCodeUnknown as refusal:  # bad input, not a state the item is in
+        raise ApiError(400, "invalid", str(refusal), {"reason_code": str(refusal)}) from None
     return JsonResponse(item_json(request, item_or_404(item_id)))
+
+
+@door(BEARER_TOKEN, POST=APPROVERS)
+def undo(request: HttpRequest, item_id: int) -> HttpResponse:
+    """The caller's last decision on the item, undone within BATCHDESK_UNDO_SECONDS (409 after it, or
+    once applying started)."""
+    item_or_404(item_id)
+    undo_decision(item_id=item_id, actor=request.user)
+    return JsonResponse(item_json(request, item_or_404(item_id)))
+
+
+@door(BEARER_TOKEN, POST=VIEWERS)
+def comment(request: HttpRequest, item_id: int) -> HttpResponse:
+    body = CommentBody.read(request).checked()
+    item_or_404(item_id)
+    if body["version"] is not None:
+        version_or_404(item_id, body["version"])
+    written = add_comment(item_id=item_id, author=request.user, text=body["text"], version_id=body["version"])
+    return JsonResponse(comment_json(written), status=201)
 
 
 @door(BEARER_TOKEN, POST=OPERATORS)

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from ledger.actions.budgeting import next_request_need
 from ledger.models import (
+    Comment,
     CurrentPromptChoice,
     GeneratedVersion,
     Item,
@@ -291,9 +292,11 @@ def item_detail_json(request: HttpRequest, item: Item) -> dict:
                 "final_content": approval.final_content,
                 "edited": approval.edited,
                 "note": approval.note,
+                "undone_at": approval.undone_at,
             }
             for approval in item.approvals.select_related("approved_by").order_by("approved_at", "id")
         ],
+        "comments": [comment_json(c) for c in item.comments.select_related("author")],
         "destination_attempts": [
             {
                 "id": attempt.pk,
@@ -318,6 +321,16 @@ def item_detail_json(request: HttpRequest, item: Item) -> dict:
             }
             for event in item.events.order_by("id")
         ],
+    }
+
+
+def comment_json(comment: Comment) -> dict:
+    return {
+        "id": comment.pk,
+        "version": comment.version_id,
+        "by": comment.author.get_username(),
+        "at": comment.at,
+        "text": comment.text,
     }
 
 

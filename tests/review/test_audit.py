@@ -17,6 +17,7 @@ from ledger.models import (
     CatalogueImport,
     CatalogueImportChunk,
     CollectorHeartbeat,
+    Comment,
     DestinationAttempt,
     DrillKind,
     DrillStep,
@@ -31,6 +32,7 @@ from ledger.models import (
     PilotStratum,
     ProviderHint,
     Publication,
+    ReviewClaim,
     Submission,
     SubmissionItem,
     UnitCharge,
@@ -264,6 +266,8 @@ def test_the_csv_export_streams_the_filtered_rows(client, admin, owner, job):
         "reason": "",
         "generated_content": mine.version.content,
         "final_content": 'Line one,\n"quoted" line two',
+        "reason_code": "",
+        "undone_at": "",
     }
     assert len(exported(client.get(reverse("audit_csv")))) == 2
 
@@ -300,6 +304,8 @@ def test_every_csv_cell_is_quoted(client, admin, owner):
         "",
         "A plain draft.",
         "A plain draft.",
+        "",
+        "",
     ]
     assert row == ",".join(f'"{cell}"' for cell in cells)
     assert end == ""
@@ -409,6 +415,8 @@ def one_of_each(owner, item, draft) -> None:
         submission=submission,
         outcome="poll_queued",
     )
+    Comment.objects.create(item=item, version=draft, author=owner, text="<b>see the source</b>")
+    ReviewClaim.objects.create(item=item, reviewer=owner, until=timezone.now())
 
 
 def admin_url(model, view: str, *args) -> str:

@@ -103,6 +103,7 @@ def test_each_column_of_items_in_several_states_as_jsonl(client, owner, worked_j
     assert {key: unsent[key] for key in COLUMNS if key not in ("item_id", "sku", "state", "label")} == {
         "source_revision": 1,
         "reason": "",
+        "reason_code": "",
         "approved_version": None,
         "approved_text": None,
         "edited": None,
