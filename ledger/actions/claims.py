@@ -13,9 +13,10 @@ from .core import NotAllowed
 
 
 def claim_draft(*, item_id: int, reviewer) -> bool:
-    """Take the hold on an item's draft for BATCHDESK_CLAIM_SECONDS, or renew the reviewer's own. False,
-    changing nothing, when another reviewer holds it. One statement: two desks asking at once cannot
-    both take it."""
+    """Take the hold on an item's draft for BATCHDESK_CLAIM_SECONDS, or renew the reviewer's own, and
+    let go of any other they hold (a desk shows one draft: the one moved on from is free for others).
+    False, changing nothing, when another reviewer holds it. One statement takes it: two desks asking
+    at once cannot both."""
     now = timezone.now()
     until = now + timedelta(seconds=settings.BATCHDESK_CLAIM_SECONDS)
     table = connection.ops.quote_name(ReviewClaim._meta.db_table)
@@ -27,7 +28,10 @@ def claim_draft(*, item_id: int, reviewer) -> bool:
             "RETURNING item_id",
             [item_id, reviewer.pk, *map(connection.ops.adapt_datetimefield_value, (until, now))],
         )
-        return cursor.fetchone() is not None
+        taken = cursor.fetchone() is not None
+    if taken:
+        ReviewClaim.objects.filter(reviewer=reviewer).exclude(item_id=item_id).delete()
+    return taken
 
 
 def release_claim(*, item_id: int, reviewer) -> None:
