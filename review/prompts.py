@@ -250,6 +250,7 @@ def prompt_new(request: HtmxHttpRequest) -> HttpResponse:
             output_schema=data["output_schema"],
             rules=data["rules"],
             max_output_tokens=data["max_output_tokens"],
+            rejection_reasons=data["rejection_reasons"],
         )
     except NotAllowed as exc:
         form.add_error(None, str(exc))

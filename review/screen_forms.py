@@ -13,6 +13,7 @@ from ledger.actions import (
     output_schema_problems,
     prompt_rules_problems,
     prompt_template_problems,
+    rejection_reasons_problems,
 )
 from ledger.models import (
     MAX_NAMED_SKUS,
@@ -27,7 +28,7 @@ from ledger.money.pricing import priced_models
 from ledger.pilots.sample import sample_products
 from ledger.providers import default_model, provider_names
 from ledger.providers.model_names import model_name_problem
-from ledger.states import JobState
+from ledger.states import JobState, default_rejection_reasons
 
 from .job_forms import JobForm, active_products, too_many_skus_message, unknown_skus_message
 from .pilot_forms import ScreenPilotForm
@@ -258,6 +259,33 @@ class JSONObjectField(forms.CharField):
             raise forms.ValidationError("Not usable JSON: it is nested too deeply") from None
 
 
+class ReasonsField(forms.CharField):
+    """The rejection reasons reviewers pick from, one a line: `code: label` (SPEC §8)."""
+
+    widget = forms.Textarea
+
+    def prepare_value(self, value):
+        if isinstance(value, list):
+            return "\n".join(f"{r['code']}: {r['label']}" for r in value)
+        return value
+
+    def to_python(self, value):
+        text = super().to_python(value) or ""
+        reasons = []
+        for number, line in enumerate(text.replace("\r\n", "\n").split("\n"), start=1):
+            if not line.strip():
+                continue
+            code, colon, label = line.partition(":")
+            if not colon:
+                raise forms.ValidationError(f"Line {number}: write “code: label”, e.g. “tone: Wrong tone”.")
+            reasons.append({"code": code.strip(), "label": label.strip()})
+        return reasons
+
+    def validate(self, value) -> None:
+        if value and (problems := rejection_reasons_problems(value)):
+            raise forms.ValidationError(problems)
+
+
 class PromptVersionForm(forms.Form):
     task = forms.RegexField(
         regex=rf"^{PROMPT_TASK_PATTERN}$",
@@ -285,6 +313,14 @@ class PromptVersionForm(forms.Form):
     max_output_tokens = forms.IntegerField(
         min_value=1, max_value=MAX_PROMPT_OUTPUT_TOKENS, initial=600, label="Max output tokens"
     )
+    rejection_reasons = ReasonsField(
+        required=False,
+        label="Rejection reasons",
+        initial=default_rejection_reasons,
+        help_text="What reviewers pick from when they reject a draft, one a line: “code: label”. "
+        "The desk's keys 1–9 pick them in this order; /quality/ and the exports count by code.",
+        widget=forms.Textarea(attrs={"rows": 6}),
+    )
 
     def __init__(self, *args, source: PromptVersion | None = None, **kwargs):
         self.source = source
@@ -296,6 +332,7 @@ class PromptVersionForm(forms.Form):
                 "output_schema": source.output_schema,
                 "rules": source.rules,
                 "max_output_tokens": source.max_output_tokens,
+                "rejection_reasons": source.rejection_reasons,
             }
         super().__init__(*args, **kwargs)
 
@@ -318,6 +355,11 @@ class PromptVersionForm(forms.Form):
         data = super().clean()
         if data.get("rules") is None:
             data["rules"] = {}
+        if not data.get("rejection_reasons") and "rejection_reasons" not in self.errors:
+            # Left empty: the version it starts from keeps its reasons; a new task has the default's.
+            data["rejection_reasons"] = (
+                self.source.rejection_reasons if self.source is not None else default_rejection_reasons()
+            )
         if "output_schema" in data and (
             problems := prompt_rules_problems(data["rules"], data["output_schema"])
         ):
@@ -336,4 +378,5 @@ class PromptVersionForm(forms.Form):
             and compact_json(data["output_schema"]) == compact_json(source.output_schema)
             and data["rules"] == source.rules
             and data["max_output_tokens"] == source.max_output_tokens
+            and data.get("rejection_reasons") == source.rejection_reasons
         )

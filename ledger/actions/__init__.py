@@ -12,6 +12,7 @@ from .prompts import (
     output_schema_problems,
     prompt_rules_problems,
     prompt_template_problems,
+    rejection_reasons_problems,
 )
 from .submitting import RESEND_RISK, operator_must_decide, reconcile_uncertain, resend_uncertain
 
@@ -29,6 +30,7 @@ __all__ = [
     "prompt_rules_problems",
     "prompt_template_problems",
     "reconcile_uncertain",
+    "rejection_reasons_problems",
     "redrive_dead_letter",
     "resend_uncertain",
     "resume_job",

@@ -11,6 +11,7 @@ from django.db.models import Max
 from ..drafts.json_values import json_value_problem, text_problem
 from ..drafts.schema_refs import reference_problems
 from ..models import CurrentPromptChoice, PromptVersion
+from ..states import default_rejection_reasons
 from .core import NotAllowed, actor_name
 
 PROMPT_TASK_PATTERN = r"[a-z][a-z0-9_]{0,63}"
@@ -121,6 +122,33 @@ def prompt_rules_problems(rules: object, schema: object) -> list[str]:
     return problems
 
 
+# A rejection reason's code: what exports and /quality/ count by.
+REASON_CODE_PATTERN = r"[a-z][a-z0-9_]{0,31}"
+MAX_REJECTION_REASONS = 20
+
+
+def rejection_reasons_problems(reasons: object) -> list[str]:
+    """The reviewers' list of reasons (SPEC §8): 1 to 20 of `{code, label}`, each code once."""
+    if not isinstance(reasons, list) or not 1 <= len(reasons) <= MAX_REJECTION_REASONS:
+        return [f"The rejection reasons must be a list of 1 to {MAX_REJECTION_REASONS} reasons"]
+    problems, seen = [], set()
+    for reason in reasons:
+        if not isinstance(reason, dict) or set(reason) != {"code", "label"}:
+            problems.append("Each rejection reason is a code and its label")
+            continue
+        code, label = reason["code"], reason["label"]
+        if not isinstance(code, str) or not re.fullmatch(REASON_CODE_PATTERN, code):
+            problems.append(f"The reason code {code!r} must be lower-case letters, digits and _, at most 32")
+        elif code in seen:
+            problems.append(f"The reason code {code!r} is listed twice")
+        seen.add(code)
+        if not isinstance(label, str) or not label.strip() or len(label) > 200:
+            problems.append(f"The label of {code!r} must be text of 1 to 200 characters")
+        elif problem := text_problem(label):
+            problems.append(f"The label of {code!r} {problem}")
+    return problems
+
+
 def create_prompt_version(
     *,
     task: str,
@@ -129,6 +157,7 @@ def create_prompt_version(
     output_schema: dict,
     rules: dict,
     max_output_tokens: int,
+    rejection_reasons: list[dict] | None = None,
 ) -> PromptVersion:
     """Add the next version of a task's prompt. Versions are never edited: a change is a new one.
     The new version is not current (not even a task's first): jobs go on using the current one until
@@ -149,6 +178,9 @@ def create_prompt_version(
     problems += prompt_template_problems(template)
     problems += output_schema_problems(output_schema)
     problems += prompt_rules_problems(rules, output_schema)
+    if rejection_reasons is None:
+        rejection_reasons = default_rejection_reasons()
+    problems += rejection_reasons_problems(rejection_reasons)
     if problems:
         raise NotAllowed("; ".join(problems))
     for _ in range(3):
@@ -163,6 +195,7 @@ def create_prompt_version(
                     output_schema=output_schema,
                     rules=rules,
                     max_output_tokens=max_output_tokens,
+                    rejection_reasons=rejection_reasons,
                 )
         except IntegrityError:
             continue  # another version of this task took the number at the same moment; take the next

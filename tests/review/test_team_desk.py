@@ -7,11 +7,12 @@ import pytest
 from django.test import override_settings
 from django.urls import reverse
 
-from ledger.models import Comment, Event, Item, ReviewClaim
+from ledger.models import Comment, Event, Item, PromptVersion, ReviewClaim
 from ledger.states import ItemState
 from review.models import ReviewAssignment
 from tests.factories import ItemFactory, UserFactory, add_version
 from tests.review.drafts import queue_of
+from tests.review.test_prompt_screens import new_url, new_version
 
 pytestmark = pytest.mark.django_db
 
@@ -195,3 +196,42 @@ def test_without_an_undo_window_the_card_says_so(client, owner):
     ).content.decode()
     assert 'data-testid="undo"' not in html
     assert "BATCHDESK_UNDO_SECONDS is 0" in html
+
+
+# --- a prompt version's reasons --------------------------------------------------------------
+
+
+def test_a_new_prompt_version_carries_the_reasons_its_author_lists(client, owner):
+    current = PromptVersion.objects.get(task="product_description", version=1)
+    client.force_login(owner)
+    form = client.get(new_url(current)).content.decode()
+    assert "unsupported_claim: Claims something the source does not support" in form
+    response = client.post(
+        new_url(current),
+        new_version(current, rejection_reasons="fit: Wrong fit\r\n\r\nprice: States a price"),
+    )
+    assert response.status_code == 302, response.content.decode()
+    created = PromptVersion.objects.get(task="product_description", version=2)
+    assert created.rejection_reasons == [
+        {"code": "fit", "label": "Wrong fit"},
+        {"code": "price", "label": "States a price"},
+    ]
+    assert "States a price" in client.get(reverse("prompt_detail", args=[created.pk])).content.decode()
+
+
+@pytest.mark.parametrize(
+    "reasons, problem",
+    [
+        ("fit Wrong fit", "write “code: label”"),
+        ("fit: One\nfit: Two", "listed twice"),
+        ("Fit!: Wrong", "lower-case letters"),
+        ("fit:", "1 to 200 characters"),
+    ],
+)
+def test_a_bad_list_of_reasons_is_refused(client, owner, reasons, problem):
+    current = PromptVersion.objects.get(task="product_description", version=1)
+    client.force_login(owner)
+    response = client.post(new_url(current), new_version(current, rejection_reasons=reasons))
+    assert response.status_code == 400
+    assert problem in response.content.decode()
+    assert not PromptVersion.objects.filter(version=2).exists()
