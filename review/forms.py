@@ -149,11 +149,16 @@ class ApproveSelectedForm(forms.Form):
 
 
 class RejectSelectedForm(ApproveSelectedForm):
-    """Ticked rows to reject, all for one reason."""
+    """Ticked rows to reject, all for one reason: a code of their prompt versions' lists, words, or both."""
 
-    reason = forms.CharField(
-        max_length=MAX_NOTE_LENGTH, error_messages={"required": "Say why the ticked drafts are rejected."}
-    )
+    reason = forms.CharField(required=False, max_length=MAX_NOTE_LENGTH)
+    reason_code = forms.CharField(required=False, max_length=64)
+
+    def clean(self) -> dict:
+        cleaned = super().clean()
+        if not cleaned.get("reason") and not cleaned.get("reason_code") and not self.errors:
+            raise forms.ValidationError("Say why the ticked drafts are rejected: pick a reason or write one.")
+        return cleaned
 
 
 # The most drafts one "all matching" decision takes: the oldest this many; the rest wait for another.
@@ -168,9 +173,11 @@ class DecideMatchingForm(forms.Form):
     count = forms.IntegerField(min_value=1, max_value=MATCHING_LIMIT)
     fingerprint = forms.CharField(validators=[sha256_hex])
     reason = forms.CharField(required=False, max_length=MAX_NOTE_LENGTH)
+    reason_code = forms.CharField(required=False, max_length=64)
 
     def clean(self) -> dict:
         cleaned = super().clean()
         if cleaned.get("decision") == "reject" and not (cleaned.get("reason") or "").strip():
-            raise forms.ValidationError("Say why the drafts are rejected.")
+            if not cleaned.get("reason_code"):
+                raise forms.ValidationError("Say why the drafts are rejected: pick a reason or write one.")
         return cleaned

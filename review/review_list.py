@@ -80,6 +80,15 @@ def matching_drafts(review_filter: ReviewFilter) -> tuple[list[Item], str]:
     return items, hashlib.sha256(named.encode()).hexdigest()
 
 
+def reason_choices(cards: list[queue.ReviewCard]) -> list[dict]:
+    """The rejection reasons of the prompt versions of the drafts listed, each code once, in order."""
+    seen: dict[str, dict] = {}
+    for card in cards:
+        for reason in card.item.job.prompt_version.rejection_reasons:
+            seen.setdefault(reason["code"], reason)
+    return list(seen.values())
+
+
 def review_list(request: HtmxHttpRequest, review_filter: ReviewFilter) -> HttpResponse:
     count = review_filter.count()
     page = screen_page(
@@ -101,6 +110,7 @@ def review_list(request: HtmxHttpRequest, review_filter: ReviewFilter) -> HttpRe
     context = {
         "page": page,
         "cards": [replace(card, held_by=holders.get(card.item.pk, "")) for card in cards],
+        "reason_choices": reason_choices(cards),
         "job_id": review_filter.job,
         "filter": review_filter,
         "jobs": queue.jobs_in_review(review_filter.job),
@@ -166,7 +176,9 @@ def fresh_ticks(
     return [Ticked(versions[version_id].item, versions[version_id], digest) for version_id, digest in pairs]
 
 
-def decide_each(request: HtmxHttpRequest, drafts: list[Ticked], *, approve: bool, reason: str = "") -> None:
+def decide_each(
+    request: HtmxHttpRequest, drafts: list[Ticked], *, approve: bool, reason: str = "", reason_code: str = ""
+) -> None:
     """Approve each draft (by the hash the page showed), or reject each for `reason`: each its own
     decision, the ledger refusing the ones it may not take. Says how many were decided and why each
     other one was not."""
@@ -178,7 +190,13 @@ def decide_each(request: HtmxHttpRequest, drafts: list[Ticked], *, approve: bool
                     item_id=item.pk, version_id=version.pk, version_hash=digest, approver=request.user
                 )
             else:
-                reject_version(item_id=item.pk, version_id=version.pk, reviewer=request.user, reason=reason)
+                reject_version(
+                    item_id=item.pk,
+                    version_id=version.pk,
+                    reviewer=request.user,
+                    reason=reason,
+                    reason_code=reason_code,
+                )
         except NotAllowed as exc:
             refusals.append(f"{item.product.sku}: {exc}")
         else:
@@ -203,7 +221,7 @@ def approve_selected(request: HtmxHttpRequest) -> HttpResponse:
     form = ApproveSelectedForm(request.POST)
     if not form.is_valid():
         return refused_page(request, form_errors(form), back)
-    if request.POST.get("reason", "").strip():
+    if request.POST.get("reason", "").strip() or request.POST.get("reason_code"):
         # A reason is typed to reject: Enter in its field submits the form with its first button.
         messages.error(
             request,
@@ -233,7 +251,13 @@ def reject_selected(request: HtmxHttpRequest) -> HttpResponse:
         return refused_page(request, form_errors(form), back)
     drafts = fresh_ticks(request, form.cleaned_data["draft"], approve=False)
     if drafts is not None:
-        decide_each(request, drafts, approve=False, reason=form.cleaned_data["reason"])
+        decide_each(
+            request,
+            drafts,
+            approve=False,
+            reason=form.cleaned_data["reason"],
+            reason_code=form.cleaned_data["reason_code"],
+        )
     return redirect(back)
 
 
@@ -266,5 +290,6 @@ def decide_matching(request: HtmxHttpRequest) -> HttpResponse:
         drafts,
         approve=form.cleaned_data["decision"] == "approve",
         reason=form.cleaned_data["reason"],
+        reason_code=form.cleaned_data["reason_code"],
     )
     return redirect(list_url(review_filter))

@@ -258,13 +258,37 @@ def test_ticked_drafts_are_rejected_for_one_reason(client, owner):
     assert Item.objects.get(pk=drafts[2].item_id).state == S.AWAITING_REVIEW
 
 
+def test_ticked_drafts_are_rejected_for_a_reason_code(client, owner):
+    drafts = waiting(2)
+    client.force_login(owner)
+    listed = client.get(reverse("review_queue"), {"mode": "list"}).content.decode()
+    assert '<option value="too_long">Too long</option>' in listed
+    response = client.post(
+        reverse("reject_selected"), {"draft": ticked(*drafts), "reason_code": "too_long"}, follow=True
+    )
+    assert "Rejected 2 drafts." in response.content.decode()
+    assert sorted(e.data["reason_code"] for e in Event.objects.rejections()) == ["too_long", "too_long"]
+    assert {Item.objects.get(pk=d.item_id).reason for d in drafts} == {"Too long"}
+
+
+def test_an_unknown_reason_code_rejects_none_of_the_ticked_drafts(client, owner):
+    drafts = waiting(2)
+    client.force_login(owner)
+    html = client.post(
+        reverse("reject_selected"), {"draft": ticked(*drafts), "reason_code": "nope"}, follow=True
+    ).content.decode()
+    assert "is not a rejection reason of prompt" in html
+    assert not Event.objects.rejections().exists()
+
+
 def test_rejecting_ticked_drafts_needs_a_reason_and_a_fresh_page(client, owner):
     drafts = waiting(2)
     client.force_login(owner)
     events = Event.objects.count()
     response = client.post(reverse("reject_selected"), {"draft": ticked(*drafts), "reason": " "})
     assert (
-        response.status_code == 400 and "Say why the ticked drafts are rejected." in response.content.decode()
+        response.status_code == 400
+        and "Say why the ticked drafts are rejected: pick a reason or write one." in response.content.decode()
     )
     stale = [f"{drafts[0].pk}:{'0' * 64}", *ticked(drafts[1])]
     html = client.post(
