@@ -139,7 +139,8 @@ def roles_from(claims: dict) -> set[str]:
 
 def signed_in_person(*, issuer_url: str, claims: dict):
     """The account of the person the provider vouched for (`claims` verified), created at their first
-    sign-in, with their roles set from their groups as the directory has them now."""
+    sign-in, with their roles set from their groups as the directory has them now; None for an
+    account an admin deactivated (the directory does not undo that)."""
     User = get_user_model()
     subject = claims["sub"]
     with transaction.atomic():
@@ -154,6 +155,9 @@ def signed_in_person(*, issuer_url: str, claims: dict):
             person = User.objects.create_user(free_username(claims), email=claims.get("email") or "")
             identity = CompanyIdentity.objects.create(user=person, issuer=issuer_url, subject=subject)
         person = identity.user
+        if not person.is_active:
+            logger.warning("%s signed in through the company, but an admin deactivated the account", person)
+            return None
         person.email = claims.get("email") or person.email
         person.first_name = str(claims.get("given_name") or person.first_name)[:150]
         person.last_name = str(claims.get("family_name") or person.last_name)[:150]
