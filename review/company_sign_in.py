@@ -11,7 +11,8 @@ through mozilla-django-oidc, the authorization code flow with PKCE.
   shows); the e-mail address and names follow the directory at each sign-in.
 - Roles follow the groups claim (BATCHDESK_OIDC_GROUPS_CLAIM) at every sign-in, through
   BATCHDESK_OIDC_ROLE_GROUPS: a role whose groups the person no longer has is taken away; groups
-  that are not roles are left alone; a person with no mapped group has no role.
+  that are not roles are left alone; a person with no mapped group has no role. A company sign-in
+  lasts SESSION_HOURS, so every role is read from the directory again at least that often.
 """
 
 import json
@@ -40,6 +41,9 @@ from .models import CompanyIdentity
 logger = logging.getLogger(__name__)
 
 DISCOVERY_PATH = "/.well-known/openid-configuration"
+# How long a company sign-in lasts: a working day, then the provider is asked again (without a form
+# while the person's session there lasts), so roles and leavers follow the directory within it.
+SESSION_HOURS = 12
 DISCOVERY_TIMEOUT_SECONDS = 10
 
 
@@ -285,6 +289,11 @@ class FinishSignIn(OIDCAuthenticationCallbackView):
             # A stale or replayed answer (state not in this session), or a token that does not verify.
             logger.warning("Company sign-in: an answer that does not check out: %s", error)
             return self.login_failure()
+
+    def login_success(self):
+        response = super().login_success()
+        self.request.session.set_expiry(SESSION_HOURS * 3600)
+        return response
 
     def login_failure(self):
         return back_to_log_in(

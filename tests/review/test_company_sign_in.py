@@ -111,6 +111,8 @@ def test_the_first_sign_in_creates_the_person_with_the_role_of_their_group(clien
     assert not alice.has_usable_password()
     assert CompanyIdentity.objects.get(user=alice).issuer == directory.issuer
     assert client.get(reverse("dashboard")).status_code == 200
+    # A working day, then the directory is asked again.
+    assert client.session.get_expiry_age() == 12 * 3600
 
 
 def test_pkce_is_sent_and_the_provider_requires_it(client, directory):
