@@ -325,6 +325,14 @@ def check_company_sign_in(app_configs=None, **kwargs) -> list[checks.CheckMessag
             problem = f"names roles that do not exist: {', '.join(unknown)} (the roles: {', '.join(ROLES)})"
     if problem:
         errors.append(checks.Error(f"BATCHDESK_OIDC_ROLE_GROUPS {problem}", id="batchdesk.E020"))
+    if not settings.BATCHDESK_LOCAL_LOGIN and not configured():
+        errors.append(
+            checks.Warning(
+                "BATCHDESK_LOCAL_LOGIN=0 without BATCHDESK_OIDC_ISSUER: only superusers can sign in",
+                hint="Set the company sign-in (BATCHDESK_OIDC_*), or leave local passwords on.",
+                id="batchdesk.W021",
+            )
+        )
     if configured():
         missing = [
             name

@@ -113,6 +113,8 @@ def test_the_first_sign_in_creates_the_person_with_the_role_of_their_group(clien
     assert client.get(reverse("dashboard")).status_code == 200
     # A working day, then the directory is asked again.
     assert client.session.get_expiry_age() == 12 * 3600
+    # Her password is the directory's: BatchDesk offers none to change.
+    assert "Change your password" not in client.get(reverse("preferences")).content.decode()
 
 
 def test_pkce_is_sent_and_the_provider_requires_it(client, directory):
@@ -248,17 +250,26 @@ def test_an_issuer_that_cannot_be_reached_stops_nothing(client, settings):
 # --- settings checks --------------------------------------------------------------------------
 
 
-def serious_ids(**kwargs) -> set[str]:
+def check_ids(**kwargs) -> set[str]:
     return {m.id for m in checks.run_checks(**kwargs) if m.id and m.id.startswith("batchdesk.")}
 
 
 def test_bad_role_groups_stop_startup(settings):
     settings.BATCHDESK_OIDC_ROLE_GROUPS = "{not json"
-    assert "batchdesk.E020" in serious_ids()
+    assert "batchdesk.E020" in check_ids()
     settings.BATCHDESK_OIDC_ROLE_GROUPS = json.dumps({"reviewer": ["Everyone"]})
-    assert "batchdesk.E020" in serious_ids()
+    assert "batchdesk.E020" in check_ids()
     settings.BATCHDESK_OIDC_ROLE_GROUPS = json.dumps({"operator": ["Operations"]})
-    assert "batchdesk.E020" not in serious_ids()
+    assert "batchdesk.E020" not in check_ids()
+
+
+def test_passwords_off_without_a_company_sign_in_is_warned_of(settings):
+    settings.BATCHDESK_LOCAL_LOGIN = False
+    assert "batchdesk.W021" in check_ids()
+    settings.BATCHDESK_OIDC_ISSUER = "https://login.acme.test/oauth2/default"
+    settings.BATCHDESK_OIDC_CLIENT_ID = CLIENT_ID
+    settings.BATCHDESK_OIDC_CLIENT_SECRET = CLIENT_SECRET
+    assert "batchdesk.W021" not in check_ids()
 
 
 def test_check_deploy_warns_of_an_issuer_over_plain_http(settings):
@@ -266,9 +277,9 @@ def test_check_deploy_warns_of_an_issuer_over_plain_http(settings):
     settings.BATCHDESK_OIDC_CLIENT_ID = CLIENT_ID
     settings.BATCHDESK_OIDC_CLIENT_SECRET = CLIENT_SECRET
     settings.BATCHDESK_OIDC_ISSUER = "http://login.acme.test/oauth2/default"
-    assert "batchdesk.W020" in serious_ids(include_deployment_checks=True)
+    assert "batchdesk.W020" in check_ids(include_deployment_checks=True)
     settings.BATCHDESK_OIDC_ISSUER = "https://login.acme.test/oauth2/default"
-    assert "batchdesk.W020" not in serious_ids(include_deployment_checks=True)
+    assert "batchdesk.W020" not in check_ids(include_deployment_checks=True)
 
 
 # --- local passwords turned off ---------------------------------------------------------------
@@ -321,3 +332,4 @@ def test_local_login_on_changes_nothing(client):
     page = client.get(reverse("login")).content.decode()
     assert "break-glass" not in page
     assert log_in(client, "login", "owen").status_code == 302
+    assert "Change your password" in client.get(reverse("preferences")).content.decode()
