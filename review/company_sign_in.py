@@ -31,6 +31,7 @@ from django.core.exceptions import SuspiciousOperation
 from django.db import transaction
 from django.http import Http404, HttpResponseRedirect
 from django.urls import reverse
+from django.utils.http import urlencode
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
 
@@ -239,17 +240,22 @@ class CompanySignInBackend(OIDCAuthenticationBackend):
 # --- the two addresses ------------------------------------------------------------------------
 
 
-def back_to_log_in(request, text: str) -> HttpResponseRedirect:
+def back_to_log_in(request, text: str, next_url: str | None) -> HttpResponseRedirect:
+    """The log-in page with `text` on it, still on the way to `next_url` (checked again there)."""
     messages.error(request, text)
-    return HttpResponseRedirect(reverse("login"))
+    address = reverse("login")
+    if next_url:
+        address += "?" + urlencode({"next": next_url})
+    return HttpResponseRedirect(address)
 
 
-def unreachable(request, error: Exception) -> HttpResponseRedirect:
+def unreachable(request, error: Exception, next_url: str | None) -> HttpResponseRedirect:
     logger.warning("Company sign-in: the issuer cannot be reached: %s", error)
     return back_to_log_in(
         request,
         f"Signing in with {company_name()} is not possible just now: its sign-in service "
         "(the OpenID provider) cannot be reached. Try again in a minute; if it goes on, tell an admin.",
+        next_url,
     )
 
 
@@ -266,7 +272,7 @@ class StartSignIn(OIDCAuthenticationRequestView):
         try:
             self.OIDC_OP_AUTH_ENDPOINT = issuer().authorization_endpoint
         except IssuerUnreachable as error:
-            return unreachable(request, error)
+            return unreachable(request, error, request.GET.get("next"))
         self.OIDC_RP_CLIENT_ID = settings.BATCHDESK_OIDC_CLIENT_ID
         return super().get(request)
 
@@ -280,7 +286,7 @@ class FinishSignIn(OIDCAuthenticationCallbackView):
         try:
             return super().get(request)
         except IssuerUnreachable as error:
-            return unreachable(request, error)
+            return unreachable(request, error, request.session.get("oidc_login_next"))
         except requests.RequestException as error:
             # The token or user info endpoint failed; its words are the provider's, never the secret.
             logger.warning("Company sign-in: the provider refused or failed: %s", error)
@@ -300,6 +306,7 @@ class FinishSignIn(OIDCAuthenticationCallbackView):
             self.request,
             f"Signing in with {company_name()} did not complete, and nothing changed here. "
             "Start again with the button below; if it keeps failing, tell an admin.",
+            self.request.session.get("oidc_login_next"),
         )
 
 

@@ -237,10 +237,10 @@ def test_an_issuer_that_cannot_be_reached_stops_nothing(client, settings):
     page = client.get(reverse("login"))
     assert page.status_code == 200
     assert "Sign in with Acme Directory" in page.content.decode()
-    start = client.get(reverse("company_sign_in"))
+    start = client.get(reverse("company_sign_in") + "?next=/review/")
     assert start.status_code == 302
-    assert start["Location"] == reverse("login")
-    said = " ".join(client.get(reverse("login")).content.decode().split())
+    assert start["Location"] == reverse("login") + "?next=%2Freview%2F"
+    said = " ".join(client.get(start["Location"]).content.decode().split())
     assert "Signing in with Acme Directory is not possible just now" in said
     # Passwords still work.
     UserFactory(username="gina")
