@@ -147,7 +147,10 @@ AUTH_PASSWORD_VALIDATORS = [
 # `manage.py axes_reset` lifts every lock.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    # Django's password check, for superusers only when BATCHDESK_LOCAL_LOGIN=0 (review/accounts.py).
+    "review.accounts.PasswordBackend",
+    # The company's OpenID Connect sign-in, when BATCHDESK_OIDC_ISSUER is set (review/company_sign_in.py).
+    "review.company_sign_in.CompanySignInBackend",
 ]
 AXES_FAILURE_LIMIT = int(os.environ.get("BATCHDESK_LOGIN_FAILURE_LIMIT", "5"))
 AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("BATCHDESK_LOGIN_LOCKOUT_MINUTES", "15")))
@@ -156,6 +159,33 @@ AXES_LOCKOUT_PARAMETERS = "review.accounts.lockout_parameters"
 AXES_LOCKOUT_CALLABLE = "review.accounts.locked_out"
 AXES_CLIENT_IP_CALLABLE = "review.accounts.client_address"
 AXES_USERNAME_CALLABLE = "review.accounts.attempted_username"
+# `0`: local passwords are turned off for everyone but superusers (break-glass admins), on the log-in
+# page and the admin's alike; people sign in with the company's OpenID Connect provider instead.
+BATCHDESK_LOCAL_LOGIN = env_bool("BATCHDESK_LOCAL_LOGIN", True)
+# Company sign-in (SPEC §8, review/company_sign_in.py): OpenID Connect through mozilla-django-oidc,
+# the authorization code flow with PKCE. The issuer's endpoints are discovered from its
+# `/.well-known/openid-configuration` at the first sign-in, never at startup: an issuer that cannot be
+# reached stops nobody's `migrate` and leaves the password log-in as it is. The client secret is read
+# from here only (never stored, logged or shown). BATCHDESK_OIDC_ROLE_GROUPS is JSON, role -> the
+# directory groups that give it, e.g. {"catalogue_owner": ["Catalogue"], "admin": ["IT admins"]};
+# a bad one stops every process at startup (system check batchdesk.E020).
+BATCHDESK_OIDC_ISSUER = os.environ.get("BATCHDESK_OIDC_ISSUER", "").strip()
+BATCHDESK_OIDC_CLIENT_ID = os.environ.get("BATCHDESK_OIDC_CLIENT_ID", "").strip()
+BATCHDESK_OIDC_CLIENT_SECRET = os.environ.get("BATCHDESK_OIDC_CLIENT_SECRET", "").strip()
+BATCHDESK_OIDC_GROUPS_CLAIM = os.environ.get("BATCHDESK_OIDC_GROUPS_CLAIM", "").strip() or "groups"
+BATCHDESK_OIDC_ROLE_GROUPS = os.environ.get("BATCHDESK_OIDC_ROLE_GROUPS", "").strip() or "{}"
+# The words on the log-in page's button: "Sign in with <BATCHDESK_OIDC_NAME>".
+BATCHDESK_OIDC_NAME = os.environ.get("BATCHDESK_OIDC_NAME", "").strip() or "your company account"
+# What mozilla-django-oidc is told besides (the endpoints and the client come from the settings above,
+# read at each sign-in). RS256 is the signature every OpenID provider must offer; the client
+# authenticates to the token endpoint with HTTP Basic, which every OAuth 2 server must take.
+OIDC_USE_PKCE = True
+OIDC_PKCE_CODE_CHALLENGE_METHOD = "S256"
+OIDC_RP_SCOPES = "openid email profile"
+OIDC_RP_SIGN_ALGO = "RS256"
+OIDC_TOKEN_USE_BASIC_AUTH = True
+OIDC_TIMEOUT = 10
+OIDC_AUTHENTICATION_CALLBACK_URL = "company_sign_in_callback"
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"

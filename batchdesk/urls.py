@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from review import accounts, preferences
+from review import accounts, company_sign_in, preferences
 from review.api import errors, metrics, provider_hooks
 
 urlpatterns = [
@@ -18,6 +18,10 @@ urlpatterns = [
         name="password_change_done",
     ),
     path("accounts/preferences/", preferences.preferences, name="preferences"),
+    # The company's OpenID Connect sign-in (404 while BATCHDESK_OIDC_ISSUER is unset). The provider is
+    # told https://HOST/oidc/callback/ as the redirect URI.
+    path("oidc/authenticate/", company_sign_in.StartSignIn.as_view(), name="company_sign_in"),
+    path("oidc/callback/", company_sign_in.FinishSignIn.as_view(), name="company_sign_in_callback"),
     path("api/", include("review.api.urls")),
     path("metrics", metrics.metrics, name="metrics"),
     # The providers' batch webhooks: signed by the provider, not under /api/ (no token, no session).

@@ -1,15 +1,31 @@
-"""Signing in: which address a log-in comes from, what a failed one counts against, and how many
-tries are left (the throttle is django-axes; its settings are in batchdesk/settings.py)."""
+"""Signing in: who may use a password, which address a log-in comes from, what a failed one counts
+against, and how many tries are left (the throttle is django-axes; its settings are in
+batchdesk/settings.py). The company's OpenID Connect sign-in is review/company_sign_in.py."""
 
 from dataclasses import dataclass
 
 from axes.models import AccessAttempt
 from django.conf import settings
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.backends import ModelBackend
+from django.contrib.auth.forms import AuthenticationForm
 from django.db.models import Sum
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
+
+from . import company_sign_in
+
+
+class PasswordBackend(ModelBackend):
+    """Django's password check, while local passwords are on. With BATCHDESK_LOCAL_LOGIN=0 only a
+    superuser's password opens (break-glass admins): anyone else's, right or wrong, is a failed
+    log-in like any other (counted by django-axes, answered with the same words, so it does not tell
+    a right password from a wrong one), on the log-in page and the admin's alike. Sessions opened
+    with a password before passwords were turned off end at their next request."""
+
+    def user_can_authenticate(self, user) -> bool:
+        return super().user_can_authenticate(user) and (settings.BATCHDESK_LOCAL_LOGIN or user.is_superuser)
 
 
 def client_address(request: HttpRequest) -> str:
@@ -83,8 +99,32 @@ def tries_left(request: HttpRequest, username: str) -> TriesLeft:
     return TriesLeft(count=max(0, min(by_name, by_address)), for_address=by_address < by_name)
 
 
+class LoginForm(AuthenticationForm):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if not settings.BATCHDESK_LOCAL_LOGIN:
+            self.error_messages = {
+                **self.error_messages,
+                "invalid_login": "Passwords open only the break-glass administrators' accounts, and this is "
+                "not a correct user name and password of one. Everyone else signs in with "
+                + company_sign_in.company_name()
+                + ".",
+            }
+
+
 class LoginView(auth_views.LoginView):
-    """Django's log-in page; after a failed try it says how many are left before logging in pauses."""
+    """Django's log-in page, with the company's sign-in when it is configured; after a failed try it
+    says how many are left before logging in pauses."""
+
+    form_class = LoginForm
+
+    def get_context_data(self, **kwargs) -> dict:
+        return {
+            **super().get_context_data(**kwargs),
+            "company_sign_in": company_sign_in.configured(),
+            "company_name": company_sign_in.company_name(),
+            "local_login": settings.BATCHDESK_LOCAL_LOGIN,
+        }
 
     def form_invalid(self, form) -> HttpResponse:
         username = form.cleaned_data.get("username")

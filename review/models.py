@@ -1,5 +1,6 @@
-"""What the screens themselves keep: each person's preferences, and the job start form's one-time
-tokens (the ledger's own records live in ledger/models.py)."""
+"""What the screens themselves keep: each person's preferences, the job start form's one-time
+tokens, and who a person is at the company's sign-in (the ledger's own records live in
+ledger/models.py)."""
 
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -90,3 +91,25 @@ class ReviewAssignment(models.Model):
         if self.field:
             parts.append(f"{self.field} “{self.value}”")
         return ", ".join(parts)
+
+
+class CompanyIdentity(models.Model):
+    """The person a company sign-in names (SPEC §8, review/company_sign_in.py): the issuer's `sub`,
+    which never changes, not the user name or address, which may. A person renamed in the directory
+    signs in to the same account; a local account of the same name is never taken over."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="company_identity"
+    )
+    issuer = models.CharField(max_length=500)
+    subject = models.CharField(max_length=255)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name_plural = "company identities"
+        constraints = [
+            models.UniqueConstraint(fields=["issuer", "subject"], name="one_account_per_company_identity")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.subject} at {self.issuer}"

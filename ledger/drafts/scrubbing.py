@@ -96,12 +96,14 @@ def stored_text(text: str, *, limit: int = STORED_TEXT_CHARS) -> str:
 
 
 def configured_secrets() -> list[str]:
-    """Every key and token this deployment sends to a provider or a destination, read from the
+    """Every key and token this deployment sends to a provider, a destination or the company sign-in, read from the
     environment variables the settings name (SPEC §4): any of them may come back in any answer."""
     names = [config["api_key_env"] for config in settings.PROVIDERS.values() if config.get("api_key_env")]
     names += [
         name for name in os.environ if name.startswith("BATCHDESK_WEBHOOK_") and name.endswith("_TOKEN")
     ]
+    # The company sign-in's client secret (review/company_sign_in.py).
+    names.append("BATCHDESK_OIDC_CLIENT_SECRET")
     return [value for name in names if (value := os.environ.get(name, "").strip())]
 
 

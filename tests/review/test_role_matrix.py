@@ -68,6 +68,10 @@ EXPECTED: dict[str, dict[str, dict]] = {
     "logout": {"GET": NOT_ALLOWED, "POST": everyone(302)},
     "password_change": {"GET": logged_in(200), "POST": logged_in(200)},
     "password_change_done": {"GET": logged_in(200), "POST": logged_in(405)},
+    # The company's sign-in: no login (it is one); off (404) while BATCHDESK_OIDC_ISSUER is unset, as
+    # here (tests/review/test_company_sign_in.py runs it against a real provider).
+    "company_sign_in": {"GET": everyone(404), "POST": NOT_ALLOWED},
+    "company_sign_in_callback": {"GET": everyone(404), "POST": NOT_ALLOWED},
     # One's own screen preferences; an empty form names no time zone.
     "preferences": {"GET": logged_in(200), "POST": logged_in(400)},
     # Django's admin is for staff and the `admin` group; none of these people is staff.
