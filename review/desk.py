@@ -31,6 +31,7 @@ from ledger.actions.reviewing import (
     undo_refusal,
 )
 from ledger.models import Item, ReviewClaim
+from ledger.states import ItemState
 
 from .assignments import assigned_to
 from .common import HtmxHttpRequest, form_errors, refused_page, wants_partial
@@ -449,7 +450,11 @@ def undo(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
 @role_required(*APPROVERS)
 def keep_claim(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     """The open card renews its hold while its reviewer is at work (`review.js`): 204 while it is
-    theirs; 409 when someone else has it now (the hold ran out while they were away)."""
+    theirs; 409 when someone else has it now (the hold ran out while they were away), or when the
+    draft no longer waits for review."""
+    item = get_object_or_404(Item, pk=item_id)
+    if item.state != ItemState.AWAITING_REVIEW:
+        return HttpResponse("This draft no longer waits for review.", status=409, content_type="text/plain")
     if claims.claim_draft(item_id=item_id, reviewer=request.user):
         return HttpResponse(status=204)
     return HttpResponse("Another reviewer has this draft open now.", status=409, content_type="text/plain")

@@ -142,11 +142,13 @@ class JsonChoice(forms.Field):
 class JsonWhole(forms.Field):
     """A whole number within bounds, as a JSON number (true is no number, "1" is text)."""
 
-    def __init__(self, *, lowest: int, highest: int, message: str, **kwargs):
+    def __init__(self, *, lowest: int, highest: int, message: str, optional: bool = False, **kwargs):
         super().__init__(required=False, **kwargs)
-        self.lowest, self.highest, self.message = lowest, highest, message
+        self.lowest, self.highest, self.message, self.optional = lowest, highest, message, optional
 
     def validate(self, value: Any) -> None:
+        if value is None and self.optional:
+            return
         if isinstance(value, bool) or not isinstance(value, int) or not self.lowest <= value <= self.highest:
             raise forms.ValidationError(self.message, code="invalid")
 
@@ -194,7 +196,9 @@ class CommentBody(JsonBody):
     """`{text, version?}`: a comment on an item's draft."""
 
     text = JsonText(max_length=MAX_COMMENT_LENGTH)
-    version = JsonWhole(lowest=1, highest=2**63 - 1, message="must be a version id of this item")
+    version = JsonWhole(
+        lowest=1, highest=2**63 - 1, message="must be a version id of this item", optional=True
+    )
 
 
 class RetryBody(JsonBody):

@@ -17,7 +17,7 @@ from ledger.models import GeneratedVersion, Item
 from ..permissions import APPROVERS, OPERATORS, VIEWERS
 from .doors import BEARER_TOKEN, door
 from .errors import ApiError
-from .inputs import ApproveBody, CommentBody, RejectBody, RetryBody
+from .inputs import ApproveBody, CommentBody, RejectBody, RetryBody, read_json
 from .shapes import comment_json, item_detail_json, item_json, items
 
 
@@ -84,6 +84,7 @@ def reject(request: HttpRequest, item_id: int, version_id: int) -> HttpResponse:
 def undo(request: HttpRequest, item_id: int) -> HttpResponse:
     """The caller's last decision on the item, undone within BATCHDESK_UNDO_SECONDS (409 after it, or
     once applying started)."""
+    read_json(request, allowed=())
     item_or_404(item_id)
     undo_decision(item_id=item_id, actor=request.user)
     return JsonResponse(item_json(request, item_or_404(item_id)))

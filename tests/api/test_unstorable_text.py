@@ -60,6 +60,7 @@ def endpoints(world) -> list[tuple[str, str, str, dict]]:
         ("approve", "post", f"{version}/approve", {"content": draft.content, "note": "fine"}),
         ("reject", "post", f"{version}/reject", {"reason": "too vague"}),
         ("retry", "post", f"/api/items/{world['failed']}/retry", {"unit": "inference"}),
+        ("comments", "post", f"/api/items/{draft.item_id}/comments", {"text": "Check the size"}),
         (
             "product",
             "put",
@@ -72,6 +73,8 @@ def endpoints(world) -> list[tuple[str, str, str, dict]]:
         # job that can be held to a budget, or is paused (tests/api/test_budget.py).
         ("job_budget", "post", f"/api/jobs/{world['job']}/budget", {"budget": "12.50"}),
         ("resume_job", "post", f"/api/jobs/{world['job']}/resume", {}),
+        # Accepted only after a decision of the caller's own (tests/api/test_team_review.py).
+        ("undo", "post", f"/api/items/{draft.item_id}/undo", {}),
         # Accepted only for a pilot whose report can project (tests/api/test_pilot_decision.py).
         (
             "pilot_decision",

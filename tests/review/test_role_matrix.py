@@ -104,6 +104,12 @@ EXPECTED: dict[str, dict[str, dict]] = {
     "item_detail": {"GET": viewers(), "POST": NOT_ALLOWED},
     "approve_item": {"GET": NOT_ALLOWED, "POST": approvers(400)},
     "reject_item": {"GET": NOT_ALLOWED, "POST": approvers(400)},
+    # No decision of theirs to undo: said, and back to the item.
+    "undo_item": {"GET": NOT_ALLOWED, "POST": approvers(302)},
+    "keep_claim": {"GET": NOT_ALLOWED, "POST": approvers(204)},
+    "comment_item": {"GET": NOT_ALLOWED, "POST": viewers(400)},
+    "review_assignments": {"GET": viewers(), "POST": approvers(400)},
+    "remove_assignment": {"GET": NOT_ALLOWED, "POST": approvers(400)},
     "regenerate_item": {"GET": NOT_ALLOWED, "POST": operators(400)},
     "review_queue": {"GET": viewers(), "POST": NOT_ALLOWED},
     "approve_selected": {"GET": NOT_ALLOWED, "POST": approvers(400)},

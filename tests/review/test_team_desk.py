@@ -235,3 +235,12 @@ def test_a_bad_list_of_reasons_is_refused(client, owner, reasons, problem):
     assert response.status_code == 400
     assert problem in response.content.decode()
     assert not PromptVersion.objects.filter(version=2).exists()
+
+
+def test_no_hold_is_taken_on_a_draft_no_longer_waiting(client, owner):
+    [draft] = queue_of(1)
+    Item.objects.filter(pk=draft.item_id).update(state=ItemState.REJECTED)
+    client.force_login(owner)
+    assert client.post(reverse("keep_claim", args=[draft.item_id])).status_code == 409
+    assert client.post(reverse("keep_claim", args=[987654321])).status_code == 404
+    assert not ReviewClaim.objects.exists()
