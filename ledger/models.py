@@ -1305,10 +1305,10 @@ class ArmPreference(models.Model):
     arm_a = models.PositiveSmallIntegerField()
     arm_b = models.PositiveSmallIntegerField()
     version_a = models.ForeignKey(
-        GeneratedVersion, on_delete=models.PROTECT, related_name="+", db_constraint=False
+        GeneratedVersion, on_delete=models.PROTECT, related_name="+", db_index=False
     )
     version_b = models.ForeignKey(
-        GeneratedVersion, on_delete=models.PROTECT, related_name="+", db_constraint=False
+        GeneratedVersion, on_delete=models.PROTECT, related_name="+", db_index=False
     )
     # Which side arm a's draft was shown on; arm b's was on the other.
     a_on_left = models.BooleanField()
