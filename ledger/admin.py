@@ -10,6 +10,7 @@ from django.db.models.functions import Length
 from .models import (
     ApiToken,
     Approval,
+    ArmPreference,
     CatalogueImport,
     CatalogueImportChunk,
     CollectorHeartbeat,
@@ -323,6 +324,15 @@ class PilotDecisionAdmin(LedgerAdmin):
     list_display = ("id", "pilot", "decision", "by", "at", "full_job", "accuracy_at")
     list_select_related = ("pilot__job", "by", "full_job")
     search_fields = ("pilot__job__reference",)
+
+
+@admin.register(ArmPreference)
+class ArmPreferenceAdmin(LedgerAdmin):
+    """Who compared which two arms' drafts of a product, blind, and what they preferred; counted on the
+    pilot's report."""
+
+    list_display = ("id", "pilot", "product", "arm_a", "arm_b", "reviewer", "preference", "decided_at")
+    list_select_related = ("pilot__job", "product", "reviewer")
 
 
 @admin.register(ApiToken)

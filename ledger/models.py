@@ -1294,10 +1294,12 @@ class Pilot(models.Model):
     # The SKUs the job named; null: every active product.
     scope_skus = models.JSONField(null=True, blank=True)
     # One of `arms` pilots over the same scope and seed, each its own job (a provider, model or prompt
-    # version), each given its share of every stratum's draw (`ledger.pilots.sample`); the others
-    # point at the first arm.
+    # version), each given its share of every stratum's draw (`ledger.pilots.sample`), or, with
+    # `same_sample`, every arm the whole draw: the same products drafted by each arm, which the blind
+    # comparison needs (`ArmPreference`); the others point at the first arm.
     arm = models.PositiveSmallIntegerField(default=1)
     arms = models.PositiveSmallIntegerField(default=1)
+    same_sample = models.BooleanField(default=False)
     first_arm = models.ForeignKey(
         "self", on_delete=models.PROTECT, null=True, blank=True, related_name="other_arms"
     )
@@ -1347,6 +1349,62 @@ class PilotProduct(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["pilot", "product"], name="pilot_product_unique")]
+
+
+class Preference(models.TextChoices):
+    """What a reviewer preferred of two arms' drafts of one product, shown unnamed (SPEC §8), in the
+    arms' terms: `a` is the lower-numbered arm of the pair, `b` the other."""
+
+    A = "a", "Arm a's draft"
+    B = "b", "Arm b's draft"
+    BOTH = "both", "Both drafts"
+    NEITHER = "neither", "Neither draft"
+
+
+class ArmPreference(models.Model):
+    """One reviewer's blind comparison of two arms' drafts of one product (`ledger.actions.comparing`).
+    Written when the pair is first shown to the reviewer, with the side each draft was drawn to (at
+    random, kept so that a refresh, Back or a second tab shows the same sides and an answer maps back to
+    the arms); `preference` is blank until the reviewer decides, and set once."""
+
+    # The pilot's group: its first arm.
+    pilot = models.ForeignKey(Pilot, on_delete=models.PROTECT, related_name="preferences", db_index=False)
+    product = models.ForeignKey(Product, on_delete=models.PROTECT, related_name="+")
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    # The pair's arm numbers (arm_a < arm_b) and the draft of each that was shown.
+    arm_a = models.PositiveSmallIntegerField()
+    arm_b = models.PositiveSmallIntegerField()
+    version_a = models.ForeignKey(
+        GeneratedVersion, on_delete=models.PROTECT, related_name="+", db_index=False
+    )
+    version_b = models.ForeignKey(
+        GeneratedVersion, on_delete=models.PROTECT, related_name="+", db_index=False
+    )
+    # Which side arm a's draft was shown on; arm b's was on the other.
+    a_on_left = models.BooleanField()
+    shown_at = models.DateTimeField(default=timezone.now)
+    preference = models.CharField(max_length=8, choices=Preference.choices, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            # One decision per reviewer per product and pair of arms.
+            models.UniqueConstraint(
+                fields=["pilot", "arm_a", "arm_b", "reviewer", "product"], name="arm_preference_unique"
+            ),
+            models.CheckConstraint(condition=Q(arm_a__lt=F("arm_b")), name="arm_preference_pair_ordered"),
+            models.CheckConstraint(
+                condition=Q(preference="") | Q(preference__in=Preference.values), name="arm_preference_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(preference="", decided_at__isnull=True)
+                | (~Q(preference="") & Q(decided_at__isnull=False)),
+                name="arm_preference_decided_at",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"arms {self.arm_a} and {self.arm_b} on product {self.product_id}: {self.preference or 'undecided'}"
 
 
 MAX_DECISION_NOTE_LENGTH = 2000

@@ -109,6 +109,7 @@ class PilotForm(forms.Form):
             strata=names,
             seed=new_seed() if data["seed"] is None else data["seed"],
             drill=data["drill"],
+            same_sample=bool(data.get("same_sample")),
         )
         self.strata_drawn = strata_of(plan, scope)
         if problem := sample_problem(self.strata_drawn):
@@ -126,6 +127,7 @@ class PilotForm(forms.Form):
         data = self.cleaned_data
         asked = {name: data[name] for name in ("per_stratum", "strata", "seed", "drill")}
         asked["arms"] = data.get("arms", [])
+        asked["same_sample"] = bool(data.get("same_sample"))
         return asked
 
 
@@ -182,9 +184,11 @@ class ApiPilotForm(PilotForm):
     """`pilot` in the body of `POST /api/jobs`, decoded from JSON: each value of its JSON type ("5" is
     not a number of products, 1 is not true), and no other key."""
 
-    JSON_TYPES = {"per_stratum": int, "seed": int, "drill": bool, "strata": list}
+    JSON_TYPES = {"per_stratum": int, "seed": int, "drill": bool, "strata": list, "same_sample": bool}
 
     arms = ArmsField(required=False)
+    # Every arm drafts the whole sample (the same products), so that their drafts can be compared blind.
+    same_sample = forms.BooleanField(required=False)
     WRONG_TYPE = {
         int: "must be a whole number",
         bool: "must be true or false",
@@ -201,6 +205,12 @@ class ApiPilotForm(PilotForm):
             and (not isinstance(given[name], kind) or (kind is int and isinstance(given[name], bool)))
         }
         self.wrong_types.update((name, "not a known field") for name in given if name not in self.fields)
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if data.get("same_sample") and not data.get("arms"):
+            self.add_error("same_sample", "only a pilot of several arms can give each arm the same sample")
+        return data
 
     def full_clean(self) -> None:
         super().full_clean()
@@ -229,6 +239,7 @@ def same_pilot(pilot: Pilot | None, asked) -> bool:
         return False
     return (
         len(asked.get("arms", [])) + 1 == pilot.arms
+        and asked.get("same_sample", False) == pilot.same_sample
         and asked["per_stratum"] == pilot.per_stratum
         and asked["drill"] == pilot.drill
         and (asked["strata"] is None or list(asked["strata"]) == pilot.strata)

@@ -1,6 +1,7 @@
 from django.urls import path
 
 from . import (
+    arm_comparison,
     assignments,
     audit,
     catalogue,
@@ -31,6 +32,12 @@ urlpatterns = [
     path("jobs/<id:job_id>/resume", jobs.job_resume, name="job_resume"),
     path("jobs/<id:job_id>/pilot", pilots.pilot_report, name="pilot_report"),
     path("jobs/<id:job_id>/pilot/decision", pilots.pilot_decision, name="pilot_decision"),
+    path("jobs/<id:job_id>/pilot/compare", arm_comparison.pilot_compare, name="pilot_compare"),
+    path(
+        "jobs/<id:job_id>/pilot/compare/<id:comparison_id>",
+        arm_comparison.pilot_compare_answer,
+        name="pilot_compare_answer",
+    ),
     path("jobs/<id:job_id>/export", job_export.job_export, name="job_export"),
     path("jobs/<id:job_id>/receipts.csv", receipts.receipts_csv, name="job_receipts_csv"),
     path("items/<id:item_id>/", items.item_detail, name="item_detail"),

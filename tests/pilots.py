@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from django.utils import timezone
 
 from ledger.actions.core import change_state
-from ledger.actions.jobs import create_job
+from ledger.actions.jobs import Arm, create_job, create_pilot_arms
 from ledger.actions.reviewing import approve_version, reject_version
 from ledger.catalogue import revise_product
 from ledger.models import Event, GeneratedVersion, Item, Job, Submission
@@ -47,11 +47,13 @@ def clock_at(moment: datetime) -> Iterator[None]:
         timezone.now = real
 
 
-def draft(item: Item, input_tokens: int, output_tokens: int, *, valid: bool = True) -> GeneratedVersion:
+def draft(
+    item: Item, input_tokens: int, output_tokens: int, *, valid: bool = True, content: str = ""
+) -> GeneratedVersion:
     """The item's draft, returned from the model and judged (sent first, if it was not yet)."""
     if Item.objects.get(pk=item.pk).state == ItemState.PREPARED:
         change_state(item.pk, to=ItemState.SUBMITTED)
-    version = add_version(item, valid=valid, reasons=[] if valid else ["Too long: 1,300 characters"])
+    version = add_version(item, content, valid=valid, reasons=[] if valid else ["Too long: 1,300 characters"])
     GeneratedVersion.objects.filter(pk=version.pk).update(
         input_tokens=input_tokens, output_tokens=output_tokens
     )
@@ -126,3 +128,34 @@ def known_pilot(owner, reference: str = "known-pilot") -> Job:
             submission=unit, job=job, from_state=SubmissionState.ENDED, to_state=SubmissionState.COLLECTED
         )
     return job
+
+
+# Each arm's drafts read differently (and say nothing of the arm), so a test can tell on which side
+# of a blind comparison each arm's draft was shown.
+ARM_WORDING = {
+    1: "A sturdy oak board for {sku}, oiled by hand.",
+    2: "Chop on solid oak: {sku} lasts for years <b>and</b> cleans easily.",
+}
+
+
+def same_sample_arms(owner, reference: str = "zebra-pilot", products: int = 6) -> list[Job]:
+    """A pilot of two arms over `products` kitchen products, every arm drafting the same sample
+    (gpt-4o-mini and gpt-4.1-mini), started as the API starts one; each arm's draft of every product
+    returned, valid and waiting for review, worded as ARM_WORDING says."""
+    skus = [f"board-{n:02}" for n in range(products)]
+    for sku in skus:
+        ProductFactory(sku=sku, revision__fields={"category": "kitchen"})
+    jobs = create_pilot_arms(
+        reference=reference,
+        pilot=PilotPlan(per_stratum=products, strata=("category",), seed=7, same_sample=True),
+        arms=[Arm(model="gpt-4.1-mini")],
+        owner=owner,
+        task="product_description",
+        provider="emulator",
+        model="gpt-4o-mini",
+        skus=skus,
+    )
+    for number, job in enumerate(jobs, start=1):
+        for item in job.items.select_related("product"):
+            draft(item, 1_000, 500, content=ARM_WORDING[number].format(sku=item.product.sku))
+    return jobs

@@ -225,7 +225,8 @@ MAX_ARMS = 4
 
 def create_pilot_arms(*, reference: str, pilot: PilotPlan, arms: list[Arm], **job_fields) -> list[Job]:
     """A pilot of several arms (issue 19): one job per arm over the same scope and seed, each drawing
-    its share of every stratum's sample (`PilotPlan.arm`), in one transaction: the first arm is the job
+    its share of every stratum's sample (`PilotPlan.arm`), or, with `pilot.same_sample`, the whole sample
+    (the same products, for a blind comparison), in one transaction: the first arm is the job
     named `reference`, arm k is `reference-arm-k`. An arm that leaves a setting out takes the first
     arm's (a provider named anew takes its own default model)."""
     if not 1 <= len(arms) < MAX_ARMS:

@@ -166,18 +166,18 @@ def weighted_share(parts: list[tuple[int, Range]]) -> Range:
     return combined([share.times(Decimal(products) / size) for products, share in parts])
 
 
-def wilson(successes: int, trials: int) -> Range | None:
+def wilson(successes: int, trials: int, z: Decimal = Z) -> Range | None:
     """The share `successes / trials` with Wilson's score interval at z; None without trials."""
     if not trials:
         return None
-    return wilson_at(Decimal(successes) / trials, Decimal(trials))
+    return wilson_at(Decimal(successes) / trials, Decimal(trials), z)
 
 
-def wilson_at(share: Decimal, n: Decimal) -> Range:
-    z2 = Z * Z
+def wilson_at(share: Decimal, n: Decimal, z: Decimal = Z) -> Range:
+    z2 = z * z
     denominator = 1 + z2 / n
     centre = (share + z2 / (2 * n)) / denominator
-    half = Z * (share * (1 - share) / n + z2 / (4 * n * n)).sqrt() / denominator
+    half = z * (share * (1 - share) / n + z2 / (4 * n * n)).sqrt() / denominator
     return Range(share, max(Decimal(0), centre - half), min(Decimal(1), centre + half))
 
 

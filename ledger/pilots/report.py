@@ -17,6 +17,7 @@ from ..money.currency import PROVIDER_CURRENCY, business_currency, convert, rate
 from ..money.labour import review_hourly_rate
 from ..money.pricing import price_for, unknown_price
 from .accuracy import accuracy, decision_json
+from .comparison import arm_preference_json, interval_json, pairs_json, preferences_between
 from .drill_report import drill_report
 from .measure import (
     Observations,
@@ -343,6 +344,8 @@ class Report:
                 "strata": pilot.strata,
                 "seed": pilot.seed,
                 "drill": pilot.drill,
+                "arms": pilot.arms,
+                "same_sample": pilot.same_sample,
                 "scope": scope_words(pilot),
                 "drawn_at": pilot.drawn_at,
             },
@@ -360,7 +363,7 @@ class Report:
             "projection": self.projection_json(),
             "risks": self.risks(),
             "drill": drill_report(pilot),
-            "arms": self.arms_compared(),
+            **self.arms_compared(),
             **self.what_followed(),
         }
 
@@ -372,14 +375,17 @@ class Report:
         measured, note = accuracy(decision, self)
         return {"decision": decision_json(decision), "accuracy": measured, "accuracy_note": note}
 
-    def arms_compared(self) -> list[dict] | None:
-        """A pilot of several arms: each arm's settings and what it showed side by side, cost per
-        approved draft (its whole spend over its approved drafts, so waste raises it) and acceptance
-        first (issue 19). None for a pilot of one arm."""
+    def arms_compared(self) -> dict:
+        """A pilot of several arms: `arms`, each arm's settings and what it showed side by side, cost
+        per approved draft (its whole spend over its approved drafts, so waste raises it) and acceptance
+        first (issue 19), acceptance and blind preference with their 95 % intervals; `arm_pairs`, each
+        two arms' difference, whether it is told apart from chance and, if not, how many more decisions
+        would settle it (`ledger.pilots.comparison`, issue 30). Both None for a pilot of one arm."""
         if self.pilot.arms <= 1:
-            return None
+            return {"arms": None, "arm_pairs": None}
         first = self.pilot.first_arm or self.pilot
         group = [first, *first.other_arms.select_related("job__prompt_version").order_by("arm")]
+        tallies = preferences_between(first)
         rows = []
         for arm in group:
             report = self if arm.pk == self.pilot.pk else Report(arm)
@@ -402,9 +408,11 @@ class Report:
                         report.money(cost / seen.approvals) if cost is not None and seen.approvals else None
                     ),
                     "currency": report.currency,
+                    "acceptance": interval_json(seen.approvals, seen.decisions),
+                    "preference": arm_preference_json(arm.arm, tallies),
                 }
             )
-        return rows
+        return {"arms": rows, "arm_pairs": pairs_json(tallies, rows)}
 
 
 def hours(value: Decimal | None) -> float | None:

@@ -43,13 +43,22 @@ class PilotPlan:
     drill: bool = False
     # This pilot is arm `arm` of `arms` drawing the same sample: it takes the draws whose place in
     # their stratum's random order falls to it (1st, then every `arms`-th), so each arm gets a share
-    # of every stratum (stratified randomisation) and no product is in two arms.
+    # of every stratum (stratified randomisation) and no product is in two arms. With `same_sample`,
+    # every arm takes every draw: each product is drafted by each arm, a paired design, which the
+    # blind comparison of two arms' drafts of one product needs.
     arm: int = 1
     arms: int = 1
+    same_sample: bool = False
+
+    @property
+    def share(self) -> tuple[int, int]:
+        """(every how many draws this arm takes one, which of them: 0 for the 1st)."""
+        return (1, 0) if self.same_sample else (self.arms, self.arm - 1)
 
     def arm_share(self, drawn: int) -> int:
         """How many of a stratum's `drawn` products fall to this arm."""
-        return len(range(self.arm - 1, drawn, self.arms))
+        every, which = self.share
+        return len(range(which, drawn, every))
 
 
 @dataclass(frozen=True)
@@ -181,6 +190,7 @@ def record_sample(
         scope_skus=scope_skus,
         arm=plan.arm,
         arms=plan.arms,
+        same_sample=plan.same_sample,
     )
     ranked, params = _ranked(plan, scope)
     table = connection.ops.quote_name(PilotProduct._meta.db_table)
@@ -188,7 +198,7 @@ def record_sample(
         f"INSERT INTO {table} (pilot_id, product_id, stratum) "
         "SELECT %s, r.id, r.stratum FROM {ranked} r WHERE r.draw <= %s AND (r.draw - 1) %% %s = %s"
     )
-    arm = [plan.per_stratum, plan.arms, plan.arm - 1]
+    arm = [plan.per_stratum, *plan.share]
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(

@@ -6,6 +6,7 @@ from collections import Counter
 
 import pytest
 
+from ledger.actions.comparing import record_preference, show_next_pair
 from ledger.actions.reviewing import approve_version, reject_version
 from ledger.models import Item, Job, Pilot, PilotProduct, Product
 from ledger.pilots.sample import PilotPlan, sample_products
@@ -154,3 +155,115 @@ def test_the_report_page_shows_the_arms_side_by_side(as_owner, owner, catalogue,
     assert 'data-testid="arms"' in html
     assert "arms-arm-2" in html and "emulator / gpt-4o<" in html
     assert html.count('data-testid="arm-cost-per-approved"') == 2
+
+
+def test_arms_of_the_same_sample_each_draft_every_product_drawn(as_owner, catalogue):
+    body = arms_body({"model": "gpt-4o"}, per_stratum=4)
+    body["pilot"]["same_sample"] = True
+
+    response = as_owner.post_json("/api/jobs", body)
+
+    assert response.status_code == 202, response.content
+    jobs = [Job.objects.get(pk=arm["id"]) for arm in response.json()["arms"]]
+    drawn = [set(Item.objects.filter(job=job).values_list("product__sku", flat=True)) for job in jobs]
+    plan = PilotPlan(per_stratum=4, strata=("category",), seed=11)
+    assert (
+        drawn[0]
+        == drawn[1]
+        == set(sample_products(plan, Product.objects.all()).values_list("sku", flat=True))
+    )
+    assert [Pilot.objects.get(job=job).same_sample for job in jobs] == [True, True]
+    # The same request again is the same pilot; the same arms drawing shares instead are another.
+    assert as_owner.post_json("/api/jobs", body).status_code == 200
+    assert as_owner.post_json("/api/jobs", arms_body({"model": "gpt-4o"}, per_stratum=4)).status_code == 409
+
+
+@pytest.mark.parametrize(
+    ("pilot", "why"),
+    [
+        ({"per_stratum": 2, "same_sample": True}, "only a pilot of several arms"),
+        ({"per_stratum": 2, "same_sample": "yes", "arms": [{"model": "gpt-4o"}]}, "must be true or false"),
+    ],
+)
+def test_a_same_sample_that_means_nothing_is_refused(as_owner, catalogue, pilot, why):
+    response = as_owner.post_json("/api/jobs", {**BODY, "pilot": pilot})
+
+    assert_error(response, 400, fields={"pilot.same_sample"})
+    assert why in response.json()["error"]["fields"]["pilot.same_sample"]
+    assert not Job.objects.exists()
+
+
+def test_the_report_gives_acceptance_and_blind_preference_with_95_percent_intervals(
+    as_owner, owner, catalogue
+):
+    body = arms_body({"model": "gpt-4o"}, per_stratum=4)
+    body["pilot"]["same_sample"] = True
+    first, second = (
+        Job.objects.get(pk=arm["id"]) for arm in as_owner.post_json("/api/jobs", body).json()["arms"]
+    )
+    # Arm 1 has 6 of its 8 drafts approved, arm 2 3 of 8.
+    for job, approved in ((first, 6), (second, 3)):
+        for n, item in enumerate(Item.objects.filter(job=job).order_by("product__sku")):
+            version = draft(item, 1_000, 500)
+            if n < approved:
+                approve_version(
+                    item_id=item.pk, version_id=version.pk, version_hash=version.content_hash, approver=owner
+                )
+            else:
+                reject_version(item_id=item.pk, version_id=version.pk, reason="vague", reviewer=owner)
+    # One reviewer compares the 8 products blind: arm 1's draft preferred 5 times, arm 2's once, both
+    # once, neither once.
+    group = Pilot.objects.get(job=first)
+    answers = ["a"] * 5 + ["b", "both", "neither"]
+    while shown := show_next_pair(first=group, reviewer=owner):
+        wanted = answers.pop()
+        side = (
+            wanted
+            if wanted in ("both", "neither")
+            else "left"
+            if (wanted == "a") == shown.a_on_left
+            else "right"
+        )
+        record_preference(first=group, comparison_id=shown.pk, reviewer=owner, side=side)
+
+    report = as_owner.get(f"/api/jobs/{second.pk}/pilot").json()
+
+    assert (report["pilot"]["arms"], report["pilot"]["same_sample"]) == (2, True)
+    arms = report["arms"]
+    # Wilson's 95 % interval of 6/8 is 0.4093 to 0.9285; of 3/8, 0.1368 to 0.6943.
+    assert [a["acceptance"] for a in arms] == [
+        {"rate": 0.75, "low": 0.4093, "high": 0.9285, "successes": 6, "trials": 8},
+        {"rate": 0.375, "low": 0.1368, "high": 0.6943, "successes": 3, "trials": 8},
+    ]
+    # Preferred (alone or as one of both): arm 1 in 6 of 8 comparisons, arm 2 in 2 of 8.
+    assert [a["preference"] for a in arms] == [
+        {"rate": 0.75, "low": 0.4093, "high": 0.9285, "successes": 6, "trials": 8},
+        {"rate": 0.25, "low": 0.0715, "high": 0.5907, "successes": 2, "trials": 8},
+    ]
+    assert report["arm_pairs"] == [
+        {
+            "arms": [1, 2],
+            # Newcombe's interval of 0.375 spans 0: not yet told apart. At 0.75 and 0.375, 27 decisions an
+            # arm would (Fleiss, 5 % two-sided, 80 % power): 19 more each.
+            "acceptance": {
+                "difference": 0.375,
+                "low": -0.0919,
+                "high": 0.6726,
+                "distinguishable": False,
+                "more_decisions_needed": 38,
+            },
+            # 5 of the 6 comparisons that preferred one draft only: 0.8333, Wilson 0.4365 to 0.9699, spans
+            # 1/2. The score test needs 16 such comparisons at 5/6; 6 of 8 were, so 22 in all: 14 more.
+            "preference": {
+                "comparisons": 8,
+                "a": 5,
+                "b": 1,
+                "both": 1,
+                "neither": 1,
+                "a_share_of_one_preferred": {"rate": 0.8333, "low": 0.4365, "high": 0.9699},
+                "distinguishable": False,
+                "more_comparisons_needed": 14,
+            },
+        }
+    ]
+    assert as_owner.get(f"/api/jobs/{first.pk}/pilot").json()["arm_pairs"] == report["arm_pairs"]

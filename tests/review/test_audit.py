@@ -14,6 +14,7 @@ from django.utils import timezone
 from ledger.models import (
     ApiToken,
     Approval,
+    ArmPreference,
     CatalogueImport,
     CatalogueImportChunk,
     CollectorHeartbeat,
@@ -398,6 +399,16 @@ def one_of_each(owner, item, draft) -> None:
     PilotProduct.objects.create(pilot=pilot, product=item.product, stratum=1)
     DrillStep.objects.create(pilot=pilot, kind=DrillKind.INTERRUPTED_COLLECTION, submission=submission)
     PilotDecision.objects.create(pilot=pilot, decision="no_go", by=owner, note="<b>not yet</b>")
+    ArmPreference.objects.create(
+        pilot=pilot,
+        product=item.product,
+        reviewer=owner,
+        arm_a=1,
+        arm_b=2,
+        version_a=draft,
+        version_b=draft,
+        a_on_left=True,
+    )
     notification = JobNotification.objects.create(
         job=item.job,
         channel="webhook",

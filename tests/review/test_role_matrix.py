@@ -88,6 +88,10 @@ EXPECTED: dict[str, dict[str, dict]] = {
     # This job is no pilot: it has no report (a pilot's: tests/review/test_pilot_screens.py).
     "pilot_report": {"GET": viewers(404), "POST": NOT_ALLOWED},
     "pilot_decision": {"GET": NOT_ALLOWED, "POST": approvers(404)},
+    # The blind comparison of a pilot's arms (tests/review/test_pilot_compare.py): every role sees it,
+    # catalogue owners and admins answer.
+    "pilot_compare": {"GET": viewers(404), "POST": NOT_ALLOWED},
+    "pilot_compare_answer": {"GET": NOT_ALLOWED, "POST": approvers(404)},
     # A job's outcome as CSV (no format named): every role, as the job's page.
     "job_export": {"GET": viewers(), "POST": NOT_ALLOWED},
     # A job's receipts as CSV, for the finance team: every role, as the job's page.
@@ -203,6 +207,8 @@ def parameters(item, draft) -> dict:
         "submission_id": submission.pk,
         "sku": item.product.sku,
         "prompt_id": item.job.prompt_version_id,
+        # No comparison has this number (and the job is no pilot): 404 to whoever may answer.
+        "comparison_id": 1,
     }
 
 
