@@ -13,9 +13,8 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
-from ledger.models import Job
-
 from .common import form_errors, refused_page
+from .forms import JobReferenceField
 from .ids import IdField
 from .models import ReviewAssignment
 from .permissions import ADMIN, APPROVERS, CATALOGUE_OWNER, VIEWERS, has_role, role_required
@@ -53,7 +52,7 @@ def reviewers():
 
 class AssignmentForm(forms.Form):
     reviewer = forms.ModelChoiceField(queryset=get_user_model().objects.none(), to_field_name="username")
-    job = forms.CharField(required=False, max_length=200, label="Job reference")
+    job = JobReferenceField()
     field = forms.RegexField(
         regex=FIELD_NAME,
         required=False,
@@ -66,15 +65,6 @@ class AssignmentForm(forms.Form):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["reviewer"].queryset = reviewers()
-
-    def clean_job(self) -> Job | None:
-        reference = self.cleaned_data["job"].strip()
-        if not reference:
-            return None
-        job = Job.objects.filter(reference=reference).first()
-        if job is None:
-            raise forms.ValidationError("No job has this reference.")
-        return job
 
     def clean(self) -> dict:
         cleaned = super().clean()

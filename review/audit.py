@@ -20,10 +20,11 @@ from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
-from ledger.models import Approval, Event, GeneratedVersion, Item, Job
+from ledger.models import Approval, Event, GeneratedVersion, Item
 
 from .common import DatesFilter, url_of, word_diff
 from .display import time_text
+from .forms import JobReferenceField
 from .paging import capped_screen_page
 from .permissions import ADMIN, role_required
 from .streaming import streamed_file
@@ -49,7 +50,7 @@ class ApprovalFilter(DatesFilter):
         empty_label="Everyone",
         label="Decided by",
     )
-    job = forms.CharField(required=False, max_length=200, label="Job reference")
+    job = JobReferenceField()
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -59,15 +60,6 @@ class ApprovalFilter(DatesFilter):
         self.fields["person"].queryset = (
             get_user_model().objects.filter(Q(pk__in=approvers) | Q(pk__in=rejecters)).order_by("username")
         )
-
-    def clean_job(self) -> Job | None:
-        reference = self.cleaned_data["job"].strip()
-        if not reference:
-            return None
-        job = Job.objects.filter(reference=reference).first()
-        if job is None:
-            raise forms.ValidationError("No job has this reference.")
-        return job
 
     def approvals(self) -> QuerySet[Approval]:
         """The approvals the (valid) filter selects, newest first."""

@@ -4,6 +4,7 @@ from django import forms
 from django.core.validators import RegexValidator
 
 from ledger.actions.reviewing import MAX_COMMENT_LENGTH
+from ledger.models import Job
 from ledger.money.budgets import budget_amount_problem
 from ledger.states import ItemState
 
@@ -49,19 +50,40 @@ class ApproveForm(forms.Form):
         return self.cleaned_data["content"].replace("\r\n", "\n")  # browsers send CRLF
 
 
-class RejectForm(forms.Form):
-    """A rejection: a reason code from the draft's prompt version's list (checked by the ledger, which
-    knows the list), words of the reviewer's own, or both."""
+class JobReferenceField(forms.CharField):
+    """A job named by its reference, typed by a person: the job, None when left empty, refused when no
+    job has it."""
 
-    version_id = IdField(error_messages={"required": "Say which draft is rejected."})
+    def __init__(self, **kwargs):
+        super().__init__(required=False, max_length=200, label="Job reference", **kwargs)
+
+    def clean(self, value) -> Job | None:
+        reference = super().clean(value).strip()
+        if not reference:
+            return None
+        job = Job.objects.filter(reference=reference).first()
+        if job is None:
+            raise forms.ValidationError("No job has this reference.")
+        return job
+
+
+class ReasonOrCode(forms.Form):
+    """A rejection's reason: a code from the drafts' prompt versions' lists (checked by the ledger,
+    which knows the lists), words of the reviewer's own, or both; one of the two is required."""
+
     reason = forms.CharField(required=False, max_length=MAX_NOTE_LENGTH)
     reason_code = forms.CharField(required=False, max_length=64)
+    missing_reason = "Say why the draft is rejected: pick a reason or write one."
 
     def clean(self) -> dict:
         cleaned = super().clean()
         if not cleaned.get("reason") and not cleaned.get("reason_code") and not self.errors:
-            raise forms.ValidationError("Say why the draft is rejected: pick a reason or write one.")
+            raise forms.ValidationError(self.missing_reason)
         return cleaned
+
+
+class RejectForm(ReasonOrCode):
+    version_id = IdField(error_messages={"required": "Say which draft is rejected."})
 
 
 class CommentForm(forms.Form):
@@ -148,17 +170,10 @@ class ApproveSelectedForm(forms.Form):
     draft = DraftsField(error_messages={"required": "Tick the drafts to approve."})
 
 
-class RejectSelectedForm(ApproveSelectedForm):
-    """Ticked rows to reject, all for one reason: a code of their prompt versions' lists, words, or both."""
+class RejectSelectedForm(ReasonOrCode, ApproveSelectedForm):
+    """Ticked rows to reject, all for one reason."""
 
-    reason = forms.CharField(required=False, max_length=MAX_NOTE_LENGTH)
-    reason_code = forms.CharField(required=False, max_length=64)
-
-    def clean(self) -> dict:
-        cleaned = super().clean()
-        if not cleaned.get("reason") and not cleaned.get("reason_code") and not self.errors:
-            raise forms.ValidationError("Say why the ticked drafts are rejected: pick a reason or write one.")
-        return cleaned
+    missing_reason = "Say why the ticked drafts are rejected: pick a reason or write one."
 
 
 # The most drafts one "all matching" decision takes: the oldest this many; the rest wait for another.
