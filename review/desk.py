@@ -30,7 +30,7 @@ from ledger.actions.reviewing import (
     undo_decision,
     undo_refusal,
 )
-from ledger.models import Item, ReviewClaim
+from ledger.models import Item, PromptVersion, ReviewClaim
 from ledger.states import ItemState
 
 from .assignments import assigned_to
@@ -217,6 +217,13 @@ def focus_context(
         "edited_text": edited_text if refused_item and card and card.item.pk == refused_item else None,
         "can_decide": can_decide,
         "comments": list(card.item.comments.select_related("author")) if card else [],
+        "rejection_reasons": (
+            PromptVersion.objects.filter(pk=card.item.job.prompt_version_id)
+            .values_list("rejection_reasons", flat=True)
+            .first()
+            if card
+            else []
+        ),
         "comment_token": uuid.uuid4(),
         "claim_seconds": settings.BATCHDESK_CLAIM_SECONDS,
     }

@@ -98,7 +98,7 @@ class ReviewCard:
 def with_latest_draft(items: QuerySet[Item]) -> QuerySet[Item]:
     """Items as a card shows them: with job, product and revision, and their latest version's id."""
     latest = GeneratedVersion.objects.filter(item=OuterRef("pk")).order_by("-number").values("pk")[:1]
-    return items.select_related("job__prompt_version", "product", "source_revision").annotate(
+    return items.select_related("job", "product", "source_revision").annotate(
         latest_version_id=Subquery(latest)
     )
 

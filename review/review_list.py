@@ -15,7 +15,7 @@ from django.views.decorators.http import require_POST
 
 from ledger.actions import NotAllowed
 from ledger.actions.reviewing import approve_version, reject_version
-from ledger.models import GeneratedVersion, Item, Job, ReviewClaim
+from ledger.models import GeneratedVersion, Item, Job, PromptVersion, ReviewClaim
 from ledger.states import ItemState
 
 from . import queue
@@ -83,8 +83,13 @@ def matching_drafts(review_filter: ReviewFilter) -> tuple[list[Item], str]:
 def reason_choices(cards: list[queue.ReviewCard]) -> list[dict]:
     """The rejection reasons of the prompt versions of the drafts listed, each code once, in order."""
     seen: dict[str, dict] = {}
-    for card in cards:
-        for reason in card.item.job.prompt_version.rejection_reasons:
+    prompts = {card.item.job.prompt_version_id for card in cards}
+    for reasons in (
+        PromptVersion.objects.filter(pk__in=prompts)
+        .order_by("pk")
+        .values_list("rejection_reasons", flat=True)
+    ):
+        for reason in reasons:
             seen.setdefault(reason["code"], reason)
     return list(seen.values())
 
