@@ -117,6 +117,7 @@ def focus_context(
     refused_item: int | None = None,
     edited_text: str | None = None,
     skip: frozenset[int] = frozenset(),
+    count: int | None = None,
 ) -> dict:
     """The draft at position `pos` of the queue (clamped to it), and what happened to the one decided on.
 
@@ -130,7 +131,7 @@ def focus_context(
     another reviewer took it a moment before, the desk moves on to the next one."""
     job_id = desk.job_id
     queue = desk.items(skip)
-    count = desk.count()
+    count = desk.count() if count is None else count
     key = cursor_key(after) if pos is None or pos > 1 else None
     if pos is not None or key is None:
         pos = min(max(pos or 1, 1), max(count, 1))
@@ -165,6 +166,7 @@ def focus_context(
                 refused_item=refused_item,
                 edited_text=edited_text,
                 skip=skip | {at[0]},
+                count=count,
             )
         at = None
     # The drafts before it, nearest first: the cursors of this place and of the previous one.
@@ -430,7 +432,7 @@ def undo(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     started, saying why; nothing is changed then."""
     item = get_object_or_404(Item.objects.select_related("product"), pk=item_id)
     try:
-        undo_decision(item_id=item.pk, actor=request.user)
+        item = undo_decision(item_id=item.pk, actor=request.user)
     except NotAllowed as exc:
         if wants_partial(request):
             return render_focus(request, item.pk, error=str(exc), status=409)
@@ -464,4 +466,8 @@ def keep_claim(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
         return HttpResponse("This draft no longer waits for review.", status=409, content_type="text/plain")
     if claims.claim_draft(item_id=item_id, reviewer=request.user):
         return HttpResponse(status=204)
-    return HttpResponse("Another reviewer has this draft open now.", status=409, content_type="text/plain")
+    return HttpResponse(
+        "Another reviewer has this draft open now (your hold ran out while you were away).",
+        status=409,
+        content_type="text/plain",
+    )

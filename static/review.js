@@ -218,18 +218,22 @@
     fetch(card.dataset.claimUrl, { method: "POST", headers: { "X-CSRFToken": token }, credentials: "same-origin" })
       .then(function (response) {
         if (response.status !== 409 || card.querySelector("[data-claim-lost]")) return;
-        var note = document.createElement("p");
-        note.className = "error";
-        note.setAttribute("role", "alert");
-        note.setAttribute("data-claim-lost", "");
-        note.textContent = "Another reviewer has this draft open now (your hold ran out while you were away). Move on with j.";
-        card.insertBefore(note, card.children[1] || null);
+        return response.text().then(function (why) {
+          var note = document.createElement("p");
+          note.className = "error";
+          note.setAttribute("role", "alert");
+          note.setAttribute("data-claim-lost", "");
+          note.textContent = why + " Move on with j.";
+          card.insertBefore(note, card.children[1] || null);
+        });
       })
       .catch(function () {});
   }
+  // A third of the shortest hold there may be (BATCHDESK_CLAIM_SECONDS is at least 10), whichever
+  // card the page opened with: every few seconds costs one small request while someone is at work.
   var card = document.querySelector("[data-focus-card][data-claim-url]");
-  var seconds = card ? parseFloat(card.dataset.claimSeconds) : 120;
-  window.setInterval(keepClaim, Math.max(5, seconds / 3) * 1000);
+  var seconds = card ? parseFloat(card.dataset.claimSeconds) : 10;
+  window.setInterval(keepClaim, Math.max(3, seconds / 3) * 1000);
 
   // A page the browser brings back from its cache on Back shows no ticks and may be sent again.
   window.addEventListener("pageshow", function (event) {

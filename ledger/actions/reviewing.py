@@ -118,7 +118,9 @@ def approve_version(
             )
             data = {"version": version.pk, "content_hash": version.content_hash, "edited": approval.edited}
             if repairing:
+                # What made the draft unusable: an undo gives it back (`undo_decision`).
                 data["repaired"] = True
+                data["unusable"] = {"reason": item.reason, "code": item.reason_code}
             # Held for the undo window: the collector's pass applies it once the window has passed.
             hold = settings.BATCHDESK_UNDO_SECONDS
             change_state(
@@ -212,8 +214,14 @@ def undo_refusal(item: Item, decision: Event | None, *, now=None) -> str:
         return (
             f"It can no longer be undone: the item has moved on since (now “{ItemState(item.state).label}”)"
         )
-    if (now or timezone.now()) - decision.at > timedelta(seconds=window):
+    now = now or timezone.now()
+    if now - decision.at > timedelta(seconds=window):
         return f"It can no longer be undone: the {window:g} seconds to undo it have passed"
+    if decision.to_state == ItemState.APPROVED and (
+        item.next_attempt_at is None or item.next_attempt_at <= now
+    ):
+        # The item's own hold is what the workers obey: past it, applying may be starting.
+        return "It can no longer be undone: applying it is starting"
     return ""
 
 
@@ -227,29 +235,35 @@ def undo_decision(*, item_id: int, actor) -> Item:
         if refusal := undo_refusal(item, decision):
             raise NotAllowed(refusal)
         version_id = decision.data.get("version")
+        # The event that put the draft before the reviewer: its time is the draft's place in the
+        # queue again, and an unusable draft's reason comes back with it.
+        shown = item.events.filter(pk__lt=decision.pk, to_state=decision.from_state).order_by("-id").first()
         if decision.to_state == ItemState.APPROVED:
             Approval.objects.standing().filter(item=item, version_id=version_id).update(
                 undone_at=timezone.now()
             )
-            words = "Approval undone by its reviewer"
-            back_to = ItemState.AWAITING_REVIEW
-            if decision.data.get("repaired"):
-                words += "; the generated draft is still unusable"
-                back_to = ItemState.VALIDATION_FAILED
-        else:
-            words = "Rejection undone by its reviewer"
-            back_to = ItemState.AWAITING_REVIEW
+        back_to = ItemState(decision.from_state)
+        words = (
+            f"{'Approval' if decision.to_state == ItemState.APPROVED else 'Rejection'} undone by its reviewer"
+        )
+        reason, code = words, ReasonCode.DECISION_UNDONE
+        if back_to == ItemState.VALIDATION_FAILED:
+            unusable = decision.data.get("unusable") or {}
+            reason, code = unusable.get("reason", words), unusable.get("code", "")
         item = change_state(
             item.pk,
             to=back_to,
             actor=actor,
-            reason=words,
-            code=ReasonCode.DECISION_UNDONE,
+            reason=reason,
+            code=code,
             expect=[decision.to_state],
             data={"undoes": decision.pk, "version": version_id, "decision": decision.to_state},
             approved_version=None,
             next_attempt_at=None,
         )
+        if shown is not None:
+            Item.objects.filter(pk=item.pk).update(updated_at=shown.at)
+            item.updated_at = shown.at
     refresh_job_state(item.job_id)
     return item
 

@@ -237,18 +237,25 @@ def _observe_events(
     mostly their wait in the queue (a measured pilot projected 15 times the review hours)."""
     shown_at: dict[int, datetime] = {}
     decided_at: dict[int | None, datetime] = {}  # each reviewer's latest decision
-    for item_id, from_state, to_state, at, data, actor in (
+    events = list(
         Event.objects.filter(
             item__job_id=job_id,
             to_state__in=[*DECIDABLE_STATES, ItemState.APPROVED, ItemState.REJECTED],
         )
         .order_by("at", "id")
-        .values_list("item_id", "from_state", "to_state", "at", "data", "actor_id")
-    ):
+        .values_list("pk", "item_id", "from_state", "to_state", "at", "data", "actor_id")
+    )
+    # A decision its reviewer undid is no decision; its undo puts the draft before a person again.
+    undone = {data["undoes"] for *_, data, _ in events if data and "undoes" in data}
+    for pk, item_id, from_state, to_state, at, data, actor in events:
         seen = by_stratum[stratum_of[item_id]]
         if to_state in DECIDABLE_STATES:
             shown_at[item_id] = at
+        if pk in undone:
+            continue
         if to_state == ItemState.VALIDATION_FAILED:
+            if data and "undoes" in data:
+                continue  # an undone repair: the draft's failure was counted when it was found
             codes = (data or {}).get("codes") or [failure_code.get(item_id) or UNCLASSIFIED]
             seen.failures_by_reason.update(set(codes))
         elif item_id in shown_at and from_state in DECIDABLE_STATES:

@@ -12,6 +12,7 @@ from ledger.states import ItemState
 from review.models import ReviewAssignment
 from tests.factories import ItemFactory, UserFactory, add_version
 from tests.review.drafts import queue_of
+from tests.review.test_edits_judged import GOOD_EDIT
 from tests.review.test_prompt_screens import new_url, new_version
 
 pytestmark = pytest.mark.django_db
@@ -244,3 +245,44 @@ def test_no_hold_is_taken_on_a_draft_no_longer_waiting(client, owner):
     assert client.post(reverse("keep_claim", args=[draft.item_id])).status_code == 409
     assert client.post(reverse("keep_claim", args=[987654321])).status_code == 404
     assert not ReviewClaim.objects.exists()
+
+
+@override_settings(BATCHDESK_UNDO_SECONDS=30)
+def test_an_undone_draft_comes_back_to_its_place_in_the_queue(client, owner):
+    # Drafts that became ready one after another, as a job's do (their events and times agree).
+    drafts = [add_version(ItemFactory(awaiting_review=True), f"Draft {n}.") for n in range(3)]
+    first = Item.objects.get(pk=drafts[0].item_id)
+    client.force_login(owner)
+    client.post(
+        reverse("approve_item", args=[first.pk]),
+        {"version_id": drafts[0].pk, "version_hash": drafts[0].content_hash, "pos": 1},
+        headers=HTMX,
+    )
+    add_version(ItemFactory(awaiting_review=True), "A draft that arrived meanwhile.")
+    undone = client.post(reverse("undo_item", args=[first.pk]), {"pos": 1}, headers=HTMX)
+    assert undone.context["card"].item.pk == first.pk and undone.context["pos"] == 1
+    second = Item.objects.get(pk=drafts[1].item_id)
+    assert Item.objects.get(pk=first.pk).updated_at < second.updated_at  # oldest first, as before
+    assert shown(client) == first.pk
+
+
+@override_settings(BATCHDESK_UNDO_SECONDS=30)
+def test_undoing_a_repair_gives_the_draft_its_failure_back(client, owner):
+    item = ItemFactory(
+        state=ItemState.VALIDATION_FAILED, reason="Too long: 900 characters", reason_code="too_long"
+    )
+    unusable = add_version(item, "x " * 450, valid=False, reasons=["Too long: 900 characters"])
+    client.force_login(owner)
+    repaired = client.post(
+        reverse("approve_item", args=[item.pk]),
+        {"version_id": unusable.pk, "version_hash": unusable.content_hash, "content": GOOD_EDIT},
+    )
+    assert repaired.status_code == 302
+    assert Item.objects.get(pk=item.pk).state == ItemState.APPROVED
+    client.post(reverse("undo_item", args=[item.pk]))
+    item.refresh_from_db()
+    assert (item.state, item.reason, item.reason_code) == (
+        ItemState.VALIDATION_FAILED,
+        "Too long: 900 characters",
+        "too_long",
+    )
