@@ -51,4 +51,4 @@ def estimate_revision(*, sku: str, title: str, fields: dict, withdraw: bool = Fa
         if not report.rows_read and time.monotonic() - started > ESTIMATE_WAIT_SECONDS:
             raise ImportWriting("an import is writing the catalogue; try again when it is done")
 
-    return import_catalogue(line, replace=True, dry_run=True, on_progress=waiting)
+    return import_catalogue(line, replace=True, dry_run=True, on_progress=waiting, recognise_lines=False)
