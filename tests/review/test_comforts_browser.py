@@ -1,12 +1,13 @@
 """The desk's comforts in a real browser on a phone's 390 px (issue 30, point 6): `?` shows the keys
-(never while typing), and list mode opens a draft cut short in place."""
+(never while typing), list mode opens a draft cut short in place, and a product is edited on its
+page."""
 
 import pytest
 from django.urls import reverse
 
-from ledger.models import Item
+from ledger.models import Item, Product
 from ledger.states import ItemState
-from tests.factories import ItemFactory, add_version
+from tests.factories import ItemFactory, ProductFactory, add_version
 from tests.review.browser import log_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -89,3 +90,24 @@ def test_list_mode_opens_a_draft_cut_short_in_place(page, live_server, owner):
     expect(whole).to_be_hidden()
     # A draft shown whole has nothing to open.
     expect(page.get_by_test_id(f"row-{short.pk}").get_by_test_id("draft-whole")).to_have_count(0)
+
+
+def test_a_product_is_edited_on_its_page_at_390_px_and_a_double_click_saves_once(page, live_server, owner):
+    from playwright.sync_api import expect
+
+    product = ProductFactory(
+        sku="OAK-9", revision__title="Oak board", revision__fields={"price": 12, "tags": ["oak"]}
+    )
+    page.set_viewport_size(PHONE)
+    log_in(page, live_server, owner, then=reverse("catalogue_product", args=[product.sku]))
+    page.get_by_role("link", name="Edit").click()
+    page.get_by_label("price", exact=True).fill("13")
+    page.get_by_label("tags", exact=True).fill('["oak", "oiled"]')
+    page.get_by_test_id("edit-preview").click()
+    expect(page.get_by_test_id("edit-changes")).to_contain_text("oiled")
+    assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    page.get_by_test_id("edit-confirm").dblclick()
+    expect(page.get_by_text("Saved as revision 2")).to_be_visible()
+    revision = Product.objects.get(pk=product.pk).current_revision
+    assert (revision.number, revision.fields) == (2, {"price": 13, "tags": ["oak", "oiled"]})
+    assert product.revisions.count() == 2
