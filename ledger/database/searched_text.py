@@ -1,5 +1,6 @@
-"""What the catalogue search reads of a revision: its title and every field's value, without
-accents and in upper case (`Crème` is found by `creme`), as the database function `bd_searched`
+"""What the catalogue search reads of a revision: its title and the text of its fields (each text
+value, and each text in a list: not numbers, nor what an object holds), without accents and in
+upper case (`Crème` is found by `creme`), as the database function `bd_searched`
 computes it (migration 0054, with a trigram index on it).
 
 On PostgreSQL the function (kept in a column of its own) unaccents with the `unaccent` extension (a trusted extension since
@@ -43,9 +44,20 @@ def plain_upper(text: str) -> str:
     return "".join(c for c in decomposed if not unicodedata.combining(c)).translate(_PLAIN)
 
 
+def texts_of(fields: dict) -> list[str]:
+    """The text a product's fields hold, as `bd_searched` reads it: each text value, and each text
+    in a list; not numbers, true/false, nor what an object holds."""
+    texts = []
+    for value in fields.values():
+        for inner in value if isinstance(value, list) else [value]:
+            if isinstance(inner, str):
+                texts.append(inner)
+    return texts
+
+
 def searched_in_python(title: str | None, fields: str | None) -> str:
-    values = list(json.loads(fields).values()) if fields else []
-    return plain_upper((title or "") + SEPARATOR + json.dumps(values, ensure_ascii=False))
+    texts = texts_of(json.loads(fields)) if fields else []
+    return plain_upper((title or "") + SEPARATOR + json.dumps(texts, ensure_ascii=False))
 
 
 def searchable(q: str) -> str:

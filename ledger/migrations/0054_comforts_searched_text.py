@@ -29,7 +29,7 @@ def forwards(apps, schema_editor):
         f"CREATE OR REPLACE FUNCTION {ours}.bd_searched(title text, fields jsonb) RETURNS text LANGUAGE sql "
         "IMMUTABLE PARALLEL SAFE AS $$ SELECT upper("
         f"{ours}.bd_unaccent(coalesce(title, '') || chr(31) || "
-        "coalesce(jsonb_path_query_array(fields, 'strict $.*')::text, ''))) $$"
+        "coalesce(jsonb_path_query_array(fields, 'lax $.*[*] ? (@.type() == \"string\")')::text, ''))) $$"
     )
     schema_editor.execute(
         "ALTER TABLE ledger_sourcerevision ADD COLUMN searched text "
