@@ -111,7 +111,7 @@ def posted_rows(data, product: Product) -> tuple[str, list[EditedField], EditedF
     return data.get("title", ""), rows, new
 
 
-def content_of(title: str, rows: list[EditedField], new: EditedField) -> tuple[dict, bool]:
+def content_of(rows: list[EditedField], new: EditedField) -> tuple[dict, bool]:
     """The fields the rows make ({name: value}), and whether every row could be read (a problem is
     written on its row)."""
     fields, readable = {}, True
@@ -184,8 +184,23 @@ def edit_product(request: HtmxHttpRequest, sku: str) -> HttpResponse:
             rows=rows_of(current.fields),
             new=EditedField("", "text", ""),
         )
+    if request.POST.get("revision") != str(current.number):
+        # The form's rows are the fields of the revision it was made from.
+        messages.warning(
+            request,
+            f"The product changed since the form was opened (revision {current.number} now): nothing was "
+            "kept. Here it is as it is now.",
+        )
+        return edit_page(
+            request,
+            product,
+            title=current.title,
+            rows=rows_of(current.fields),
+            new=EditedField("", "text", ""),
+            status=409,
+        )
     title, rows, new = posted_rows(request.POST, product)
-    fields, readable = content_of(title, rows, new)
+    fields, readable = content_of(rows, new)
     checked = check_product_record({**fields, "sku": product.sku, "title": title})
     if not readable or checked.problems:
         return edit_page(

@@ -30,7 +30,10 @@ def form_of(product: Product, **changed) -> dict:
     product = Product.objects.select_related("current_revision").get(
         pk=product.pk
     )  # its fields in the page's order
-    data = {"title": changed.pop("title", product.current_revision.title)}
+    data = {
+        "title": changed.pop("title", product.current_revision.title),
+        "revision": product.current_revision.number,
+    }
     kinds = {"material": "text", "price": "number", "features": "json", "in_stock": "boolean"}
     shown = {"material": "oak", "price": "12.5", "features": '["LED", "dimmable"]', "in_stock": "true"}
     for position, name in enumerate(product.current_revision.fields):
@@ -239,3 +242,15 @@ def test_editing_needs_a_login_and_a_product(client, owner, product):
     client.force_login(owner)
     assert client.get(reverse("edit_product", args=["NO-SUCH"])).status_code == 404
     assert client.post(reverse("withdraw_product", args=["bad sku!"])).status_code == 404
+
+
+def test_a_form_of_an_older_revision_keeps_nothing(client, owner, product):
+    client.force_login(owner)
+    stale = form_of(product, material="ash")
+    client.post(
+        reverse("confirm_edit_product", args=[product.sku]),
+        confirmation(previewed(client, product, price="20")),
+    )
+    response = client.post(reverse("edit_product", args=[product.sku]), stale)
+    assert response.status_code == 409 and "changed since the form was opened" in response.content.decode()
+    assert current(product)[0] == 2 and current(product)[2]["material"] == "oak"

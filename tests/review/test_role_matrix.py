@@ -113,8 +113,9 @@ EXPECTED: dict[str, dict[str, dict]] = {
     "import_confirm": {"GET": NOT_ALLOWED, "POST": approvers(302)},
     "import_discard": {"GET": NOT_ALLOWED, "POST": approvers(302)},
     "catalogue_product": {"GET": viewers(), "POST": NOT_ALLOWED},
-    # One product edited (an empty form has no title) or withdrawn (then back to its page).
-    "edit_product": {"GET": approvers(200), "POST": approvers(400)},
+    # One product edited (an empty form names no revision: the form again) or withdrawn (then back
+    # to its page).
+    "edit_product": {"GET": approvers(200), "POST": approvers(409)},
     "confirm_edit_product": {"GET": NOT_ALLOWED, "POST": approvers(400)},
     "withdraw_product": {"GET": approvers(200), "POST": approvers(302)},
     "prompts": {"GET": viewers(), "POST": NOT_ALLOWED},
