@@ -1,5 +1,6 @@
 from django.apps import AppConfig
 from django.core import checks
+from django.db.backends.signals import connection_created
 from django.db.models.signals import post_delete, post_migrate, post_save, pre_migrate
 
 
@@ -10,7 +11,7 @@ class LedgerConfig(AppConfig):
     def ready(self) -> None:
         # Here, not at the top: they import the models, which Django loads only once every app is registered.
         from .bootstrap import after_migrate
-        from .database import tallies
+        from .database import searched_text, tallies
         from .lifecycle.retention import check_retention_setting
         from .models import ExchangeRate
         from .money.currency import check_rate_file, forget_entered_rates
@@ -21,6 +22,10 @@ class LedgerConfig(AppConfig):
         from .notices.receivers import check_private_receivers
 
         post_migrate.connect(after_migrate, sender=self, dispatch_uid="ledger.after_migrate")
+        # SQLite's `bd_searched`, the catalogue search's text (PostgreSQL's is migration 0054's).
+        connection_created.connect(
+            searched_text.give_sqlite_the_function, dispatch_uid="ledger.database.searched_text"
+        )
         # Item and draft tallies' triggers on SQLite are put back around every migrate (ledger/database/tallies.py).
         pre_migrate.connect(
             tallies.before_migrate, sender=self, dispatch_uid="ledger.database.tallies.before"

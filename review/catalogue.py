@@ -158,6 +158,7 @@ def catalogue_product(request: HtmxHttpRequest, sku: str) -> HttpResponse:
         "current_fields": fields_of(product.current_revision),
         "history": revision_history(product),
         "drafts": drafts_of(product),
+        "can_edit": has_role(request.user, *APPROVERS),
     }
     return render(request, "catalogue_product.html", context)
 

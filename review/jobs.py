@@ -40,6 +40,7 @@ from ledger.states import ItemState, JobState, SubmissionState, waiting_for_oper
 from .common import WORKING_JOB_STATES, HtmxHttpRequest, progress_of, state_counts, url_of, wants_partial
 from .display import money_text
 from .forms import BudgetField, ItemFilterForm
+from .item_lists import Column, FieldFilterForm, sorting, with_field
 from .job_forms import StartTokenForm
 from .job_notifications import job_notifications
 from .models import JobStartToken
@@ -442,6 +443,11 @@ def job_budget_view(job: Job, *, may_change: bool) -> BudgetView | None:
     )
 
 
+# The job page's items table: the columns it sorts by. Not the revision's number: sorting by it reads
+# every revision of the catalogue (0.3 s at 50,000), and a job's items mostly share one.
+JOB_ITEM_COLUMNS = [Column("sku", "SKU", "product__sku"), Column("state", "State", "state")]
+
+
 @require_GET
 @login_required
 @role_required(*VIEWERS)
@@ -486,8 +492,19 @@ def job_detail(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
                 )
                 items = items.filter(among("id", matching[:COUNT_CAP]))
                 count = (min(len(matching), COUNT_CAP), len(matching) > COUNT_CAP)
+    by_field = FieldFilterForm(request.GET)
+    if by_field.active:
+        items = with_field(items, by_field)
+        count = partial(capped_count, items)
+    sort = sorting(request.GET, JOB_ITEM_COLUMNS, default=["id"])
+    if sort.refused:
+        messages.warning(request, sort.refused)
     page = screen_page(
-        items, order=["id"], per_page=ITEMS_PER_PAGE, page=request.GET.get("page"), count=count
+        sort.apply(items),
+        order=sort.order,
+        per_page=ITEMS_PER_PAGE,
+        page=request.GET.get("page"),
+        count=count,
     )
     for item in page.object_list:
         item.detail_url = url_of("item_detail", item.pk)
@@ -497,6 +514,8 @@ def job_detail(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
         "cost": job_cost(job),
         "polling": polling,
         "filters": filters,
+        "by_field": by_field,
+        "headings": sort.headings,
         "sku_capped": sku_capped,
         "found_cap": SKU_PRODUCTS_CAP,
         "page": page,
@@ -513,7 +532,7 @@ def job_detail(request: HtmxHttpRequest, job_id: int) -> HttpResponse:
             "batches": job.submissions.filter(state=SubmissionState.OPEN).count(),
         }
         context["cancel"] = cancel if cancel["items"] or cancel["batches"] else None
-    return render(request, "job_detail.html", context)
+    return render(request, "job_detail.html", context, status=400 if by_field.errors else 200)
 
 
 def job_to_spend_on(request: HtmxHttpRequest, job_id: int) -> Job:

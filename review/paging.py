@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from functools import partial
 
 from django.core import signing
-from django.core.exceptions import ValidationError
+from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.db import connections, router
-from django.db.models import BooleanField, Model, QuerySet
+from django.db.models import BooleanField, Model, Q, QuerySet
 from django.db.models.expressions import RawSQL
 
 # How deep page numbers reach (in rows skipped): beyond it, only cursors.
@@ -83,11 +83,27 @@ def _field_names(order: Sequence[str]) -> list[str]:
     return [name.removeprefix("-") for name in order]
 
 
+def _is_column(model: type[Model], name: str) -> bool:
+    """Whether `name` is a column of the model's table; otherwise it names an annotation (a sort by a
+    related row's value, say `F("product__sku")`)."""
+    if name in ("id", "pk"):
+        return True
+    try:
+        return model._meta.get_field(name).concrete
+    except FieldDoesNotExist:
+        return False
+
+
 def key_of(row: Model, order: Sequence[str]) -> list:
     """The row's ordering key as JSON values (times as ISO text)."""
     values = []
     for name in _field_names(order):
-        value = row.pk if name in ("id", "pk") else getattr(row, row._meta.get_field(name).attname)
+        if name in ("id", "pk"):
+            value = row.pk
+        elif _is_column(type(row), name):
+            value = getattr(row, row._meta.get_field(name).attname)
+        else:
+            value = getattr(row, name)
         values.append(value.isoformat() if hasattr(value, "isoformat") else value)
     return values
 
@@ -114,6 +130,8 @@ def read_cursor(model: type[Model], order: Sequence[str], token: str) -> tuple[s
             model._meta.pk.to_python(value)
             if name in ("id", "pk")
             else model._meta.get_field(name).to_python(value)
+            if _is_column(model, name)
+            else _annotated(value)
             for name, value in zip(names, raw, strict=True)
         ]
     except (ValidationError, TypeError, ValueError):
@@ -123,13 +141,22 @@ def read_cursor(model: type[Model], order: Sequence[str], token: str) -> tuple[s
     return direction, key
 
 
-def rows_beyond(model: type[Model], order: Sequence[str], key: list, *, backwards: bool) -> RawSQL:
+def _annotated(value):
+    """A cursor's value of an annotation: text or a number, as `key_of` wrote it."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise TypeError(value)
+    return value
+
+
+def rows_beyond(model: type[Model], order: Sequence[str], key: list, *, backwards: bool) -> RawSQL | Q:
     """Rows strictly after `key` in `order` (strictly before it, `backwards`), as one row-value
     comparison, `(a, b) > (%s, %s)`: the database reads an index on (a, b) from that point on. Every
     field of `order` runs the same way (all ascending or all descending)."""
     if len({name.startswith("-") for name in order}) != 1:
         raise ValueError("a keyset order runs one way: every field ascending, or every one descending")
     ascending = not order[0].startswith("-")
+    if not all(_is_column(model, name) for name in _field_names(order)):
+        return _beyond_annotated(order, key, after=ascending != backwards)
     table = model._meta.db_table
     columns = ", ".join(f'"{table}"."{model._meta.get_field(name).column}"' for name in _field_names(order))
     sign = ">" if ascending != backwards else "<"
@@ -140,6 +167,19 @@ def rows_beyond(model: type[Model], order: Sequence[str], key: list, *, backward
         for name, value in zip(_field_names(order), key, strict=True)
     ]
     return RawSQL(f"({columns}) {sign} ({marks})", values, output_field=BooleanField())
+
+
+def _beyond_annotated(order: Sequence[str], key: list, *, after: bool) -> Q:
+    """Rows after (or before) `key` where the order names an annotation, which a row-value comparison
+    of table columns cannot: `a > x OR (a = x AND b > y)`, as Django filters. Such a list is sorted
+    by a value no index of its table keeps, so this costs what sorting it costs anyway."""
+    lookup = "gt" if after else "lt"
+    names = _field_names(order)
+    beyond = Q()
+    for position, name in enumerate(names):
+        equal = dict(zip(names[:position], key[:position], strict=True))
+        beyond |= Q(**equal, **{f"{name}__{lookup}": key[position]})
+    return beyond
 
 
 def reversed_order(order: Sequence[str]) -> list[str]:

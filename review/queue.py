@@ -94,6 +94,11 @@ class ReviewCard:
             return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
         return Truncator(text).chars(PREVIEW_CHARS)
 
+    @property
+    def cut(self) -> bool:
+        """The preview shows only the start of the draft: list mode offers the whole text in place."""
+        return bool(self.version and self.version.content) and self.preview != self.version.content
+
 
 def with_latest_draft(items: QuerySet[Item]) -> QuerySet[Item]:
     """Items as a card shows them: with job, product and revision, and their latest version's id."""

@@ -21,7 +21,8 @@ from ledger.states import ItemState
 from . import queue
 from .common import HtmxHttpRequest, form_errors, refused_page
 from .forms import LIST_PAGE_SIZE, MATCHING_LIMIT, ApproveSelectedForm, DecideMatchingForm, RejectSelectedForm
-from .paging import screen_page
+from .item_lists import Column, FieldFilterForm, sorting, with_field
+from .paging import capped_count, screen_page
 from .permissions import APPROVERS, has_role, role_required
 
 
@@ -94,12 +95,25 @@ def reason_choices(cards: list[queue.ReviewCard]) -> list[dict]:
     return list(seen.values())
 
 
+# The list's columns it sorts by; otherwise oldest first. Not the title: no index keeps the waiting
+# drafts in title order, and sorting 25,000 of them took 0.2 s.
+REVIEW_LIST_COLUMNS = [Column("sku", "SKU", "product__sku"), Column("job", "Job", "job__reference")]
+
+
 def review_list(request: HtmxHttpRequest, review_filter: ReviewFilter) -> HttpResponse:
     count = review_filter.count()
+    # What the list shows of each row: not the source's fields nor the published text.
+    items = review_filter.items().defer("source_revision__fields", "product__published_content")
+    by_field = FieldFilterForm(request.GET)
+    if by_field.active:
+        items = with_field(items, by_field)
+        count = capped_count(items)
+    sort = sorting(request.GET, REVIEW_LIST_COLUMNS, default=queue.QUEUE_ORDER)
+    if sort.refused:
+        messages.warning(request, sort.refused)
     page = screen_page(
-        # What the list shows of each row: not the source's fields nor the published text.
-        review_filter.items().defer("source_revision__fields", "product__published_content"),
-        order=queue.QUEUE_ORDER,
+        sort.apply(items),
+        order=sort.order,
         per_page=LIST_PAGE_SIZE,
         page=request.GET.get("page"),
         count=count,
@@ -122,11 +136,14 @@ def review_list(request: HtmxHttpRequest, review_filter: ReviewFilter) -> HttpRe
         "can_decide": can_decide,
         "return_to": request.get_full_path(),
         "matching_limit": MATCHING_LIMIT,
+        "by_field": by_field,
+        "headings": sort.headings,
     }
-    if can_decide and request.GET.get("confirm") == "all" and count:
+    # "All matching" decides by the job, category and check filters only: not offered under a field's.
+    if can_decide and request.GET.get("confirm") == "all" and count and not by_field.active:
         items, fingerprint = matching_drafts(review_filter)
         context["matching"] = {"count": len(items), "of": count, "fingerprint": fingerprint}
-    return render(request, "review_list.html", context)
+    return render(request, "review_list.html", context, status=400 if by_field.errors else 200)
 
 
 class Ticked(NamedTuple):

@@ -1,6 +1,8 @@
-"""The catalogue's search by SKU or title ("contains", whatever the case) at a million products.
+"""The catalogue's search ("contains", whatever the case and the accents) at a million products: by
+SKU, or by the current revision's text, its title and every field's value (`bd_searched`,
+`ledger/database/searched_text.py`: `creme` finds `Crème` in a brand).
 
-On PostgreSQL the two columns have trigram indexes (migration 0017). Asking one for everything the
+On PostgreSQL the SKU and that text have trigram indexes (migrations 0017 and 0056). Asking one for everything the
 text contains is slow in two cases, and this module avoids both:
 
 - Text whose trigrams are in nearly every row (`BENCH-` in every SKU, ` cm,` in every title):
@@ -24,7 +26,9 @@ from dataclasses import dataclass
 from django.db import connection
 from django.db.models import Q, QuerySet, Value
 from django.db.models.functions import StrIndex, Upper
+from django.db.models.lookups import Contains
 
+from ledger.database.searched_text import Searched, searchable
 from ledger.database.setwise import among
 from ledger.models import Product, SourceRevision
 
@@ -49,25 +53,26 @@ _LIKE_SPECIAL = set("%_\\")
 
 @dataclass(frozen=True)
 class Sample:
-    """Products drawn at random: how many products there are, and the sample's SKUs and titles
+    """Products drawn at random: how many products there are, and the sample's SKUs and texts (the
+    searched text of their current revision, `bd_searched`)
     (upper case, in SKU order), and for each trigram the sample rows holding it (`trigram_rows`)."""
 
     products: int
     skus: list[str]
-    titles: list[str]
+    texts: list[str]
     sku_trigrams: dict[str, int]
-    title_trigrams: dict[str, int]
+    text_trigrams: dict[str, int]
 
-    def walk_length(self, q: str, *, titles: bool = True) -> float:
+    def walk_length(self, q: str, *, texts: bool = True) -> float:
         """How many products a reader in SKU order would read, at most, to fill a page of the ones
-        whose SKU or title contains `q`, wherever the page starts (estimated: the longest run of the
+        whose SKU or text contains `q` (searchable), wherever the page starts (estimated: the longest run of the
         sample without one, and the rows a page takes at the sample's share); infinite when the
         sample has too few of them to tell."""
         text = q.upper()
         found = [
             position
-            for position, (sku, title) in enumerate(zip(self.skus, self.titles, strict=True))
-            if text in sku or (titles and text in title)
+            for position, (sku, searched) in enumerate(zip(self.skus, self.texts, strict=True))
+            if text in sku or (texts and text in searched)
         ]
         if len(found) < MIN_FOUND_TO_WALK:
             return float("inf")
@@ -138,7 +143,14 @@ def _bitmaps(holding, size: int) -> dict[str, int]:
     return made
 
 
-def rare_pieces(q: str, rows: dict[str, int], sample_size: int, *, pieces: int = PIECES) -> list[str]:
+def rare_pieces(
+    q: str,
+    rows: dict[str, int],
+    sample_size: int,
+    *,
+    pieces: int = PIECES,
+    recheck_weight: int = RECHECK_WEIGHT,
+) -> list[str]:
     """Up to `pieces` three-character pieces of `q` for the index to look up, chosen on a sample of
     `sample_size` values (`rows`: trigram_rows of it) for the least work: each trigram looked up
     reads the rows holding it, and each row the pieces leave is checked for the whole text
@@ -194,7 +206,7 @@ def sample() -> Sample:
             """
             WITH drawn AS MATERIALIZED (
                 SELECT (row_number() OVER (ORDER BY p.sku) - 1)::int AS position,
-                       upper(p.sku::text) AS sku, upper(coalesce(r.title, '')::text) AS title
+                       upper(p.sku::text) AS sku, coalesce(bd_searched(r.title, r.fields), '') AS title
                 FROM ledger_product p TABLESAMPLE SYSTEM (%s)
                 LEFT JOIN ledger_sourcerevision r ON r.id = p.current_revision_id
             )
@@ -210,13 +222,13 @@ def sample() -> Sample:
     values = sorted((positions[0], text.split("\x1f", 1)) for kind, text, positions in holding if kind == "v")
     rows = [pair for _, pair in values]
     skus = [sku for sku, _ in rows]
-    titles = [title for _, title in rows]
+    texts = [searched for _, searched in rows]
     made = Sample(
         products=int(estimate),
         skus=skus,
-        titles=titles,
+        texts=texts,
         sku_trigrams=_bitmaps(((t, positions) for kind, t, positions in holding if kind == "s"), len(rows)),
-        title_trigrams=_bitmaps(((t, positions) for kind, t, positions in holding if kind == "t"), len(rows)),
+        text_trigrams=_bitmaps(((t, positions) for kind, t, positions in holding if kind == "t"), len(rows)),
     )
     _samples[key] = (time.monotonic(), made)
     return made
@@ -232,6 +244,18 @@ def _containing(rows: QuerySet, field: str, q: str, pieces: list[str]) -> QueryS
     return rows.alias(whole_text_at=StrIndex(Upper(field), Upper(Value(q)))).filter(whole_text_at__gt=0)
 
 
+def _text_containing(revisions: QuerySet, text: str, pieces: list[str]) -> QuerySet:
+    """Revisions whose searched text (`bd_searched`: title and field values, upper case, without
+    accents) contains `text`, written the same way: the index looks up `pieces`, then each revision
+    found is checked for the whole text."""
+    searched = Searched("title", "fields")
+    if not pieces:
+        return revisions.filter(Contains(searched, text))
+    for piece in pieces:
+        revisions = revisions.filter(Contains(searched, piece.upper()))
+    return revisions.alias(whole_text_at=StrIndex(searched, Value(text))).filter(whole_text_at__gt=0)
+
+
 @dataclass(frozen=True)
 class Search:
     """What a search selects: `walk`, a filter to read in SKU order (text common all over the
@@ -245,29 +269,33 @@ class Search:
 
 
 def search(q: str, *, cap: int) -> Search:
-    """How to find the products whose SKU or current title contains `q`."""
-    plain = Q(sku__icontains=q) | Q(current_revision__title__icontains=q)
+    """How to find the products whose SKU, current title or a current field's value contains `q`,
+    whatever the case and the accents (`creme` finds `Crème`)."""
+    text = searchable(q)
+    plain = Q(sku__icontains=text) | Q(
+        Contains(Searched("current_revision__title", "current_revision__fields"), text)
+    )
     more = False  # more revisions found than `cap` (some may be old ones)
     if connection.vendor != "postgresql":
-        by_sku = Product.objects.filter(sku__icontains=q)
-        by_title = Product.objects.filter(current_revision__title__icontains=q)
-    else:
-        catalogue = sample()
-        if catalogue.walk_length(q) <= WALK_ROWS:
-            return Search(walk=plain)
-        size = len(catalogue.skus)
-        by_sku = _containing(Product.objects.all(), "sku", q, rare_pieces(q, catalogue.sku_trigrams, size))
-        titles = _containing(
-            SourceRevision.objects.order_by(), "title", q, rare_pieces(q, catalogue.title_trigrams, size)
-        )
-        # The revisions first, then their products by key: asked as one query, the planner may
-        # read every product to meet the few revisions found.
-        revisions = list(titles.values_list("pk", flat=True)[: cap + 1])
-        more = len(revisions) > cap
-        by_title = Product.objects.filter(among("current_revision", revisions))
+        return Search(walk=plain)
+    catalogue = sample()
+    if catalogue.walk_length(text) <= WALK_ROWS:
+        return Search(walk=plain)
+    size = len(catalogue.skus)
+    by_sku = _containing(Product.objects.all(), "sku", text, rare_pieces(text, catalogue.sku_trigrams, size))
+    texts = _text_containing(
+        SourceRevision.objects.order_by(),
+        text,
+        rare_pieces(text, catalogue.text_trigrams, size),
+    )
+    # The revisions first, then their products by key: asked as one query, the planner may
+    # read every product to meet the few revisions found.
+    revisions = list(texts.values_list("pk", flat=True)[: cap + 1])
+    more = len(revisions) > cap
+    by_text = Product.objects.filter(among("current_revision", revisions))
     # Each side on its own, so that each stops after `cap` + 1 (a UNION would read all of both first).
     found = dict(by_sku.order_by().values_list("pk", "sku")[: cap + 1])
-    found.update(by_title.order_by().values_list("pk", "sku")[: cap + 1])
+    found.update(by_text.order_by().values_list("pk", "sku")[: cap + 1])
     ids = sorted(found)[:cap]
     return Search(ids=ids, skus=[found[pk] for pk in ids], capped=more or len(found) > cap)
 
@@ -288,7 +316,7 @@ def products_with_sku(q: str, *, cap: int) -> tuple[list[int], bool] | None:
     if connection.vendor != "postgresql":
         return None
     catalogue = sample()
-    if catalogue.walk_length(q, titles=False) <= WALK_ROWS:
+    if catalogue.walk_length(q, texts=False) <= WALK_ROWS:
         return None
     pieces = rare_pieces(q, catalogue.sku_trigrams, len(catalogue.skus))
     ids = list(

@@ -24,7 +24,7 @@ from .records import (
     Rejection,
     Unreadable,
 )
-from .revising import ProductRefused, revise_product
+from .revising import ImportWriting, ProductRefused, estimate_revision, revise_product
 from .uploads import (
     IMPORT_STALE_AFTER,
     IMPORT_TIMEOUT_SECONDS,
@@ -39,7 +39,9 @@ from .uploads import (
 
 __all__ = [
     "CheckedProduct",
+    "ImportWriting",
     "ProductRefused",
+    "estimate_revision",
     "check_product_record",
     "revise_product",
     "IMPORT_STALE_AFTER",

@@ -68,6 +68,7 @@ def import_catalogue(
     dry_run: bool = False,
     on_progress: Callable[[ImportReport], None] | None = None,
     before_commit: Callable[[ImportReport], None] | None = None,
+    recognise_lines: bool = True,
 ) -> ImportReport:
     """Create and revise products from a catalogue file, in one transaction.
 
@@ -85,11 +86,13 @@ def import_catalogue(
     `source` is a path or a binary file-like object (left open). `on_progress` is told how far
     the import has come now and then; `before_commit` is called inside the transaction once
     every row is written, and may raise to undo the whole import (`DryRun`: and keep its report).
+    Without `recognise_lines`, no line is looked up among the lines products were made from (reading
+    their digests costs more than a file of a line or two saves).
     """
     options = {"skip_invalid": skip_invalid, "replace": replace, "dry_run": dry_run}
     with opened(source) as (stream, name):
         try:
-            report = _import(stream, name, on_progress, before_commit, recognise=True, **options)
+            report = _import(stream, name, on_progress, before_commit, recognise=recognise_lines, **options)
         except LineNotRecognised:
             # A product changed between reading the lines it had and meeting one of them: rare,
             # and the import was rolled back. Once more, reading every line.

@@ -123,7 +123,7 @@ def test_the_catalogue_lists_products_with_revision_and_published(client, owner,
 def test_the_catalogue_searches_sku_and_title_and_filters_status(client, owner):
     ProductFactory(sku="OAK-1", revision__title="Chopping board")
     ProductFactory(sku="PINE-1", revision__title="Oak-look shelf")
-    ProductFactory(sku="ELM-1", revision__title="Stool")
+    ProductFactory(sku="ELM-1", revision__title="Stool", revision__fields={"material": "elm"})
     withdraw_product(sku="ELM-1")
     client.force_login(owner)
     url = reverse("catalogue")

@@ -44,7 +44,7 @@ OVERFLOWING = """() => {
 
 def screens(job) -> dict[str, list[str]]:
     """Every screen with real content, and the roles that may open it."""
-    viewers, admins = [CATALOGUE_OWNER, OPERATOR, ADMIN], [ADMIN]
+    viewers, approvers, admins = [CATALOGUE_OWNER, OPERATOR, ADMIN], [CATALOGUE_OWNER, ADMIN], [ADMIN]
     rejected = Item.objects.filter(job=job, state=ItemState.REJECTED).first()
     applied = Item.objects.filter(job=job, state=ItemState.APPLIED).first()
     failed = next(group for group in attention_groups() if group.state == ItemState.INFERENCE_FAILED)
@@ -88,6 +88,8 @@ def screens(job) -> dict[str, list[str]]:
         reverse("review_queue") + "?mode=list": viewers,
         reverse("catalogue"): viewers,
         reverse("catalogue_product", args=[applied.product.sku]): viewers,
+        reverse("edit_product", args=[applied.product.sku]): approvers,
+        reverse("withdraw_product", args=[applied.product.sku]): approvers,
         reverse("catalogue_import"): viewers,
         reverse("import_detail", args=[upload.pk]): viewers,
         reverse("import_detail", args=[previewed.pk]): viewers,

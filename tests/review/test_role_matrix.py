@@ -127,6 +127,11 @@ EXPECTED: dict[str, dict[str, dict]] = {
     "import_confirm": {"GET": NOT_ALLOWED, "POST": approvers(302)},
     "import_discard": {"GET": NOT_ALLOWED, "POST": approvers(302)},
     "catalogue_product": {"GET": viewers(), "POST": NOT_ALLOWED},
+    # One product edited (an empty form names no revision: the form again) or withdrawn (then back
+    # to its page).
+    "edit_product": {"GET": approvers(200), "POST": approvers(409)},
+    "confirm_edit_product": {"GET": NOT_ALLOWED, "POST": approvers(400)},
+    "withdraw_product": {"GET": approvers(200), "POST": approvers(302)},
     "prompts": {"GET": viewers(), "POST": NOT_ALLOWED},
     "prompt_new": {"GET": viewers(), "POST": approvers(400)},
     "prompt_detail": {"GET": viewers(), "POST": NOT_ALLOWED},

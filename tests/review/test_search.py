@@ -1,11 +1,13 @@
 """The catalogue's search at a million products (review/search.py): the same products as a plain
-"contains, whatever the case" on SKU and current title, whichever way it reads them."""
+"contains, whatever the case and the accents" on SKU, current title and current fields' values,
+whichever way it reads them."""
 
 import pytest
 from django.db import connection
 from django.urls import reverse
 
 from ledger.catalogue import revise_product
+from ledger.database.searched_text import plain_upper, texts_of
 from ledger.models import Product
 from review import search as searching
 from review.search import like_trigrams, rare_pieces, trigram_rows, trigrams
@@ -15,6 +17,7 @@ pytestmark = pytest.mark.django_db
 
 NOUNS = ["Desk lamp", "Wool throw", "Side table", "Chef's knife"]
 COLOURS = ["ochre", "sage green", "slate blue"]
+BRANDS = ["Hollin & Rye", "Northmoor", "Atelier Vey", "Kestrel Works", "Plain Field"]
 
 
 @pytest.fixture(autouse=True)
@@ -64,19 +67,26 @@ def catalogue(db):
     made = []
     for n in range(240):
         title = f"{NOUNS[n % 4]} {10 + n % 50} cm, {COLOURS[n % 3]}"
-        made.append(ProductFactory(sku=f"BENCH-{n:05d}", revision__title=title))
+        fields = {"brand": BRANDS[n % 5], "weight_g": 100 + n, "features": ["LED"] if n % 7 == 0 else []}
+        made.append(ProductFactory(sku=f"BENCH-{n:05d}", revision__title=title, revision__fields=fields))
     ProductFactory(sku="odd_one%", revision__title="A 100% wool throw_rug")
+    ProductFactory(
+        sku="ETE-1", revision__title="Lampe d'été", revision__fields={"brand": "Crème & Søn", "note": "ÉCRU"}
+    )
     # An old title is not searched: only the current one.
     revise_product(sku="BENCH-00000", title="Renamed stool", fields={})
     return made
 
 
 def expected(q: str) -> list[str]:
-    text = q.upper()
+    """Found by reading every product: its SKU, its current title and its current fields' text."""
+    text = plain_upper(q)
     return sorted(
         p.sku
         for p in Product.objects.select_related("current_revision")
-        if text in p.sku.upper() or text in p.current_revision.title.upper()
+        if text in plain_upper(p.sku)
+        or text in plain_upper(p.current_revision.title)
+        or any(text in plain_upper(value) for value in texts_of(p.current_revision.fields))
     )
 
 
@@ -108,6 +118,16 @@ QUERIES = [
     "Desk lamp 10 cm, ochre",  # in an old title only
     "zzz",
     "cm, o",
+    "northmoor",  # a field's value, common
+    "Kestrel Works",
+    "led",  # in a list
+    "creme",  # Crème, in a field
+    "CRÈME",
+    "ete",  # été, in a title
+    "son",  # Søn
+    "ecru",
+    "weight_g",  # a field's name is not searched
+    "338",  # nor a number (a weight_g)
 ]
 
 
@@ -125,10 +145,10 @@ def test_the_sample_s_trigrams_are_pg_trgm_s(catalogue):
     """The sample is split into trigrams by the database (show_trgm); the text searched for, by
     Python: both must agree."""
     taken = searching.sample()
-    assert len(taken.skus) == Product.objects.count() == len(taken.titles)
+    assert len(taken.skus) == Product.objects.count() == len(taken.texts)
     assert taken.skus == sorted(taken.skus)
     assert trigram_rows(taken.skus) == taken.sku_trigrams
-    assert trigram_rows(taken.titles) == taken.title_trigrams
+    assert trigram_rows(taken.texts) == taken.text_trigrams
     assert searching.sample() is taken  # kept for SAMPLE_SECONDS
 
 
