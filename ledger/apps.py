@@ -22,7 +22,7 @@ class LedgerConfig(AppConfig):
         from .notices.receivers import check_private_receivers
 
         post_migrate.connect(after_migrate, sender=self, dispatch_uid="ledger.after_migrate")
-        # SQLite's `bd_searched`, the catalogue search's text (PostgreSQL's is migration 0054's).
+        # SQLite's `bd_searched`, the catalogue search's text (PostgreSQL's is migration 0056's).
         connection_created.connect(
             searched_text.give_sqlite_the_function, dispatch_uid="ledger.database.searched_text"
         )

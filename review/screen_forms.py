@@ -193,7 +193,7 @@ class JobFilterForm(forms.Form):
 
 
 class ProductFilterForm(forms.Form):
-    q = forms.CharField(required=False, max_length=300, label="SKU, title or field contains")
+    q = forms.CharField(required=False, max_length=300, label="SKU or title contains")
     status = forms.ChoiceField(required=False, choices=[("", "Every status"), *ProductStatus.choices])
 
 

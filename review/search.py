@@ -1,6 +1,6 @@
 """The catalogue's search ("contains", whatever the case and the accents) at a million products: by
-SKU, or by the current revision's text, its title and every field's value (`bd_searched`,
-`ledger/database/searched_text.py`: `creme` finds `Crème` in a brand).
+SKU, or by the current revision's title (`bd_searched`, `ledger/database/searched_text.py`: `creme`
+finds `Crème`).
 
 On PostgreSQL the SKU and that text have trigram indexes (migrations 0017 and 0056). Asking one for everything the
 text contains is slow in two cases, and this module avoids both:
@@ -206,7 +206,7 @@ def sample() -> Sample:
             """
             WITH drawn AS MATERIALIZED (
                 SELECT (row_number() OVER (ORDER BY p.sku) - 1)::int AS position,
-                       upper(p.sku::text) AS sku, coalesce(bd_searched(r.title, r.fields), '') AS title
+                       upper(p.sku::text) AS sku, coalesce(bd_searched(r.title), '') AS title
                 FROM ledger_product p TABLESAMPLE SYSTEM (%s)
                 LEFT JOIN ledger_sourcerevision r ON r.id = p.current_revision_id
             )
@@ -245,10 +245,10 @@ def _containing(rows: QuerySet, field: str, q: str, pieces: list[str]) -> QueryS
 
 
 def _text_containing(revisions: QuerySet, text: str, pieces: list[str]) -> QuerySet:
-    """Revisions whose searched text (`bd_searched`: title and field values, upper case, without
+    """Revisions whose searched text (`bd_searched`: the title, upper case, without
     accents) contains `text`, written the same way: the index looks up `pieces`, then each revision
     found is checked for the whole text."""
-    searched = Searched("title", "fields")
+    searched = Searched("title")
     if not pieces:
         return revisions.filter(Contains(searched, text))
     for piece in pieces:
@@ -272,9 +272,7 @@ def search(q: str, *, cap: int) -> Search:
     """How to find the products whose SKU, current title or a current field's value contains `q`,
     whatever the case and the accents (`creme` finds `Crème`)."""
     text = searchable(q)
-    plain = Q(sku__icontains=text) | Q(
-        Contains(Searched("current_revision__title", "current_revision__fields"), text)
-    )
+    plain = Q(sku__icontains=text) | Q(Contains(Searched("current_revision__title"), text))
     more = False  # more revisions found than `cap` (some may be old ones)
     if connection.vendor != "postgresql":
         return Search(walk=plain)

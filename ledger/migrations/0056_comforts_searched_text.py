@@ -1,4 +1,4 @@
-"""The catalogue search reads a revision's title and every field's value, without accents and in
+"""The catalogue search reads a revision's title without accents and in
 upper case (`ledger/database/searched_text.py`): the function `bd_searched`, and on PostgreSQL a
 column `searched` the database keeps to it (a stored generated column: no writer names it) with a
 trigram index, which takes the place of the title's (migration 0017). Stored, because computing it
@@ -26,14 +26,12 @@ def forwards(apps, schema_editor):
         f"PARALLEL SAFE STRICT AS $$ SELECT {extension}.unaccent('{extension}.unaccent'::regdictionary, $1) $$"
     )
     schema_editor.execute(
-        f"CREATE OR REPLACE FUNCTION {ours}.bd_searched(title text, fields jsonb) RETURNS text LANGUAGE sql "
-        "IMMUTABLE PARALLEL SAFE AS $$ SELECT upper("
-        f"{ours}.bd_unaccent(coalesce(title, '') || chr(31) || "
-        "coalesce(jsonb_path_query_array(fields, 'lax $.*[*] ? (@.type() == \"string\")')::text, ''))) $$"
+        f"CREATE OR REPLACE FUNCTION {ours}.bd_searched(title text) RETURNS text LANGUAGE sql "
+        f"IMMUTABLE PARALLEL SAFE AS $$ SELECT upper({ours}.bd_unaccent(coalesce(title, ''))) $$"
     )
     schema_editor.execute(
         "ALTER TABLE ledger_sourcerevision ADD COLUMN searched text "
-        f"GENERATED ALWAYS AS ({ours}.bd_searched(title, fields)) STORED"
+        f"GENERATED ALWAYS AS ({ours}.bd_searched(title)) STORED"
     )
     schema_editor.execute(
         "CREATE INDEX revision_searched_trgm ON ledger_sourcerevision USING gin (searched gin_trgm_ops)"
@@ -51,7 +49,7 @@ def backwards(apps, schema_editor):
     )
     schema_editor.execute("DROP INDEX IF EXISTS revision_searched_trgm")
     schema_editor.execute("ALTER TABLE ledger_sourcerevision DROP COLUMN IF EXISTS searched")
-    schema_editor.execute("DROP FUNCTION IF EXISTS bd_searched(text, jsonb)")
+    schema_editor.execute("DROP FUNCTION IF EXISTS bd_searched(text)")
     schema_editor.execute("DROP FUNCTION IF EXISTS bd_unaccent(text)")
 
 

@@ -1,5 +1,5 @@
 """The catalogue's search at a million products (review/search.py): the same products as a plain
-"contains, whatever the case and the accents" on SKU, current title and current fields' values,
+"contains, whatever the case and the accents" on SKU and current title (not the fields' values),
 whichever way it reads them."""
 
 import pytest
@@ -7,7 +7,7 @@ from django.db import connection
 from django.urls import reverse
 
 from ledger.catalogue import revise_product
-from ledger.database.searched_text import plain_upper, texts_of
+from ledger.database.searched_text import plain_upper
 from ledger.models import Product
 from review import search as searching
 from review.search import like_trigrams, rare_pieces, trigram_rows, trigrams
@@ -79,14 +79,12 @@ def catalogue(db):
 
 
 def expected(q: str) -> list[str]:
-    """Found by reading every product: its SKU, its current title and its current fields' text."""
+    """Found by reading every product: its SKU and its current title."""
     text = plain_upper(q)
     return sorted(
         p.sku
         for p in Product.objects.select_related("current_revision")
-        if text in plain_upper(p.sku)
-        or text in plain_upper(p.current_revision.title)
-        or any(text in plain_upper(value) for value in texts_of(p.current_revision.fields))
+        if text in plain_upper(p.sku) or text in plain_upper(p.current_revision.title)
     )
 
 
@@ -118,7 +116,7 @@ QUERIES = [
     "Desk lamp 10 cm, ochre",  # in an old title only
     "zzz",
     "cm, o",
-    "northmoor",  # a field's value, common
+    "northmoor",  # a field's value is not searched
     "Kestrel Works",
     "led",  # in a list
     "creme",  # Crème, in a field
