@@ -134,7 +134,7 @@ def focus_context(
     count = desk.count() if count is None else count
     key = cursor_key(after) if pos is None or pos > 1 else None
     if pos is not None or key is None:
-        pos = min(max(pos or 1, 1), max(count, 1))
+        pos = min(max(pos or 1, 1), count)
     at: tuple | None = None
     if key is not None:
         at = (

@@ -37,6 +37,8 @@ def test_the_sample_by_stratum(as_owner, owner):
         "drill": False,
         "scope": "12 SKUs named",
         "drawn_at": None,
+        "arms": 1,
+        "same_sample": False,
     }
     sample = body["sample"]
     assert (sample["scope_products"], sample["products"], sample["items"]) == (12, 4, 4)

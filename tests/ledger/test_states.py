@@ -25,8 +25,10 @@ REFUSED = [(a, b) for a, b in ALL_PAIRS if b not in ALLOWED_TRANSITIONS[a]]
 def test_the_table_covers_every_state_and_matches_spec_counts():
     assert set(ALLOWED_TRANSITIONS) == set(ItemState.values)
     # SPEC §2 lists 56 allowed moves, and validation_failed -> approved (an owner's valid edit of an
-    # unusable draft, issue 18); a typo in the table would change this number.
-    assert len(ALLOWED) == 57
+    # unusable draft, issue 18) and the three moves of an undone decision (SPEC §8, issue 30:
+    # approved and rejected -> awaiting_review, approved -> validation_failed for an undone repair);
+    # a typo in the table would change this number.
+    assert len(ALLOWED) == 60
     assert {s for s, nxt in ALLOWED_TRANSITIONS.items() if not nxt} == {
         "obsolete",
         "withdrawn",

@@ -42,7 +42,7 @@ def test_question_mark_shows_the_keys_and_esc_or_question_mark_closes_them(page,
     expect(help).to_be_hidden()
 
     # Typing a reason, `?` is a question mark.
-    reason = page.get_by_placeholder("Why is it rejected?")
+    reason = page.get_by_placeholder("In your words (optional with a reason picked)")
     reason.click()
     page.keyboard.type("Oiled?")
     expect(reason).to_have_value("Oiled?")

@@ -224,7 +224,7 @@ def test_rejecting_needs_a_reason(client, item, draft, owner):
             reverse("reject_item", args=[item.pk]), {"version_id": draft.pk, "reason": reason}
         )
         assert response.status_code == 400
-        assert "Say why the draft is rejected." in response.content.decode()
+        assert "Say why the draft is rejected: pick a reason or write one." in response.content.decode()
     assert snapshot(item) == before
 
 
@@ -305,7 +305,7 @@ def test_an_htmx_rejection_without_reason_is_a_400_card(client, item, draft, own
         reverse("reject_item", args=[item.pk]), {"version_id": draft.pk}, headers={"HX-Request": "true"}
     )
     assert response.status_code == 400
-    assert "Say why the draft is rejected." in response.content.decode()
+    assert "Say why the draft is rejected: pick a reason or write one." in response.content.decode()
     assert f'id="review-card-{item.pk}"' in response.content.decode()
 
 

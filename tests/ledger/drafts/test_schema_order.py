@@ -109,7 +109,8 @@ def test_a_version_stored_as_jsonb_keeps_working_in_the_order_jsonb_gave_it(back
     executor.loader.build_graph()
     executor.migrate(AFTER)
 
-    stored = PromptVersion.objects.get(pk=old.pk)
+    # Read as the schema stands at AFTER: columns later migrations add are not there yet.
+    stored = PromptVersion.objects.defer("rejection_reasons").get(pk=old.pk)
     # The same schema; its order is jsonb's (shorter names first): nothing can recover the author's.
     assert stored.output_schema == AUTHORED
     assert list(stored.output_schema["properties"]) == ["tone", "headline", "description"]
