@@ -20,18 +20,11 @@ _PLAIN = str.maketrans({"ß": "SS", "Æ": "AE", "Œ": "OE", "Ø": "O", "Ł": "L"
 
 
 class Searched(Func):
-    """`bd_searched(title)`: a revision's text as the search reads it. On PostgreSQL, the
-    column `searched` the database keeps to it, beside the title named (migration 0056); the model
-    does not declare it, so that nothing ever writes it."""
+    """`bd_searched(title)`: a revision's text as the search reads it (on PostgreSQL, the expression
+    migration 0056 indexes)."""
 
     function = "bd_searched"
     output_field = TextField()
-
-    def as_postgresql(self, compiler, connection, **extra):
-        title, params = compiler.compile(self.get_source_expressions()[0])  # "<table or alias>"."title"
-        table, column = title.rsplit(".", 1)
-        assert column == '"title"', title
-        return f'{table}."searched"', params
 
 
 def plain_upper(text: str) -> str:
