@@ -38,11 +38,6 @@ def claim_draft(*, item_id: int, reviewer) -> bool:
     return taken
 
 
-def release_claim(*, item_id: int, reviewer) -> None:
-    """The reviewer lets go of their hold (their card closed or moved on)."""
-    ReviewClaim.objects.filter(item_id=item_id, reviewer=reviewer).delete()
-
-
 def holder_other_than(item_id: int, reviewer) -> ReviewClaim | None:
     """The hold someone else has on the item's draft now, if any."""
     return (
